@@ -1,0 +1,31 @@
+# One place for set-up, the main job and the tests. Each target is idempotent:
+# the environment lives in .venv/ and is rebuilt only when the pins change.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+STUDIES ?= sample-data
+
+.PHONY: setup run test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml requirements/constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=68" wheel
+	# CPU torch first, from the local wheel (DESIGN §10); the constraints keep it.
+	$(PY) -m pip install -q -c requirements/constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[dev,train]'
+	# monai/timm pull a CUDA torchvision that breaks `import peft` beside CPU torch.
+	$(PY) -m pip uninstall -q -y torchvision || true
+	touch $@
+
+run: setup
+	$(PY) -m monailabel_xflow.cli serve --app apps/xflow --studies $(STUDIES) --host $(HOST) --port $(PORT)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""XFlow for MONAI Label."""

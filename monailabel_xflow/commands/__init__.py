@@ -1,0 +1,1 @@
+"""Sub-commands of ``xflow``: one module each, exposing ``register(subparsers)`` (see cli.py)."""

@@ -1,0 +1,209 @@
+"""Coordinates: the one place where conventions meet (DESIGN §4). Never transpose elsewhere.
+
+Conventions used everywhere in the package:
+
+* **Image arrays** are ``(H, W)``: row 0 is the top of the displayed image, column 0 its left.
+* **Normalised coordinates** are continuous, ``x`` (horizontal) first, in ``[0, 1]``. Pixel
+  ``(row, col)`` covers ``[col/W, (col+1)/W) x [row/H, (row+1)/H)``; its centre is
+  ``((col + 0.5) / W, (row + 0.5) / H)``.
+* **Boxes** are normalised ``(x1, y1, x2, y2)`` with ``x1 <= x2`` and ``y1 <= y2``.
+* **Clicks** are :class:`Click` ``(positive, x, y)`` with normalised ``x, y``.
+* **Text coordinates** (the policies' protocol) are integers 0–1000, x first (Qwen-VL style).
+* **SAM input** coordinates are pixels of the 1008 x 1008 resize the segmenter sees.
+* **MONAI Label client clicks** are voxel indices ``[i, j, k]`` of the image as MONAI's
+  PIL/ITK readers hold it, i.e. ``(W, H, 1)``: ``i`` is the column, ``j`` the row, ``k`` = 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+TEXT_SCALE = 1000
+"""Text coordinates run 0..TEXT_SCALE inclusive."""
+
+SAM_SIZE = 1008
+"""Side of the square input of Sam3TrackerModel."""
+
+Box = tuple[float, float, float, float]
+
+
+class GeometryError(ValueError):
+    """A coordinate that cannot be mapped: outside the image, wrong arity, not finite."""
+
+
+class Click(NamedTuple):
+    """A point prompt. ``positive`` grows the mask, negative shrinks it. ``x, y`` normalised."""
+
+    positive: bool
+    x: float
+    y: float
+
+
+def _check_finite(*values: float) -> None:
+    if not all(math.isfinite(float(v)) for v in values):
+        raise GeometryError(f"coordinates must be finite, got {values}")
+
+
+def clip01(v: float) -> float:
+    return min(1.0, max(0.0, float(v)))
+
+
+def make_box(x1: float, y1: float, x2: float, y2: float) -> Box:
+    """A normalised box with its corners ordered and clipped to the image."""
+    _check_finite(x1, y1, x2, y2)
+    xa, xb = sorted((clip01(x1), clip01(x2)))
+    ya, yb = sorted((clip01(y1), clip01(y2)))
+    return (xa, ya, xb, yb)
+
+
+# --- pixels ---------------------------------------------------------------------------------
+
+def pixel_to_point(row: float, col: float, shape: Sequence[int]) -> tuple[float, float]:
+    """Centre of pixel ``(row, col)`` of an ``(H, W)`` image as normalised ``(x, y)``."""
+    h, w = int(shape[0]), int(shape[1])
+    return ((col + 0.5) / w, (row + 0.5) / h)
+
+
+def point_to_pixel(x: float, y: float, shape: Sequence[int]) -> tuple[int, int]:
+    """The ``(row, col)`` of the pixel containing normalised point ``(x, y)``.
+
+    Raises:
+        GeometryError: if the point lies outside ``[0, 1]^2``.
+    """
+    _check_finite(x, y)
+    if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
+        raise GeometryError(f"point ({x:.4f}, {y:.4f}) lies outside the image")
+    h, w = int(shape[0]), int(shape[1])
+    return (min(h - 1, int(y * h)), min(w - 1, int(x * w)))
+
+
+def box_to_pixels(box: Sequence[float], shape: Sequence[int]) -> np.ndarray:
+    """Normalised box -> continuous pixel ``(x1, y1, x2, y2)`` of an ``(H, W)`` image."""
+    h, w = int(shape[0]), int(shape[1])
+    return np.array([box[0] * w, box[1] * h, box[2] * w, box[3] * h], dtype=np.float64)
+
+
+def pixels_to_box(xyxy: Sequence[float], shape: Sequence[int]) -> Box:
+    """Continuous pixel ``(x1, y1, x2, y2)`` -> normalised box (clipped)."""
+    h, w = int(shape[0]), int(shape[1])
+    return make_box(xyxy[0] / w, xyxy[1] / h, xyxy[2] / w, xyxy[3] / h)
+
+
+def mask_to_box(mask: np.ndarray) -> Box | None:
+    """Tight normalised box around the non-zero pixels of an ``(H, W)`` mask (pixel edges).
+
+    Returns None for an empty mask.
+    """
+    rows = np.flatnonzero(mask.any(axis=1))
+    if rows.size == 0:
+        return None
+    cols = np.flatnonzero(mask.any(axis=0))
+    h, w = mask.shape[:2]
+    return (cols[0] / w, rows[0] / h, (cols[-1] + 1) / w, (rows[-1] + 1) / h)
+
+
+def box_to_mask(box: Sequence[float], shape: Sequence[int]) -> np.ndarray:
+    """Boolean ``(H, W)`` mask of the pixels whose centres lie inside a normalised box."""
+    h, w = int(shape[0]), int(shape[1])
+    xs = (np.arange(w) + 0.5) / w
+    ys = (np.arange(h) + 0.5) / h
+    inx = (xs >= box[0]) & (xs <= box[2])
+    iny = (ys >= box[1]) & (ys <= box[3])
+    return iny[:, None] & inx[None, :]
+
+
+# --- text (0..1000) -------------------------------------------------------------------------
+
+def to_text(v: float) -> int:
+    """Normalised coordinate -> integer text coordinate 0..1000."""
+    _check_finite(v)
+    return int(round(clip01(v) * TEXT_SCALE))
+
+
+def from_text(v: int | float) -> float:
+    """Integer text coordinate -> normalised coordinate."""
+    return float(v) / TEXT_SCALE
+
+
+def box_to_text(box: Sequence[float]) -> tuple[int, int, int, int]:
+    return tuple(to_text(v) for v in box)  # type: ignore[return-value]
+
+
+def box_from_text(values: Sequence[int | float]) -> Box:
+    return tuple(from_text(v) for v in values)  # type: ignore[return-value]
+
+
+# --- SAM model input (1008 x 1008) ----------------------------------------------------------
+
+def box_to_sam(box: Sequence[float], size: int = SAM_SIZE) -> list[float]:
+    """Normalised box -> SAM input pixels ``[x1, y1, x2, y2]``.
+
+    Equivalent to scaling original-image pixels by ``size / W`` and ``size / H``.
+    """
+    return [float(v) * size for v in box]
+
+
+def point_to_sam(x: float, y: float, size: int = SAM_SIZE) -> list[float]:
+    """Normalised point -> SAM input pixels ``[x, y]``."""
+    return [float(x) * size, float(y) * size]
+
+
+# --- MONAI Label clients --------------------------------------------------------------------
+
+def client_index_to_point(index: Sequence[float], shape: Sequence[int]) -> tuple[float, float]:
+    """A Slicer/OHIF click ``[i, j(, k)]`` on an ``(H, W)`` image -> normalised ``(x, y)``.
+
+    MONAI's readers hold a 2D radiograph as ``(W, H[, 1])``, so ``i`` indexes columns and
+    ``j`` rows; the returned point is the centre of that pixel.
+
+    Raises:
+        GeometryError: wrong arity, a non-zero slice index, or a pixel outside the image.
+    """
+    if len(index) not in (2, 3):
+        raise GeometryError(f"a click needs 2 or 3 indices [i, j, k], got {list(index)}")
+    _check_finite(*index)
+    i, j = float(index[0]), float(index[1])
+    if len(index) == 3 and int(round(float(index[2]))) != 0:
+        raise GeometryError(f"click {list(index)} is on slice {index[2]}; a radiograph has one slice (k=0)")
+    h, w = int(shape[0]), int(shape[1])
+    col, row = int(round(i)), int(round(j))
+    if not (0 <= col < w and 0 <= row < h):
+        raise GeometryError(f"click {list(index)} lies outside the {w} x {h} image (i < W, j < H)")
+    return pixel_to_point(row, col, shape)
+
+
+def point_to_client_index(x: float, y: float, shape: Sequence[int]) -> list[int]:
+    """Normalised point -> the ``[i, j, 0]`` voxel index a MONAI Label client uses."""
+    row, col = point_to_pixel(x, y, shape)
+    return [col, row, 0]
+
+
+# --- box arithmetic -------------------------------------------------------------------------
+
+def box_area(box: Sequence[float]) -> float:
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+
+
+def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """Intersection over union of two boxes (0 when both are degenerate)."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = box_area(a) + box_area(b) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def grow_box(box: Sequence[float], click: Click) -> Box:
+    """Stage 2 box-growth rule (DESIGN §5).
+
+    A positive click outside the box grows it to the smallest box enclosing the old box and
+    the click; any other click leaves the box unchanged.
+    """
+    x1, y1, x2, y2 = box
+    inside = x1 <= click.x <= x2 and y1 <= click.y <= y2
+    if not click.positive or inside:
+        return (x1, y1, x2, y2)
+    return (min(x1, click.x), min(y1, click.y), max(x2, click.x), max(y2, click.y))

@@ -1,0 +1,303 @@
+"""Instructions: what a user asks for, in MIMIC-ILS canonical form (DESIGN §2).
+
+An :class:`Instruction` is a finding plus the regions it is asked about. It renders the
+canonical instruction and answer sentences, which are scored by exact match, so they are only
+ever produced here. :func:`parse_instructions` maps free text ("is there fluid on the left?",
+"pleural effusion, left base", "segment all findings") to instructions, and refuses what it
+cannot map with an :class:`InstructionError` that lists what is supported: never a silent guess.
+
+Free-text choices (where the dataset is silent):
+
+* "both lungs" / "bilateral" keep both lungs as regions (lung level, two regions).
+* A zone named without a side ("upper zones", "the bases") means both sides.
+* Several findings in one sentence give one instruction each, over the same regions.
+* "all findings" without a location gives the seven findings at chest level; with a lung
+  location, the six lung findings (cardiomegaly is asked at chest level only).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from monailabel_xflow.vocabulary import (
+    ALL_ZONES,
+    FINDINGS,
+    HEART,
+    KINDS,
+    LESION_INFERENCE_TARGETS,
+    LUNGS,
+    REGIONS,
+    ZONES,
+    join_regions,
+)
+
+MAX_INSTRUCTION_CHARS = 300
+"""Longest free-text instruction accepted (the canonical ones are under 80 characters)."""
+
+
+class InstructionError(ValueError):
+    """Free text that cannot be mapped to a supported instruction; the message says why."""
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One question about one finding.
+
+    Attributes:
+        finding: one of :data:`~monailabel_xflow.vocabulary.FINDINGS`; ``"opacity"`` for lesion
+            inference (the answer names the lesion type).
+        regions: lung and/or zone strings in the order asked, ``()`` for a chest-level
+            question, or ``("heart",)`` for cardiomegaly.
+        kind: ``"basic"`` (finding in a location), ``"global"`` (finding alone; the answer
+            names the location) or ``"lesion_inference"``.
+    """
+
+    finding: str
+    regions: tuple[str, ...] = ()
+    kind: str = "basic"
+
+    def __post_init__(self) -> None:
+        regions = tuple(dict.fromkeys(self.regions))  # drop repeats, keep the asked order
+        object.__setattr__(self, "regions", regions)
+        if self.finding not in FINDINGS:
+            raise InstructionError(f"unknown finding {self.finding!r}; supported: {', '.join(FINDINGS)}")
+        if self.kind not in KINDS:
+            raise InstructionError(f"unknown instruction kind {self.kind!r}; supported: {', '.join(KINDS)}")
+        unknown = [r for r in regions if r not in REGIONS]
+        if unknown:
+            raise InstructionError(f"unknown region(s) {unknown}; supported: {', '.join(REGIONS)}")
+        if self.finding == "cardiomegaly":
+            if regions not in ((), (HEART,)):
+                raise InstructionError("cardiomegaly is asked at chest level only (region 'heart' or none)")
+        elif HEART in regions:
+            raise InstructionError(f"'heart' is the region of cardiomegaly only, not of {self.finding}")
+        if self.kind == "global" and regions:
+            raise InstructionError("a global instruction names no location")
+        if self.kind == "basic" and not regions:
+            raise InstructionError("a basic instruction names a location; use kind='global' for none")
+        if self.kind == "lesion_inference" and self.finding != "opacity":
+            raise InstructionError("lesion inference asks about an opacity and predicts its type")
+
+    # --- what it asks ---------------------------------------------------------------------
+
+    @property
+    def level(self) -> str:
+        """Question level of the XFlow evaluation: ``chest``, ``lung`` or ``zone``."""
+        if any(r in ALL_ZONES for r in self.regions):
+            return "zone"
+        if any(r in LUNGS for r in self.regions):
+            return "lung"
+        return "chest"
+
+    @property
+    def location(self) -> str:
+        """The regions joined the MIMIC-ILS way, "" at chest level without a region."""
+        return join_regions(self.regions)
+
+    @property
+    def lungs(self) -> tuple[str, ...]:
+        """The lungs Stage 1 grounds: the asked side(s), or both for a chest-level question."""
+        sides = [lung for lung in LUNGS if any(r == lung or r in ZONES[lung] for r in self.regions)]
+        return tuple(sides) if sides else LUNGS
+
+    @property
+    def text(self) -> str:
+        """The canonical MIMIC-ILS instruction."""
+        where = f" in the {self.location}" if self.regions else ""
+        if self.kind == "lesion_inference":
+            return f"Segment the opacity{where} and predict its type."
+        return f"Segment the {self.finding}{where}."
+
+    # --- canonical answers ----------------------------------------------------------------
+
+    def absent_answer(self) -> str:
+        """The negative answer: ``There is no effusion in the left lung.``"""
+        where = f" in the {self.location}" if self.regions else ""
+        return f"There is no {self.finding}{where}."
+
+    @staticmethod
+    def located_answer(regions: "tuple[str, ...] | list[str]") -> str:
+        """Positive answer of a global instruction: ``It is located in the left lung base.``"""
+        if not regions:
+            raise InstructionError("a located answer needs at least one region")
+        return f"It is located in the {join_regions(tuple(regions))}."
+
+    @staticmethod
+    def lesion_answer(lesion: str, confident: bool) -> str:
+        """Positive answer of lesion inference: highly suggestive of / possibly reflects."""
+        if lesion not in LESION_INFERENCE_TARGETS:
+            raise InstructionError(
+                f"lesion inference resolves to {', '.join(LESION_INFERENCE_TARGETS)}, not {lesion!r}"
+            )
+        return f"It is highly suggestive of {lesion}." if confident else f"It possibly reflects {lesion}."
+
+    def to_dict(self) -> dict:
+        return {
+            "instruction": self.text,
+            "finding": self.finding,
+            "regions": list(self.regions),
+            "level": self.level,
+            "kind": self.kind,
+        }
+
+
+# --- free-text parsing ----------------------------------------------------------------------
+
+_FINDING_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "cardiomegaly": (
+        "cardiomegaly", "enlarged heart", "heart enlargement", "enlarged cardiac silhouette",
+        "cardiac enlargement", "big heart", "large heart", "heart is enlarged", "heart enlarged",
+    ),
+    "pneumonia": ("pneumonia", "pneumonias", "pneumonic"),
+    "atelectasis": ("atelectasis", "atelectatic", "atelectases", "collapse", "collapsed lung"),
+    "opacity": ("opacity", "opacities", "opacification", "airspace opacity", "airspace disease", "haziness"),
+    "consolidation": ("consolidation", "consolidations", "consolidated"),
+    "edema": ("edema", "oedema", "pulmonary edema", "pulmonary oedema", "fluid overload", "interstitial edema"),
+    "effusion": ("effusion", "effusions", "pleural effusion", "pleural effusions", "pleural fluid", "fluid"),
+}
+
+# Common radiograph findings outside XFlow's seven: named in the error so the user knows why.
+_UNSUPPORTED = (
+    "pneumothorax", "nodule", "mass", "fracture", "emphysema", "fibrosis", "hernia",
+    "pleural thickening", "infiltrate", "infiltration", "lesion", "tube", "line", "device",
+)
+
+_SIDES = {"left": ("left",), "right": ("right",), "both": ("right", "left"),
+          "bilateral": ("right", "left"), "bilaterally": ("right", "left")}
+_ZONE_WORDS = {
+    "apical": 0, "apex": 0, "apices": 0, "apexes": 0,
+    "upper": 1,
+    "mid": 2, "middle": 2,
+    "base": 3, "bases": 3, "basal": 3, "basilar": 3, "lower": 3,
+}
+_ALL = re.compile(r"\b(all|every|each|any)\s+(the\s+)?(findings?|abnormalit(y|ies)|patholog(y|ies)|lesions?)\b"
+                  r"|\beverything\b")
+_TYPE = re.compile(r"predict (its|the) (type|kind)|what (type|kind)|\bclassify\b|characteri[sz]e|\bits type\b")
+_WORD = re.compile(r"[a-z]+")
+
+
+def _find_findings(text: str) -> list[tuple[int, str]]:
+    """(position, finding) of every synonym, longest first so "fluid overload" beats "fluid"."""
+    phrases = sorted(((p, f) for f, ps in _FINDING_SYNONYMS.items() for p in ps), key=lambda t: -len(t[0]))
+    taken = [False] * len(text)
+    found = []
+    for phrase, finding in phrases:
+        for m in re.finditer(rf"\b{re.escape(phrase)}\b", text):
+            if not any(taken[m.start():m.end()]):
+                taken[m.start():m.end()] = [True] * (m.end() - m.start())
+                found.append((m.start(), finding))
+    return sorted(found)
+
+
+def _find_regions(words: list[str]) -> list[str]:
+    """Lung and zone strings in the order mentioned.
+
+    A zone word takes the side word before it (sticky across "and": "left mid and lower
+    zones"), else the first side word after it ("base of the left lung"), else both sides. A
+    side word that no zone word takes names the whole lung.
+    """
+    sides = [(i, _SIDES[w]) for i, w in enumerate(words) if w in _SIDES]
+    zones = [(i, _ZONE_WORDS[w]) for i, w in enumerate(words) if w in _ZONE_WORDS]
+    used_sides: set[int] = set()
+    mentions: list[tuple[int, str]] = []
+    for zi, zone_index in zones:
+        before = [s for s in sides if s[0] < zi]
+        after = [s for s in sides if s[0] > zi and s[0] - zi <= 4]
+        if before:
+            si, side = before[-1]
+        elif after:
+            si, side = after[0]
+        else:
+            si, side = -1, ("right", "left")
+        used_sides.add(si)
+        for s in side:
+            mentions.append((zi, ZONES[f"{s} lung"][zone_index]))
+    for si, side in sides:
+        if si not in used_sides:
+            for s in side:
+                mentions.append((si, f"{s} lung"))
+    # "heart" as a *region* only when asked "in the heart" ("enlarged heart" names the finding).
+    for i in range(2, len(words)):
+        if words[i] == "heart" and words[i - 2:i] == ["in", "the"]:
+            mentions.append((i, HEART))
+    return list(dict.fromkeys(r for _, r in sorted(mentions, key=lambda m: m[0])))
+
+
+def supported_summary() -> str:
+    """What the parser understands, for error messages and ``--help``."""
+    return (
+        f"findings: {', '.join(FINDINGS)} (and 'all findings'); "
+        f"locations: {', '.join(LUNGS)}, both lungs, zones ({', '.join(ALL_ZONES)}); "
+        "e.g. 'Segment the effusion in the left lung.', 'pleural effusion, left base', "
+        "'Segment the opacity in the right upper zone lung and predict its type.'"
+    )
+
+
+def parse_instructions(text: str) -> list[Instruction]:
+    """Map free text to one or more canonical instructions.
+
+    Args:
+        text: what the user typed, at most :data:`MAX_INSTRUCTION_CHARS` characters.
+
+    Returns:
+        One instruction per finding asked about (seven for "all findings").
+
+    Raises:
+        InstructionError: empty or over-long text, no supported finding, an unsupported one,
+            or a location that does not fit the finding. The message lists what is supported.
+    """
+    if not isinstance(text, str):
+        raise InstructionError(f"an instruction is text, got {type(text).__name__}")
+    if len(text) > MAX_INSTRUCTION_CHARS:
+        raise InstructionError(f"instruction is {len(text)} characters; at most {MAX_INSTRUCTION_CHARS} are accepted")
+    norm = " ".join(text.lower().replace("-", " ").replace("_", " ").split())
+    if not norm.strip(" .?!"):
+        raise InstructionError(f"empty instruction; supported {supported_summary()}")
+    words = _WORD.findall(norm)
+    regions = _find_regions(words)
+    lesion_inference = bool(_TYPE.search(norm))
+
+    if _ALL.search(norm):
+        findings = [f for f in FINDINGS if not (regions and f == "cardiomegaly")]
+    else:
+        findings = list(dict.fromkeys(f for _, f in _find_findings(norm)))
+    if lesion_inference:
+        if findings not in ([], ["opacity"]) and not set(findings) <= set(LESION_INFERENCE_TARGETS) | {"opacity"}:
+            raise InstructionError("lesion inference asks about an opacity and predicts its type")
+        findings = ["opacity"]
+    if not findings:
+        named = [u for u in _UNSUPPORTED if re.search(rf"\b{u}s?\b", norm)]
+        why = f"{named[0]!r} is not one of XFlow's findings" if named else "no supported finding found"
+        raise InstructionError(f"cannot map {text.strip()!r}: {why}; supported {supported_summary()}")
+
+    out = []
+    for finding in findings:
+        if finding == "cardiomegaly":
+            lung_regions = [r for r in regions if r != HEART]
+            if lung_regions:
+                raise InstructionError(
+                    f"cardiomegaly is asked at chest level only, not in the {join_regions(lung_regions)}"
+                )
+            these = (HEART,) if HEART in regions else ()
+        else:
+            these = tuple(r for r in regions if r != HEART)
+        kind = "lesion_inference" if lesion_inference else ("basic" if these else "global")
+        out.append(Instruction(finding, these, kind))
+    return out
+
+
+def parse_instruction(text: str) -> Instruction:
+    """Like :func:`parse_instructions` for text that must name exactly one finding."""
+    found = parse_instructions(text)
+    if len(found) != 1:
+        raise InstructionError(
+            f"{text.strip()!r} asks about {len(found)} findings ({', '.join(i.finding for i in found)}); "
+            "ask about one"
+        )
+    return found[0]
+
+
+def all_findings(regions: tuple[str, ...] = ()) -> list[Instruction]:
+    """The "segment all findings" expansion: every finding that can be asked at ``regions``."""
+    return parse_instructions("segment all findings" + (f" in the {join_regions(regions)}" if regions else ""))

@@ -1,0 +1,1 @@
+"""MONAI Label tasks of the XFlow app (infer, revise, scoring, strategy, train, datastore)."""
