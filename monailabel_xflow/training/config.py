@@ -1,0 +1,144 @@
+"""Training configurations. Defaults are the XFlow paper's Table 7 (Appendix A.4).
+
+Each trainer reads one dataclass; a YAML file overrides any field (unknown keys are an error,
+so a typo never silently trains with a default). The files in ``configs/train/`` at the
+repository root spell out these defaults for editing.
+
+Effective batch sizes are the paper's (per-device batch x gradient accumulation x devices); the
+per-device batch is derived at run time from the number of processes accelerate starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+C = TypeVar("C")
+
+
+@dataclass
+class SegmenterTrainConfig:
+    """F_seg fine-tuning (SAM 2 loss on the SAM3 tracker head, encoder unfrozen)."""
+
+    learning_rate: float = 1e-4
+    encoder_lr_scale: float = 0.6
+    layer_decay: float = 0.9
+    weight_decay: float = 0.1
+    grad_clip: float = 0.1
+    effective_batch: int = 16
+    epochs: int = 5
+    image_size: int = 1024
+    focal_weight: float = 20.0
+    dice_weight: float = 1.0
+    iou_weight: float = 1.0
+    points_per_prompt: int = 2  # clicks sampled per box prompt, like the revision policy produces
+    box_jitter: float = 0.1  # box edges moved by up to this fraction of the box size
+    max_steps: int = -1  # >0 caps the run (smoke tests, demos)
+    seed: int = 0
+
+
+@dataclass
+class PolicySFTConfig:
+    """SFT of π_init (defaults) or π_rev (see :func:`rev_sft_defaults`)."""
+
+    learning_rate: float = 1e-5
+    vision_lr_scale: float = 0.3
+    lora_r: int = 128
+    lora_alpha: int = 256
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    effective_batch: int = 256
+    epochs: int = 15
+    max_steps: int = -1
+    aux_mask_loss_weight: float = 0.0  # DESIGN §12: training-only head on image tokens; off by default
+    seed: int = 0
+
+
+@dataclass
+class PolicyGRPOConfig:
+    """GRPO of π_init (defaults) or π_rev (see :func:`rev_rl_defaults`)."""
+
+    learning_rate: float = 1e-5
+    lora_r: int = 128
+    lora_alpha: int = 256
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    effective_batch: int = 32
+    epochs: int = 10
+    num_generations: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    kl_beta: float = 0.1
+    max_clicks: int = 4
+    max_steps: int = -1
+    seed: int = 0
+
+
+def rev_sft_defaults() -> PolicySFTConfig:
+    """π_rev SFT: warm-started from π_init SFT; batch 64, 10 epochs."""
+    return PolicySFTConfig(effective_batch=64, epochs=10)
+
+
+def rev_rl_defaults() -> PolicyGRPOConfig:
+    """π_rev GRPO: lr 1e-6, batch 64, top-p 0.95, KL 0.02."""
+    return PolicyGRPOConfig(learning_rate=1e-6, effective_batch=64, top_p=0.95, kl_beta=0.02)
+
+
+DEFAULTS: dict[str, Any] = {
+    "segmenter": SegmenterTrainConfig,
+    "init-sft": PolicySFTConfig,
+    "init-rl": PolicyGRPOConfig,
+    "rev-sft": rev_sft_defaults,
+    "rev-rl": rev_rl_defaults,
+}
+"""Trainer name -> factory of its default config."""
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the trainer's fields."""
+
+
+def load_config(trainer: str, path: str | Path | None = None, **overrides: Any):
+    """The trainer's defaults, updated from a YAML file and then from keyword overrides.
+
+    Raises:
+        ConfigError: unknown trainer, unknown keys, or a value of the wrong type.
+    """
+    if trainer not in DEFAULTS:
+        raise ConfigError(f"unknown trainer {trainer!r}; one of {', '.join(DEFAULTS)}")
+    config = DEFAULTS[trainer]()
+    values: dict[str, Any] = {}
+    if path is not None:
+        import yaml
+
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings")
+        values.update(loaded)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return _apply(config, values, source=str(path or "overrides"))
+
+
+def _apply(config: C, values: dict[str, Any], source: str) -> C:
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(f"{source}: unknown setting(s) {unknown}; known: {sorted(fields)}")
+    for key, value in values.items():
+        default = getattr(config, key)
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            ok = isinstance(value, type(default))
+        else:  # ints accept ints; floats accept ints and floats ("1e-5" in YAML is a string)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if isinstance(default, int) and not isinstance(default, bool):
+                ok = ok and float(value).is_integer()
+        if not ok:
+            raise ConfigError(f"{source}: {key} must be {type(default).__name__}, got {value!r}")
+        setattr(config, key, type(default)(value))
+    return config
+
+
+def to_dict(config) -> dict[str, Any]:
+    return dataclasses.asdict(config)
