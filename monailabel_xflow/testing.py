@@ -1,0 +1,257 @@
+"""TEST DOUBLES shared by the test suite and the benchmarks. Not for production use.
+
+Nothing here is a model: :class:`ScriptedSegmenter` answers prompts by a fixed, documented rule
+so that tests of the oracle clicker, the workflow and the SFT builders can predict every mask, and
+benchmarks can time the code around the segmenter without paying for one.
+:class:`SequenceSegmenter` replays a fixed list of masks, to script exact IoU sequences.
+:class:`RecordingSegmenter` wraps a real segmenter and records what it was asked, so the same
+assertions can run against the tiny random SAM3. Helpers draw simple synthetic ground truths.
+
+All three implement the ``PromptableSegmenter`` interface of :mod:`monailabel_xflow.segmenter`
+(``set_image`` once, then ``predict``) and return its ``SegmentationResult``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from monailabel_xflow.geometry import Box, Click, box_to_mask, point_to_pixel
+from monailabel_xflow.segmenter import SegmentationResult
+
+__all__ = [
+    "PredictCall",
+    "ScriptedSegmenter",
+    "SequenceSegmenter",
+    "RecordingSegmenter",
+    "disk",
+    "ellipse",
+    "result_from_masks",
+]
+
+
+@dataclass
+class PredictCall:
+    """One recorded ``predict`` call and its answer."""
+
+    boxes: list[Box]
+    clicks: list[list[Click]] | None
+    previous: np.ndarray | None
+    multimask: bool
+    result: Any = field(repr=False, default=None)
+
+
+# --- synthetic shapes -----------------------------------------------------------------------
+
+def disk(shape: Sequence[int], row: float, col: float, radius: float) -> np.ndarray:
+    """Bool ``(H, W)`` mask of the pixels whose centre lies within ``radius`` px of ``(row, col)``."""
+    return ellipse(shape, row, col, radius, radius)
+
+
+def ellipse(shape: Sequence[int], row: float, col: float, radius_rows: float, radius_cols: float) -> np.ndarray:
+    """Bool ``(H, W)`` axis-aligned ellipse centred on pixel ``(row, col)`` (radii in pixels)."""
+    rr, cc = np.ogrid[: int(shape[0]), : int(shape[1])]
+    return ((rr - row) / radius_rows) ** 2 + ((cc - col) / radius_cols) ** 2 <= 1.0
+
+
+# --- doubles --------------------------------------------------------------------------------
+
+class ScriptedSegmenter:
+    """TEST DOUBLE: a deterministic promptable segmenter with a hidden object.
+
+    For a box ``b`` and the clicks of that box, the mask is::
+
+        ((box_to_mask(b) & object) | disks(positive clicks, positive_radius_px))
+            & ~disks(negative clicks, negative_radius_px)
+
+    i.e. the hidden ``object`` seen through the box, grown by a disc around every positive click
+    and carved by a disc around every negative click (negatives win). ``previous`` is recorded but
+    does not change the answer. Logits are ``+logit_scale`` inside the mask and ``-logit_scale``
+    outside; ``low_res_logits`` are the logits sampled (nearest) on a ``low_res x low_res`` grid;
+    ``iou`` is the mask's IoU with the hidden object. ``multimask`` is recorded and ignored (one
+    mask per box).
+
+    Args:
+        target: ``(H, W)`` hidden object; the image given to ``set_image`` must have this size.
+        positive_radius_px: radius of the disc a positive click adds.
+        negative_radius_px: radius of the disc a negative click removes.
+        low_res: side of the low-resolution logits.
+        logit_scale: magnitude of the logits.
+
+    Attributes:
+        set_image_calls: number of ``set_image`` calls.
+        calls: one :class:`PredictCall` per ``predict`` call, in order.
+    """
+
+    def __init__(
+        self,
+        target: np.ndarray,
+        positive_radius_px: float = 20.0,
+        negative_radius_px: float = 20.0,
+        low_res: int = 64,
+        logit_scale: float = 8.0,
+    ) -> None:
+        target = np.asarray(target)
+        if target.ndim != 2:
+            raise ValueError(f"target must be a 2-D (H, W) mask, got shape {target.shape}")
+        self.target = target.astype(bool)
+        self.positive_radius_px = float(positive_radius_px)
+        self.negative_radius_px = float(negative_radius_px)
+        self.low_res = int(low_res)
+        self.logit_scale = float(logit_scale)
+        self.set_image_calls = 0
+        self.calls: list[PredictCall] = []
+        self._image_set = False
+
+    @property
+    def predict_calls(self) -> int:
+        return len(self.calls)
+
+    def set_image(self, image: np.ndarray) -> None:
+        """Accept an ``(H, W)`` float image in ``[0, 1]`` of the target's size.
+
+        Raises:
+            ValueError: wrong shape or values outside ``[0, 1]``.
+        """
+        image = np.asarray(image)
+        if image.shape != self.target.shape:
+            raise ValueError(f"image shape {image.shape} differs from the double's target {self.target.shape}")
+        if image.size and (float(image.min()) < 0.0 or float(image.max()) > 1.0):
+            raise ValueError("image values must lie in [0, 1]")
+        self.set_image_calls += 1
+        self._image_set = True
+
+    def predict(
+        self,
+        boxes: Sequence[Box],
+        clicks: Sequence[Sequence[Click]] | None = None,
+        previous: np.ndarray | None = None,
+        multimask: bool = False,
+    ) -> SegmentationResult:
+        """Masks for ``N`` boxes by the rule in the class docstring.
+
+        Raises:
+            RuntimeError: before ``set_image``.
+            ValueError: ``clicks`` given with another length than ``boxes``.
+        """
+        if not self._image_set:
+            raise RuntimeError("predict called before set_image")
+        if clicks is not None and len(clicks) != len(boxes):
+            raise ValueError(f"clicks must hold one list per box: {len(clicks)} lists for {len(boxes)} boxes")
+        shape = self.target.shape
+        masks = np.zeros((len(boxes),) + shape, dtype=bool)
+        for n, box in enumerate(boxes):
+            box_clicks = list(clicks[n]) if clicks is not None else []
+            m = box_to_mask(box, shape) & self.target
+            for c in box_clicks:
+                if c.positive:
+                    m |= disk(shape, *point_to_pixel(c.x, c.y, shape), self.positive_radius_px)
+            for c in box_clicks:
+                if not c.positive:
+                    m &= ~disk(shape, *point_to_pixel(c.x, c.y, shape), self.negative_radius_px)
+            masks[n] = m
+        result = result_from_masks(masks, self.target, self.low_res, self.logit_scale)
+        self.calls.append(_record(boxes, clicks, previous, multimask, result))
+        return result
+
+
+class SequenceSegmenter:
+    """TEST DOUBLE: answers the k-th ``predict`` call with the k-th of a fixed list of masks.
+
+    Use it to script exact IoU sequences. Results come from :func:`result_from_masks` (one mask,
+    ``N = 1``, whatever the number of boxes); a call past the end of the list raises IndexError.
+
+    Args:
+        masks: the ``(H, W)`` masks to return, in order.
+        reference: ``(H, W)`` mask the ``iou`` field is measured against (default: first mask).
+
+    Attributes:
+        set_image_calls: number of ``set_image`` calls.
+        calls: one :class:`PredictCall` per ``predict`` call, in order.
+    """
+
+    def __init__(self, masks: Sequence[np.ndarray], reference: np.ndarray | None = None) -> None:
+        self.masks = [np.asarray(m, dtype=bool) for m in masks]
+        self.reference = self.masks[0] if reference is None else np.asarray(reference, dtype=bool)
+        self.set_image_calls = 0
+        self.calls: list[PredictCall] = []
+
+    @property
+    def predict_calls(self) -> int:
+        return len(self.calls)
+
+    def set_image(self, image: np.ndarray) -> None:
+        self.set_image_calls += 1
+
+    def predict(self, boxes, clicks=None, previous=None, multimask=False):
+        k = len(self.calls)
+        if k >= len(self.masks):
+            raise IndexError(f"SequenceSegmenter holds {len(self.masks)} masks; predict call {k + 1} has none")
+        result = result_from_masks(self.masks[k][None], self.reference)
+        self.calls.append(_record(boxes, clicks, previous, multimask, result))
+        return result
+
+
+class RecordingSegmenter:
+    """TEST DOUBLE: wraps any ``PromptableSegmenter`` and records its calls.
+
+    Attributes:
+        inner: the wrapped segmenter.
+        set_image_calls: number of ``set_image`` calls.
+        calls: one :class:`PredictCall` per ``predict`` call, in order.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.set_image_calls = 0
+        self.calls: list[PredictCall] = []
+
+    @property
+    def predict_calls(self) -> int:
+        return len(self.calls)
+
+    def set_image(self, image: np.ndarray) -> None:
+        self.set_image_calls += 1
+        self.inner.set_image(image)
+
+    def predict(self, boxes, clicks=None, previous=None, multimask=False):
+        result = self.inner.predict(boxes, clicks, previous, multimask)
+        self.calls.append(_record(boxes, clicks, previous, multimask, result))
+        return result
+
+
+def result_from_masks(
+    masks: np.ndarray, reference: np.ndarray, low_res: int = 64, logit_scale: float = 8.0
+) -> SegmentationResult:
+    """A ``SegmentationResult`` for given ``(N, H, W)`` masks.
+
+    Logits are ``+-logit_scale``; ``low_res_logits`` the logits sampled (nearest) on a
+    ``low_res x low_res`` grid; ``iou`` each mask's IoU with ``reference`` (1.0 if both empty).
+    """
+    masks = np.asarray(masks, dtype=bool)
+    n, h, w = masks.shape
+    logits = np.where(masks, logit_scale, -logit_scale).astype(np.float32)
+    rows = ((np.arange(low_res) + 0.5) * h / low_res).astype(int)
+    cols = ((np.arange(low_res) + 0.5) * w / low_res).astype(int)
+    low = logits[:, rows][:, :, cols][:, None]
+    inter = (masks & reference).reshape(n, -1).sum(1)
+    union = (masks | reference).reshape(n, -1).sum(1)
+    return SegmentationResult(
+        logits=logits,
+        masks=masks,
+        iou=np.where(union > 0, inter / np.maximum(union, 1), 1.0).astype(np.float32),
+        low_res_logits=np.ascontiguousarray(low, dtype=np.float32),
+    )
+
+
+def _record(boxes, clicks, previous, multimask, result) -> PredictCall:
+    return PredictCall(
+        boxes=[tuple(float(v) for v in b) for b in boxes],
+        clicks=None if clicks is None else [list(cs) for cs in clicks],
+        previous=None if previous is None else np.array(previous, copy=True),
+        multimask=bool(multimask),
+        result=result,
+    )
