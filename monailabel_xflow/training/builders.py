@@ -1,0 +1,332 @@
+"""Data builders: training examples for both policies, from MIMIC-ILS or phantoms alike.
+
+Input is any list of :class:`~monailabel_xflow.datasets.EvalCase` (the readers of
+:mod:`monailabel_xflow.datasets` turn MIMIC-ILS, CheXlocalize, folders and phantom sets into
+them). Output is a Hugging Face ``datasets`` folder per kind, written in chunks so an
+interrupted build resumes where it stopped, and sharded (``shard=(i, N)`` takes every N-th case
+from the i-th) so N processes or machines build one set together. Rows (images by path):
+
+* ``init-sft``: ``image, prompt, instruction, target, lesion_mask, case_id, finding, level,
+  positive`` — ``prompt`` is the question in varied phrasing (each variant parses back to the
+  same instruction), ``target`` the Stage 1 protocol text: lung boxes of the lungs asked about,
+  presence, one lesion box per ground-truth component.
+* ``rev-sft``: ``image, instruction, box, observations, targets, case_id`` — one Algorithm 1
+  trajectory (the oracle clicker with F_seg in the loop) per ground-truth component;
+  ``observations[t]`` is the PNG of :func:`~monailabel_xflow.rendering.render_observation` at
+  turn t and ``targets[t]`` the action taken on it. Discarded trajectories are counted, not kept.
+* ``init-rl``: ``image, prompt, instruction, gt_boxes, present, case_id``.
+* ``rev-rl``: ``image, instruction, start_box, gt_mask, case_id`` — a starting state per
+  component: a perturbed box and the component's mask (PNG).
+
+Lung boxes come from a :class:`LungBoxes` source: the phantom anatomy label maps, or a JSON file
+of boxes produced by any lung segmentation model (the paper used an off-the-shelf one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from monailabel_xflow.geometry import Box, mask_to_box
+from monailabel_xflow.instructions import Instruction, parse_instruction
+from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
+from monailabel_xflow.vocabulary import LUNGS, ZONES
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("init-sft", "rev-sft", "init-rl", "rev-rl")
+MIN_COMPONENT_PX = 16
+"""Ground-truth components smaller than this (in mask pixels) get no box: specks, not lesions."""
+
+
+class BuildError(ValueError):
+    """A build that cannot start: unknown kind, bad shard, missing lung boxes or segmenter."""
+
+
+# --- phrasing -----------------------------------------------------------------------------------
+
+_BASIC = (
+    "{canonical}",
+    "Please segment the {finding} in the {location}.",
+    "Outline the {finding} in the {location}.",
+    "Is there {finding} in the {location}? Segment it.",
+    "Show the {finding} in the {location}.",
+)
+_GLOBAL = ("{canonical}", "Where is the {finding}? Segment it.", "Find and segment the {finding}.",
+           "Outline the {finding}.")
+_LESION = ("{canonical}", "What type is the opacity in the {location}? Segment it.",
+           "Segment the opacity in the {location} and classify it.")
+
+
+def phrasings(instruction: Instruction) -> list[str]:
+    """Ways of asking ``instruction``; every one parses back to it (tested)."""
+    if instruction.kind == "lesion_inference":
+        templates = _LESION if instruction.regions else (_LESION[0],)
+    else:
+        templates = _BASIC if instruction.kind == "basic" else _GLOBAL
+    return [t.format(canonical=instruction.text, finding=instruction.finding, location=instruction.location)
+            for t in templates]
+
+
+# --- targets ------------------------------------------------------------------------------------
+
+def lesion_boxes(mask: np.ndarray | None, min_px: int = MIN_COMPONENT_PX) -> list[Box]:
+    """One tight normalised box per ground-truth component (8-connectivity), specks skipped."""
+    if mask is None or not mask.any():
+        return []
+    from monailabel_xflow.oracle import connected_components
+
+    return [mask_to_box(c) for c in connected_components(mask, min_area_px=min_px)]
+
+
+def init_target(instruction: Instruction, mask: np.ndarray | None, lungs: dict[str, Box]) -> str:
+    """The Stage 1 protocol text π_init is taught for one question.
+
+    Raises:
+        BuildError: a lung the question grounds has no box.
+    """
+    missing = [lung for lung in instruction.lungs if lung not in lungs]
+    if missing:
+        raise BuildError(f"no box for {', '.join(missing)}")
+    boxes = lesion_boxes(mask)
+    where = f"the {instruction.location}" if instruction.regions else "the chest"
+    grounded = " and ".join(instruction.lungs)
+    if boxes:
+        think = f"I locate the {grounded}, then look for {instruction.finding} in {where}: {len(boxes)} region(s)."
+    else:
+        think = f"I locate the {grounded}, then look for {instruction.finding} in {where}: none."
+    out = Stage1Output(
+        lungs=[BoxRef(lung, lungs[lung]) for lung in instruction.lungs],
+        present=bool(boxes),
+        lesions=[BoxRef(instruction.finding, b) for b in boxes],
+        think=think,
+    )
+    return format_stage1(out)
+
+
+def revision_target(click, over: bool | None = None) -> str:
+    """The Stage 2 protocol text of one oracle action (``click`` None: stop)."""
+    if click is None:
+        return format_stage2(Stage2Action(None, "The mask fits the lesion."))
+    why = "The mask misses part of the lesion." if click.positive else "The mask spills beyond the lesion."
+    return format_stage2(Stage2Action(click, why))
+
+
+# --- lung boxes -------------------------------------------------------------------------------
+
+class LungBoxes:
+    """Where the lung boxes of an image come from.
+
+    Args:
+        boxes_json: a JSON file ``{image file name or path: {"right lung": [x1, y1, x2, y2],
+            "left lung": [...]}}`` with normalised boxes (e.g. from a lung segmentation model).
+        anatomy_dir: a phantom set's ``ground-truth/anatomy`` folder of label maps (1..4 right
+            zones, 5..8 left zones). Used when ``boxes_json`` has no entry.
+    """
+
+    def __init__(self, boxes_json: str | Path | None = None, anatomy_dir: str | Path | None = None) -> None:
+        self.table: dict[str, dict[str, Box]] = {}
+        if boxes_json is not None:
+            raw = json.loads(Path(boxes_json).read_text())
+            self.table = {str(k): {lung: tuple(v) for lung, v in d.items()} for k, d in raw.items()}
+        self.anatomy_dir = Path(anatomy_dir) if anatomy_dir is not None else None
+        self._cache: dict[str, dict[str, Box]] = {}
+
+    @classmethod
+    def for_dataset(cls, spec_root: str | Path, boxes_json: str | Path | None = None) -> "LungBoxes":
+        """Boxes for a dataset folder: its ``ground-truth/anatomy`` if it is a phantom set."""
+        anatomy = Path(spec_root) / "ground-truth" / "anatomy"
+        return cls(boxes_json, anatomy if anatomy.is_dir() else None)
+
+    def __call__(self, image_path: str | Path) -> dict[str, Box]:
+        path = Path(image_path)
+        for key in (str(path), path.name, path.stem):
+            if key in self.table:
+                return self.table[key]
+        if path.stem not in self._cache and self.anatomy_dir is not None:
+            label_file = self.anatomy_dir / f"{path.stem}.png"
+            if label_file.is_file():
+                from PIL import Image
+
+                label = np.asarray(Image.open(label_file))
+                boxes = {}
+                for offset, lung in ((1, LUNGS[0]), (5, LUNGS[1])):
+                    box = mask_to_box((label >= offset) & (label < offset + len(ZONES[lung])))
+                    if box is not None:
+                        boxes[lung] = box
+                self._cache[path.stem] = boxes
+        return self._cache.get(path.stem, {})
+
+
+# --- building -----------------------------------------------------------------------------------
+
+@dataclass
+class BuildReport:
+    """What a build produced: rows written, cases rejected by reason, chunks reused on resume."""
+
+    kind: str
+    rows: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    chunks_written: int = 0
+    chunks_reused: int = 0
+
+    def reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def summary(self) -> str:
+        why = ", ".join(f"{n} {r}" for r, n in sorted(self.rejected.items())) or "none"
+        return (f"{self.kind}: {self.rows} rows ({self.chunks_written} chunks written, "
+                f"{self.chunks_reused} reused); rejected: {why}")
+
+
+def _mask_at(mask: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """A mask resized (nearest) to the image's ``(H, W)``; MIMIC-ILS masks are 512 px."""
+    if mask.shape == tuple(shape):
+        return mask
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(mask.astype(np.uint8) * 255).resize((shape[1], shape[0]), Image.NEAREST)) > 127
+
+
+def _save_png(path: Path, array: np.ndarray) -> str:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array.astype(np.uint8) * 255 if array.dtype == bool else array).save(path)
+    return str(path)
+
+
+def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segmenter, clicker,
+                   rng: np.random.Generator, report: BuildReport) -> list[dict[str, Any]]:
+    ins: Instruction = case.instruction
+    mask = case.load_mask()
+    common = {"image": str(case.image_path), "instruction": ins.text, "case_id": case.case_id}
+    if kind in ("init-sft", "init-rl"):
+        prompt = str(rng.choice(phrasings(ins)))
+        if kind == "init-rl":
+            return [dict(common, prompt=prompt, gt_boxes=[list(b) for b in lesion_boxes(mask)],
+                         present=bool(lesion_boxes(mask)))]
+        try:
+            target = init_target(ins, mask, lung_boxes(case.image_path))
+        except BuildError as err:
+            report.reject(str(err))
+            return []
+        lesion_png = _save_png(out_dir / "masks" / f"{case.case_id}.png", mask) if mask is not None and mask.any() else None
+        return [dict(common, prompt=prompt, target=target, lesion_mask=lesion_png, finding=ins.finding,
+                     level=ins.level, positive=lesion_png is not None)]
+
+    # Revision kinds: positives only, one example per ground-truth component.
+    if mask is None or not mask.any():
+        report.reject("negative case (no mask to revise)")
+        return []
+    from monailabel_xflow.oracle import connected_components, perturb_box
+    from monailabel_xflow.transforms import load_cxr
+
+    image, _ = load_cxr(case.image_path)
+    comps = connected_components(_mask_at(mask, image.shape), min_area_px=MIN_COMPONENT_PX)
+    rows = []
+    if kind == "rev-rl":
+        for k, comp in enumerate(comps):
+            box = perturb_box(mask_to_box(comp), comp.shape, rng, clicker.box_noise, clicker.box_shift)
+            rows.append(dict(common, case_id=f"{case.case_id}_c{k}", start_box=list(box),
+                             gt_mask=_save_png(out_dir / "masks" / f"{case.case_id}_c{k}.png", comp)))
+        return rows
+    from monailabel_xflow.rendering import render_observation
+
+    segmenter.set_image(image)
+    for k, comp in enumerate(comps):
+        traj = clicker.run(segmenter, comp, rng=rng, component_id=k)
+        if traj.discarded:
+            report.reject(f"trajectory discarded ({traj.discard_reason})")
+            continue
+        observations, targets, clicks = [], [], []
+        for t, (observed, action) in enumerate(traj.turns()):
+            png = out_dir / "observations" / f"{case.case_id}_c{k}_t{t}.png"
+            observations.append(_save_png(png, render_observation(image, observed, clicks)))
+            targets.append(revision_target(action))
+            if action is not None:
+                clicks.append(action)
+        rows.append(dict(common, case_id=f"{case.case_id}_c{k}", box=list(traj.initial_box),
+                         observations=observations, targets=targets))
+    return rows
+
+
+def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callable[[Any], dict[str, Box]] | None = None,
+          segmenter=None, clicker=None, shard: tuple[int, int] = (0, 1), seed: int = 0, chunk_size: int = 256,
+          progress: bool = True) -> BuildReport:
+    """Build one kind of training set into ``out_dir`` (resumable, shardable).
+
+    Args:
+        kind: one of :data:`KINDS`.
+        cases: the questions (``EvalCase``); this shard takes ``cases[i::N]``.
+        out_dir: the set's folder; chunks go to ``out_dir/shard-i-of-N/chunk-KKKKK``.
+        lung_boxes: image path -> lung boxes (``init-sft``); see :class:`LungBoxes`.
+        segmenter: a ``PromptableSegmenter`` (``rev-sft``: F_seg in the oracle loop).
+        clicker: an :class:`~monailabel_xflow.oracle.OracleClicker` (defaults to the paper's).
+        shard: ``(i, N)``.
+        seed: phrasing and box perturbations are drawn per chunk from ``(seed, shard, chunk)``,
+            so a resumed build writes the same rows as an uninterrupted one.
+        chunk_size: cases per chunk (the unit of resumption).
+
+    Returns:
+        A :class:`BuildReport`; its summary is logged.
+    """
+    from datasets import Dataset
+    from tqdm.auto import tqdm
+
+    from monailabel_xflow.oracle import OracleClicker
+
+    if kind not in KINDS:
+        raise BuildError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+    i, n = shard
+    if not (n >= 1 and 0 <= i < n):
+        raise BuildError(f"shard must be i/N with 0 <= i < N, got {i}/{n}")
+    if kind == "init-sft" and lung_boxes is None:
+        raise BuildError("init-sft needs lung boxes (a phantom set's anatomy or --lung-boxes JSON)")
+    if kind == "rev-sft" and segmenter is None:
+        raise BuildError("rev-sft runs F_seg in the loop: give a segmenter")
+    clicker = clicker or OracleClicker()
+    mine = list(cases)[i::n]
+    root = Path(out_dir) / f"shard-{i}-of-{n}"
+    report = BuildReport(kind)
+    starts = range(0, len(mine), chunk_size)
+    for k, start in enumerate(tqdm(starts, desc=f"building {kind} (shard {i}/{n})", disable=not progress)):
+        where = root / f"chunk-{k:05d}"
+        if (where / "dataset_info.json").is_file():
+            report.chunks_reused += 1
+            report.rows += Dataset.load_from_disk(str(where)).num_rows
+            continue
+        rng = np.random.default_rng([seed, i, k])
+        rows = []
+        for case in mine[start:start + chunk_size]:
+            rows += _rows_for_case(kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report)
+        if rows:
+            Dataset.from_list(rows).save_to_disk(str(where))
+        else:  # an empty chunk still marks its cases as done
+            where.mkdir(parents=True, exist_ok=True)
+            (where / "dataset_info.json").write_text("{}")
+        report.chunks_written += 1
+        report.rows += len(rows)
+    (Path(out_dir) / "build.json").write_text(json.dumps({"kind": kind, "shards": n}))
+    logger.info(report.summary())
+    return report
+
+
+def load_built(out_dir: str | Path):
+    """All chunks of all shards of a built set, concatenated into one ``datasets.Dataset``."""
+    from datasets import Dataset, concatenate_datasets
+
+    parts = [Dataset.load_from_disk(str(p.parent)) for p in sorted(Path(out_dir).glob("shard-*/chunk-*/state.json"))]
+    if not parts:
+        raise BuildError(f"{out_dir} holds no built chunks")
+    return concatenate_datasets(parts)
+
+
+def check_phrasings(instructions: Iterable[Instruction]) -> list[str]:
+    """Phrasings that do not parse back to their instruction (empty when all do)."""
+    return [p for ins in instructions for p in phrasings(ins) if parse_instruction(p) != ins]
