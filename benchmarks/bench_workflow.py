@@ -1,0 +1,199 @@
+"""Latency breakdown of the XFlow workflow on one radiograph (random weights; CPU by default).
+
+Builds a random Gemma3 policy model (``--vlm mid``: several hundred million parameters, with
+the two LoRA adapters "init"/"rev") and a random SAM3 tracker (``--sam full``: the real 458 M
+shape; ``--sam small``/``tiny`` for a quick run), saves both like real checkpoints, then
+measures what a user waits for:
+
+* load: the policy (base + 2 adapters) and the segmenter from disk;
+* segmenter encode (``set_image``, once per image) and a second ``set_image`` (cache hit);
+* Stage 1: prefill (``generate`` of 1 token) and decode (per token, from a full call of
+  ``--max-new-tokens`` tokens); "all findings" (``stage1_many``, 7 instructions) per instruction;
+* segmenter decode: 1 box, 2 boxes batched;
+* Stage 2: each of ``--turns`` π_rev turns (one growing conversation with KV-cache reuse) and
+  the decoder call that follows it (box, all clicks so far, previous logits);
+* end to end: ``XFlow.run`` with Stage 1 forced to "present, 1 box" (a random π_init says
+  nothing parseable, so Stage 2 would never run) and the trace's own phase timings.
+
+Timings do not depend on the weights, only on the shapes. Random policies emit text that is
+not protocol, so the Stage 2 turns are driven directly (each turn generates
+``--max-new-tokens`` tokens, a realistic length for ``<think>…</think><click>…</click>``).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_workflow.py                       # mid VLM + full SAM3
+    .venv/bin/python benchmarks/bench_workflow.py --sam small           # quick run
+    .venv/bin/python benchmarks/bench_workflow.py --markdown >> benchmarks/README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SAMPLE = REPO.parent / "shared" / "cxr-samples" / "nih" / "images" / "00000129_000.png"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, str]] = []
+
+    def add(self, phase: str, seconds: float, note: str = "") -> None:
+        self.rows.append((phase, seconds, note))
+        logging.info("%-40s %9.3f s  %s", phase, seconds, note)
+
+    def text(self) -> str:
+        width = max(len(r[0]) for r in self.rows)
+        lines = [f"{'phase':{width}s}  {'seconds':>9s}  note", "-" * (width + 30)]
+        lines += [f"{p:{width}s}  {s:9.3f}  {n}" for p, s, n in self.rows]
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        lines = ["| phase | seconds | note |", "|---|---:|---|"]
+        lines += [f"| {p} | {s:.3f} | {n} |" for p, s, n in self.rows]
+        return "\n".join(lines)
+
+
+def timed(fn, *args, **kwargs):
+    tick = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - tick
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sam", choices=("tiny", "small", "full"), default="full", help="SAM3 tracker size")
+    parser.add_argument("--vlm", choices=("tiny", "mid"), default="mid", help="Gemma3 policy size")
+    parser.add_argument("--image", type=Path, default=SAMPLE, help="radiograph (PNG/JPEG/DICOM)")
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="tokens per policy call")
+    parser.add_argument("--turns", type=int, default=4, help="Stage 2 turns (T)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--workdir", type=Path, default=None, help="where to save the models (default: a temp dir)")
+    parser.add_argument("--markdown", action="store_true", help="print a README section (markdown) on stdout")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+    for noisy in ("monailabel_xflow", "transformers", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.geometry import Click, grow_box
+    from monailabel_xflow.instructions import all_findings, parse_instruction
+    from monailabel_xflow.policies import GenerationSettings, ScriptedPolicy, VLMPolicy, RevisionState
+    from monailabel_xflow.protocol import BoxRef, Stage1Output, format_stage1
+    from monailabel_xflow.rendering import render_observation
+    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.transforms import load_cxr
+    from monailabel_xflow.workflow import XFlow
+
+    table = Table()
+    tmp = tempfile.TemporaryDirectory(prefix="bench-workflow-") if args.workdir is None else None
+    root = Path(tmp.name) if tmp else args.workdir
+    root.mkdir(parents=True, exist_ok=True)
+
+    logging.info("building random models in %s (not timed as user latency)", root)
+    vlm_dirs, t_build_vlm = timed(build_random_vlm, root / "vlm", size=args.vlm, seed=0)
+    sam_dir, t_build_sam = timed(build_random_sam3, root / "sam3", size=args.sam, seed=0)
+
+    generation = GenerationSettings(max_new_tokens=args.max_new_tokens)
+    policy, t = timed(VLMPolicy.from_pretrained, str(vlm_dirs.base), init_adapter=str(vlm_dirs.init),
+                      rev_adapter=str(vlm_dirs.rev), device=args.device, generation=generation)
+    n_vlm = sum(p.numel() for p in policy.model.parameters())
+    table.add("load policy (base + 2 adapters)", t, f"Gemma3 {args.vlm}, {n_vlm / 1e6:.1f} M params")
+    segmenter, t = timed(load_segmenter, str(sam_dir), device=args.device)
+    n_sam = sum(p.numel() for p in segmenter.model.parameters())
+    table.add("load segmenter", t, f"SAM3 tracker {args.sam}, {n_sam / 1e6:.1f} M params")
+    (image, meta), t = timed(load_cxr, args.image)
+    table.add("load image", t, f"{args.image.name} {image.shape[0]}x{image.shape[1]}")
+
+    _, t = timed(segmenter.set_image, image)
+    table.add("segmenter encode (set_image)", t, "once per image")
+    _, t = timed(segmenter.set_image, image)
+    table.add("segmenter set_image again", t, "embedding cache hit")
+
+    instr = parse_instruction("Segment the effusion in the left lung.")
+    fast = VLMPolicy(policy.model, policy.processor, GenerationSettings(max_new_tokens=1))
+    _, t_prefill = timed(fast.stage1, image, instr)
+    table.add("Stage 1 prefill (+1 token)", t_prefill, "image + prompt")
+    _, t_full = timed(policy.stage1, image, instr)
+    # A random model rarely emits an end-of-turn token, so it generates the full budget.
+    n_tokens = args.max_new_tokens
+    per_token = max(0.0, t_full - t_prefill) / max(1, n_tokens - 1)
+    table.add("Stage 1 full call", t_full, f"up to {n_tokens} new tokens")
+    table.add("Stage 1 decode per token", per_token, "(full - prefill) / (tokens - 1)")
+    findings = all_findings()
+    _, t = timed(policy.stage1_many, image, findings)
+    table.add("Stage 1 all findings, per instruction", t / len(findings), f"stage1_many over {len(findings)}: {t:.2f} s")
+
+    box = (0.55, 0.55, 0.85, 0.8)
+    seg1, t = timed(segmenter.predict, [box])
+    table.add("segmenter decode, 1 box", t)
+    _, t = timed(segmenter.predict, [box, (0.6, 0.25, 0.75, 0.4)])
+    table.add("segmenter decode, 2 boxes batched", t)
+
+    # Stage 2: one growing conversation, each turn followed by the decoder call it triggers.
+    session = policy.start(image, instr, box)
+    mask, previous, clicks, current = seg1.masks[0], seg1.low_res_logits[0:1], [], box
+    rng = np.random.default_rng(0)
+    for turn in range(args.turns):
+        state = RevisionState(image=image, instruction=instr, box=current, mask=mask, clicks=list(clicks),
+                              observation=render_observation(image, mask, clicks), step=turn)
+        _, t = timed(session.step, state)
+        table.add(f"Stage 2 turn {turn + 1} (policy)", t, "KV cache reused" if policy.reuse_cache else "")
+        click = Click(bool(turn % 2 == 0), float(rng.uniform(0.5, 0.9)), float(rng.uniform(0.5, 0.9)))
+        clicks.append(click)
+        current = grow_box(current, click)
+        res, t = timed(segmenter.predict, [current], clicks=[list(clicks)], previous=previous)
+        mask, previous = res.masks[0], res.low_res_logits[0:1]
+        table.add(f"Stage 2 turn {turn + 1} (decoder, {len(clicks)} clicks)", t)
+
+    # End to end through the workflow (encode is a cache hit here: the embedding is cached).
+    stage1 = ScriptedPolicy([format_stage1(Stage1Output([BoxRef("left lung", (0.5, 0.15, 0.9, 0.85))], True,
+                                                        [BoxRef("effusion", box)]))])
+    flow = XFlow(stage1, policy, segmenter, max_clicks=args.turns)
+    result, t = timed(flow.run, image, instr)
+    ends = [lesion.end for lesion in result.trace.lesions]
+    table.add("XFlow.run, forced 1 box (end to end)", t, f"Stage 2 ended: {ends}")
+    for key, value in result.trace.timings.items():
+        table.add(f"  trace timing: {key}", value)
+
+    header = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+              f"{torch.get_num_threads()} threads, device {args.device}, load average {os.getloadavg()[0]:.1f}; "
+              f"peak RSS {peak_rss_mb():.0f} MB; "
+              f"model build (not user latency): VLM {t_build_vlm:.1f} s, SAM3 {t_build_sam:.1f} s")
+    print(header)
+    print(table.text())
+    if args.markdown:
+        print()
+        print(f"## Workflow latency (`bench_workflow.py --sam {args.sam} --vlm {args.vlm}`)\n")
+        print(f"{header}. Random weights (timings depend on shapes only); {args.max_new_tokens} new tokens "
+              f"per policy call.\n")
+        print(table.markdown())
+    if tmp:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""``xflow weights``: see where the configured weights are, and download them when asked.
+
+Usage::
+
+    xflow weights show [--models CONFIG]
+    xflow weights pull [--models CONFIG] [--token TOKEN] [--dry-run] [REPO_ID[@REVISION] ...]
+
+``show`` lists each configured weight (``vlm_base``, adapters, merged models, ``segmenter``)
+and whether it is a local path, in the local Hugging Face cache, or missing; it never touches
+the network. ``pull`` is the only place XFlow downloads anything: it calls
+``huggingface_hub.snapshot_download`` for the given hub ids, or for every configured value
+that is a hub id, printing each one it fetches and where it landed. The token is ``--token``,
+else whatever ``huggingface_hub`` finds (``HF_TOKEN``, ``hf auth login``); gated models
+(MedGemma, SAM3) need one whose account accepted their licence.
+
+Exit status: 0 ok, 2 bad configuration or repository id, 1 a download failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("weights", help="show or download (pull) the configured model weights")
+    actions = parser.add_subparsers(dest="weights_action", metavar="ACTION", required=True)
+
+    show = actions.add_parser("show", help="where each configured weight is (no network)")
+    show.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
+    show.set_defaults(func=run)
+
+    pull = actions.add_parser("pull", help="download hub weights into the local Hugging Face cache")
+    pull.add_argument("repo_ids", nargs="*", metavar="REPO_ID", help="hub ids (org/name[@revision]); default: the config's")
+    pull.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
+    pull.add_argument("--token", help="Hugging Face token (default: HF_TOKEN or the saved login)")
+    pull.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
+    pull.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from monailabel_xflow.models import ModelConfig, ModelConfigError
+
+    try:
+        config = ModelConfig.load(args.models) if (args.models or args.weights_action == "show" or not args.repo_ids) else None
+    except ModelConfigError as err:
+        return _error(str(err))
+    if args.weights_action == "show":
+        return _show(config)
+    return _pull(args, config)
+
+
+def _show(config) -> int:
+    from monailabel_xflow.models import ModelConfigError
+
+    weights = config.weights()
+    if not weights:
+        print("no weights configured (set --models or XFLOW_VLM_BASE / XFLOW_SEGMENTER ...)")
+        return 0
+    for name, value in weights.items():
+        try:
+            status = f"ready: {config.resolve(name)}"
+        except ModelConfigError as err:
+            status = f"MISSING: {err}"
+        print(f"{name:13s} {value}\n{'':13s} {status}")
+    return 0
+
+
+def _pull(args: argparse.Namespace, config) -> int:
+    from monailabel_xflow.models import ModelConfigError, hub_ids, is_hub_id, split_hub_id
+
+    if args.repo_ids:
+        wanted = {f"argument {k + 1}": value for k, value in enumerate(args.repo_ids)}
+        for value in wanted.values():
+            if not is_hub_id(value):
+                return _error(f"{value!r} is not a hub id of the form org/name[@revision]")
+    else:
+        try:
+            wanted = hub_ids(config)
+        except ModelConfigError as err:
+            return _error(str(err))
+        if not wanted:
+            print("nothing to pull: no configured weight is a hub id (local paths are used as they are)")
+            return 0
+    fetch = list(dict.fromkeys(wanted.values()))  # one download per id, in order
+    if args.dry_run:
+        for value in fetch:
+            print(f"would fetch {value}")
+        return 0
+
+    from huggingface_hub import snapshot_download
+
+    for value in fetch:
+        repo_id, revision = split_hub_id(value)
+        print(f"fetching {repo_id}" + (f" at {revision}" if revision else "") + " ...", flush=True)
+        try:
+            path = snapshot_download(repo_id, revision=revision, token=args.token)
+        except Exception as err:  # network, authentication, gated repository: report and stop
+            return _error(f"download of {value} failed: {type(err).__name__}: {err}", status=1)
+        print(f"  -> {path}", flush=True)
+    return 0
+
+
+def _error(message: str, status: int = 2) -> int:
+    print(f"xflow weights: error: {message}", file=sys.stderr)
+    return status
