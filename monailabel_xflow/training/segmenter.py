@@ -1,0 +1,253 @@
+"""Fine-tuning F_seg (the SAM3 tracker head and its image encoder) on masks.
+
+The recipe is the XFlow paper's (Appendix A.4, Table 7): the SAM 2 loss
+``20 * focal + dice + IoU-prediction MSE`` over three mask hypotheses per prompt, supervising only
+the hypothesis with the lowest mask loss (plus the same loss on the single-mask output, which is
+what :class:`~monailabel_xflow.segmenter.Sam3Segmenter` returns for a box prompt); AdamW with the image encoder unfrozen at 0.6x the
+decoder rate and a layer-wise decay of 0.9 along the trunk; weight decay 0.1; gradient clip 0.1.
+
+Prompts are sampled the way the policies produce them: a box around one ground-truth component,
+each edge jittered by up to ``box_jitter`` of the box size, plus 0..``points_per_prompt`` clicks
+(positive inside the component, negative inside the box but outside it).
+
+Loss resolution: the decoder's low-resolution logits (288 x 288 for the 1008-px input) are
+compared with the ground truth resized to that grid, which keeps a CPU step cheap; the mask is
+upsampled for inference only.
+
+The result is a Hugging Face folder that :func:`monailabel_xflow.segmenter.load_segmenter` reads.
+Under ``accelerate launch`` the same loop runs data-parallel (gradients all-reduced by accelerate).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from monailabel_xflow.geometry import Box, Click, box_to_sam, make_box, mask_to_box, point_to_sam, pixel_to_point
+from monailabel_xflow.training.config import SegmenterTrainConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SegSample:
+    """One training example: an ``(H, W)`` float image in [0, 1] and one component's bool mask."""
+
+    image: np.ndarray
+    mask: np.ndarray
+
+
+def samples_from_cases(cases: Iterable, min_px: int = 16, progress: bool = True) -> list[SegSample]:
+    """One :class:`SegSample` per ground-truth component of every positive case.
+
+    Args:
+        cases: ``EvalCase`` objects (:mod:`monailabel_xflow.datasets`); negatives are skipped.
+        min_px: components smaller than this (mask pixels) are specks, not lesions.
+    """
+    from tqdm.auto import tqdm
+
+    from monailabel_xflow.oracle import connected_components
+    from monailabel_xflow.training.builders import _mask_at
+    from monailabel_xflow.transforms import load_cxr
+
+    samples = []
+    for case in tqdm(list(cases), desc="reading F_seg samples", disable=not progress):
+        mask = case.load_mask()
+        if mask is None or not mask.any():
+            continue
+        image, _ = load_cxr(case.image_path)
+        for comp in connected_components(_mask_at(mask, image.shape), min_area_px=min_px):
+            samples.append(SegSample(image, comp))
+    return samples
+
+
+def sample_prompt(mask: np.ndarray, rng: np.random.Generator, jitter: float, max_points: int) -> tuple[Box, list[Click]]:
+    """A jittered box around ``mask`` and up to ``max_points`` clicks (see the module docstring)."""
+    x1, y1, x2, y2 = mask_to_box(mask)
+    w, h = x2 - x1, y2 - y1
+    d = rng.uniform(-jitter, jitter, size=4) * np.array([w, h, w, h])
+    box = make_box(x1 + d[0], y1 + d[1], x2 + d[2], y2 + d[3])
+    clicks: list[Click] = []
+    inside = np.argwhere(mask)
+    from monailabel_xflow.geometry import box_to_mask
+
+    outside = np.argwhere(box_to_mask(box, mask.shape) & ~mask)
+    for _ in range(int(rng.integers(0, max_points + 1))):
+        positive = outside.size == 0 or rng.random() < 0.5
+        pool = inside if positive else outside
+        r, c = pool[rng.integers(len(pool))]
+        clicks.append(Click(bool(positive), *pixel_to_point(r, c, mask.shape)))
+    return box, clicks
+
+
+def sam2_loss(low_res: "torch.Tensor", iou_pred: "torch.Tensor", target: "torch.Tensor", cfg: SegmenterTrainConfig):
+    """SAM 2 loss of one prompt's hypotheses.
+
+    Args:
+        low_res: ``(M, h, w)`` mask logits of the M hypotheses.
+        iou_pred: ``(M,)`` predicted IoU of each hypothesis.
+        target: ``(h, w)`` float 0/1 ground truth on the logits' grid.
+
+    Returns:
+        ``(total, parts)``: the loss of the lowest-mask-loss hypothesis and a dict of floats.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    t = target.expand_as(low_res)
+    prob = low_res.sigmoid()
+    # Focal loss (alpha 0.25, gamma 2), mean over pixels, as in SAM 2.
+    ce = F.binary_cross_entropy_with_logits(low_res, t, reduction="none")
+    p_t = prob * t + (1 - prob) * (1 - t)
+    focal = ((0.25 * t + 0.75 * (1 - t)) * ce * (1 - p_t) ** 2).flatten(1).mean(1)
+    inter = (prob * t).flatten(1).sum(1)
+    dice = 1 - (2 * inter + 1) / (prob.flatten(1).sum(1) + t.flatten(1).sum(1) + 1)
+    mask_loss = cfg.focal_weight * focal + cfg.dice_weight * dice
+    best = int(torch.argmin(mask_loss.detach()))
+    pred = (low_res[best] > 0).float()
+    union = ((pred + target) > 0).float().sum()
+    actual_iou = (pred * target).sum() / union.clamp(min=1)
+    iou_loss = F.mse_loss(iou_pred[best], actual_iou.detach())
+    total = mask_loss[best] + cfg.iou_weight * iou_loss
+    return total, {"focal": float(focal[best].detach()), "dice": float(dice[best].detach()), "iou": float(iou_loss.detach())}
+
+
+def param_groups(model: Any, cfg: SegmenterTrainConfig) -> list[dict]:
+    """AdamW groups: decoder and prompt encoder at the base rate; the image encoder at
+    ``encoder_lr_scale`` x the base rate x ``layer_decay ** (depth - layer)`` (the neck and the
+    last block decay least, the patch embedding most). Norms and biases get no weight decay."""
+    depth = int(model.config.vision_config.backbone_config.num_hidden_layers)
+    groups: dict[tuple[float, float], list] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        lr = cfg.learning_rate
+        if name.startswith("vision_encoder."):
+            if ".layers." in name:
+                layer = int(name.split(".layers.")[1].split(".")[0]) + 1
+            elif ".embeddings." in name:
+                layer = 0
+            else:  # final norm, FPN neck
+                layer = depth
+            lr *= cfg.encoder_lr_scale * cfg.layer_decay ** (depth - layer)
+        wd = 0.0 if p.ndim <= 1 or "norm" in name or "embedding" in name else cfg.weight_decay
+        groups.setdefault((lr, wd), []).append(p)
+    return [{"params": ps, "lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
+
+
+def _target_grid(mask: np.ndarray, size: Sequence[int]) -> "torch.Tensor":
+    import torch
+    import torch.nn.functional as F
+
+    m = torch.from_numpy(mask.astype(np.float32))[None, None]
+    return (F.interpolate(m, size=tuple(size), mode="area")[0, 0] >= 0.5).float()
+
+
+def finetune_segmenter(
+    model_path: str | Path,
+    samples: Sequence[SegSample],
+    out_dir: str | Path,
+    cfg: SegmenterTrainConfig | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fine-tune a Sam3Tracker checkpoint on ``samples`` and save it to ``out_dir``.
+
+    Args:
+        model_path: a Hugging Face folder (or anything ``load_tracker_model`` accepts).
+        samples: training examples, one ground-truth component each (see :func:`samples_from_cases`).
+        out_dir: where the fine-tuned model is saved (``save_pretrained``).
+        cfg: hyperparameters; defaults are the paper's.
+        progress: show a tqdm bar (rank 0 only).
+
+    Returns:
+        ``{"steps", "losses", "out_dir"}`` with the loss of every optimiser step.
+    """
+    import torch
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
+    from monailabel_xflow.segmenter import Sam3Segmenter, load_tracker_model
+
+    cfg = cfg or SegmenterTrainConfig()
+    if not samples:
+        raise ValueError("no training samples")
+    from accelerate import PartialState
+
+    # The effective batch is counted over all processes, one prompt per micro-step.
+    accumulation = max(1, cfg.effective_batch // PartialState().num_processes)
+    accelerator = Accelerator(gradient_accumulation_steps=accumulation)
+    rng = np.random.default_rng(cfg.seed + accelerator.process_index)
+    torch.manual_seed(cfg.seed)
+
+    model = load_tracker_model(model_path)
+    prep = Sam3Segmenter(model, device=accelerator.device, dtype=torch.float32, cache_tag="train")
+    model.train()
+    optimizer = torch.optim.AdamW(param_groups(model, cfg))
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    # Each process takes every world_size-th sample; one sample (one prompt) per micro-step.
+    mine = list(samples)[accelerator.process_index :: accelerator.num_processes]
+    per_epoch = math.ceil(len(mine) / accumulation)
+    total = per_epoch * cfg.epochs if cfg.max_steps <= 0 else cfg.max_steps
+    bar = tqdm(total=total, desc="F_seg fine-tuning", disable=not (progress and accelerator.is_main_process))
+    losses: list[float] = []
+    step, running = 0, []
+    while step < total:
+        for i in rng.permutation(len(mine)):
+            sample = mine[i]
+            box, clicks = sample_prompt(sample.mask, rng, cfg.box_jitter, cfg.points_per_prompt)
+            kwargs: dict[str, Any] = {
+                "pixel_values": prep.preprocess(sample.image),
+                "input_boxes": torch.tensor([[box_to_sam(box)]], dtype=torch.float32, device=accelerator.device),
+            }
+            if clicks:
+                kwargs["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y) for c in clicks]]], device=accelerator.device)
+                kwargs["input_labels"] = torch.tensor([[[int(c.positive) for c in clicks]]], device=accelerator.device)
+            with accelerator.accumulate(model):
+                out = model(multimask_output=True, **kwargs)
+                low_res = out.pred_masks[0, 0].float()  # (3, 288, 288)
+                target = _target_grid(sample.mask, low_res.shape[-2:]).to(low_res.device)
+                loss, _ = sam2_loss(low_res, out.iou_scores[0, 0].float(), target, cfg)
+                # The single-mask token answers box prompts at inference (as SAM 2 trains them):
+                # supervise it too, on the same image embedding.
+                prompts = {k: v for k, v in kwargs.items() if k != "pixel_values"}
+                single = model(image_embeddings=out.image_embeddings, multimask_output=False, **prompts)
+                single_loss, _ = sam2_loss(single.pred_masks[0, 0].float(), single.iou_scores[0, 0].float(), target, cfg)
+                loss = loss + single_loss
+                accelerator.backward(loss)
+                running.append(float(loss.detach()))
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                optimizer.step()
+                optimizer.zero_grad()
+            if accelerator.sync_gradients:
+                losses.append(float(np.mean(running)))
+                running = []
+                step += 1
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.4f}")
+                if step >= total:
+                    break
+    bar.close()
+    accelerator.wait_for_everyone()
+    out_dir = Path(out_dir)
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(model).eval().save_pretrained(out_dir)
+        logger.info("saved fine-tuned F_seg to %s after %d steps (last loss %.4f)", out_dir, step, losses[-1])
+    return {"steps": step, "losses": losses, "out_dir": str(out_dir)}
+
+
+def box_prompted_iou(segmenter: Any, samples: Iterable[SegSample]) -> float:
+    """Mean IoU of masks prompted by each sample's tight ground-truth box (an evaluation helper)."""
+    ious = []
+    for s in samples:
+        segmenter.set_image(s.image)
+        pred = segmenter.predict([mask_to_box(s.mask)]).masks[0]
+        union = np.logical_or(pred, s.mask).sum()
+        ious.append(np.logical_and(pred, s.mask).sum() / union if union else 1.0)
+    return float(np.mean(ious))
