@@ -137,6 +137,18 @@ class SampleStats:
         return cls(**{f.name: int(data[f.name]) for f in fields(cls)})
 
 
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two ``(H, W)`` masks (non-zero = foreground).
+
+    The single-pair IoU used by the oracle, the rewards and training checks; 1.0 when both are
+    empty (nothing to disagree on). The evaluation's per-sample figures come from
+    :func:`sample_stats`, which keeps the empty-on-empty case apart.
+    """
+    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    union = np.count_nonzero(a | b)
+    return 1.0 if union == 0 else np.count_nonzero(a & b) / union
+
+
 def _bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
     rows = np.flatnonzero(mask.any(axis=1))
     if rows.size == 0:

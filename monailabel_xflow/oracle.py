@@ -58,6 +58,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from scipy import ndimage
 
+from monailabel_xflow.metrics import mask_iou
+
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Box, Click, grow_box, mask_to_box, pixel_to_point, point_to_pixel
 
@@ -106,16 +108,6 @@ def _as_mask(mask: np.ndarray, name: str) -> np.ndarray:
     if mask.ndim != 2:
         raise OracleError(f"{name} must be a 2-D (H, W) mask, got shape {mask.shape}")
     return mask.astype(bool, copy=False)
-
-
-def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
-    """Intersection over union of two ``(H, W)`` masks (non-zero = foreground).
-
-    Returns 1.0 when both are empty (nothing to disagree on).
-    """
-    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
-    union = np.count_nonzero(a | b)
-    return 1.0 if union == 0 else np.count_nonzero(a & b) / union
 
 
 def connected_components(mask: np.ndarray, min_area_px: int = 1) -> list[np.ndarray]:

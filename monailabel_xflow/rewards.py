@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from monailabel_xflow.geometry import Box, box_iou
+from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.protocol import parse_stage1, parse_stage2
 
 REPETITION_COST = 0.5
@@ -57,13 +58,6 @@ def init_reward(text: str, gt_boxes: Sequence[Box]) -> dict[str, float]:
     r_format = 0.0 if structural else 1.0
     r_rep = -min(1.0, REPETITION_COST * parsed.duplicates)
     return {"box": r_box, "format": r_format, "rep": r_rep, "total": r_box + r_format + r_rep}
-
-
-def mask_iou(pred: np.ndarray, gt: np.ndarray) -> float:
-    """IoU of two boolean masks; 1.0 when both are empty."""
-    inter = np.logical_and(pred, gt).sum()
-    union = np.logical_or(pred, gt).sum()
-    return float(inter / union) if union else 1.0
 
 
 def revision_reward(turns: Sequence[str], first_mask: np.ndarray, final_mask: np.ndarray,

@@ -244,10 +244,10 @@ def finetune_segmenter(
 
 def box_prompted_iou(segmenter: Any, samples: Iterable[SegSample]) -> float:
     """Mean IoU of masks prompted by each sample's tight ground-truth box (an evaluation helper)."""
+    from monailabel_xflow.metrics import mask_iou
+
     ious = []
     for s in samples:
         segmenter.set_image(s.image)
-        pred = segmenter.predict([mask_to_box(s.mask)]).masks[0]
-        union = np.logical_or(pred, s.mask).sum()
-        ious.append(np.logical_and(pred, s.mask).sum() / union if union else 1.0)
+        ious.append(mask_iou(segmenter.predict([mask_to_box(s.mask)]).masks[0], s.mask))
     return float(np.mean(ious))
