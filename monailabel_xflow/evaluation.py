@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.datasets import EvalCase, read_mask_png
+from monailabel_xflow.geometry import resize_mask
 from monailabel_xflow.metrics import (
     CONNECTIVITY,
     SampleStats,
@@ -48,7 +49,6 @@ __all__ = [
     "build_report",
     "write_reports",
     "predictions_from_dir",
-    "resize_nearest",
 ]
 
 RESULTS_NAME = "results.jsonl"
@@ -82,12 +82,6 @@ def predictions_from_dir(folder: str | Path) -> Predictor:
     return predict
 
 
-def resize_nearest(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """Nearest-neighbour resize of a bool (H, W) mask to ``shape`` = (H', W')."""
-    from PIL import Image
-
-    img = Image.fromarray(np.asarray(mask, dtype=np.uint8) * 255)
-    return np.asarray(img.resize((shape[1], shape[0]), Image.NEAREST)) > 0
 
 
 def _as_prediction(pred: Any) -> np.ndarray | None:
@@ -172,7 +166,7 @@ def _score(case: EvalCase, predict: Predictor, connectivity: int, save_dir: Path
     if gt is not None and pred is not None and pred.shape != gt.shape:
         notes.append(f"resized prediction {pred.shape[0]}x{pred.shape[1]} to GT {gt.shape[0]}x{gt.shape[1]}")
         record["resized"] = True
-        pred = resize_nearest(pred, gt.shape)
+        pred = resize_mask(pred, gt.shape)
     if gt is None and pred is None:
         pred = np.zeros((1, 1), bool)  # empty on a negative: every count is 0 whatever the size
     stats = sample_stats(pred, gt, connectivity=connectivity)

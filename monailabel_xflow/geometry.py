@@ -115,6 +115,20 @@ def box_to_mask(box: Sequence[float], shape: Sequence[int]) -> np.ndarray:
     return iny[:, None] & inx[None, :]
 
 
+def resize_mask(mask: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """Nearest-neighbour resize of a bool ``(H, W)`` mask to ``shape = (H', W')``.
+
+    Used where a mask and its image differ in size (MIMIC-ILS masks are 512 px).
+    """
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape == tuple(int(v) for v in shape[:2]):
+        return mask
+    from PIL import Image
+
+    img = Image.fromarray(mask.astype(np.uint8) * 255)
+    return np.asarray(img.resize((int(shape[1]), int(shape[0])), Image.NEAREST)) > 0
+
+
 # --- text (0..1000) -------------------------------------------------------------------------
 
 def to_text(v: float) -> int:

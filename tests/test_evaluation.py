@@ -11,7 +11,8 @@ from PIL import Image
 
 from monailabel_xflow.cli import main
 from monailabel_xflow.datasets import read_folder
-from monailabel_xflow.evaluation import RESULTS_NAME, EvaluationError, evaluate, load_results, resize_nearest
+from monailabel_xflow.evaluation import RESULTS_NAME, EvaluationError, evaluate, load_results
+from monailabel_xflow.geometry import resize_mask
 
 SIZE = 32
 
@@ -147,7 +148,7 @@ def test_prediction_resized_to_gt_and_bad_shapes(tmp_path):
     assert report["resized"] == 3 and report["levels"]["chest"]["giou"] == 1.0
     report = evaluate(cases, lambda c: np.zeros((2, 2, 2)), tmp_path / "o2", progress=False, plots=False)
     assert len(report["errors"]) == 6 and "2-D" in next(iter(report["errors"].values()))
-    assert resize_nearest(np.eye(2, dtype=bool), (4, 4)).sum() == 8
+    assert resize_mask(np.eye(2, dtype=bool), (4, 4)).sum() == 8
     with pytest.raises(EvaluationError, match="unique"):
         evaluate(cases + cases[:1], Predictor(), tmp_path / "o3", progress=False)
 

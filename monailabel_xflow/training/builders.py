@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, mask_to_box
+from monailabel_xflow.geometry import Box, mask_to_box, resize_mask
 from monailabel_xflow.instructions import Instruction, parse_instruction
 from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.vocabulary import LUNGS, ZONES
@@ -184,15 +184,6 @@ class BuildReport:
                 f"{self.chunks_reused} reused); rejected: {why}")
 
 
-def _mask_at(mask: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    """A mask resized (nearest) to the image's ``(H, W)``; MIMIC-ILS masks are 512 px."""
-    if mask.shape == tuple(shape):
-        return mask
-    from PIL import Image
-
-    return np.asarray(Image.fromarray(mask.astype(np.uint8) * 255).resize((shape[1], shape[0]), Image.NEAREST)) > 127
-
-
 def _save_png(path: Path, array: np.ndarray) -> str:
     from PIL import Image
 
@@ -228,7 +219,7 @@ def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segment
     from monailabel_xflow.transforms import load_cxr
 
     image, _ = load_cxr(case.image_path)
-    comps = connected_components(_mask_at(mask, image.shape), min_area_px=MIN_COMPONENT_PX)
+    comps = connected_components(resize_mask(mask, image.shape), min_area_px=MIN_COMPONENT_PX)
     rows = []
     if kind == "rev-rl":
         for k, comp in enumerate(comps):

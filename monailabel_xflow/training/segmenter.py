@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, Click, box_to_sam, make_box, mask_to_box, point_to_sam, pixel_to_point
+from monailabel_xflow.geometry import Box, Click, box_to_sam, resize_mask, make_box, mask_to_box, point_to_sam, pixel_to_point
 from monailabel_xflow.training.config import SegmenterTrainConfig
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,6 @@ def samples_from_cases(cases: Iterable, min_px: int = 16, progress: bool = True)
     from tqdm.auto import tqdm
 
     from monailabel_xflow.oracle import connected_components
-    from monailabel_xflow.training.builders import _mask_at
     from monailabel_xflow.transforms import load_cxr
 
     samples = []
@@ -61,7 +60,7 @@ def samples_from_cases(cases: Iterable, min_px: int = 16, progress: bool = True)
         if mask is None or not mask.any():
             continue
         image, _ = load_cxr(case.image_path)
-        for comp in connected_components(_mask_at(mask, image.shape), min_area_px=min_px):
+        for comp in connected_components(resize_mask(mask, image.shape), min_area_px=min_px):
             samples.append(SegSample(image, comp))
     return samples
 
