@@ -187,7 +187,6 @@ def to_reader_order(array: np.ndarray) -> np.ndarray:
     return np.swapaxes(array, 0, 1)
 
 
-_from_reader_order = from_reader_order  # the name label/layout.py imports today
 
 
 # --- format detection -----------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Example (how ``sample-data/`` was made)::
 
     xflow phantom --out sample-data --count 12 --seed 1 --size 512 --dicom \\
-        --contact-sheet sample-data/contact-sheet.png
+        --contact-sheet sample-data/ground-truth/contact-sheet.png
 """
 
 from __future__ import annotations

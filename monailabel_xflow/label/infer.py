@@ -1,0 +1,254 @@
+"""The ``xflow`` infer task: instruction -> label map + answer sentence(s) + trace.
+
+Request keys (MONAI Label merges the request ``params`` over :meth:`XFlowInferTask.config`):
+
+``instruction`` (str)
+    Free text ("Segment the effusion in the left lung.", "fluid on the left?", "segment all
+    findings"). When non-empty it wins over the pickers.
+``finding`` (str, or list of str)
+    Picker for those who will not type: one of the seven findings or ``"all findings"``; a list
+    (API clients) asks several findings at once. Slicer/OHIF show the option list of
+    :meth:`config` and send the chosen string.
+``location`` (str)
+    Picker: a lung or zone (see :mod:`monailabel_xflow.vocabulary`); empty = chest level.
+``max_clicks`` (int, 0..16)
+    Stage 2 budget; default: the model configuration's (4).
+``revise`` (bool)
+    Run Stage 2 (π_rev clicks); false gives the Stage 1 masks.
+``overlay`` (bool)
+    Also return ``overlay_png_base64``: a PNG of the image with the label tinted over it,
+    base64-encoded in the result params (a server path would be useless to a remote client).
+``trace`` (bool, default true)
+    Include each instruction's full trace (``traces``) in the result params.
+
+Output: one label map for all instructions, each finding painted with its label value
+(1..7, :func:`~monailabel_xflow.vocabulary.label_value`); where two findings overlap the later
+one in :data:`~monailabel_xflow.vocabulary.FINDINGS` order wins (``overlap_pixels`` reports how
+many pixels that affected). An absent finding paints nothing and its answer says so
+("There is no effusion in the left lung."); a label with no finding at all is an all-zero
+map and ``empty: true``. The params JSON carries ``answer`` (one readable sentence per
+instruction, joined: the canonical MIMIC-ILS answer, or for a present basic instruction, which
+MIMIC-ILS answers with the mask alone, a summary), ``findings`` (one record per instruction,
+with the canonical ``answer`` and the readable ``message``), ``label_names``, ``traces`` and ``latencies``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from monailabel_xflow.label import layout
+from monailabel_xflow.label.errors import RequestError, http_errors
+from monailabel_xflow.label.runtime import XFlowRuntime
+from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, label_value
+
+logger = logging.getLogger(__name__)
+
+ALL_FINDINGS = "all findings"
+FINDING_CHOICES: list[str] = ["", *FINDINGS, ALL_FINDINGS]
+LOCATION_CHOICES: list[str] = ["", *LUNGS, *ALL_ZONES]
+MAX_CLICKS_LIMIT = 16
+LABELS: dict[str, int] = {f: label_value(f) for f in FINDINGS}
+
+
+def _base_infer_task():
+    from monailabel.interfaces.tasks.infer_v2 import InferTask
+
+    return InferTask
+
+
+# --- request parameters ---------------------------------------------------------------------
+
+def as_bool(value: Any, name: str) -> bool:
+    """A boolean option as clients send it (bool, 0/1, "true"/"false")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no", ""):
+        return value.strip().lower() in ("true", "1", "yes")
+    raise RequestError(f"{name} must be true or false, got {value!r}")
+
+
+def as_max_clicks(value: Any) -> int | None:
+    """``max_clicks`` as an int in ``0..MAX_CLICKS_LIMIT`` (None/"" = the models' default)."""
+    if value is None or value == "":
+        return None
+    try:
+        clicks = int(value)
+        if clicks != float(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise RequestError(f"max_clicks must be an integer 0..{MAX_CLICKS_LIMIT}, got {value!r}") from None
+    if not 0 <= clicks <= MAX_CLICKS_LIMIT:
+        raise RequestError(f"max_clicks must be an integer 0..{MAX_CLICKS_LIMIT}, got {clicks}")
+    return clicks
+
+
+def _picked(value: Any, choices: Sequence[str]) -> list[str]:
+    """The picker value(s) a request chose. The option list itself (the default of
+    :meth:`config`, sent back unchanged by clients that did not touch it) means "none"."""
+    if value is None or (isinstance(value, (list, tuple)) and list(value) == list(choices)):
+        return []
+    values = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+    if values is None or not all(isinstance(v, str) for v in values):
+        raise RequestError(f"expected text or a list of text, got {value!r}")
+    return [v.strip() for v in values if v.strip()]
+
+
+def instructions_from_request(data: Mapping[str, Any]) -> list:
+    """The :class:`~monailabel_xflow.instructions.Instruction` list a request asks for.
+
+    ``instruction`` (free text) wins when non-empty; otherwise the ``finding`` /
+    ``location`` pickers are turned into text and parsed the same way.
+
+    Raises:
+        InstructionError: empty, over-long or unsupported text (the message lists what is
+            supported), or nothing chosen at all.
+        RequestError: a picker of the wrong type.
+    """
+    from monailabel_xflow.instructions import InstructionError, parse_instructions
+
+    text = data.get("instruction")
+    if text is not None and not isinstance(text, str):
+        raise RequestError(f"instruction must be text, got {type(text).__name__}")
+    if text and text.strip():
+        return parse_instructions(text)
+    findings = _picked(data.get("finding"), FINDING_CHOICES)
+    locations = _picked(data.get("location"), LOCATION_CHOICES)
+    if not findings:
+        if text is not None and text != "":
+            return parse_instructions(text)  # whitespace only: the parser's own "empty" message
+        raise InstructionError(
+            "nothing to segment: give an `instruction` (free text) or pick a `finding` "
+            f"({', '.join(FINDING_CHOICES[1:])}) and optionally a `location`"
+        )
+    where = f" in the {' and '.join(locations)}" if locations else ""
+    out = []
+    for finding in findings:
+        out.extend(parse_instructions(f"segment {finding}{where}"))
+    return list(dict.fromkeys(out))  # "all findings" + "edema": edema once
+
+
+# --- results --------------------------------------------------------------------------------
+
+def paint(results: Sequence[Any], shape: tuple[int, int]) -> tuple[np.ndarray, int]:
+    """One ``uint8 (H, W)`` label map from XFlow results, each mask painted with its finding's
+    label value in FINDINGS order (later wins). Returns ``(label, overlap_pixels)``."""
+    label = np.zeros(shape, dtype=np.uint8)
+    covered = np.zeros(shape, dtype=bool)
+    overlap = 0
+    for res in sorted(results, key=lambda r: label_value(r.instruction.finding)):
+        mask = np.asarray(res.mask, dtype=bool)
+        if mask.shape != shape:
+            raise RuntimeError(f"XFlow returned a mask of shape {mask.shape} for an image of shape {shape}")
+        overlap += int((mask & covered).sum())
+        label[mask] = label_value(res.instruction.finding)
+        covered |= mask
+    return label, overlap
+
+
+def finding_record(res: Any) -> dict[str, Any]:
+    ins = res.instruction
+    pixels = int(np.count_nonzero(res.mask))
+    return {
+        "finding": ins.finding,
+        "instruction": ins.text,
+        "level": ins.level,
+        "location": ins.location,
+        "label_value": label_value(ins.finding),
+        "present": bool(res.present),
+        "pixels": pixels,
+        "empty": pixels == 0,
+        "answer": res.answer,
+        "message": res.message,
+    }
+
+
+class XFlowInferTask(_base_infer_task()):
+    """``xflow``: instruction-guided segmentation (Stage 1 + Stage 2) as a MONAI Label model.
+
+    Args:
+        runtime: the app's shared models.
+        description: shown in Slicer/OHIF (should name the models in use).
+    """
+
+    def __init__(self, runtime: XFlowRuntime, description: str = ""):
+        from monailabel.interfaces.tasks.infer_v2 import InferType
+
+        super().__init__(
+            type=InferType.SEGMENTATION,
+            labels=dict(LABELS),
+            dimension=2,
+            description=description or f"XFlow instruction-guided CXR lesion segmentation ({runtime.describe()})",
+            config={
+                "instruction": "",
+                "finding": list(FINDING_CHOICES),
+                "location": list(LOCATION_CHOICES),
+                "max_clicks": int(runtime.config.max_clicks),
+                "revise": True,
+                "overlay": False,
+                "trace": True,
+            },
+        )
+        self.runtime = runtime
+
+    def is_valid(self) -> bool:
+        return True  # listed even without weights: requests then answer 503 saying how to configure
+
+    def info(self) -> dict[str, Any]:
+        out = super().info()
+        out["xflow_models"] = self.runtime.status()
+        return out
+
+    def __call__(self, request: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        with http_errors("xflow"):
+            return self._run({**self.config(), **dict(request)})
+
+    def _run(self, data: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        t0 = time.perf_counter()
+        instructions = instructions_from_request(data)
+        max_clicks = as_max_clicks(data.get("max_clicks"))
+        revise = as_bool(data.get("revise", True), "revise")
+        overlay = as_bool(data.get("overlay", False), "overlay")
+        with_trace = as_bool(data.get("trace", True), "trace")
+        image, ref = layout.load_image(data.get("image"), data.get("image_id"))
+        t_pre = time.perf_counter()
+
+        xflow = self.runtime.get()
+        with self.runtime.lock:
+            if len(instructions) == 1:
+                results = [xflow.run(image, instructions[0], max_clicks=max_clicks, revise=revise)]
+            else:  # one image encode and one shared policy prefix for all of them
+                results = xflow.run_all(image, max_clicks=max_clicks, revise=revise, instructions=instructions)
+        t_model = time.perf_counter()
+
+        label, overlap = paint(results, ref.shape)
+        label_file = layout.write_label(label, ref)
+        records = [finding_record(r) for r in results]
+        params: dict[str, Any] = {
+            "answer": " ".join(r.message for r in results),
+            "findings": records,
+            "empty": not bool(label.any()),
+            "overlap_pixels": overlap,
+            "label_names": dict(LABELS),
+            "models": self.runtime.describe(),
+        }
+        if with_trace:
+            params["traces"] = [r.trace.to_dict() for r in results]
+        if overlay:
+            params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
+        t_end = time.perf_counter()
+        params["latencies"] = {
+            "pre": round(t_pre - t0, 4),
+            "infer": round(t_model - t_pre, 4),
+            "post": round(t_end - t_model, 4),
+            "total": round(t_end - t0, 4),
+        }
+        logger.info("xflow: %s -> %s (%.3f s; models %.3f s)", [i.text for i in instructions],
+                    params["answer"], t_end - t0, t_model - t_pre)
+        return label_file, params

@@ -1,0 +1,159 @@
+"""The XFlow models one MONAI Label app serves: configuration, loading, sharing, locking.
+
+One :class:`XFlowRuntime` per app holds one :class:`~monailabel_xflow.workflow.XFlow`
+(policies + segmenter), shared by the ``xflow`` infer task, the ``xflow_revise`` interactive
+task and the ``xflow_uncertainty`` scoring method, so the segmenter's per-image embedding cache
+serves them all (a revision right after an inference reuses the image embedding).
+
+Where the configuration comes from, first match wins:
+
+1. ``--conf models PATH`` (a YAML/JSON file of :class:`~monailabel_xflow.models.ModelConfig`);
+2. the environment (``XFLOW_MODELS`` and ``XFLOW_<FIELD>``, see :mod:`monailabel_xflow.models`).
+
+With nothing configured the app still starts: :meth:`XFlowRuntime.status` says so and how to
+configure weights, and :meth:`XFlowRuntime.get` raises
+:class:`~monailabel_xflow.label.errors.ModelsNotConfiguredError` (HTTP 503 with that message).
+
+The models are not thread-safe (the segmenter holds "the current image"): every use goes
+through :attr:`XFlowRuntime.lock`. MONAI Label 0.8.5 runs its infer endpoint inside the event
+loop, so requests are serialised anyway; the lock keeps that true for batch infer and any
+thread pool (``MONAI_LABEL_INFER_CONCURRENCY``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from monailabel_xflow.label.errors import ModelsNotConfiguredError
+
+logger = logging.getLogger(__name__)
+
+HOW_TO_CONFIGURE = (
+    "No XFlow weights are configured. Start the server with `--conf models PATH` "
+    "(`xflow serve ... --conf models models.yaml`) or set XFLOW_MODELS=PATH, where PATH is a "
+    "YAML/JSON file naming vlm_base + init_adapter (+ rev_adapter) or init_model (+ rev_model), "
+    "and segmenter (see monailabel_xflow/models.py)."
+)
+
+
+class XFlowRuntime:
+    """Lazily loaded, lock-protected XFlow models of one app.
+
+    Args:
+        conf: the app's ``--conf`` dict; key ``models`` names the model configuration file.
+        environ: environment to read ``XFLOW_*`` from (default ``os.environ``).
+        preload: load the models now (the server does, so its log names them at start-up).
+        model_dir: where the train task saves a fine-tuned segmenter; when one is there (or
+            appears later, newer than the one in use) it replaces the configured segmenter
+            at the next :meth:`get`, as MONAI Label reloads a retrained model file.
+    """
+
+    def __init__(self, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None,
+                 preload: bool = True, model_dir: str | os.PathLike | None = None):
+        self.lock = threading.RLock()
+        self._conf = dict(conf or {})
+        self.model_dir = model_dir
+        self._segmenter_stamp: float | None = None
+        self._environ = os.environ if environ is None else environ
+        self._xflow: Any = None
+        self.trained_segmenter: str | None = None
+        self._error: Exception | None = None
+        self._config_error: Exception | None = None
+        try:
+            self.source, self.config = self._read_config()
+        except ValueError as exc:  # ModelConfigError: a missing or malformed file; keep serving, say so
+            from monailabel_xflow.models import ModelConfig
+
+            logger.error("XFlow model configuration unusable: %s", exc)
+            self.source, self.config, self._config_error = str(self._conf.get("models")), ModelConfig(), exc
+        if preload and self.configured:
+            try:
+                self.get()
+            except Exception as exc:  # keep serving: /info and every request report it
+                logger.error("XFlow models could not be loaded: %s", exc)
+
+    # --- configuration ------------------------------------------------------------------------
+
+    def _read_config(self) -> tuple[str, Any]:
+        from monailabel_xflow.models import ModelConfig
+
+        path = self._conf.get("models")
+        if path:
+            return f"--conf models {path}", ModelConfig.from_file(path)
+        config = ModelConfig.from_env(self._environ)
+        src = f"XFLOW_MODELS={self._environ['XFLOW_MODELS']}" if self._environ.get("XFLOW_MODELS") else "XFLOW_*"
+        return src, config
+
+    @property
+    def configured(self) -> bool:
+        """Whether any weights are named (they may still fail to load)."""
+        return bool(self.config.weights())
+
+    def status(self) -> dict[str, Any]:
+        """For ``/info``: what is configured and loaded, or how to configure it."""
+        if self._config_error is not None:
+            return {"configured": False, "error": str(self._config_error), "message": HOW_TO_CONFIGURE}
+        if not self.configured:
+            return {"configured": False, "message": HOW_TO_CONFIGURE}
+        out: dict[str, Any] = {"configured": True, "source": self.source, "models": self.config.identities(),
+                               "loaded": self._xflow is not None, "trained_segmenter": self.trained_segmenter}
+        if self._error is not None:
+            out["error"] = str(self._error)
+        return out
+
+    def describe(self) -> str:
+        """One line naming the models in use (for task descriptions and the log)."""
+        if self._config_error is not None:
+            return f"MODEL CONFIGURATION ERROR - {self._config_error}"
+        if not self.configured:
+            return "NOT CONFIGURED - " + HOW_TO_CONFIGURE
+        return ", ".join(f"{k}={v}" for k, v in self.config.identities().items())
+
+    # --- access -------------------------------------------------------------------------------
+
+    def get(self) -> Any:
+        """The loaded :class:`~monailabel_xflow.workflow.XFlow`; loads it on first use.
+
+        Raises:
+            ModelsNotConfiguredError: nothing configured (the message says how to configure).
+            ModelConfigError: the configured weights cannot be loaded.
+        """
+        if self._config_error is not None:
+            raise self._config_error
+        if not self.configured:
+            raise ModelsNotConfiguredError(HOW_TO_CONFIGURE)
+        with self.lock:
+            if self._xflow is None:
+                from monailabel_xflow.workflow import XFlow
+
+                logger.info("loading XFlow models (%s): %s", self.source, self.describe())
+                try:
+                    self._xflow = XFlow.from_config(self.config)
+                except Exception as exc:
+                    self._error = exc
+                    raise
+                self._error = None
+                logger.info("XFlow models in use: %s", self.describe())
+            self._refresh_segmenter()
+            return self._xflow
+
+    def _refresh_segmenter(self) -> None:
+        """Swap in the train task's fine-tuned segmenter when it is newer than the one in use."""
+        from monailabel_xflow.label.train import trained_segmenter
+
+        path = trained_segmenter(self.model_dir)
+        if path is None:
+            return
+        stamp = max(p.stat().st_mtime for p in Path(path).iterdir())
+        if self._segmenter_stamp is not None and stamp <= self._segmenter_stamp:
+            return
+        from monailabel_xflow.segmenter import load_segmenter
+
+        logger.info("using the fine-tuned segmenter %s (replaces %s)", path, self.config.segmenter)
+        self._xflow.segmenter = load_segmenter(path, device=self.config.device)
+        self._segmenter_stamp = stamp
+        self.trained_segmenter = path

@@ -1,0 +1,211 @@
+"""Real servers for the app tests: MONAI Label (with the XFlow app) and Orthanc (a PACS).
+
+Both run as child processes on 127.0.0.1, on free ports, with their state in temporary
+folders; both are stopped by process id (SIGTERM to the process group the helper created,
+SIGKILL after a grace period). Nothing here is a test; tests use these through fixtures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+APP_DIR = REPO / "apps" / "xflow"
+ORTHANC_PLUGIN = Path("/usr/share/orthanc/plugins/libOrthancDicomWeb.so")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (bind to port 0 and release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def orthanc_binary() -> str | None:
+    """``/usr/sbin/Orthanc`` or ``Orthanc`` on PATH, None when Orthanc is not installed."""
+    if Path("/usr/sbin/Orthanc").is_file():
+        return "/usr/sbin/Orthanc"
+    return shutil.which("Orthanc")
+
+
+class ServerProcess:
+    """A child process in its own process group, with its output in a log file."""
+
+    def __init__(self, cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None):
+        self.log = log
+        self._fh = open(log, "wb")
+        self.proc = subprocess.Popen(list(cmd), stdout=self._fh, stderr=subprocess.STDOUT, env=dict(env or os.environ),
+                                     cwd=str(cwd) if cwd else None, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, n: int = 4000) -> str:
+        try:
+            return self.log.read_bytes()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def wait_http(self, url: str, timeout: float, ok=lambda r: r.status_code == 200) -> float:
+        """Poll ``url`` until ``ok(response)``; returns the seconds it took.
+
+        Raises:
+            RuntimeError: the process died or the timeout passed (with the log's tail).
+        """
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if not self.alive():
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if ok(requests.get(url, timeout=5)):
+                    return time.monotonic() - start
+            except requests.RequestException:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"{url} not ready after {timeout:.0f} s:\n{self.tail()}")
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to the process group this helper started (the server and e.g. its train
+        subprocess), SIGKILL after ``grace`` seconds."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        else:  # reap children left in its group, if any
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self._fh.close()
+
+
+# --- models -------------------------------------------------------------------------------------
+
+def build_tiny_models(folder: Path, seed: int = 0) -> Path:
+    """Random tiny VLM (base + init/rev adapters) and SAM3 tracker, and a ``models.yaml`` naming
+    them (paths relative to the file, as users write it). Returns the YAML path."""
+    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.sam3_configs import build_random_sam3
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vlm = build_random_vlm(folder / "vlm", size="tiny", seed=seed)
+    build_random_sam3(folder / "sam3", size="tiny", seed=seed)
+    cfg = folder / "models.yaml"
+    cfg.write_text(
+        f"vlm_base: ./{vlm.base.relative_to(folder)}\n"
+        f"init_adapter: ./{vlm.init.relative_to(folder)}\n"
+        f"rev_adapter: ./{vlm.rev.relative_to(folder)}\n"
+        "segmenter: ./sam3\n"
+        "device: cpu\n"
+        "max_clicks: 2\n"
+    )
+    return cfg
+
+
+# --- MONAI Label --------------------------------------------------------------------------------
+
+def monailabel_env(tmp: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The serve command's environment plus test isolation: caches and sessions in ``tmp``, no
+    automatic scoring after every request (tests run it explicitly), no XFLOW_* leaking in."""
+    from monailabel_xflow.commands.serve import server_env
+
+    env = {k: v for k, v in server_env().items() if not k.startswith("XFLOW_")}
+    env.update({
+        "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(tmp / "dicomweb-cache"),
+        "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY": "1",
+        "MONAI_LABEL_SESSION_PATH": str(tmp / "sessions"),
+        "MONAI_LABEL_AUTO_UPDATE_SCORING": "false",
+        "MONAI_LABEL_DATASTORE_AUTO_RELOAD": "false",
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "2"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra or {})
+    return env
+
+
+@contextlib.contextmanager
+def monailabel_server(studies: str | Path, tmp: Path, conf: Mapping[str, str] | None = None,
+                      env: Mapping[str, str] | None = None, timeout: float = 240.0) -> Iterator["RunningServer"]:
+    """Start ``python -m monailabel.main start_server --app apps/xflow ...`` and yield it ready."""
+    from monailabel_xflow.commands.serve import server_command
+
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    conf = {"model_dir": str(tmp / "model"), **(conf or {})}
+    cmd = server_command(str(APP_DIR), str(studies), "127.0.0.1", port, list(conf.items()), python=sys.executable)
+    proc = ServerProcess(cmd, tmp / "monailabel.log", env=monailabel_env(tmp, env), cwd=REPO)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        seconds = proc.wait_http(f"{url}/info/", timeout)
+        yield RunningServer(url, proc, seconds)
+    finally:
+        proc.stop()
+
+
+class RunningServer:
+    def __init__(self, url: str, proc: ServerProcess, start_seconds: float):
+        self.url = url
+        self.proc = proc
+        self.start_seconds = start_seconds
+
+    def client(self, tmpdir: Path | None = None):
+        from monailabel.client import MONAILabelClient
+
+        return MONAILabelClient(self.url, tmpdir=str(tmpdir) if tmpdir else None)
+
+
+# --- Orthanc ------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def orthanc_server(tmp: Path, timeout: float = 60.0) -> Iterator[str]:
+    """Start Orthanc with its DICOMweb plugin on loopback; yields its base URL
+    (``http://127.0.0.1:PORT``; DICOMweb at ``/dicom-web``)."""
+    binary = orthanc_binary()
+    if binary is None:
+        raise RuntimeError("Orthanc is not installed (apt-get install orthanc orthanc-dicomweb)")
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = {
+        "Name": "xflow-test",
+        "StorageDirectory": str(tmp / "storage"),
+        "IndexDirectory": str(tmp / "index"),
+        "HttpPort": port,
+        "DicomServerEnabled": False,
+        "RemoteAccessAllowed": False,
+        "AuthenticationEnabled": False,
+        "Plugins": [str(ORTHANC_PLUGIN)],
+        "DicomWeb": {"Enable": True, "Root": "/dicom-web/", "Host": f"127.0.0.1:{port}"},
+    }
+    cfg = tmp / "orthanc.json"
+    cfg.write_text(json.dumps(config, indent=1))
+    proc = ServerProcess([binary, str(cfg)], tmp / "orthanc.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_http(f"{url}/system", timeout)
+        yield url
+    finally:
+        proc.stop()
+
+
+def orthanc_upload(url: str, dicom: Path) -> dict:
+    """POST one DICOM file to Orthanc's REST API (``/instances``); returns Orthanc's answer."""
+    r = requests.post(f"{url}/instances", data=dicom.read_bytes(), headers={"Content-Type": "application/dicom"},
+                      timeout=30)
+    r.raise_for_status()
+    return r.json()

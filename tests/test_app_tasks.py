@@ -1,0 +1,382 @@
+"""The MONAI Label tasks of the XFlow app, in-process, with scripted policies and segmenter.
+
+Every mask is predictable, so these tests check label values, geometry (an asymmetric image
+read back with MONAI's own readers), answers, click conversion, the uncertainty formula, the
+strategy, the error mapping, SEG writing and the serve command. The real server is exercised
+in ``test_app_server.py`` and ``test_orthanc.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from monailabel_xflow import rle
+from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to_box, pixel_to_point
+from monailabel_xflow.instructions import Instruction, InstructionError
+from monailabel_xflow.label import layout
+from monailabel_xflow.label.errors import LabelError, RequestError, http_errors, status_of
+from monailabel_xflow.policies import ScriptedPolicy
+from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
+from monailabel_xflow.testing import ScriptedSegmenter, ellipse
+from monailabel_xflow.vocabulary import FINDINGS
+from monailabel_xflow.workflow import XFlow
+
+H, W = 256, 320  # asymmetric: a transpose anywhere moves masks off target
+LUNGS = [BoxRef("right lung", (0.10, 0.15, 0.45, 0.85)), BoxRef("left lung", (0.55, 0.15, 0.90, 0.85))]
+EFFUSION_GT = ellipse((H, W), 190, 230, 18, 30)  # image right = patient's left, low
+EDEMA_GT = ellipse((H, W), 60, 70, 12, 20)  # image left, high
+BOTH_GT = EFFUSION_GT | EDEMA_GT
+
+
+def box_of(mask):
+    return box_from_text(box_to_text(mask_to_box(mask)))
+
+
+def stage1(present: bool, boxes=(), label="effusion") -> str:
+    return format_stage1(Stage1Output(LUNGS, present, [BoxRef(label, b) for b in boxes]))
+
+
+class StubRuntime:
+    """What the tasks need of :class:`XFlowRuntime`, around a scripted :class:`XFlow`."""
+
+    def __init__(self, xflow):
+        self.xflow = xflow
+        self.lock = threading.RLock()
+        self.config = SimpleNamespace(max_clicks=4, segmenter=None)
+
+    def get(self):
+        return self.xflow
+
+    def describe(self):
+        return "scripted"
+
+    def status(self):
+        return {"configured": True}
+
+
+@pytest.fixture()
+def png(tmp_path) -> Path:
+    rng = np.random.default_rng(0)
+    path = tmp_path / "cxr.png"
+    Image.fromarray((rng.uniform(0, 255, (H, W))).astype(np.uint8), mode="L").save(path)
+    return path
+
+
+def read_monai(path) -> np.ndarray:
+    """A label as MONAI Label's clients get it: MONAI LoadImage, (W, H[, 1])."""
+    from monai.transforms import LoadImage
+
+    return np.asarray(LoadImage(image_only=True)(str(path)))
+
+
+# --- infer ----------------------------------------------------------------------------------
+
+def infer_task(texts, segmenter=None):
+    from monailabel_xflow.label.infer import XFlowInferTask
+
+    policy = ScriptedPolicy(texts)
+    return XFlowInferTask(StubRuntime(XFlow(policy, None, segmenter or ScriptedSegmenter(BOTH_GT))))
+
+
+def test_infer_paints_label_values_in_the_image_geometry(png):
+    task = infer_task([stage1(True, [box_of(EFFUSION_GT)]), stage1(True, [box_of(EDEMA_GT)], "edema")])
+    label_file, params = task({"image": str(png), "finding": ["effusion", "edema"], "overlay": True})
+    label = read_monai(label_file)
+    assert label.shape == (W, H)  # MONAI's PIL reader: (W, H) like the image
+    # pixel (row 190, col 230) is effusion (7); (row 60, col 70) edema (6): index [col, row]
+    assert label[230, 190] == 7 and label[70, 60] == 6 and label[5, 5] == 0
+    assert set(np.unique(label)) == {0, 6, 7}
+    assert (label == 7).sum() == np.count_nonzero(EFFUSION_GT) and (label == 6).sum() == np.count_nonzero(EDEMA_GT)
+    assert [f["finding"] for f in params["findings"]] == ["effusion", "edema"]
+    assert all(f["present"] and not f["empty"] for f in params["findings"])
+    assert params["label_names"]["effusion"] == 7 and params["empty"] is False
+    assert len(params["traces"]) == 2 and params["traces"][0]["schema"].startswith("xflow-trace")
+    overlay = Image.open(__import__("io").BytesIO(__import__("base64").b64decode(params["overlay_png_base64"])))
+    assert overlay.size == (W, H) and overlay.mode == "RGB"
+
+
+def test_infer_absent_finding_returns_empty_label_and_says_so(png):
+    task = infer_task([stage1(False)])
+    label_file, params = task({"image": str(png), "instruction": "is there fluid on the left?", "trace": False})
+    assert not read_monai(label_file).any()
+    assert params["answer"] == "There is no effusion in the left lung."
+    assert params["empty"] is True and params["findings"][0]["empty"] and "traces" not in params
+
+
+def test_infer_on_nifti_keeps_the_image_affine(tmp_path):
+    import nibabel as nib
+
+    from monailabel_xflow.transforms.loading import save_nifti_2d
+
+    rng = np.random.default_rng(1)
+    image = tmp_path / "cxr.nii.gz"
+    save_nifti_2d(rng.uniform(0, 1, (H, W)).astype(np.float32), image, spacing=(0.2, 0.15))
+    task = infer_task([stage1(True, [box_of(EFFUSION_GT)])])
+    label_file, _ = task({"image": str(image), "instruction": "Segment the effusion in the left lung."})
+    assert label_file.endswith(".nii.gz")
+    lab, img = nib.load(label_file), nib.load(image)
+    assert lab.shape == (W, H, 1) and np.allclose(lab.affine, img.affine)
+    assert np.asarray(lab.dataobj)[230, 190, 0] == 7
+
+
+def test_pickers_text_and_defaults():
+    from monailabel_xflow.label.infer import FINDING_CHOICES, LOCATION_CHOICES, instructions_from_request
+
+    got = instructions_from_request({"instruction": "", "finding": "effusion", "location": "left lung base"})
+    assert [i.text for i in got] == ["Segment the effusion in the left lung base."]
+    # the option lists themselves (a client that never touched the pickers) mean "not chosen"
+    with pytest.raises(InstructionError, match="nothing to segment"):
+        instructions_from_request({"instruction": "", "finding": FINDING_CHOICES, "location": LOCATION_CHOICES})
+    assert len(instructions_from_request({"finding": "all findings"})) == 7
+    assert instructions_from_request({"instruction": "edema", "finding": "effusion"})[0].finding == "edema"
+    with pytest.raises(InstructionError):
+        instructions_from_request({"instruction": "segment the pneumothorax"})
+    with pytest.raises(InstructionError):
+        instructions_from_request({"instruction": "x" * 5000})
+    with pytest.raises(RequestError):
+        instructions_from_request({"finding": 3})
+
+
+@pytest.mark.parametrize("bad", [{"max_clicks": -1}, {"max_clicks": "many"}, {"max_clicks": 99}, {"revise": "maybe"}])
+def test_bad_options_are_request_errors(png, bad):
+    from fastapi import HTTPException
+
+    task = infer_task([stage1(False)])
+    with pytest.raises(HTTPException) as err:
+        task({"image": str(png), "instruction": "effusion", **bad})
+    assert err.value.status_code == 422 and next(iter(bad)) in err.value.detail
+
+
+# --- revise ---------------------------------------------------------------------------------
+
+def revise_task(segmenter):
+    from monailabel_xflow.label.revise import XFlowReviseTask
+
+    return XFlowReviseTask(StubRuntime(XFlow(ScriptedPolicy([]), None, segmenter)))
+
+
+def test_revise_converts_client_clicks_and_keeps_other_findings(png, tmp_path):
+    seg = ScriptedSegmenter(BOTH_GT, positive_radius_px=10, negative_radius_px=6)
+    previous = np.zeros((H, W), np.uint8)
+    previous[EFFUSION_GT] = 7
+    previous[EDEMA_GT] = 6
+    ref = layout.load_image(str(png))[1]
+    prev_file = layout.write_label(previous, ref, str(tmp_path))
+    # clicks as Slicer sends them: [i = column, j = row, k = 0]
+    label_file, params = revise_task(seg)({"image": str(png), "finding": "effusion", "label": prev_file,
+                                           "foreground": [[300, 200, 0]], "background": [[230, 190, 0]]})
+    call = seg.calls[-1]
+    pos, neg = call.clicks[0]
+    assert (pos.positive, neg.positive) == (True, False)
+    assert (pos.x, pos.y) == pytest.approx(pixel_to_point(200, 300, (H, W)))
+    assert (neg.x, neg.y) == pytest.approx(pixel_to_point(190, 230, (H, W)))
+    out = layout.read_label(label_file, (H, W))  # (H, W)
+    assert out[200, 300] == 7 and out[190, 230] == 0  # grown at the positive click, carved at the negative
+    assert read_monai(label_file)[300, 200] == 7  # what Slicer reads: index [i = column, j = row]
+    np.testing.assert_array_equal(out == 6, EDEMA_GT)  # the other finding is kept
+    assert params["finding"] == "effusion" and params["label_value"] == 7 and params["pixels"] == (out == 7).sum()
+
+
+@pytest.mark.parametrize("clicks", [{"foreground": [[W, 10, 0]]}, {"foreground": [[10, H, 0]]},
+                                    {"background": [[5, 5, 1]]}, {"foreground": [[1]]}, {"foreground": "here"}])
+def test_revise_refuses_clicks_outside_the_image(png, clicks):
+    from fastapi import HTTPException
+
+    with pytest.raises(HTTPException) as err:
+        revise_task(ScriptedSegmenter(BOTH_GT))({"image": str(png), "finding": "effusion", **clicks})
+    assert err.value.status_code == 422
+
+
+def test_revise_needs_a_finding_and_something_to_start_from(png):
+    from fastapi import HTTPException
+
+    task = revise_task(ScriptedSegmenter(BOTH_GT))
+    with pytest.raises(HTTPException, match="which finding"):
+        task({"image": str(png), "foreground": [[3, 3, 0]]})
+    with pytest.raises(HTTPException, match="no clicks"):
+        task({"image": str(png), "finding": "edema"})
+
+
+# --- labels, errors -------------------------------------------------------------------------
+
+def test_read_label_refuses_wrong_size_and_values(png, tmp_path):
+    ref = layout.load_image(str(png))[1]
+    good = layout.write_label(np.full((H, W), 3, np.uint8), ref, str(tmp_path))
+    assert layout.read_label(good, (H, W)).shape == (H, W)
+    with pytest.raises(LabelError, match="320 x 256"):
+        layout.read_label(good, (W, H))
+    bad = tmp_path / "bad.png"
+    Image.fromarray(np.full((H, W), 200, np.uint8)).save(bad)
+    with pytest.raises(LabelError, match="0..7"):
+        layout.read_label(bad, (H, W))
+    junk = tmp_path / "junk.nii.gz"
+    junk.write_bytes(b"not a nifti")
+    with pytest.raises(LabelError, match="unreadable"):
+        layout.read_label(junk)
+
+
+def test_error_mapping_is_one_table():
+    from monailabel.interfaces.exception import ImageNotFoundException
+
+    from monailabel_xflow.geometry import GeometryError
+    from monailabel_xflow.label.errors import ImageNotFoundError, ModelsNotConfiguredError
+    from monailabel_xflow.models import ModelConfigError
+    from monailabel_xflow.transforms.loading import CXRLoadError
+
+    cases = {InstructionError("x"): 422, GeometryError("x"): 422, CXRLoadError("f", "x"): 400,
+             ModelConfigError("x"): 503, ModelsNotConfiguredError("x"): 503, ImageNotFoundError("x"): 404,
+             ImageNotFoundException("x"): 404, LabelError("x"): 422, RequestError("x"): 422}
+    assert {type(e).__name__: status_of(e) for e in cases} == {type(e).__name__: s for e, s in cases.items()}
+    assert status_of(KeyError("bug")) is None
+    with pytest.raises(KeyError):  # a bug stays a 500
+        with http_errors():
+            raise KeyError("bug")
+
+
+# --- scoring, strategy ----------------------------------------------------------------------
+
+def test_uncertainty_formula(png):
+    from monailabel_xflow.label.scoring import image_uncertainty
+
+    image = layout.load_image(str(png))[0]
+    box = box_of(EFFUSION_GT)
+    far = Click(True, *pixel_to_point(120, 300, (H, W)))
+    policy = ScriptedPolicy([stage1(True, [box]), stage1(False)],
+                            [[format_stage2(Stage2Action(far)), format_stage2(Stage2Action(None))]])
+    flow = XFlow(policy, policy, ScriptedSegmenter(EFFUSION_GT, positive_radius_px=15))
+    present = flow.run(image, Instruction("effusion", kind="global"), max_clicks=2)
+    absent = flow.run(image, Instruction("edema", kind="global"), max_clicks=2)
+    score, parts = image_uncertainty([present, absent], max_clicks=2)
+    p = parts["effusion"]
+    assert set(parts) == {"effusion"}  # absent findings do not count
+    m0 = rle.decode(present.trace.lesions[0].initial_mask)  # Stage 1 mask M_0
+    expected_d = 1 - (m0 & present.mask).sum() / (m0 | present.mask).sum()
+    assert p["disagreement"] == pytest.approx(expected_d) and p["disagreement"] > 0
+    assert p["effort"] == pytest.approx(1 / 2)  # one click of a budget of two
+    assert 0 <= p["doubt"] <= 1 and score == pytest.approx((p["disagreement"] + 0.5 + p["doubt"]) / 3)
+    assert image_uncertainty([absent], 2)[0] == 0.0
+
+
+class FakeDatastore:
+    def __init__(self, unlabeled, infos):
+        self.unlabeled, self.infos = unlabeled, infos
+
+    def get_unlabeled_images(self, tag=None):
+        return list(self.unlabeled)
+
+    def get_image_info(self, image_id):
+        return dict(self.infos.get(image_id, {}))
+
+
+def test_strategy_picks_most_uncertain_unlabeled_else_random():
+    from monailabel_xflow.label.strategy import XFlowUncertaintyStrategy
+
+    strategy = XFlowUncertaintyStrategy(seed=0)
+    ds = FakeDatastore(["a", "b", "c"], {"a": {"xflow_uncertainty": 0.2}, "b": {"xflow_uncertainty": 0.7},
+                                         "z": {"xflow_uncertainty": 0.9}})  # z is labeled: ignored
+    assert strategy({}, ds) == {"id": "b", "xflow_uncertainty": 0.7, "fallback": False}
+    picked = strategy({}, FakeDatastore(["a", "b"], {}))
+    assert picked["id"] in {"a", "b"} and picked["fallback"] is True
+    assert strategy({}, FakeDatastore([], {})) is None
+
+
+# --- DICOM SEG ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["findings", "empty"])
+def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, kind):
+    import pydicom
+
+    from monailabel_xflow.label.datastore import NO_FINDING, read_seg, write_seg
+
+    source = next((cxr_samples / "dicom").glob("siim_*.dcm"))
+    ds = pydicom.dcmread(source, stop_before_pixels=True)
+    assert "ImagePositionPatient" not in ds  # the case upstream cannot write
+    label = np.zeros((int(ds.Rows), int(ds.Columns)), np.uint8)
+    if kind == "findings":
+        label[100:180, 600:700] = 7
+        label[300:320, 40:90] = 2
+    seg = pydicom.dcmread(write_seg(label, source, tmp_path / "seg.dcm"))
+    assert seg.Modality == "SEG" and seg.ReferencedSeriesSequence[0].SeriesInstanceUID == ds.SeriesInstanceUID
+    names = [s.SegmentLabel for s in seg.SegmentSequence]
+    assert names == (["pneumonia", "effusion"] if kind == "findings" else [NO_FINDING])
+    np.testing.assert_array_equal(read_seg(seg), label)
+
+
+# --- serve command --------------------------------------------------------------------------
+
+def test_serve_dry_run_prints_command_and_radiograph_environment(tmp_path, capsys, monkeypatch):
+    from monailabel_xflow.cli import main
+
+    monkeypatch.delenv("MONAI_LABEL_DICOMWEB_SEARCH_FILTER", raising=False)
+    models = tmp_path / "models.yaml"
+    models.write_text("segmenter: ./x\n")
+    app = Path(__file__).resolve().parents[1] / "apps" / "xflow"
+    assert main(["serve", "--app", str(app), "--studies", str(tmp_path), "--port", "8123", "--models", str(models),
+                 "--conf", "model_dir", "/m", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert 'MONAI_LABEL_DICOMWEB_SEARCH_FILTER={"Modality": "CR,DX"}' in out
+    assert json.loads(out.split("MONAI_LABEL_DICOMWEB_SEARCH_FILTER=")[1].splitlines()[0]) == {"Modality": "CR,DX"}
+    assert "-m monailabel.main start_server --app" in out and "--port 8123" in out
+    assert f"--conf model_dir /m --conf models {models.resolve()}" in out
+    assert main(["serve", "--app", str(tmp_path), "--studies", str(tmp_path), "--dry-run"]) == 2
+    assert main(["serve", "--app", str(app), "--studies", str(tmp_path / "nope"), "--dry-run"]) == 2
+
+
+def test_findings_order_matches_label_values():
+    from monailabel_xflow.label.infer import LABELS
+
+    assert list(LABELS) == list(FINDINGS) and list(LABELS.values()) == list(range(1, 8))
+
+
+def test_component_prompts_skip_specks_and_keep_the_largest():
+    from monailabel_xflow.label.train import component_prompts
+
+    label = np.zeros((H, W), np.uint8)
+    label[EFFUSION_GT] = 7
+    label[EDEMA_GT] = 6
+    label[5, 5] = 7  # a one-pixel speck
+    prompts = component_prompts(label)
+    assert len(prompts) == 2
+    boxes = [b for b, _ in prompts]
+    assert boxes[0] == pytest.approx(mask_to_box(EFFUSION_GT)) and boxes[1] == pytest.approx(mask_to_box(EDEMA_GT))
+    np.testing.assert_array_equal(prompts[0][1], EFFUSION_GT)
+    assert component_prompts(np.zeros((H, W), np.uint8)) == []
+    assert len(component_prompts(label, max_prompts=1)) == 1
+
+
+def test_revise_auto_lets_the_revision_policy_click(png):
+    from monailabel_xflow.label.revise import XFlowReviseTask
+
+    far = Click(True, *pixel_to_point(120, 300, (H, W)))
+    policy = ScriptedPolicy([stage1(True, [box_of(EFFUSION_GT)])],
+                            [[format_stage2(Stage2Action(far)), format_stage2(Stage2Action(None))]])
+    seg = ScriptedSegmenter(EFFUSION_GT, positive_radius_px=15)
+    task = XFlowReviseTask(StubRuntime(XFlow(policy, policy, seg)))
+    label_file, params = task({"image": str(png), "finding": "effusion", "auto": True, "max_clicks": 2})
+    (proposed,) = params["proposed_clicks"]  # the policy speaks 0..1000 text coordinates
+    assert proposed["positive"] and (proposed["x"], proposed["y"]) == pytest.approx((far.x, far.y), abs=1e-3)
+    out = layout.read_label(label_file, (H, W))
+    assert out[120, 300] == 7 and out[190, 230] == 7 and set(np.unique(out)) == {0, 7}
+
+
+def test_runtime_without_or_with_a_broken_configuration_still_answers(tmp_path):
+    from monailabel_xflow.label.errors import ModelsNotConfiguredError
+    from monailabel_xflow.label.runtime import XFlowRuntime
+    from monailabel_xflow.models import ModelConfigError
+
+    empty = XFlowRuntime({}, environ={})
+    assert empty.status()["configured"] is False and "--conf models" in empty.status()["message"]
+    with pytest.raises(ModelsNotConfiguredError, match="XFLOW_MODELS"):
+        empty.get()
+    broken = XFlowRuntime({"models": str(tmp_path / "missing.yaml")}, environ={})
+    assert "does not exist" in broken.status()["error"]
+    with pytest.raises(ModelConfigError, match="does not exist"):
+        broken.get()
+    assert status_of(ModelConfigError("x")) == 503
