@@ -1,0 +1,324 @@
+"""The XFlow policies (policies.py) on tiny random Gemma3 models saved and loaded like real ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monailabel_xflow.geometry import Click, box_to_mask
+from monailabel_xflow.instructions import Instruction, all_findings
+from monailabel_xflow.policies import (
+    STOP_TEXT,
+    GenerationSettings,
+    OracleRevisionPolicy,
+    PolicyError,
+    RevisionPolicy,
+    RevisionState,
+    ScriptedPolicy,
+    ScriptExhausted,
+    Stage1Policy,
+    VLMPolicy,
+    stage1_request,
+    stage2_followup_text,
+)
+from monailabel_xflow.protocol import parse_stage2
+from monailabel_xflow.rendering import render_observation
+
+LEFT = Instruction("effusion", ("left lung",))
+CHEST = Instruction("pneumonia", kind="global")
+BOX = (0.55, 0.5, 0.85, 0.85)
+SHAPE = (48, 40)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model is ~10x faster on one thread than on a shared pair of cores."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory):
+    from monailabel_xflow.gemma3_configs import build_random_vlm
+
+    return build_random_vlm(tmp_path_factory.mktemp("tiny-vlm"), "tiny", seed=0, adapters=True)
+
+
+def load(vlm, init=True, rev=True, **kw) -> VLMPolicy:
+    kw.setdefault("generation", GenerationSettings(max_new_tokens=10))
+    return VLMPolicy.from_pretrained(vlm.base, vlm.init if init else None, vlm.rev if rev else None,
+                                     device="cpu", **kw)
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_vlm) -> VLMPolicy:
+    return load(tiny_vlm)
+
+
+def radiograph(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random(SHAPE).astype(np.float32)
+
+
+def states(image: np.ndarray, n: int = 4) -> list[RevisionState]:
+    """n observations of a mask that grows step by step, with one more click each time."""
+    out, clicks = [], []
+    for t in range(n):
+        box = (0.55 - 0.05 * t, 0.5, 0.85, 0.85)
+        mask = box_to_mask(box, SHAPE)
+        out.append(RevisionState(image, LEFT, box, mask, list(clicks),
+                                 render_observation(image, mask, clicks), t))
+        clicks.append(Click(t % 2 == 0, 0.5 + 0.05 * t, 0.6))
+    return out
+
+
+def run_session(policy: VLMPolicy, image: np.ndarray, n: int = 4) -> tuple[list[str], object]:
+    session = policy.start(image, LEFT, BOX)
+    return [session.step(s) for s in states(image, n)], session
+
+
+def logits(policy: VLMPolicy, image, instruction, adapter: str):
+    import torch
+
+    enc = policy.stage1_inputs(image, instruction)
+    with policy._adapter(adapter), torch.inference_mode():
+        return policy.model(input_ids=enc.input_ids, token_type_ids=enc.token_type_ids,
+                            pixel_values=enc.pixel_values).logits[0, -1]
+
+
+def spy_generate(monkeypatch, policy) -> list[dict]:
+    calls = []
+    real = policy.model.generate
+
+    def wrapper(**kw):
+        calls.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(policy.model, "generate", wrapper)
+    return calls
+
+
+# --- contract -------------------------------------------------------------------------------
+
+def test_policies_implement_the_protocols(policy):
+    assert isinstance(policy, Stage1Policy) and isinstance(policy, RevisionPolicy)
+    assert isinstance(ScriptedPolicy(), Stage1Policy) and isinstance(ScriptedPolicy(), RevisionPolicy)
+    assert policy.adapters == {"init", "rev"}
+
+
+def test_stage1_prompt_grounds_the_lungs_the_question_names():
+    assert "ground the left lung with a box," in stage1_request(LEFT)
+    assert "ground the right lung and the left lung with a box each" in stage1_request(CHEST)
+    zone = Instruction("opacity", ("right lung base",))
+    assert "ground the right lung with a box," in stage1_request(zone)
+
+
+def test_bad_inputs_are_refused(policy, tiny_vlm, tmp_path):
+    with pytest.raises(PolicyError, match="2-D float"):
+        policy.stage1((radiograph(0) * 255).astype(np.uint8), LEFT)
+    with pytest.raises(PolicyError, match="does not exist"):
+        VLMPolicy.from_pretrained(tmp_path / "nowhere")
+    session = policy.start(radiograph(0), LEFT, BOX)
+    s = states(radiograph(0), 2)
+    with pytest.raises(PolicyError, match="out of order"):
+        session.step(s[1])
+    bad = RevisionState(**{**s[0].__dict__, "observation": s[0].observation[..., 0]})
+    with pytest.raises(PolicyError, match=r"\(H, W, 3\) uint8"):
+        session.step(bad)
+    with pytest.raises(PolicyError, match="max_new_tokens"):
+        GenerationSettings(max_new_tokens=0)
+
+
+# --- adapters -------------------------------------------------------------------------------
+
+def test_adapters_switch_and_match_single_adapter_loads(policy, tiny_vlm):
+    image = radiograph(1)
+    l_init, l_rev = logits(policy, image, LEFT, "init"), logits(policy, image, LEFT, "rev")
+    assert not np.allclose(l_init.numpy(), l_rev.numpy(), atol=1e-3)
+
+    first = policy.stage1(image, LEFT)
+    turns, _ = run_session(policy, image)
+    assert policy.stage1(image, LEFT) == first  # switched back from "rev" to "init"
+
+    only_init = load(tiny_vlm, rev=False)
+    assert only_init.adapters == {"init"}
+    assert only_init.stage1(image, LEFT) == first
+    only_rev = load(tiny_vlm, init=False)
+    assert run_session(only_rev, image)[0] == turns
+    # Stage 2 without its adapter runs the bare base model: different logits again.
+    l_base = logits(only_init, image, LEFT, "rev")
+    assert not np.allclose(l_base.numpy(), l_rev.numpy(), atol=1e-3)
+
+
+# --- Stage 2: one growing conversation -----------------------------------------------------
+
+def test_cache_reuse_gives_the_tokens_of_rereading(tiny_vlm, monkeypatch):
+    image = radiograph(2)
+    reuse, reread = load(tiny_vlm, reuse_cache=True), load(tiny_vlm, reuse_cache=False)
+    calls_reuse, calls_reread = spy_generate(monkeypatch, reuse), spy_generate(monkeypatch, reread)
+    a, sa = run_session(reuse, image)
+    b, sb = run_session(reread, image)
+    assert a == b
+    assert np.array_equal(sa.input_ids.numpy(), sb.input_ids.numpy())
+    # past the tiny model's 24-token sliding window, with one observation per turn
+    n_soft = int((sa.input_ids == reuse.processor.tokenizer.image_token_id).sum())
+    assert sa.input_ids.shape[1] > 100 and n_soft == 4 * reuse.model.config.mm_tokens_per_image
+    # reuse: only the new image and the previous cache; re-reading: every image, no cache
+    assert [c["pixel_values"].shape[0] for c in calls_reuse] == [1, 1, 1, 1]
+    assert calls_reuse[0].get("cache") is None and all(c.get("cache") is not None for c in calls_reuse[1:])
+    assert [c["pixel_values"].shape[0] for c in calls_reread] == [1, 2, 3, 4]
+    assert all(c.get("cache") is None for c in calls_reread)
+    for c in calls_reuse:  # token types cover the whole sequence
+        assert c["token_type_ids"].shape == c["input_ids"].shape
+
+
+def test_turns_append_to_the_previous_ids(policy):
+    image = radiograph(3)
+    session = policy.start(image, LEFT, BOX)
+    seen = []
+    for s in states(image, 3):
+        session.step(s)
+        seen.append(session.input_ids.clone())
+    for before, after in zip(seen, seen[1:]):
+        assert after.shape[1] > before.shape[1]
+        assert np.array_equal(after[:, :before.shape[1]].numpy(), before.numpy())
+    # Gemma turn structure: 3 user + 3 model turns opened; every turn but the last closed once
+    tok = policy.processor.tokenizer
+    ids = session.input_ids[0].tolist()
+    assert ids.count(tok.convert_tokens_to_ids("<start_of_turn>")) == 6
+    assert ids.count(tok.convert_tokens_to_ids("<end_of_turn>")) in (5, 6)
+    assert ids.count(tok.bos_token_id) == 1 and ids[0] == tok.bos_token_id
+    assert stage2_followup_text("<start_of_image>", False).startswith("\n<start_of_turn>user\n<start_of_image>")
+    assert stage2_followup_text("<start_of_image>", True).startswith("<end_of_turn>\n<start_of_turn>user\n")
+
+
+def test_observations_change_the_stage2_logits(policy):
+    import torch
+
+    image = radiograph(4)
+    st = states(image, 1)[0]
+    session = policy.start(image, LEFT, BOX)
+    session.step(st)
+    n = int(torch.nonzero(session.input_ids[0] == policy._end_of_turn)[0]) + 1  # end of user turn
+    ids, tti = session.input_ids[:, :n], session._token_type_ids[:, :n]
+    other = render_observation(radiograph(5), st.mask, [])
+
+    def last_logits(observation):
+        pix = policy._encode("<start_of_image>", [observation]).pixel_values
+        with policy._adapter("rev"), torch.inference_mode():
+            return policy.model(input_ids=ids, token_type_ids=tti, pixel_values=pix).logits[0, -1].numpy()
+
+    assert np.allclose(last_logits(st.observation), last_logits(st.observation))
+    assert np.abs(last_logits(st.observation) - last_logits(other)).max() > 1e-3
+
+
+# --- Stage 1 --------------------------------------------------------------------------------
+
+def test_images_change_the_logits(policy):
+    a = logits(policy, radiograph(6), LEFT, "init")
+    b = logits(policy, radiograph(7), LEFT, "init")
+    a2 = logits(policy, radiograph(6), LEFT, "init")
+    assert np.allclose(a.numpy(), a2.numpy())
+    assert np.abs(a.numpy() - b.numpy()).max() > 1e-3
+
+
+def test_stage1_many_equals_one_by_one(policy, monkeypatch):
+    image = radiograph(8)
+    findings = all_findings() + [LEFT, Instruction("opacity", ("left lung base",), "lesion_inference")]
+    one_by_one = [policy.stage1(image, i) for i in findings]
+    calls = spy_generate(monkeypatch, policy)
+    many = policy.stage1_many(image, findings)
+    assert many == one_by_one
+    # the shared prefix (with the image) was prefilled once: no generate call sees pixels
+    assert len(calls) == len(findings) and all("pixel_values" not in c for c in calls)
+    assert all(c["cache"] is not None for c in calls)
+    assert policy.stage1_many(image, [LEFT]) == [one_by_one[-2]]
+    assert policy.stage1_many(image, []) == []
+
+    # batched decoding: one generate call, request padding masked between prefix and request
+    calls.clear()
+    batched = VLMPolicy(policy.model, policy.processor, policy.generation, batch_stage1=True)
+    assert batched.stage1_many(image, findings) == one_by_one
+    assert len(calls) == 1 and calls[0]["input_ids"].shape[0] == len(findings)
+    assert (calls[0]["attention_mask"] == 0).any()
+
+
+# --- generation settings ---------------------------------------------------------------------
+
+def test_generation_settings_are_honoured(tiny_vlm, monkeypatch):
+    image = radiograph(9)
+    short = load(tiny_vlm, generation=GenerationSettings(max_new_tokens=3))
+    calls = spy_generate(monkeypatch, short)
+    short.stage1(image, LEFT)
+    assert calls[0]["max_new_tokens"] == 3 and calls[0]["do_sample"] is False
+    texts = set()
+    for seed in range(4):
+        sampler = VLMPolicy(short.model, short.processor,
+                            GenerationSettings(do_sample=True, temperature=3.0, top_p=0.9,
+                                               max_new_tokens=8, seed=seed))
+        a, b = sampler.stage1(image, LEFT), sampler.stage1(image, LEFT)
+        assert a == b  # same seed, same sample
+        texts.add(a)
+    assert len(texts) > 1  # different seeds, different samples
+    calls.clear()
+    sampler.stage1(image, LEFT)
+    assert calls[0]["temperature"] == 3.0 and calls[0]["top_p"] == 0.9 and calls[0]["do_sample"]
+
+
+def test_max_new_tokens_caps_each_turn(tiny_vlm):
+    image = radiograph(10)
+    pol = load(tiny_vlm, generation=GenerationSettings(max_new_tokens=2))
+    session = pol.start(image, LEFT, BOX)
+    added = []
+    for s in states(image, 3):
+        before = 0 if session.input_ids is None else session.input_ids.shape[1]
+        prompt = pol._encode(
+            stage2_followup_text(pol._image_token, True), [s.observation]).input_ids.shape[1]
+        session.step(s)
+        added.append(session.input_ids.shape[1] - before - prompt)
+    # later turns: the follow-up prompt (one token shorter if <end_of_turn> was generated)
+    # plus at most 2 generated tokens
+    assert all(n <= 2 for n in added[1:])
+
+
+# --- replay and oracle ----------------------------------------------------------------------
+
+def test_scripted_policy_replays_and_stops_when_out_of_script():
+    image = radiograph(0)
+    s1 = ["<think></think><answer>absent</answer>", "<think>a</think><answer>absent</answer>", "third"]
+    turns = [["<think></think><click>positive (500,600)</click>", "<think></think><stop/>"], []]
+    pol = ScriptedPolicy(s1, turns)
+    assert pol.stage1(image, LEFT) == s1[0]
+    assert pol.stage1_many(image, [CHEST, LEFT]) == s1[1:]
+    with pytest.raises(ScriptExhausted):
+        pol.stage1(image, LEFT)
+    st = states(image, 4)
+    first = pol.start(image, LEFT, BOX)
+    assert [first.step(s) for s in st[:3]] == turns[0] + [STOP_TEXT]
+    assert pol.start(image, LEFT, BOX).step(st[0]) == STOP_TEXT  # scripted empty session
+    assert pol.start(image, LEFT, BOX).step(st[0]) == STOP_TEXT  # beyond the script
+    parsed = parse_stage2(STOP_TEXT)
+    assert parsed.ok and parsed.value.stop
+    assert [c[0] for c in pol.calls] == ["stage1"] * 4 + ["start"] * 3
+
+
+def test_oracle_revision_policy_clicks_then_stops():
+    image = radiograph(0)
+    gt = box_to_mask((0.2, 0.2, 0.8, 0.8), SHAPE)
+    small = box_to_mask((0.2, 0.2, 0.4, 0.4), SHAPE)
+    pol = OracleRevisionPolicy(gt)
+    session = pol.start(image, LEFT, (0.2, 0.2, 0.4, 0.4))
+    state = RevisionState(image, LEFT, (0.2, 0.2, 0.4, 0.4), small, [],
+                          render_observation(image, small, []), 0)
+    parsed = parse_stage2(session.step(state))
+    assert parsed.ok and parsed.value.click is not None and parsed.value.click.positive
+    c = parsed.value.click
+    assert gt[int(c.y * SHAPE[0]), int(c.x * SHAPE[1])] and not small[int(c.y * SHAPE[0]), int(c.x * SHAPE[1])]
+    done = RevisionState(image, LEFT, BOX, gt, [c], render_observation(image, gt, [c]), 1)
+    parsed = parse_stage2(session.step(done))
+    assert parsed.ok and parsed.value.stop
+    with pytest.raises(PolicyError, match="shape"):
+        session.step(RevisionState(image, LEFT, BOX, gt[:10], [], done.observation, 2))
