@@ -232,8 +232,8 @@ def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segment
     segmenter.set_image(image)
     for k, comp in enumerate(comps):
         traj = clicker.run(segmenter, comp, rng=rng, component_id=k)
-        if traj.discarded:
-            report.reject(f"trajectory discarded ({traj.discard_reason})")
+        if traj.discarded:  # the reason's figures vary per case; count by kind
+            report.reject("trajectory discarded (no IoU gain)")
             continue
         observations, targets, clicks = [], [], []
         for t, (observed, action) in enumerate(traj.turns()):
@@ -267,10 +267,13 @@ def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callab
     Returns:
         A :class:`BuildReport`; its summary is logged.
     """
+    import datasets
     from datasets import Dataset
     from tqdm.auto import tqdm
 
     from monailabel_xflow.oracle import OracleClicker
+
+    datasets.disable_progress_bars()  # one bar per build (ours), not one per chunk write
 
     if kind not in KINDS:
         raise BuildError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
