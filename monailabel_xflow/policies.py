@@ -263,7 +263,6 @@ def image_to_pil(image: np.ndarray):
     return Image.fromarray(u8, mode="L").convert("RGB")
 
 
-_image_to_pil = image_to_pil  # the name training/sft.py imported first
 
 
 def observation_to_pil(observation: np.ndarray):
