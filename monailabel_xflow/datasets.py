@@ -110,9 +110,7 @@ class EvalCase:
     Attributes:
         case_id: unique, file-name safe id (predictions are saved as ``<case_id>.png``).
         image_path: the radiograph.
-        instruction: the question asked.
-        level: ``chest`` | ``lung`` | ``zone`` (from the instruction).
-        finding: one of the seven findings (from the instruction).
+        instruction: the question asked (its :attr:`level` and :attr:`finding` are read from it).
         positive: the finding is present at the asked location (a GT mask exists).
         mask_path: PNG of the GT mask (positives of MIMIC-ILS / folder sets).
         mask_loader: callable returning the GT mask (e.g. decoding an RLE); used when there is no
@@ -123,12 +121,20 @@ class EvalCase:
     case_id: str
     image_path: Path
     instruction: Instruction
-    level: str
-    finding: str
     positive: bool
     mask_path: Path | None = None
     mask_loader: Callable[[], np.ndarray] | None = field(default=None, compare=False, repr=False)
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def level(self) -> str:
+        """``chest`` | ``lung`` | ``zone``."""
+        return self.instruction.level
+
+    @property
+    def finding(self) -> str:
+        """One of the seven findings."""
+        return self.instruction.finding
 
     def load_mask(self) -> np.ndarray | None:
         """The GT mask as bool (H, W) at its stored resolution, or ``None`` for a negative."""
@@ -267,7 +273,7 @@ def _mimic_case(pair, positive, study, entry, image, mask_root, kinds, result, w
     case_id = safe_case_id(pair_id if pair_id.startswith(study) else f"{study}_{pair_id}")
     meta = {"source": "mimic-ils", "study": study, "subject_id": str(entry.get("subject_id", "")),
             "dicom_id": entry.get("dicom_id"), "target": pair.get("target"), "pair_id": pair_id}
-    return EvalCase(case_id, image, ins, ins.level, ins.finding, positive, mask_path, None, meta)
+    return EvalCase(case_id, image, ins, positive, mask_path, None, meta)
 
 
 # --- CheXlocalize ------------------------------------------------------------------------------
@@ -321,7 +327,7 @@ def read_chexlocalize(json_path: str | Path, image_root: str | Path, *, strict: 
             ins = Instruction(finding, (), "global")
             loader = (lambda e=encoded: rle_codec.decode(e)) if positive else None
             result.cases.append(EvalCase(
-                safe_case_id(f"{image_id}_{finding}"), image, ins, ins.level, finding, positive, None, loader,
+                safe_case_id(f"{image_id}_{finding}"), image, ins, positive, None, loader,
                 {"source": "chexlocalize", "image_id": image_id, "pathology": pathology,
                  "subject_id": image_id.split("_")[0]},
             ))
@@ -370,7 +376,7 @@ def read_folder(folder: str | Path, *, strict: bool = False) -> ReadResult:
                 result.problems.append(f"{where}: mask {mask_rel!r} not found")
                 continue
             case_id = safe_case_id((row.get("case_id") or "").strip() or f"{Path(image_rel).stem}__{_slug(ins)}")
-            result.cases.append(EvalCase(case_id, image, ins, ins.level, ins.finding, mask is not None, mask, None,
+            result.cases.append(EvalCase(case_id, image, ins, mask is not None, mask, None,
                                          {"source": "folder", "line": line}))
     return result.finish(str(table), strict)
 

@@ -30,6 +30,7 @@ from monailabel_xflow.vocabulary import (
     REGIONS,
     ZONES,
     join_regions,
+    lung_of,
 )
 
 MAX_INSTRUCTION_CHARS = 300
@@ -98,8 +99,8 @@ class Instruction:
     @property
     def lungs(self) -> tuple[str, ...]:
         """The lungs Stage 1 grounds: the asked side(s), or both for a chest-level question."""
-        sides = [lung for lung in LUNGS if any(r == lung or r in ZONES[lung] for r in self.regions)]
-        return tuple(sides) if sides else LUNGS
+        asked = {lung_of(r) for r in self.regions if r != HEART}
+        return tuple(lung for lung in LUNGS if lung in asked) or LUNGS
 
     @property
     def text(self) -> str:

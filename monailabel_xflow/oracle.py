@@ -58,10 +58,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from scipy import ndimage
 
-from monailabel_xflow.metrics import mask_iou
-
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Box, Click, grow_box, mask_to_box, pixel_to_point, point_to_pixel
+from monailabel_xflow.metrics import mask_iou
 
 if TYPE_CHECKING:  # pragma: no cover
     from monailabel_xflow.segmenter import PromptableSegmenter
@@ -73,7 +72,6 @@ __all__ = [
     "Trajectory",
     "OracleClicker",
     "perturb_box",
-    "mask_iou",
     "connected_components",
     "simulate_trajectories",
 ]
@@ -126,8 +124,8 @@ def connected_components(mask: np.ndarray, min_area_px: int = 1) -> list[np.ndar
     """
     mask = _as_mask(mask, "mask")
     labels, n = ndimage.label(mask, structure=np.ones((3, 3), dtype=bool))
-    components = [labels == i for i in range(1, n + 1)]
-    return [c for c in components if np.count_nonzero(c) >= min_area_px]
+    sizes = np.bincount(labels.ravel(), minlength=n + 1)  # sizes first: no full mask per speck
+    return [labels == i for i in range(1, n + 1) if sizes[i] >= min_area_px]
 
 
 # --- the oracle's geometry ------------------------------------------------------------------

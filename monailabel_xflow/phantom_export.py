@@ -51,7 +51,7 @@ from PIL import Image
 
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.phantom import Phantom, generate_phantom
-from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LESION_INFERENCE_TARGETS, LUNGS, ZONES
+from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LESION_INFERENCE_TARGETS, LUNGS, ZONES, join_regions
 
 GT_DIR = "ground-truth"
 MASK_DIR = "lesion_mask"
@@ -177,7 +177,7 @@ def report_sentences(phantom: Phantom) -> list[tuple[str, str]]:
         if f == "cardiomegaly":
             out.append((f, f"The heart is enlarged (cardiothoracic ratio {phantom.ctr:.2f})."))
         else:
-            where = " and ".join(_location(phantom, f))
+            where = join_regions(_location(phantom, f))
             out.append((f, f"{f.capitalize()} is seen in the {where}."))
     return out or [("", "The lungs are clear. The heart size is normal.")]
 

@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, Click, box_to_text
+from monailabel_xflow.geometry import Box, Click
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.protocol import Stage2Action, format_stage2
+from monailabel_xflow.protocol import Stage2Action, box_text, format_stage2
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -202,10 +202,9 @@ def stage1_messages(instruction: Instruction) -> list[dict[str, Any]]:
 
 def stage2_request(instruction: Instruction, box: Box) -> str:
     """The first Stage 2 request: instruction, the box that prompted the mask, one action."""
-    x1, y1, x2, y2 = box_to_text(box)
     return (
         f"{instruction.text} The mask was prompted by the box "
-        f"<|box_start|>({x1},{y1}),({x2},{y2})<|box_end|>. Answer with one click, positive to "
+        f"{box_text(box)}. Answer with one click, positive to "
         f"grow the mask or negative to shrink it, written as <click>positive (x,y)</click> "
         f"{COORDINATES_NOTE}, or with <stop/> if the mask follows the lesion."
     )

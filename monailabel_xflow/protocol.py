@@ -97,10 +97,15 @@ def _check_box(box: Box) -> None:
         raise ProtocolError(f"box {box} is not a normalised xyxy box inside [0, 1]")
 
 
+def box_text(box: Box) -> str:
+    """A box's coordinates in the grammar: ``<|box_start|>(x1,y1),(x2,y2)<|box_end|>`` (0-1000)."""
+    x1, y1, x2, y2 = box_to_text(box)
+    return f"{BOX_START}({x1},{y1}),({x2},{y2}){BOX_END}"
+
+
 def format_box(ref: BoxRef) -> str:
     _check_box(ref.box)
-    x1, y1, x2, y2 = box_to_text(ref.box)
-    return f"<ref>{ref.label}</ref>{BOX_START}({x1},{y1}),({x2},{y2}){BOX_END}"
+    return f"<ref>{ref.label}</ref>{box_text(ref.box)}"
 
 
 def format_stage1(out: Stage1Output) -> str:

@@ -279,11 +279,6 @@ class Sam3Segmenter:
 
     # --- image --------------------------------------------------------------------------------
 
-    @property
-    def image_shape(self) -> tuple[int, int] | None:
-        """``(H, W)`` of the current image, None before :meth:`set_image`."""
-        return self._shape
-
     def preprocess(self, image: np.ndarray) -> "torch.Tensor":
         """``(1, 3, 1008, 1008)`` model input of an image (see the module docstring)."""
         return self._model_input(to_rgb01(image))

@@ -68,6 +68,7 @@ import numpy as np
 
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Box, Click
+from monailabel_xflow.protocol import BoxRef
 
 SCHEMA = "xflow-trace/1"
 """Version string written in every trace; bumped on any incompatible change."""
@@ -83,38 +84,23 @@ class TraceError(ValueError):
 # --- records --------------------------------------------------------------------------------
 
 @dataclass
-class GroundedBox:
-    """A region the policy referred to: a label (``"left lung"``, ``"effusion"``) and its box."""
-
-    label: str
-    box: Box
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "box": [float(v) for v in self.box]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "GroundedBox":
-        return cls(label=str(d["label"]), box=_box(d["box"]))
-
-
-@dataclass
 class Stage1Record:
     """What π_init said and how it was read."""
 
     raw: str
     think: str = ""
-    lungs: list[GroundedBox] = field(default_factory=list)
+    lungs: list[BoxRef] = field(default_factory=list)
     present: bool | None = None
-    lesions: list[GroundedBox] = field(default_factory=list)
+    lesions: list[BoxRef] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "raw": self.raw,
             "think": self.think,
-            "lungs": [b.to_dict() for b in self.lungs],
+            "lungs": [_ref_to_dict(b) for b in self.lungs],
             "present": self.present,
-            "lesions": [b.to_dict() for b in self.lesions],
+            "lesions": [_ref_to_dict(b) for b in self.lesions],
             "problems": list(self.problems),
         }
 
@@ -124,9 +110,9 @@ class Stage1Record:
         return cls(
             raw=str(d["raw"]),
             think=str(d.get("think", "")),
-            lungs=[GroundedBox.from_dict(b) for b in d.get("lungs", [])],
+            lungs=[_ref_from_dict(b) for b in d.get("lungs", [])],
             present=None if present is None else bool(present),
-            lesions=[GroundedBox.from_dict(b) for b in d.get("lesions", [])],
+            lesions=[_ref_from_dict(b) for b in d.get("lesions", [])],
             problems=[str(p) for p in d.get("problems", [])],
         )
 
@@ -546,6 +532,14 @@ def _box(values: Any) -> Box:
     return box  # type: ignore[return-value]
 
 
+def _ref_to_dict(ref: BoxRef) -> dict[str, Any]:
+    return {"label": ref.label, "box": [float(v) for v in ref.box]}
+
+
+def _ref_from_dict(d: Mapping[str, Any]) -> BoxRef:
+    return BoxRef(label=str(d["label"]), box=_box(d["box"]))
+
+
 def _opt_float(v: Any) -> float | None:
     return None if v is None else float(v)
 
@@ -569,7 +563,6 @@ def _click_from_dict(d: Mapping[str, Any] | None) -> Click | None:
 __all__ = [
     "SCHEMA",
     "TraceError",
-    "GroundedBox",
     "Stage1Record",
     "RevisionStep",
     "LesionRecord",

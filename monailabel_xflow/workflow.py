@@ -56,8 +56,8 @@ import numpy as np
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Box, Click, GeometryError, grow_box, make_box, mask_to_box
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
-from monailabel_xflow.protocol import ProtocolError, parse_stage1, parse_stage2
-from monailabel_xflow.trace import GroundedBox, LesionRecord, RevisionStep, Stage1Record, Trace
+from monailabel_xflow.protocol import BoxRef, ProtocolError, parse_stage1, parse_stage2
+from monailabel_xflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -368,7 +368,7 @@ class XFlow:
         image: np.ndarray,
         instr: Instruction,
         index: int,
-        ref: GroundedBox,
+        ref: BoxRef,
         mask0: np.ndarray,
         iou0: Any,
         low_res0: np.ndarray,
@@ -436,9 +436,9 @@ def _read_stage1(text: Any, instr: Instruction, warnings: list[str]) -> tuple[St
     record = Stage1Record(
         raw=text,
         think=out.think,
-        lungs=[GroundedBox(r.label, tuple(r.box)) for r in out.lungs],  # type: ignore[arg-type]
+        lungs=list(out.lungs),
         present=out.present,
-        lesions=[GroundedBox(r.label, tuple(r.box)) for r in out.lesions],  # type: ignore[arg-type]
+        lesions=list(out.lesions),
         problems=list(parsed.problems),
     )
     if out.present is None:
@@ -506,7 +506,7 @@ def infer_lesion_type(stage1: Stage1Record) -> tuple[str, bool] | None:
     return None
 
 
-def locate_regions(mask: np.ndarray, lungs: Sequence[GroundedBox], finding: str) -> tuple[str, ...]:
+def locate_regions(mask: np.ndarray, lungs: Sequence[BoxRef], finding: str) -> tuple[str, ...]:
     """The regions a located (global) answer names, from where the mask lies.
 
     Rule: cardiomegaly is located in the ``heart``. Otherwise every mask pixel is given a side:

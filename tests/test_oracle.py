@@ -13,12 +13,12 @@ import pytest
 from scipy.ndimage import distance_transform_edt
 
 from monailabel_xflow.geometry import Click, grow_box, mask_to_box, point_to_pixel
+from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.oracle import (
     OracleClicker,
     OracleError,
     Trajectory,
     connected_components,
-    mask_iou,
     perturb_box,
     simulate_trajectories,
 )

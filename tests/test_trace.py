@@ -9,10 +9,10 @@ import pytest
 
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Click
+from monailabel_xflow.protocol import BoxRef
 from monailabel_xflow.testing import ellipse
 from monailabel_xflow.trace import (
     SCHEMA,
-    GroundedBox,
     LesionRecord,
     RevisionStep,
     Stage1Record,
@@ -43,8 +43,8 @@ def make_trace() -> Trace:
         instruction={"instruction": "Segment the effusion in the left lung.", "finding": "effusion",
                      "regions": ["left lung"], "level": "lung", "kind": "basic"},
         image_size=(H, W),
-        stage1=Stage1Record("raw text", "thinking", [GroundedBox("left lung", (0.55, 0.1, 0.95, 0.9))], True,
-                            [GroundedBox("effusion", box0)], []),
+        stage1=Stage1Record("raw text", "thinking", [BoxRef("left lung", (0.55, 0.1, 0.95, 0.9))], True,
+                            [BoxRef("effusion", box0)], []),
         present=True,
         mask=rle.encode(m2),
         answer="",

@@ -16,7 +16,7 @@ from monailabel_xflow.instructions import Instruction, all_findings
 from monailabel_xflow.policies import ScriptedPolicy
 from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.testing import ScriptedSegmenter, ellipse
-from monailabel_xflow.trace import GroundedBox, Trace, json_schema
+from monailabel_xflow.trace import Trace, json_schema
 from monailabel_xflow.workflow import XFlow, XFlowError, infer_lesion_type, locate_regions
 
 H, W = 256, 320
@@ -246,7 +246,7 @@ def test_global_answer_names_where_the_mask_lies(image, target):
 
 
 def test_locate_regions_rules():
-    lung_refs = [GroundedBox(b.label, b.box) for b in lungs()]
+    lung_refs = lungs()
     # Both sides: each lung named; a mask over a whole lung names the lung, not its four zones.
     both = box_to_mask((0.15, 0.2, 0.4, 0.8), (H, W)) | ellipse((H, W), 190, 230, 18, 40)
     assert locate_regions(both, lung_refs, "edema") == ("right lung", "left lung base")
@@ -272,8 +272,8 @@ def test_lesion_inference_answer(image, target):
 def test_infer_lesion_type_mixed_labels_is_not_confident():
     from monailabel_xflow.trace import Stage1Record
 
-    rec = Stage1Record(raw="", lesions=[GroundedBox("edema", (0, 0, 1, 1)), GroundedBox("edema", (0, 0, 0.5, 0.5)),
-                                        GroundedBox("pneumonia", (0, 0, 0.2, 0.2))])
+    rec = Stage1Record(raw="", lesions=[BoxRef("edema", (0, 0, 1, 1)), BoxRef("edema", (0, 0, 0.5, 0.5)),
+                                        BoxRef("pneumonia", (0, 0, 0.2, 0.2))])
     assert infer_lesion_type(rec) == ("edema", False)
     assert infer_lesion_type(Stage1Record(raw="")) is None
 

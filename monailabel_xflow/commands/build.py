@@ -44,10 +44,8 @@ def run(args) -> int:
         return 2
     for problem in result.problems[:20]:
         print(f"xflow build: skipped: {problem}", file=sys.stderr)
-    # A phantom set keeps its anatomy label maps beside the MIMIC-ILS JSON.
-    source = Path(args.dataset.split(":")[1])
-    anatomy = source.parent / "anatomy"
-    lungs = LungBoxes(args.lung_boxes, anatomy if anatomy.is_dir() else None)
+    # A phantom set keeps its anatomy label maps beside the MIMIC-ILS JSON (DIR/ground-truth/).
+    lungs = LungBoxes.for_dataset(Path(args.dataset.split(":")[1]).parent.parent, args.lung_boxes)
     segmenter = None
     if args.segmenter:
         from monailabel_xflow.segmenter import load_segmenter

@@ -48,7 +48,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
 CODING_SCHEME = "99XFLOW"
 NO_FINDING = "no finding"
-_COLOURS = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240)]
 
 
 def _local_base():
@@ -158,7 +157,7 @@ def write_seg(label_hw: np.ndarray, source: Path, out: Path) -> Path:
         label_hw.flat[0] = 1
         segments = [_segment(1, NO_FINDING, (128, 128, 128))]
     else:
-        segments = [_segment(v, FINDINGS[v - 1], _COLOURS[v - 1]) for v in values]
+        segments = [_segment(v, FINDINGS[v - 1], layout.FINDING_COLOURS[v - 1]) for v in values]
     description = "XFlow: " + (NO_FINDING if empty else ", ".join(FINDINGS[v - 1] for v in values))
     image = sitk.GetImageFromArray(np.ascontiguousarray(label_hw.astype(np.uint16))[None])  # (1, H, W) -> W x H x 1
     image.SetSpacing([float(header.PixelSpacing[1]), float(header.PixelSpacing[0]), 1.0])

@@ -31,6 +31,10 @@ from monailabel_xflow.label.errors import ImageNotFoundError, LabelError
 from monailabel_xflow.vocabulary import FINDINGS
 
 MAX_LABEL_VALUE = len(FINDINGS)
+FINDING_COLOURS: tuple[tuple[int, int, int], ...] = (
+    (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
+)
+"""RGB of label value ``v`` at index ``v - 1`` (overlays and DICOM SEG segments alike)."""
 _NIFTI = (".nii", ".nii.gz")
 
 
@@ -190,8 +194,7 @@ def overlay_png(image: np.ndarray, label_hw: np.ndarray) -> bytes:
 
     from PIL import Image
 
-    colours = np.array([[0, 0, 0], [230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
-                        [245, 130, 48], [145, 30, 180], [70, 240, 240]], dtype=np.float32)
+    colours = np.array([(0, 0, 0), *FINDING_COLOURS], dtype=np.float32)  # index = label value
     gray = np.repeat((np.clip(image, 0, 1) * 255).astype(np.float32)[..., None], 3, axis=2)
     tint = colours[np.clip(label_hw, 0, MAX_LABEL_VALUE)]
     on = (label_hw > 0)[..., None]

@@ -33,16 +33,12 @@ from monailabel_xflow.label import layout
 from monailabel_xflow.label.errors import RequestError
 from monailabel_xflow.label.infer import as_max_clicks
 from monailabel_xflow.label.runtime import XFlowRuntime
+from monailabel_xflow.metrics import mask_iou
 
 logger = logging.getLogger(__name__)
 
 INFO_KEY = "xflow_uncertainty"
 DEFAULT_INSTRUCTION = "segment all findings"
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 1.0
 
 
 def result_uncertainty(result: Any, max_clicks: int) -> dict[str, float] | None:
@@ -55,7 +51,7 @@ def result_uncertainty(result: Any, max_clicks: int) -> dict[str, float] | None:
     m0 = np.zeros(shape, dtype=bool)
     for lesion in lesions:
         m0 |= rle.decode(lesion.initial_mask)
-    d = 1.0 - _iou(m0, np.asarray(result.mask, dtype=bool))
+    d = 1.0 - mask_iou(m0, result.mask)
     clicks = sum(len(lesion.clicks) for lesion in lesions)
     e = clicks / (max_clicks * len(lesions)) if max_clicks > 0 else 0.0
     ious = [v for v in ((l.iou if l.iou is not None else l.initial_iou) for l in lesions) if v is not None]

@@ -28,14 +28,14 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from monailabel_xflow.geometry import Box, mask_to_box, resize_mask
-from monailabel_xflow.instructions import Instruction, parse_instruction
+from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
-from monailabel_xflow.vocabulary import LUNGS, ZONES
+from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS, ZONES, join_regions
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def init_target(instruction: Instruction, mask: np.ndarray | None, lungs: dict[s
         raise BuildError(f"no box for {', '.join(missing)}")
     boxes = lesion_boxes(mask)
     where = f"the {instruction.location}" if instruction.regions else "the chest"
-    grounded = " and ".join(instruction.lungs)
+    grounded = join_regions(instruction.lungs)
     if boxes:
         think = f"I locate the {grounded}, then look for {instruction.finding} in {where}: {len(boxes)} region(s)."
     else:
@@ -125,8 +125,8 @@ class LungBoxes:
     Args:
         boxes_json: a JSON file ``{image file name or path: {"right lung": [x1, y1, x2, y2],
             "left lung": [...]}}`` with normalised boxes (e.g. from a lung segmentation model).
-        anatomy_dir: a phantom set's ``ground-truth/anatomy`` folder of label maps (1..4 right
-            zones, 5..8 left zones). Used when ``boxes_json`` has no entry.
+        anatomy_dir: a phantom set's ``ground-truth/anatomy`` folder of label maps (1..8 the zones
+            in ``ALL_ZONES`` order: 1..4 right, 5..8 left). Used when ``boxes_json`` has no entry.
     """
 
     def __init__(self, boxes_json: str | Path | None = None, anatomy_dir: str | Path | None = None) -> None:
@@ -155,8 +155,8 @@ class LungBoxes:
 
                 label = np.asarray(Image.open(label_file))
                 boxes = {}
-                for offset, lung in ((1, LUNGS[0]), (5, LUNGS[1])):
-                    box = mask_to_box((label >= offset) & (label < offset + len(ZONES[lung])))
+                for lung in LUNGS:  # label k + 1 is zone ALL_ZONES[k] (phantom_export's layout)
+                    box = mask_to_box(np.isin(label, [ALL_ZONES.index(z) + 1 for z in ZONES[lung]]))
                     if box is not None:
                         boxes[lung] = box
                 self._cache[path.stem] = boxes
@@ -319,8 +319,3 @@ def load_built(out_dir: str | Path):
     if not parts:
         raise BuildError(f"{out_dir} holds no built chunks")
     return concatenate_datasets(parts)
-
-
-def check_phrasings(instructions: Iterable[Instruction]) -> list[str]:
-    """Phrasings that do not parse back to their instruction (empty when all do)."""
-    return [p for ins in instructions for p in phrasings(ins) if parse_instruction(p) != ins]

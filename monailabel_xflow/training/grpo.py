@@ -369,7 +369,13 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
     from accelerate import PartialState
     from trl import GRPOConfig
 
-    from monailabel_xflow.training.sft import _drop_if_empty, load_policy_model, set_vision_trainable
+    from monailabel_xflow.training.sft import (
+        _drop_if_empty,
+        batch_geometry,
+        common_training_args,
+        load_policy_model,
+        set_vision_trainable,
+    )
 
     if stage not in RL_COLUMNS:
         raise ConfigError(f"unknown RL trainer {stage!r}; one of {sorted(RL_COLUMNS)}")
@@ -386,9 +392,7 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
     g = cfg.num_generations
     if g < 2:
         raise ConfigError(f"num_generations must be >= 2 (GRPO normalises within a group), got {g}")
-    per_step = max(1, -(-cfg.effective_batch // state.num_processes))
-    per_device = per_device_batch or min(per_step, 16)
-    accum = max(1, -(-per_step // per_device))
+    per_device, accum = batch_geometry(cfg.effective_batch, per_device_batch, state.num_processes, max_per_device=16)
     if (per_device * accum * state.num_processes) % g:
         raise ConfigError(f"completions per step ({per_device} x {accum} x {state.num_processes}) must be a "
                           f"multiple of num_generations={g}")
@@ -407,29 +411,12 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
         rollout = RevisionRollout(processor, segmenter, cfg.max_clicks, **sampling)
         reward_funcs = revision_reward_funcs()
     args = GRPOConfig(
-        output_dir=str(out_dir / "checkpoints"),
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.grad_clip,
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accum,
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
+        **common_training_args(cfg, out_dir, per_device, accum, report_to, progress),
         num_generations=g,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         beta=cfg.kl_beta,
         max_completion_length=max_new * (cfg.max_clicks if stage == "rev-rl" else 1),
-        seed=cfg.seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=report_to,
-        remove_unused_columns=False,
-        gradient_checkpointing=False,
-        disable_tqdm=not progress,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
-        dataloader_num_workers=0,
     )
     trainer = _trainer_class()(
         model=model, reward_funcs=reward_funcs, args=args, train_dataset=trl_dataset(rows),

@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "VISION_MODULES", "SFTDataError", "load_rows", "policy_image", "observation_image",
     "PolicyExampleEncoder", "PolicyCollator", "policy_lora_config", "load_policy_model",
-    "batch_geometry", "train_sft",
+    "batch_geometry", "common_training_args", "train_sft",
 ]
 
 VISION_MODULES = ("vision_tower", "multi_modal_projector")
@@ -330,16 +330,45 @@ def set_vision_trainable(model, trainable: bool) -> int:
     return n
 
 
-def batch_geometry(effective_batch: int, per_device: int | None, world_size: int) -> tuple[int, int]:
+def batch_geometry(effective_batch: int, per_device: int | None, world_size: int,
+                   max_per_device: int = 8) -> tuple[int, int]:
     """``(per_device_batch, grad_accum)`` reaching ``effective_batch`` (rounded up) on ``world_size``.
 
-    The per-device batch defaults to what one step of ``effective_batch`` needs, capped at 8.
+    The per-device batch defaults to what one step of ``effective_batch`` needs, capped at
+    ``max_per_device``.
     """
     if effective_batch < 1:
         raise ConfigError(f"effective_batch must be >= 1, got {effective_batch}")
     per_step = max(1, math.ceil(effective_batch / world_size))
-    per_device = per_device or min(per_step, 8)
+    per_device = per_device or min(per_step, max_per_device)
     return per_device, max(1, math.ceil(per_step / per_device))
+
+
+def common_training_args(cfg: Any, out_dir: Path, per_device: int, accum: int, report_to: Any,
+                         progress: bool) -> dict[str, Any]:
+    """The ``TrainingArguments`` both policy trainers (SFT and GRPO) set the same way."""
+    import torch
+
+    return dict(
+        output_dir=str(out_dir / "checkpoints"),
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.grad_clip,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accum,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        seed=cfg.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=report_to,
+        remove_unused_columns=False,
+        gradient_checkpointing=False,
+        disable_tqdm=not progress,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        dataloader_num_workers=0,
+    )
 
 
 # --- trainer ------------------------------------------------------------------------------------
@@ -451,27 +480,10 @@ def train_sft(stage: str, data: Any, base: str | Path, out_dir: str | Path,
     tok = processor.tokenizer
     collator = PolicyCollator(PolicyExampleEncoder(processor, stage, aux_side), int(tok.pad_token_id))
     args = SFTConfig(
-        output_dir=str(out_dir / "checkpoints"),
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.grad_clip,
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accum,
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
+        **common_training_args(cfg, out_dir, per_device, accum, report_to, progress),
         lr_scheduler_type="cosine",
         warmup_steps=0.03,
-        seed=cfg.seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=report_to,
-        remove_unused_columns=False,
         dataset_kwargs={"skip_prepare_dataset": True},
-        gradient_checkpointing=False,
-        disable_tqdm=not progress,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
-        dataloader_num_workers=0,
     )
     trainer = _trainer_class()(
         model=model, args=args, train_dataset=rows, processing_class=processor, data_collator=collator,
