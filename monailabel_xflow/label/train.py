@@ -48,25 +48,17 @@ MAX_PROMPTS_PER_IMAGE = 8
 
 def component_prompts(label_hw: np.ndarray, min_share: float = MIN_COMPONENT_SHARE,
                       max_prompts: int = MAX_PROMPTS_PER_IMAGE) -> list[tuple[tuple[float, float, float, float], np.ndarray]]:
-    """``[(box, mask)]``: one box prompt per connected component of each finding in a label map,
-    specks (< ``min_share`` of the image) left out, at most ``max_prompts``, largest first."""
-    from scipy import ndimage
-
+    """``[(box, mask)]``: one box prompt per connected component (8-connectivity, as everywhere
+    else) of each finding in a label map, specks (< ``min_share`` of the image) left out, at most
+    ``max_prompts``, largest first."""
     from monailabel_xflow.geometry import mask_to_box
+    from monailabel_xflow.oracle import connected_components
 
-    found = []
-    for value in (int(v) for v in np.unique(label_hw) if v):
-        components, n = ndimage.label(label_hw == value)
-        sizes = np.bincount(components.ravel(), minlength=n + 1)
-        for k in np.argsort(-sizes[1:])[:max_prompts] + 1:
-            if sizes[k] >= min_share * label_hw.size:
-                found.append((int(sizes[k]), value, int(k), components))
-    found.sort(key=lambda t: -t[0])
-    out = []
-    for _, _, k, components in found[:max_prompts]:
-        mask = components == k
-        out.append((mask_to_box(mask), mask))
-    return out
+    min_px = max(1, int(np.ceil(min_share * label_hw.size)))
+    found = [m for value in (int(v) for v in np.unique(label_hw) if v)
+             for m in connected_components(label_hw == value, min_area_px=min_px)]
+    found.sort(key=lambda m: -int(m.sum()))
+    return [(mask_to_box(m), m) for m in found[:max_prompts]]
 
 
 def finetune_from_labels(
