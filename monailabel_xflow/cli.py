@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["train", "demo"]:  # the demo recipe has its own options (training/demo.py)
+        from monailabel_xflow.training.demo import main as train_demo
+
+        return int(train_demo(argv[2:]) or 0)
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -32,6 +32,15 @@ Example ``models.yaml``::
 A value that names an existing path (absolute, relative to the config file, or relative to the
 working folder) is local; any other value of the form ``org/name`` is a hub id. Start a value
 with ``./`` to insist that it is local (a missing folder is then an error, not a hub lookup).
+
+The demo default
+----------------
+When nothing is configured (no ``--models``, no ``XFLOW_*`` weight variable), XFlow falls back to
+the **demo model** committed in ``monailabel_xflow/demo/`` (:func:`demo_config`): a small XFlow
+trained on synthetic phantoms by ``xflow train demo``, so the app and ``xflow segment`` work out of
+the box. It is for trying the software only: every place that uses it says so with
+:data:`DEMO_NOTICE` (the log, traces via :meth:`ModelConfig.identities`, the app's ``/info``).
+Set ``XFLOW_NO_DEMO=1`` to turn the fallback off (nothing configured is then an error).
 """
 
 from __future__ import annotations
@@ -53,6 +62,17 @@ ENV_FILE = "XFLOW_MODELS"
 DTYPES = ("float32", "bfloat16", "float16")
 _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_model", "segmenter")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+(@[\w.\-/]+)?$")
+
+DEMO_NAME = "xflow-demo-phantoms"
+"""Name of the demo model (``monailabel_xflow/demo/``) in logs, traces and ``/info``."""
+DEMO_NOTICE = (f"Using the XFlow demo model ({DEMO_NAME}): demo model trained on synthetic phantoms; "
+               "not for clinical images.")
+"""The sentence every user of the demo model shows (log, ``/info``, traces)."""
+DEMO_DIR = Path(__file__).resolve().parent / "demo"
+"""Folder of the committed demo weights (``models.yaml``, ``base/``, ``init/``, ``rev/``, ``segmenter/``)."""
+DEMO_MODELS_FILE = DEMO_DIR / "models.yaml"
+ENV_NO_DEMO = "XFLOW_NO_DEMO"
+"""Environment variable that, set to a non-empty value other than ``0``, disables the demo fallback."""
 
 
 class ModelConfigError(ValueError):
@@ -188,11 +208,15 @@ class ModelConfig:
 
     @classmethod
     def load(cls, source: "ModelConfig | Mapping[str, Any] | str | os.PathLike | None" = None) -> "ModelConfig":
-        """Any supported source: a config, a dict, a file path, or None for the environment."""
+        """Any supported source: a config, a dict, a file path, or None for the environment.
+
+        None reads the environment and, when that names no weights, falls back to the demo model
+        (:func:`default_config`).
+        """
         if isinstance(source, ModelConfig):
             return source
         if source is None:
-            return cls.from_env()
+            return default_config()[0]
         if isinstance(source, Mapping):
             return cls.from_dict(source)
         if isinstance(source, (str, os.PathLike)):
@@ -225,6 +249,11 @@ class ModelConfig:
             )
 
     @property
+    def is_demo(self) -> bool:
+        """Whether this is the committed demo model (its file's folder is :data:`DEMO_DIR`)."""
+        return self.base_dir is not None and Path(self.base_dir).resolve() == DEMO_DIR
+
+    @property
     def has_reviser(self) -> bool:
         """Whether a revision policy (Stage 2) is configured."""
         return bool(self.rev_adapter or self.rev_model)
@@ -237,6 +266,8 @@ class ModelConfig:
         """What a trace records about the models: the weight fields as configured, plus settings."""
         ids = self.weights()
         ids["segmenter_backend"] = self.segmenter_backend
+        if self.is_demo:
+            ids["demo"] = DEMO_NOTICE
         if self.device:
             ids["device"] = self.device
         if self.dtype:
@@ -319,6 +350,52 @@ def hub_ids(config: ModelConfig) -> dict[str, str]:
     return out
 
 
+# --- the demo default -----------------------------------------------------------------------
+
+def demo_config() -> ModelConfig | None:
+    """The committed demo model's configuration, or None when its folder is not installed.
+
+    The demo (``monailabel_xflow/demo/models.yaml``) is a small XFlow trained on synthetic phantoms
+    (:data:`DEMO_NOTICE`); :meth:`ModelConfig.is_demo` is True for it.
+    """
+    if not DEMO_MODELS_FILE.is_file():
+        return None
+    return ModelConfig.from_file(DEMO_MODELS_FILE)
+
+
+def demo_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``XFLOW_NO_DEMO`` turns the demo fallback off."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV_NO_DEMO, "") not in ("", "0")
+
+
+def default_config(environ: Mapping[str, str] | None = None) -> tuple[ModelConfig, str]:
+    """The configuration used when no ``--models`` is given, and where it came from.
+
+    The environment (``XFLOW_MODELS`` / ``XFLOW_*``) when it names any weights; otherwise the demo
+    model (logged with :data:`DEMO_NOTICE`) unless ``XFLOW_NO_DEMO`` is set or the demo is not
+    installed, in which case the empty environment configuration (its :meth:`~ModelConfig.validate`
+    says what to set).
+
+    Returns:
+        ``(config, source)``, source ``"XFLOW_MODELS=PATH"``, ``"XFLOW_*"`` or ``"demo"``.
+    """
+    env = os.environ if environ is None else environ
+    config = ModelConfig.from_env(env)
+    source = f"{ENV_FILE}={env[ENV_FILE]}" if env.get(ENV_FILE) else f"{ENV_PREFIX}*"
+    if config.weights() or demo_disabled(env):
+        return config, source
+    demo = demo_config()
+    if demo is None:
+        return config, source
+    # keep settings given in the environment (device, dtype, max clicks...) on top of the demo
+    settings = {k: v for k, v in asdict(config).items() if v is not None and k != "base_dir"
+                and v != getattr(ModelConfig(), k)}
+    demo = replace(demo, **settings) if settings else demo
+    logger.info("no models configured (--models, XFLOW_*): using the demo model in %s", DEMO_DIR)
+    return demo, "demo"
+
+
 # --- loading --------------------------------------------------------------------------------
 
 @dataclass
@@ -341,6 +418,8 @@ def load_models(config: ModelConfig) -> LoadedModels:
         ModelConfigError: incomplete configuration or weights not available locally.
     """
     config.validate()
+    if config.is_demo:
+        logger.warning(DEMO_NOTICE)
     # Resolve every path first: a missing weight fails before minutes of loading.
     paths = {name: config.resolve(name) for name in config.weights()}
     from monailabel_xflow.policies import GenerationSettings, VLMPolicy
@@ -373,4 +452,6 @@ def load_models(config: ModelConfig) -> LoadedModels:
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 
 
-__all__ = ["ModelConfig", "ModelConfigError", "LoadedModels", "load_models", "hub_ids", "is_hub_id", "split_hub_id"]
+__all__ = ["ModelConfig", "ModelConfigError", "LoadedModels", "load_models", "hub_ids", "is_hub_id", "split_hub_id",
+           "DEMO_NAME", "DEMO_NOTICE", "DEMO_DIR", "DEMO_MODELS_FILE", "ENV_NO_DEMO", "demo_config", "demo_disabled",
+           "default_config"]

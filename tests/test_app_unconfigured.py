@@ -19,7 +19,7 @@ def server(tmp_path_factory, cxr_samples):
     studies = tmp / "studies"
     studies.mkdir()
     shutil.copy(cxr_samples / "nih" / "images" / "00001933_000.png", studies)
-    with monailabel_server(studies, tmp / "server") as running:
+    with monailabel_server(studies, tmp / "server", env={"XFLOW_NO_DEMO": "1"}) as running:
         yield running
 
 

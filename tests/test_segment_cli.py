@@ -36,6 +36,7 @@ def models_file(tmp_path_factory):
 def no_model_env(monkeypatch):
     for name in ("XFLOW_MODELS", "XFLOW_VLM_BASE", "XFLOW_INIT_MODEL", "XFLOW_SEGMENTER"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XFLOW_NO_DEMO", "1")  # without the demo fallback, nothing is configured
 
 
 def _check_outputs(folder, shape):

@@ -84,8 +84,10 @@ class XFlowRuntime:
         path = self._conf.get("models")
         if path:
             return f"--conf models {path}", ModelConfig.from_file(path)
-        config = ModelConfig.from_env(self._environ)
-        src = f"XFLOW_MODELS={self._environ['XFLOW_MODELS']}" if self._environ.get("XFLOW_MODELS") else "XFLOW_*"
+        from monailabel_xflow.models import default_config
+
+        # The environment when it names weights, else the committed demo model (unless disabled).
+        config, src = default_config(self._environ)
         return src, config
 
     @property
@@ -101,6 +103,10 @@ class XFlowRuntime:
             return {"configured": False, "message": HOW_TO_CONFIGURE}
         out: dict[str, Any] = {"configured": True, "source": self.source, "models": self.config.identities(),
                                "loaded": self._xflow is not None, "trained_segmenter": self.trained_segmenter}
+        if self.config.is_demo:
+            from monailabel_xflow.models import DEMO_NAME, DEMO_NOTICE
+
+            out.update(demo=DEMO_NOTICE, model_name=DEMO_NAME)
         if self._error is not None:
             out["error"] = str(self._error)
         return out
@@ -111,7 +117,12 @@ class XFlowRuntime:
             return f"MODEL CONFIGURATION ERROR - {self._config_error}"
         if not self.configured:
             return "NOT CONFIGURED - " + HOW_TO_CONFIGURE
-        return ", ".join(f"{k}={v}" for k, v in self.config.identities().items())
+        names = ", ".join(f"{k}={v}" for k, v in self.config.identities().items())
+        if self.config.is_demo:
+            from monailabel_xflow.models import DEMO_NOTICE
+
+            return f"{DEMO_NOTICE} ({names})"
+        return names
 
     # --- access -------------------------------------------------------------------------------
 

@@ -1,0 +1,736 @@
+"""The demo model: a small XFlow trained on phantom radiographs, with this project's own trainers.
+
+Real XFlow weights cannot be fetched everywhere; the demo makes the app and ``xflow segment`` do
+their job out of the box, on synthetic phantoms only (it is **not** for clinical images). The
+recipe (``xflow train demo``, or ``python -m monailabel_xflow.training.demo``) runs every step a
+real training runs, at a size two CPU cores manage in about half an hour:
+
+1. **Data**: a phantom training set (:func:`~monailabel_xflow.phantom_export.export_set`, 256 px)
+   read as MIMIC-ILS questions; every split of it is training data (the held-out evaluation set
+   is drawn with a different seed, :func:`export_heldout`).
+2. **F_seg** (in a second process, while π_init trains): a randomly initialised
+   ``Sam3TrackerModel`` of reduced size (:func:`~monailabel_xflow.sam3_configs.build_random_sam3`),
+   a few steps of the project trainer
+   (:func:`~monailabel_xflow.training.segmenter.finetune_segmenter`, encoder unfrozen), then
+   decoder-only steps on cached image embeddings (:func:`finetune_segmenter_decoder`: the same
+   SAM 2 loss and box + click prompts at a fraction of the cost per step).
+3. **Base VLM**: a randomly initialised ``Gemma3ForConditionalGeneration`` of DESIGN §12's size
+   (128 px images, patch 16, 16 image tokens; 128-wide vision and text) with the offline
+   tokenizer of :mod:`~monailabel_xflow.gemma3_configs` (single-digit tokens, protocol tags).
+4. **π_init SFT** on ``init-sft`` rows (:mod:`~monailabel_xflow.training.builders`) with
+   :func:`~monailabel_xflow.training.sft.train_sft` (in rounds, each warm-started from the
+   previous), the auxiliary mask loss **on**
+   (DESIGN §12: without it a from-scratch VLM ignores the image); LoRA rank = text width, so the
+   adapter can move the random language model anywhere; vision tower trained.
+5. **π_rev SFT** on ``rev-sft`` rows (oracle trajectories with the fine-tuned F_seg in the loop),
+   warm-started from π_init.
+6. **GRPO**, short: ``init-rl`` then ``rev-rl`` with
+   :func:`~monailabel_xflow.training.grpo.train_grpo` (F_seg frozen in the loop).
+7. **Packaging**: ``OUT/model/`` holds ``base/`` (model + processor), ``init/`` and ``rev/``
+   (peft adapters), ``segmenter/`` (Hugging Face ``save_pretrained``), ``models.yaml`` (Stage 1 + 2),
+   ``models-stage1.yaml`` (Stage 1 only, for the ablation), ``recipe.json`` and the model card
+   ``README.md``. ``--install`` copies it to :data:`monailabel_xflow.models.DEMO_DIR`.
+
+Everything is drawn from ``--seed``: phantoms, initial weights, prompts, data order.
+Intermediate outputs live under ``OUT/work`` and are reused when the recipe is rerun with the
+same settings (delete the folder to start afresh).
+
+Heavy imports (torch, transformers, datasets) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DemoRecipe", "QUICK", "DEMO_VLM_SIZE", "DEMO_VLM_SPEC", "build_demo_vlm", "export_heldout",
+    "train_demo", "main",
+]
+
+DEMO_VLM_SIZE = "demo"
+DEMO_VLM_SPEC: dict[str, Any] = dict(
+    # DESIGN §12: 1.7 M parameters; 8 x 8 patches pooled 2 x 2 into 16 image tokens.
+    image_size=128, patch_size=16, mm_tokens_per_image=16,
+    vision=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4),
+    text=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=4, head_dim=32, sliding_window=4096,
+              layer_types=["full_attention", "full_attention"]),
+    lora_r=128,
+)
+"""The demo's Gemma3 size, registered as ``gemma3_configs.SIZES["demo"]`` when the recipe runs."""
+
+
+@dataclass
+class DemoRecipe:
+    """Sizes and step counts of the recipe (the defaults fit ~30 min of two CPU cores).
+
+    Attributes:
+        seed: everything is drawn from it.
+        train_studies: phantom studies generated for training (~30 questions each).
+        phantom_size: phantom side in pixels (F_seg resizes to 1008, the policy to 128).
+        seg_size: ``sam3_configs`` size of F_seg (``"tiny"`` / ``"small"``).
+        seg_steps / seg_batch: F_seg fine-tuning with the project trainer, encoder unfrozen
+            (optimiser steps, prompts per step); few, as each costs ~10 s on a busy CPU.
+        seg_decoder_steps / seg_images: then decoder-only steps on cached embeddings of at most
+            ``seg_images`` images (:func:`finetune_segmenter_decoder`).
+        seg_lr: F_seg learning rate.
+        seg_focal_weight: focal-loss weight of the decoder phase (see :func:`finetune_segmenter_decoder`).
+        seg_eval: training components on which F_seg's box-prompted IoU is logged.
+        sft_batch / sft_lr: policy SFT batch and peak learning rate (both policies).
+        init_sft_steps / rev_sft_steps: SFT optimiser steps of π_init / π_rev.
+        init_sft_rounds: π_init SFT runs this many rounds of ``init_sft_steps``, each
+            warm-started from the previous one (learning-rate warm restart).
+        init_sft_balanced_rounds: the last rounds train on presence-balanced rows
+            (:func:`balanced_presence`): phantom questions are ~13 % positive, and a policy
+            trained on them alone learns to answer "absent". Such rounds run
+            ``init_sft_balanced_steps`` steps.
+        aux_weight: weight of the auxiliary mask loss in π_init SFT (DESIGN §12).
+        rev_components: at most this many lesion components become π_rev trajectories.
+        rl_steps_init / rl_steps_rev: GRPO steps (0 skips that phase). Off by default: the
+            demo policy's output distribution is nearly flat, so trl's sampled rollouts emit
+            ``<image_soft_token>`` and the GRPO forward fails ("Image features and image
+            tokens do not match"); ``--set rl_steps_init=2 --set rl_steps_rev=1`` runs them.
+        rl_generations / rl_batch / rl_lr: GRPO group size, completions per step, learning rate.
+        max_clicks: Stage 2 budget at training and inference.
+        parallel: train F_seg in a second process while π_init trains (one thread each).
+    """
+
+    seed: int = 0
+    train_studies: int = 240
+    phantom_size: int = 256
+    seg_size: str = "tiny"
+    seg_steps: int = 2
+    seg_batch: int = 1
+    seg_decoder_steps: int = 800
+    seg_images: int = 96
+    seg_lr: float = 1e-3
+    seg_focal_weight: float = 1.0
+    seg_eval: int = 12
+    sft_batch: int = 8
+    sft_lr: float = 1e-3
+    init_sft_steps: int = 600
+    init_sft_rounds: int = 3
+    init_sft_balanced_rounds: int = 1
+    init_sft_balanced_steps: int = 600
+    rev_sft_steps: int = 100
+    aux_weight: float = 1.0
+    rev_components: int = 40
+    rl_steps_init: int = 0  # GRPO off by default: see the note on rl_steps_init below
+    rl_steps_rev: int = 0
+    rl_generations: int = 4
+    rl_batch: int = 8
+    rl_lr: float = 2e-5
+    max_clicks: int = 4
+    parallel: bool = True
+
+
+QUICK = DemoRecipe(train_studies=8, seg_steps=1, seg_batch=1, seg_decoder_steps=3, seg_images=2, seg_eval=2,
+                   sft_batch=2, init_sft_steps=2, init_sft_rounds=2, init_sft_balanced_steps=1,
+                   rev_sft_steps=2, rev_components=4, rl_steps_init=1,
+                   rl_steps_rev=1, rl_generations=2, rl_batch=2)
+"""A toy scale that runs the whole recipe in a few minutes on a busy CPU, learning nothing (smoke checks)."""
+
+
+# --- models -------------------------------------------------------------------------------------
+
+
+def finetune_segmenter_decoder(model_path: str | Path, samples: Sequence, out_dir: str | Path, steps: int,
+                               learning_rate: float = 1e-3, max_images: int = 96, seed: int = 0,
+                               progress: bool = True, focal_weight: float = 20.0) -> dict[str, Any]:
+    """Fine-tune F_seg's prompt encoder and mask decoder on cached image embeddings.
+
+    Why (CPU budget): a training step of the full tracker at its 1008 px input costs ~10 s on a
+    busy 2-core machine, mostly the image encoder's backward pass, so the project trainer
+    (:func:`~monailabel_xflow.training.segmenter.finetune_segmenter`) manages only a few dozen
+    prompts in the demo's budget. With the image encoder frozen, each distinct image is encoded
+    once and every step runs the decoder alone (~0.2 s), so hundreds of prompts fit. The loss,
+    the prompt sampling (jittered box + 0-2 clicks) and the two outputs supervised (three
+    hypotheses, and the single mask a box prompt returns) are the project trainer's.
+
+    Args:
+        model_path: ``Sam3TrackerModel`` folder to start from.
+        samples: ``SegSample`` list (one lesion component each).
+        out_dir: where the model is saved (``save_pretrained``).
+        steps: optimiser steps, one prompt each.
+        learning_rate: AdamW rate of the decoder and prompt encoder.
+        max_images: at most this many distinct images are encoded (memory: ~5 MB each).
+        seed: prompt sampling and data order.
+        focal_weight: weight of the focal term (the paper's 20 lets a decoder trained from
+            scratch settle on "all background": lesions cover a few percent of the grid, and
+            the dice term that rewards foreground is then outweighed; the demo uses less).
+
+    Returns:
+        ``{"steps", "images", "losses"}``.
+    """
+    import numpy as np
+    import torch
+    from tqdm.auto import tqdm
+
+    from monailabel_xflow.geometry import box_to_sam, point_to_sam
+    from monailabel_xflow.segmenter import Sam3Segmenter, load_tracker_model
+    from monailabel_xflow.training.config import load_config
+    from monailabel_xflow.training.segmenter import _target_grid, param_groups, sam2_loss, sample_prompt
+
+    cfg = load_config("segmenter", learning_rate=learning_rate, seed=seed, focal_weight=focal_weight)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = load_tracker_model(model_path)
+    prep = Sam3Segmenter(model, device="cpu", dtype=torch.float32, cache_tag="demo-train")
+    for name, p in model.named_parameters():
+        p.requires_grad_(not name.startswith("vision_encoder."))
+    by_image: dict[bytes, list] = {}
+    for s in samples:
+        by_image.setdefault(s.image[::4, ::4].tobytes(), []).append(s)
+    keys = list(by_image)
+    keys = [keys[k] for k in sorted(rng.permutation(len(keys))[:max_images])]
+    model.eval()
+    embeddings, items = [], []
+    with torch.no_grad():
+        for i, key in enumerate(tqdm(keys, desc="F_seg: encoding images", disable=not progress)):
+            emb = model.get_image_embeddings(prep.preprocess(by_image[key][0].image))
+            embeddings.append([e.to(torch.bfloat16) for e in emb])
+            items += [(i, s.mask) for s in by_image[key]]
+    model.train()
+    optimizer = torch.optim.AdamW(param_groups(model, cfg))
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=[g["lr"] for g in optimizer.param_groups],
+                                                   total_steps=max(1, steps), pct_start=0.05)
+    losses: list[float] = []
+    bar = tqdm(range(steps), desc="F_seg: decoder fine-tuning", disable=not progress)
+    for step in bar:
+        i, mask = items[int(rng.integers(len(items)))]
+        box, clicks = sample_prompt(mask, rng, cfg.box_jitter, cfg.points_per_prompt)
+        prompts: dict[str, Any] = {"input_boxes": torch.tensor([[box_to_sam(box)]], dtype=torch.float32)}
+        if clicks:
+            prompts["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y) for c in clicks]]])
+            prompts["input_labels"] = torch.tensor([[[int(c.positive) for c in clicks]]])
+        emb = [e.float() for e in embeddings[i]]
+        multi = model(image_embeddings=emb, multimask_output=True, **prompts)
+        target = _target_grid(mask, multi.pred_masks.shape[-2:])
+        loss, _ = sam2_loss(multi.pred_masks[0, 0].float(), multi.iou_scores[0, 0].float(), target, cfg)
+        single = model(image_embeddings=emb, multimask_output=False, **prompts)
+        single_loss, _ = sam2_loss(single.pred_masks[0, 0].float(), single.iou_scores[0, 0].float(), target, cfg)
+        total = loss + single_loss
+        optimizer.zero_grad()
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(total.detach()))
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-10:]):.3f}")
+    model.eval().save_pretrained(Path(out_dir))
+    return {"steps": steps, "images": len(keys), "losses": losses}
+
+
+
+def _register_demo_size() -> None:
+    from monailabel_xflow import gemma3_configs
+
+    gemma3_configs.SIZES.setdefault(DEMO_VLM_SIZE, DEMO_VLM_SPEC)
+
+
+def build_demo_vlm(path: str | Path, seed: int = 0) -> Path:
+    """Write the random demo-size Gemma3 base (weights + processor) to ``path/base``.
+
+    Returns:
+        The ``base`` folder.
+    """
+    from monailabel_xflow.gemma3_configs import build_random_vlm
+
+    _register_demo_size()
+    return build_random_vlm(path, size=DEMO_VLM_SIZE, seed=seed, adapters=False).base
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+
+def _export(out: Path, count: int, seed: int, size: int, progress: bool, desc: str) -> Path:
+    """Export a phantom set once (a ``done`` marker makes reruns reuse it); returns its JSON."""
+    from tqdm.auto import tqdm
+
+    from monailabel_xflow.phantom_export import GT_DIR, JSON_NAME, export_set
+
+    marker = out / ".done"
+    if not marker.is_file():
+        export_set(out, count, seed, size=size, progress=lambda it: tqdm(it, desc=desc, disable=not progress))
+        marker.write_text(json.dumps({"count": count, "seed": seed, "size": size}))
+    return out / GT_DIR / JSON_NAME
+
+
+def balanced_presence(rows, seed: int = 0):
+    """``init-sft`` rows with the positives repeated until they are as many as the negatives.
+
+    Args:
+        rows: a ``datasets.Dataset`` with a boolean ``positive`` column.
+        seed: shuffles the result.
+    """
+    import numpy as np
+    from datasets import concatenate_datasets
+
+    flags = np.asarray(rows["positive"], bool)
+    pos, neg = np.flatnonzero(flags), np.flatnonzero(~flags)
+    if len(pos) == 0 or len(neg) <= len(pos):
+        return rows
+    repeat = np.resize(pos, len(neg))  # every positive, cycled to the negatives' count
+    # flatten_indices: a shuffled view is slow to read row by row during training
+    return concatenate_datasets([rows.select(neg), rows.select(repeat)]).shuffle(seed=seed).flatten_indices()
+
+
+def training_cases(json_path: Path):
+    """Every basic and global question of every split of a phantom set (all of it is training)."""
+    from monailabel_xflow.datasets import read_mimic_ils
+
+    cases = []
+    for split in ("train", "val", "test"):
+        cases += read_mimic_ils(json_path, split=split, kinds=("basic", "global")).cases
+    return cases
+
+
+def export_heldout(out: str | Path, seed: int = 1000, questions: int = 200, size: int = 256,
+                   progress: bool = True) -> Path:
+    """A held-out evaluation set: ``questions`` phantom questions, balanced over levels.
+
+    Phantoms are drawn with ``seed`` (use one the training never used); the questions are split as
+    evenly as possible over the chest / lung / zone levels and, within a level, over positives and
+    negatives. They are written, all in the ``test`` split, to ``OUT/ground-truth/heldout.json``
+    beside the set's own ``mimic_ils.json`` (so masks resolve the same way).
+
+    Returns:
+        The JSON path; evaluate with ``xflow eval --dataset mimic-ils:PATH``.
+    """
+    import numpy as np
+
+    from monailabel_xflow.instructions import parse_instruction
+
+    out = Path(out)
+    studies = max(4, questions // 6)
+    json_path = _export(out, studies, seed, size, progress, "held-out phantoms")
+    release = json.loads(json_path.read_text())
+    rng = np.random.default_rng(seed)
+    pools: dict[tuple[str, bool], list[tuple[str, dict]]] = {}
+    for split in release.values():
+        for study, entry in split.items():
+            for sign, key in ((True, "positive_pairs"), (False, "negative_pairs")):
+                for pair in entry["instruction_answer_pairs"][key]:
+                    if pair["type"] not in ("basic", "global"):
+                        continue
+                    level = parse_instruction(pair["instruction"]).level
+                    pools.setdefault((level, sign), []).append((study, pair))
+    levels = ("chest", "lung", "zone")
+    chosen: list[tuple[str, dict]] = []
+    for i, level in enumerate(levels):
+        n_level = questions // 3 + (1 if i < questions % 3 else 0)
+        for j, sign in enumerate((True, False)):
+            pool = pools.get((level, sign), [])
+            want = n_level // 2 + (n_level % 2 if j == 0 else 0)
+            if len(pool) < want:
+                raise ValueError(f"held-out set too small: {len(pool)} {level} "
+                                 f"{'positives' if sign else 'negatives'} for {want}")
+            chosen += [pool[k] for k in sorted(rng.choice(len(pool), want, replace=False))]
+    entries = {s: e for split in release.values() for s, e in split.items()}
+    test: dict[str, dict] = {}
+    for study, pair in chosen:
+        entry = test.setdefault(study, dict(entries[study], instruction_answer_pairs={
+            "positive_pairs": [], "negative_pairs": []}))
+        entry["instruction_answer_pairs"]["positive_pairs" if pair["seg"] else "negative_pairs"].append(pair)
+    heldout = json_path.parent / "heldout.json"
+    heldout.write_text(json.dumps({"train": {}, "val": {}, "test": test}, indent=1))
+    return heldout
+
+
+# --- the recipe ---------------------------------------------------------------------------------
+
+
+class _Phases:
+    """Runs named phases once each, logs their duration, and skips those already done."""
+
+    def __init__(self, work: Path, fingerprint: dict[str, Any]) -> None:
+        self.work = work
+        self.state_file = work / "phases.json"
+        state = json.loads(self.state_file.read_text()) if self.state_file.is_file() else {}
+        if state.get("fingerprint") != fingerprint:  # other settings: nothing can be reused
+            state = {"fingerprint": fingerprint, "done": {}}
+        self.state = state
+        self.times: dict[str, float] = {}
+
+    def run(self, name: str, fn, *args, **kwargs) -> Any:
+        if name in self.state["done"]:
+            log.info("demo: %s already done, reusing %s", name, self.work)
+            self.times[name] = self.state["done"][name]["seconds"]
+            return self.state["done"][name].get("result")
+        log.info("demo: %s ...", name)
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        seconds = time.perf_counter() - start
+        self.times[name] = seconds
+        log.info("demo: %s done in %.1f s", name, seconds)
+        self.state["done"][name] = {"seconds": seconds, "result": result}
+        self.state_file.write_text(json.dumps(self.state, indent=1, default=str))
+        return result
+
+
+def _set_threads(n: int = 2) -> None:
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, min(n, os.cpu_count() or 1)))
+
+
+def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: bool = True,
+                    threads: int | None = None) -> dict[str, Any]:
+    """F_seg: a random reduced-size SAM3 tracker, fine-tuned on the training phantoms' lesions.
+
+    The project trainer runs first (encoder unfrozen, ``recipe.seg_steps`` steps), then
+    :func:`finetune_segmenter_decoder`; the result is ``work/segmenter``. Runs in a separate
+    process when the recipe is parallel (hence plain arguments and a dict result).
+    """
+    import numpy as np
+
+    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.training.config import load_config
+    from monailabel_xflow.training.segmenter import box_prompted_iou, finetune_segmenter, samples_from_cases
+
+    if threads:
+        _set_threads(threads)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    start_time = time.perf_counter()
+    work_dir = Path(work)
+    seg_dir = work_dir / "segmenter"
+    seed = recipe.seed
+    cases = [c for c in training_cases(Path(json_path)) if c.positive]
+    samples = samples_from_cases(cases, progress=progress)
+    # one sample per lesion component: lung-, zone- and chest-level questions repeat masks
+    unique = {}
+    for s in samples:
+        unique.setdefault((s.image[::8, ::8].tobytes(), s.mask.tobytes()), s)
+    samples = list(unique.values())
+    start = build_random_sam3(work_dir / "sam3-random", recipe.seg_size, seed)
+    cfg = load_config("segmenter", max_steps=recipe.seg_steps, effective_batch=recipe.seg_batch,
+                      learning_rate=recipe.seg_lr, seed=seed)
+    result = finetune_segmenter(start, samples, work_dir / "segmenter-full", cfg, progress=progress)
+    decoder = finetune_segmenter_decoder(work_dir / "segmenter-full", samples, seg_dir, recipe.seg_decoder_steps,
+                                         recipe.seg_lr, recipe.seg_images, seed, progress, recipe.seg_focal_weight)
+    held = samples[:: max(1, len(samples) // recipe.seg_eval)][: recipe.seg_eval]
+    iou = box_prompted_iou(load_segmenter(str(seg_dir)), held)
+    log.info("demo: F_seg box-prompted IoU on %d training components: %.3f", len(held), iou)
+    return {"samples": len(samples), "steps": result["steps"], "last_loss": result["losses"][-1],
+            "decoder_steps": decoder["steps"], "decoder_images": decoder["images"],
+            "decoder_loss_first_last": [float(np.mean(decoder["losses"][:20])),
+                                        float(np.mean(decoder["losses"][-20:]))],
+            "box_prompted_iou_train": iou, "seconds": time.perf_counter() - start_time}
+
+
+def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool = True) -> Path:
+    """Run the whole recipe into ``out`` and return the packaged model folder ``out/model``.
+
+    Args:
+        out: working folder (``out/work`` intermediate outputs, ``out/model`` the result).
+        recipe: sizes and steps (default :class:`DemoRecipe`, ~30 min on two CPU cores).
+        progress: show progress bars.
+
+    Returns:
+        ``out/model``, loadable with ``ModelConfig.from_file(out/model/models.yaml)``.
+    """
+    import numpy as np
+
+    from monailabel_xflow.training import builders
+    from monailabel_xflow.training.config import load_config
+
+    recipe = recipe or DemoRecipe()
+    out = Path(out)
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    _set_threads()
+    phases = _Phases(work, dataclasses.asdict(recipe))
+    seed = recipe.seed
+    total_start = time.perf_counter()
+
+    # 1. data
+    json_path = phases.run("phantoms", lambda: str(_export(
+        work / "phantoms", recipe.train_studies, seed, recipe.phantom_size, progress, "training phantoms")))
+    cases = training_cases(Path(json_path))
+    log.info("demo: %d training questions from %d phantoms", len(cases), recipe.train_studies)
+
+    # 2. F_seg, in a second process while the policy trains (two cores, two independent jobs)
+    seg_dir = work / "segmenter"
+    seg_future = None
+    pool = None
+    if "segmenter" not in phases.state["done"]:
+        if recipe.parallel:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            seg_future = pool.submit(segmenter_phase, str(work), json_path, recipe, progress, 1)
+            _set_threads(1)
+        else:
+            phases.run("segmenter", segmenter_phase, str(work), json_path, recipe, progress)
+
+    # 3. base VLM
+    vlm_dir = work / "vlm"
+    phases.run("base-vlm", lambda: str(build_demo_vlm(vlm_dir, seed)))
+    base = vlm_dir / "base"
+
+    # 4. π_init SFT
+    lungs = builders.LungBoxes.for_dataset(Path(json_path).parent.parent)
+    built = work / "built"
+
+    def build(kind: str, subset: Sequence, **kw) -> dict:
+        report = builders.build(kind, subset, built / kind, seed=seed, progress=progress, **kw)
+        return {"rows": report.rows, "rejected": report.rejected}
+
+    phases.run("build init-sft", build, "init-sft", cases, lung_boxes=lungs)
+
+    def sft(stage: str, steps: int, data: Any, dest: Path, init_from: Path | None, aux: float) -> dict:
+        from monailabel_xflow.training.sft import train_sft
+
+        cfg = load_config(stage, max_steps=steps, effective_batch=recipe.sft_batch, learning_rate=recipe.sft_lr,
+                          lora_r=DEMO_VLM_SPEC["lora_r"], lora_alpha=DEMO_VLM_SPEC["lora_r"], vision_lr_scale=1.0,
+                          aux_mask_loss_weight=aux, seed=seed)
+        s = train_sft(stage, data, base, dest, cfg, init_from=init_from, per_device_batch=recipe.sft_batch,
+                      progress=progress)
+        return {"steps": s["steps"], "first_loss": s["losses"][0] if s["losses"] else None,
+                "last_loss": s["losses"][-1] if s["losses"] else None}
+
+    runs = work / "runs"
+    init_sft, previous = runs / "init-sft", None
+    for k in range(recipe.init_sft_rounds):  # each round warm-starts from the last (a cosine restart)
+        name = "init-sft" if k == 0 else f"init-sft-{k + 1}"
+        init_sft = runs / name
+        data: Any = built / "init-sft"
+        steps = recipe.init_sft_steps
+        if k >= recipe.init_sft_rounds - recipe.init_sft_balanced_rounds:
+            data = balanced_presence(builders.load_built(data), seed + k)
+            steps = recipe.init_sft_balanced_steps
+        phases.run(name, sft, "init-sft", steps, data, init_sft, previous, recipe.aux_weight)
+        previous = init_sft
+
+    if seg_future is not None:
+        phases.run("segmenter", seg_future.result)
+        pool.shutdown()
+        _set_threads()
+    seg_info = phases.state["done"]["segmenter"]["result"]
+
+    # 5. π_rev SFT: oracle trajectories with the fine-tuned F_seg in the loop
+    positives = [c for c in cases if c.positive and c.level == "lung"]  # one question per lesion set
+    rng = np.random.default_rng(seed)
+    rev_cases = [positives[k] for k in sorted(rng.permutation(len(positives))[: recipe.rev_components])]
+
+    def build_rev() -> dict:
+        from monailabel_xflow.segmenter import load_segmenter
+
+        return build("rev-sft", rev_cases, segmenter=load_segmenter(str(seg_dir)))
+
+    phases.run("build rev-sft", build_rev)
+    rev_sft = runs / "rev-sft"
+    phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, built / "rev-sft", rev_sft, init_sft, 0.0)
+
+    # 6. short GRPO
+    def rl(stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path) -> dict:
+        from monailabel_xflow.training.grpo import train_grpo
+
+        build(stage, data_cases)
+        cfg = load_config(stage, max_steps=steps, effective_batch=recipe.rl_batch, num_generations=recipe.rl_generations,
+                          learning_rate=recipe.rl_lr, max_clicks=recipe.max_clicks, seed=seed)
+        s = train_grpo(stage, built / stage, base, dest, start, cfg,
+                       segmenter=str(seg_dir) if stage == "rev-rl" else None,
+                       max_new_tokens=200 if stage == "init-rl" else 48, per_device_batch=recipe.rl_batch,
+                       progress=progress)
+        return {"steps": s["steps"], "reward": s["reward"]}
+
+    init_final, rev_final = init_sft, rev_sft
+    if recipe.rl_steps_init > 0:
+        rl_cases = [cases[k] for k in sorted(rng.permutation(len(cases))[: 4 * recipe.rl_batch * recipe.rl_steps_init])]
+        phases.run("init-rl", rl, "init-rl", recipe.rl_steps_init, rl_cases, init_sft, runs / "init-rl")
+        init_final = runs / "init-rl"
+    if recipe.rl_steps_rev > 0:
+        phases.run("rev-rl", rl, "rev-rl", recipe.rl_steps_rev, rev_cases, rev_sft, runs / "rev-rl")
+        rev_final = runs / "rev-rl"
+
+    # 7. package
+    model = out / "model"
+    seconds = dict(phases.times)
+    if recipe.parallel:  # the wait for the F_seg process is not its duration; it overlaps init-sft
+        seconds.pop("segmenter", None)
+        seconds["total"] = sum(seconds.values())
+        seconds["segmenter (ran in parallel with init-sft)"] = float(seg_info.get("seconds", 0.0))
+    else:
+        seconds["total"] = sum(seconds.values())
+    log.info("demo: this invocation took %.1f min", (time.perf_counter() - total_start) / 60)
+    package(model, base, init_final, rev_final, seg_dir, recipe,
+            {"phases_seconds": seconds, "segmenter": seg_info, "done": phases.state["done"]})
+    log.info("demo: model written to %s (%.1f min in all)", model, seconds["total"] / 60)
+    return model
+
+
+_ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def _copy_files(src: Path, dest: Path, names: Sequence[str] | None = None) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file() and (names is None or f.name in names):
+            shutil.copy2(f, dest / f.name)
+
+
+def package(model: Path, base: Path, init: Path, rev: Path, segmenter: Path, recipe: DemoRecipe,
+            info: dict[str, Any]) -> None:
+    """Assemble the model folder: weights, the two models files, ``recipe.json``, the model card."""
+    if model.exists():
+        shutil.rmtree(model)
+    _copy_files(base, model / "base")
+    _copy_files(init, model / "init", _ADAPTER_FILES)
+    _copy_files(rev, model / "rev", _ADAPTER_FILES)
+    _copy_files(segmenter, model / "segmenter", ("config.json", "model.safetensors"))
+    common = f"segmenter: ./segmenter\nmax_clicks: {recipe.max_clicks}\nmax_new_tokens: 200\ndevice: cpu\n"
+    header = ("# XFlow demo model: trained on synthetic phantoms only; not for clinical images.\n"
+              "# Rebuild with `xflow train demo` (monailabel_xflow/training/demo.py).\n")
+    (model / "models.yaml").write_text(
+        header + "vlm_base: ./base\ninit_adapter: ./init\nrev_adapter: ./rev\n" + common)
+    (model / "models-stage1.yaml").write_text(
+        header + "# Stage 1 only (no revision policy): the ablation of the evaluation report.\n"
+        "vlm_base: ./base\ninit_adapter: ./init\n" + common)
+    (model / "recipe.json").write_text(json.dumps({"recipe": dataclasses.asdict(recipe), **info}, indent=1,
+                                                  default=str))
+    (model / "README.md").write_text(model_card(recipe, info))
+
+
+def model_card(recipe: DemoRecipe, info: dict[str, Any]) -> str:
+    """The model card written beside the weights."""
+    seconds = info.get("phases_seconds", {})
+    times = "\n".join(f"| {k} | {v / 60:.1f} |" for k, v in seconds.items())
+    seg = info.get("segmenter", {})
+    return f"""# XFlow demo model (synthetic phantoms only)
+
+**Demo model trained on synthetic phantoms; not for clinical images.** It exists so that the
+MONAI Label app and `xflow segment` work out of the box where the real XFlow weights are not
+available. Its answers on real radiographs are meaningless.
+
+| part | architecture | how it was trained |
+|---|---|---|
+| `base/` | `Gemma3ForConditionalGeneration`, 128 px images, 16 image tokens, 128-wide 4-layer vision, 128-wide 2-layer text; offline tokenizer | random initialisation (seed {recipe.seed}) |
+| `init/` | π_init: peft LoRA r={DEMO_VLM_SPEC['lora_r']} on the language model + trained vision tower | SFT {recipe.init_sft_rounds} × {recipe.init_sft_steps} steps (warm restarts), batch {recipe.sft_batch}, lr {recipe.sft_lr}, auxiliary mask loss {recipe.aux_weight} (training only, not saved); GRPO {recipe.rl_steps_init} steps |
+| `rev/` | π_rev: same form | SFT {recipe.rev_sft_steps} steps on oracle trajectories ({recipe.rev_components} lesion components), warm-started from π_init SFT; GRPO {recipe.rl_steps_rev} steps |
+| `segmenter/` | `Sam3TrackerModel`, size "{recipe.seg_size}" of `sam3_configs` | random initialisation; {recipe.seg_steps} steps of the project trainer, then {recipe.seg_decoder_steps} decoder-only steps on cached embeddings of {recipe.seg_images} phantoms (focal weight {recipe.seg_focal_weight}) (box-prompted IoU on training lesions: {seg.get('box_prompted_iou_train', float('nan')):.3f}) |
+
+Training data: {recipe.train_studies} phantom studies ({recipe.phantom_size} px) drawn with seed {recipe.seed}
+(`monailabel_xflow.phantom_export.export_set`). Rebuild: `xflow train demo --seed {recipe.seed} --out DIR`.
+
+Minutes per phase (as measured on the machine that built it):
+
+| phase | minutes |
+|---|---|
+{times}
+
+Use: `models.yaml` (Stage 1 + Stage 2), `models-stage1.yaml` (Stage 1 only).
+Evaluation: `reports/demo-eval/` in the repository.
+"""
+
+
+# --- evaluation summary -------------------------------------------------------------------------
+
+
+def eval_table(reports: dict[str, str | Path]) -> str:
+    """A Markdown table comparing ``xflow eval`` reports (e.g. Stage 1 only vs Stage 1 + 2).
+
+    Args:
+        reports: ``{row name: xflow eval --out folder}`` (each holds ``report.json``).
+
+    Returns:
+        One row per report and level (chest, lung, zone, equal-weight average): gIoU, cIoU, F1,
+        N-Acc, as in the paper's Table 1.
+    """
+    def f(v: Any) -> str:
+        return "—" if v is None else f"{v:.3f}"
+
+    lines = ["| Model | Level | Pos | Neg | gIoU | cIoU | F1 | N-Acc |", "|---|---|---|---|---|---|---|---|"]
+    for name, folder in reports.items():
+        report = json.loads((Path(folder) / "report.json").read_text())
+        for level, s in report["levels"].items():
+            lines.append(f"| {name} | {level} | {s['n_positive']} | {s['n_negative']} | {f(s['giou'])} | "
+                         f"{f(s['ciou'])} | {f(s['f1'])} | {f(s['n_acc'])} |")
+        a = report["average"]
+        lines.append(f"| **{name}** | **average** | | | **{f(a['giou'])}** | **{f(a['ciou'])}** | **{f(a['f1'])}** | "
+                     f"{f(a['n_acc'])} |")
+    return "\n".join(lines) + "\n"
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="xflow train demo",
+        description="Train the demo XFlow (small F_seg, π_init, π_rev) on phantoms: SFT then a short GRPO "
+        "phase, about 30 min on two CPU cores. Trained on synthetic phantoms; not for clinical images.",
+    )
+    p.add_argument("--out", type=Path, default=Path("demo-run"), help="working folder (default ./demo-run)")
+    p.add_argument("--seed", type=int, default=0, help="seed of everything (default 0)")
+    p.add_argument("--quick", action="store_true", help="toy scale (seconds): checks the recipe, learns nothing")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a DemoRecipe field, e.g. --set init_sft_steps=300 (repeatable)")
+    p.add_argument("--install", action="store_true",
+                   help="copy the result to the package's demo folder (monailabel_xflow/demo/)")
+    p.add_argument("--heldout", type=Path, default=None, metavar="DIR",
+                   help="also export the 200-question held-out evaluation set there (seed + 1000)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def _recipe_from_args(args: argparse.Namespace) -> DemoRecipe:
+    base = QUICK if args.quick else DemoRecipe()
+    values: dict[str, Any] = {"seed": args.seed}
+    types = {f.name: type(getattr(base, f.name)) for f in dataclasses.fields(DemoRecipe)}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or key not in types:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of {sorted(types)}")
+        if types[key] is bool:
+            values[key] = value.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            values[key] = types[key](value)
+    return dataclasses.replace(base, **values)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``xflow train demo``: run the recipe; exit 0 on success, 2 for bad arguments."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        recipe = _recipe_from_args(args)
+    except ValueError as err:
+        print(f"xflow train demo: {err}", file=sys.stderr)
+        return 2
+    model = train_demo(args.out, recipe, progress=not args.no_progress)
+    if args.heldout is not None:
+        path = export_heldout(args.heldout, seed=recipe.seed + 1000, progress=not args.no_progress)
+        print(f"held-out set: mimic-ils:{path}")
+    if args.install:
+        from monailabel_xflow.models import DEMO_DIR
+
+        if DEMO_DIR.exists():
+            shutil.rmtree(DEMO_DIR)
+        shutil.copytree(model, DEMO_DIR)
+        print(f"installed to {DEMO_DIR}")
+    print(json.dumps({"model": str(model), "models_file": str(model / "models.yaml")}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""The demo model: the committed default and its recipe (monailabel_xflow/training/demo.py).
+
+* the committed demo (``monailabel_xflow/demo/``) is the default when nothing is configured,
+  says it is a phantom-only demo, and answers a question on a sample-data radiograph;
+* the recipe runs end to end at a toy scale and writes a model folder that loads;
+* the held-out set builder balances levels and signs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monailabel_xflow.models import (DEMO_DIR, DEMO_MODELS_FILE, DEMO_NAME, DEMO_NOTICE, ModelConfig,
+                                     default_config, demo_config)
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "sample-data"
+
+needs_demo = pytest.mark.skipif(not DEMO_MODELS_FILE.is_file(), reason="demo weights not installed")
+
+
+def _sample_image() -> Path:
+    return sorted(SAMPLE.glob("phantom_*.png"))[0]
+
+
+# --- the committed demo -----------------------------------------------------------------------
+
+
+def test_notice_names_the_demo_and_says_it_is_not_clinical():
+    assert DEMO_NAME in DEMO_NOTICE
+    assert "synthetic phantoms" in DEMO_NOTICE and "not for clinical images" in DEMO_NOTICE
+
+
+@needs_demo
+def test_committed_demo_is_small_and_complete():
+    files = [p for p in DEMO_DIR.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 25 * 2**20
+    for rel in ("base/config.json", "base/model.safetensors", "base/tokenizer.json",
+                "init/adapter_config.json", "init/adapter_model.safetensors",
+                "rev/adapter_config.json", "rev/adapter_model.safetensors",
+                "segmenter/config.json", "segmenter/model.safetensors", "models-stage1.yaml", "README.md"):
+        assert (DEMO_DIR / rel).is_file(), rel
+    assert "not for clinical images" in (DEMO_DIR / "README.md").read_text()
+
+
+@needs_demo
+def test_demo_is_the_default_only_when_nothing_is_configured(tmp_path):
+    cfg = demo_config()
+    assert cfg is not None and cfg.is_demo and cfg.has_reviser
+    cfg.validate()
+    assert cfg.identities()["demo"] == DEMO_NOTICE
+
+    config, source = default_config({})
+    assert source == "demo" and config.is_demo
+    # settings from the environment still apply on top of the demo
+    config, _ = default_config({"XFLOW_MAX_CLICKS": "2"})
+    assert config.is_demo and config.max_clicks == 2
+    # any configured weights win; XFLOW_NO_DEMO turns the fallback off
+    config, source = default_config({"XFLOW_SEGMENTER": str(tmp_path)})
+    assert not config.is_demo and source == "XFLOW_*" and "demo" not in config.identities()
+    config, _ = default_config({"XFLOW_NO_DEMO": "1"})
+    assert config == ModelConfig()
+
+
+@needs_demo
+def test_demo_answers_on_a_sample_image(monkeypatch, caplog):
+    from monailabel_xflow.transforms import load_cxr
+    from monailabel_xflow.workflow import XFlow
+
+    for key in [k for k in os.environ if k.startswith("XFLOW_")]:
+        monkeypatch.delenv(key)
+    with caplog.at_level("WARNING", logger="monailabel_xflow.models"):
+        flow = XFlow.from_config(None)  # nothing configured: the demo
+    assert DEMO_NOTICE in caplog.text
+    image, _ = load_cxr(_sample_image())
+    result = flow.run(image, "Segment the effusion in the left lung.")
+    assert result.mask.shape == image.shape and result.mask.dtype == bool
+    assert isinstance(result.message, str) and result.message.endswith(".")
+    assert result.trace is not None
+
+
+@needs_demo
+def test_segment_cli_uses_the_demo_by_default(tmp_path, monkeypatch):
+    from monailabel_xflow.cli import main
+
+    for key in [k for k in os.environ if k.startswith("XFLOW_")]:
+        monkeypatch.delenv(key)
+    rc = main(["segment", str(_sample_image()), "--instruction", "Segment the pneumonia.", "--out", str(tmp_path / "o"), "-q"])
+    assert rc == 0
+    assert any(tmp_path.joinpath("o").rglob("*.png"))
+
+
+# --- the recipe --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quick_model(tmp_path_factory):
+    from monailabel_xflow.training.demo import main
+
+    out = tmp_path_factory.mktemp("demo")
+    rc = main(["--quick", "--out", str(out), "--no-progress", "--set", "rl_steps_rev=0", "--set", "rev_components=2",
+               "--set", "seg_eval=1"])
+    assert rc == 0
+    return out / "model"
+
+
+def test_quick_recipe_writes_a_loadable_model(quick_model):
+    from monailabel_xflow.transforms import load_cxr
+    from monailabel_xflow.workflow import XFlow
+
+    for rel in ("models.yaml", "models-stage1.yaml", "recipe.json", "README.md", "base/config.json",
+                "init/adapter_config.json", "rev/adapter_config.json", "segmenter/config.json"):
+        assert (quick_model / rel).is_file(), rel
+    info = json.loads((quick_model / "recipe.json").read_text())
+    assert set(info["phases_seconds"]) >= {"init-sft", "rev-sft", "init-rl", "total"}
+    assert any(k.startswith("segmenter") for k in info["phases_seconds"])
+    # the auxiliary head is training-only: nothing of it in the saved adapter
+    from safetensors import safe_open
+
+    with safe_open(str(quick_model / "init" / "adapter_model.safetensors"), "pt") as f:
+        assert not [k for k in f.keys() if "aux" in k]
+    cfg = ModelConfig.from_file(quick_model / "models.yaml")
+    assert cfg.has_reviser and not cfg.is_demo
+    assert not ModelConfig.from_file(quick_model / "models-stage1.yaml").has_reviser
+    flow = XFlow.from_config(cfg)
+    image, _ = load_cxr(_sample_image())
+    result = flow.run(image, "Segment the edema.")
+    assert result.mask.shape == image.shape and isinstance(result.message, str)
+
+
+def test_recipe_is_reproducible_from_its_seed(quick_model, tmp_path):
+    """The same seed rebuilds the same phantoms and the same random starting weights."""
+    from monailabel_xflow.training.demo import build_demo_vlm
+
+    base = build_demo_vlm(tmp_path / "vlm", seed=0)
+    from safetensors.numpy import load_file
+
+    a = load_file(str(base / "model.safetensors"))
+    b = load_file(str(quick_model.parent / "work" / "vlm" / "base" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_bad_recipe_override_is_refused(capsys):
+    from monailabel_xflow.training.demo import main
+
+    assert main(["--quick", "--set", "no_such_field=1"]) == 2
+    assert "no_such_field" in capsys.readouterr().err
+
+
+def test_heldout_set_is_balanced_over_levels_and_signs(tmp_path):
+    from monailabel_xflow.datasets import read_mimic_ils
+    from monailabel_xflow.training.demo import export_heldout
+
+    path = export_heldout(tmp_path / "heldout", seed=1000, questions=24, progress=False)
+    cases = read_mimic_ils(path, split="test").cases
+    assert len(cases) == 24
+    for level in ("chest", "lung", "zone"):
+        mine = [c for c in cases if c.instruction.level == level]
+        assert len(mine) == 8 and sum(c.positive for c in mine) == 4
+
+
+# --- the app, through the MONAI Label client ------------------------------------------------------
+
+
+@needs_demo
+@pytest.mark.timeout(600)
+def test_app_serves_the_demo_through_the_client(tmp_path):
+    """Nothing configured: the app serves the demo, says so in /info, and answers with a mask."""
+    import shutil
+
+    import requests
+    from servers import monailabel_server
+
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    shutil.copy(_sample_image(), studies)
+    with monailabel_server(studies, tmp_path / "server") as server:
+        info = requests.get(f"{server.url}/info/", timeout=60).json()
+        assert info["xflow_models"]["configured"] and info["xflow_models"]["source"] == "demo"
+        assert DEMO_NOTICE in json.dumps(info)
+        label, params = server.client(tmp_path).infer(
+            "xflow", _sample_image().stem, {"instruction": "Segment the effusion in the left lung."})
+        assert Path(label).is_file()
+        assert isinstance(params["answer"], str) and params["answer"].endswith(".")
+        assert DEMO_NOTICE in server.proc.tail(200_000)
