@@ -371,7 +371,11 @@ def test_runtime_without_or_with_a_broken_configuration_still_answers(tmp_path):
     from monailabel_xflow.label.runtime import XFlowRuntime
     from monailabel_xflow.models import ModelConfigError
 
-    empty = XFlowRuntime({}, environ={})
+    from monailabel_xflow.models import DEMO_NOTICE
+
+    demo = XFlowRuntime({}, environ={}, preload=False)  # nothing configured: the committed demo
+    assert demo.status()["source"] == "demo" and demo.status()["demo"] == DEMO_NOTICE
+    empty = XFlowRuntime({}, environ={"XFLOW_NO_DEMO": "1"})
     assert empty.status()["configured"] is False and "--conf models" in empty.status()["message"]
     with pytest.raises(ModelsNotConfiguredError, match="XFLOW_MODELS"):
         empty.get()
