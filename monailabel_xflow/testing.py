@@ -59,7 +59,20 @@ def ellipse(shape: Sequence[int], row: float, col: float, radius_rows: float, ra
 
 # --- doubles --------------------------------------------------------------------------------
 
-class ScriptedSegmenter:
+class _CallLog:
+    """What every test double records: ``set_image_calls`` and one :class:`PredictCall` per
+    ``predict`` in ``calls`` (``predict_calls`` counts them)."""
+
+    def __init__(self) -> None:
+        self.set_image_calls = 0
+        self.calls: list[PredictCall] = []
+
+    @property
+    def predict_calls(self) -> int:
+        return len(self.calls)
+
+
+class ScriptedSegmenter(_CallLog):
     """TEST DOUBLE: a deterministic promptable segmenter with a hidden object.
 
     For a box ``b`` and the clicks of that box, the mask is::
@@ -102,13 +115,8 @@ class ScriptedSegmenter:
         self.negative_radius_px = float(negative_radius_px)
         self.low_res = int(low_res)
         self.logit_scale = float(logit_scale)
-        self.set_image_calls = 0
-        self.calls: list[PredictCall] = []
+        super().__init__()
         self._image_set = False
-
-    @property
-    def predict_calls(self) -> int:
-        return len(self.calls)
 
     def set_image(self, image: np.ndarray) -> None:
         """Accept an ``(H, W)`` float image in ``[0, 1]`` of the target's size.
@@ -158,7 +166,7 @@ class ScriptedSegmenter:
         return result
 
 
-class SequenceSegmenter:
+class SequenceSegmenter(_CallLog):
     """TEST DOUBLE: answers the k-th ``predict`` call with the k-th of a fixed list of masks.
 
     Use it to script exact IoU sequences. Results come from :func:`result_from_masks` (one mask,
@@ -176,12 +184,7 @@ class SequenceSegmenter:
     def __init__(self, masks: Sequence[np.ndarray], reference: np.ndarray | None = None) -> None:
         self.masks = [np.asarray(m, dtype=bool) for m in masks]
         self.reference = self.masks[0] if reference is None else np.asarray(reference, dtype=bool)
-        self.set_image_calls = 0
-        self.calls: list[PredictCall] = []
-
-    @property
-    def predict_calls(self) -> int:
-        return len(self.calls)
+        super().__init__()
 
     def set_image(self, image: np.ndarray) -> None:
         self.set_image_calls += 1
@@ -195,7 +198,7 @@ class SequenceSegmenter:
         return result
 
 
-class RecordingSegmenter:
+class RecordingSegmenter(_CallLog):
     """TEST DOUBLE: wraps any ``PromptableSegmenter`` and records its calls.
 
     Attributes:
@@ -206,12 +209,7 @@ class RecordingSegmenter:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.set_image_calls = 0
-        self.calls: list[PredictCall] = []
-
-    @property
-    def predict_calls(self) -> int:
-        return len(self.calls)
+        super().__init__()
 
     def set_image(self, image: np.ndarray) -> None:
         self.set_image_calls += 1
