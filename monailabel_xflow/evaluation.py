@@ -359,6 +359,15 @@ def format_markdown(report: Mapping[str, Any], title: str = "XFlow evaluation") 
     return "\n".join(lines) + "\n"
 
 
+def _grouped_bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float | None]], rotation: float = 0) -> None:
+    """One cluster of bars per group, one bar per series (None drawn as a gap)."""
+    width = 0.8 / len(series)
+    for k, (label, ys) in enumerate(series.items()):
+        offset = (k - (len(series) - 1) / 2) * width
+        ax.bar(np.arange(len(groups)) + offset, [np.nan if y is None else y for y in ys], width, label=label)
+    ax.set_xticks(np.arange(len(groups)), groups, rotation=rotation)
+
+
 def write_plots(report: Mapping[str, Any], records: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
     """Per-level bars, per-finding bars and the fragmentation histogram, as PNG."""
     import matplotlib
@@ -371,11 +380,7 @@ def write_plots(report: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
     groups = list(report["levels"]) + ["average"]
     values = {**report["levels"], "average": report["average"]}
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    width = 0.8 / len(metrics)
-    for k, (key, label) in enumerate(metrics):
-        ys = [np.nan if values[g][key] is None else values[g][key] for g in groups]
-        ax.bar(np.arange(len(groups)) + (k - (len(metrics) - 1) / 2) * width, ys, width, label=label)
-    ax.set_xticks(np.arange(len(groups)), groups)
+    _grouped_bars(ax, groups, {label: [values[g][key] for g in groups] for key, label in metrics})
     ax.set_ylim(0, 1)
     ax.set_ylabel("score")
     ax.set_title("Per question level (average = equal weight)")
@@ -387,11 +392,8 @@ def write_plots(report: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
 
     findings = list(report["findings"])
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    width = 0.8 / len(LEVELS)
-    for k, lv in enumerate(LEVELS):
-        ys = [report["findings"][f]["levels"].get(lv, {}).get("giou", np.nan) for f in findings]
-        ax.bar(np.arange(len(findings)) + (k - 1) * width, [np.nan if y is None else y for y in ys], width, label=lv)
-    ax.set_xticks(np.arange(len(findings)), findings, rotation=20)
+    _grouped_bars(ax, findings, {lv: [report["findings"][f]["levels"].get(lv, {}).get("giou") for f in findings]
+                                 for lv in LEVELS}, rotation=20)
     ax.set_ylim(0, 1)
     ax.set_ylabel("gIoU")
     ax.set_title("gIoU per finding and level")
