@@ -15,10 +15,10 @@ functions: :func:`stage1_messages`, :func:`stage2_messages`, :func:`stage2_follo
 * **Stage 1**, one user turn: the radiograph, then :data:`STAGE1_PREAMBLE`, then the
   instruction-specific request, e.g. for "Segment the effusion in the left lung."::
 
-      <image>You are a radiologist reading a chest X-ray.
-      Segment the effusion in the left lung. First ground the left lung with a box, then decide
-      whether the effusion is present, then draw a box around each lesion. Write every box as
-      (x1,y1),(x2,y2) with integers from 0 to 1000, x first.
+      <image>You are a radiologist reading a chest X-ray. Write every box as (x1,y1),(x2,y2)
+      with integers from 0 to 1000, x first.
+      First ground the left lung with a box, then decide whether the finding asked for is
+      present, then draw a box around each lesion. Segment the effusion in the left lung.
 
   A chest-level question asks to ground "the right lung and the left lung" (both lungs), a
   one-sided question only that lung (:attr:`Instruction.lungs`). The instruction-specific part
@@ -155,8 +155,12 @@ class RevisionPolicy(Protocol):
 
 # --- prompts --------------------------------------------------------------------------------
 
-STAGE1_PREAMBLE = "You are a radiologist reading a chest X-ray."
-"""Text right after the image in Stage 1; identical for every instruction (shared prefix)."""
+COORDINATES_NOTE = "with integers from 0 to 1000, x first"
+
+STAGE1_PREAMBLE = f"You are a radiologist reading a chest X-ray. Write every box as (x1,y1),(x2,y2) {COORDINATES_NOTE}."
+"""Text right after the image in Stage 1; identical for every instruction (shared prefix).
+Everything that does not depend on the instruction belongs here: "all findings" prefills it once
+and then runs only the short requests, one per finding (DESIGN §6)."""
 
 STAGE2_PREAMBLE = (
     "You are a radiologist revising a lesion mask on a chest X-ray. The image shows the X-ray "
@@ -170,8 +174,6 @@ STAGE2_FOLLOWUP = (
 )
 """Text of every later Stage 2 user turn, after the new observation."""
 
-COORDINATES_NOTE = "with integers from 0 to 1000, x first"
-
 
 def _lungs_phrase(instruction: Instruction) -> str:
     lungs = instruction.lungs
@@ -181,11 +183,14 @@ def _lungs_phrase(instruction: Instruction) -> str:
 
 
 def stage1_request(instruction: Instruction) -> str:
-    """The instruction-specific part of the Stage 1 prompt (after :data:`STAGE1_PREAMBLE`)."""
+    """The instruction-specific part of the Stage 1 prompt (after :data:`STAGE1_PREAMBLE`).
+
+    The instruction itself comes last: the seven "all findings" questions then differ only in
+    their final few tokens, and everything before those is prefilled once.
+    """
     return (
-        f"{instruction.text} First ground {_lungs_phrase(instruction)}, then decide whether the "
-        f"{instruction.finding} is present, then draw a box around each lesion. Write every box "
-        f"as (x1,y1),(x2,y2) {COORDINATES_NOTE}."
+        f"First ground {_lungs_phrase(instruction)}, then decide whether the finding asked for is "
+        f"present, then draw a box around each lesion. {instruction.text}"
     )
 
 
@@ -351,15 +356,16 @@ class VLMPolicy:
         generation: decoding settings for both stages.
         reuse_cache: Stage 2 reuses the previous turn's KV cache (True) or re-reads the whole
             conversation every turn (False; same token ids, for benchmarks and tests).
-        batch_stage1: :meth:`stage1_many` decodes all instructions in one batch (faster;
-            equal to one-by-one up to floating point) instead of one after the other (exact).
+        batch_stage1: :meth:`stage1_many` decodes all instructions in one batch (default:
+            decoding is shared, equal to one-by-one up to floating point) or one after the
+            other from the shared prefix (False: token for token what :meth:`stage1` gives).
 
     Not thread-safe: the active adapter is state of the shared model. Each revision session
     keeps its own KV cache (built under "rev") until it is dropped.
     """
 
     def __init__(self, model, processor, generation: GenerationSettings | None = None,
-                 reuse_cache: bool = True, batch_stage1: bool = False) -> None:
+                 reuse_cache: bool = True, batch_stage1: bool = True) -> None:
         self.model = model
         self.processor = processor
         self.generation = generation or GenerationSettings()
@@ -372,6 +378,12 @@ class VLMPolicy:
         self._eos_ids = [int(i) for i in eos if i is not None and i != tok.unk_token_id]
         self._pad_id = tok.pad_token_id if tok.pad_token_id is not None else self._eos_ids[0]
         self._image_token_type = 1
+        # Image placeholders are never a valid answer; a near-flat policy sampling one would
+        # break the next forward ("image features and image tokens do not match").
+        config = getattr(model, "config", None)
+        image_ids = [getattr(config, k, None) for k in ("image_token_id", "boi_token_id", "eoi_token_id")]
+        image_ids += [tok.convert_tokens_to_ids(t) for t in ("<image_soft_token>", "<start_of_image>", "<end_of_image>")]
+        self._suppress_ids = sorted({int(i) for i in image_ids if isinstance(i, int) and i != tok.unk_token_id})
         self.adapters: frozenset[str] = frozenset(getattr(model, "peft_config", {}) or {})
 
     # -- loading -------------------------------------------------------------------------------
@@ -386,7 +398,7 @@ class VLMPolicy:
         dtype: str | torch.dtype | None = None,
         generation: GenerationSettings | None = None,
         reuse_cache: bool = True,
-        batch_stage1: bool = False,
+        batch_stage1: bool = True,
     ) -> VLMPolicy:
         """Load the base model, its processor and up to two LoRA adapters.
 
@@ -496,6 +508,7 @@ class VLMPolicy:
             return_dict_in_generate=True,
             eos_token_id=self._eos_ids,
             pad_token_id=self._pad_id,
+            suppress_tokens=self._suppress_ids or None,
             # dynamic (growable) cache always: a static one could not take the next turn
             cache_implementation=None,
             **settings.generate_kwargs(),
@@ -525,10 +538,10 @@ class VLMPolicy:
         The prompts share everything up to the instruction-specific request, including the
         whole image block. That common prefix is run through the model once. Then either
 
-        * ``batch_stage1=False`` (default): each instruction continues from a deep copy of the
+        * ``batch_stage1=False``: each instruction continues from a deep copy of the
           prefix cache in its own ``generate`` call. The token ids are exactly those of
           :meth:`stage1`, so greedy outputs are identical to asking one by one; or
-        * ``batch_stage1=True``: all instructions continue in one batched ``generate`` call
+        * ``batch_stage1=True`` (default): all instructions continue in one batched ``generate`` call
           (the prefix cache repeated per row, each request padded on the left of the request,
           i.e. between prefix and request, with the padding masked and positions taken from
           the attention mask). Decoding is then shared, which matters because Stage 1 answers

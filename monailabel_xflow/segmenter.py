@@ -13,10 +13,11 @@ Contract (segment-anything style: set the image once, prompt many times):
   ``M_t = F_seg(I, b_t, {(s_i, p_i)}_{i<=t}, M_{t-1})``.
 
 Model input (hand-written, no AutoProcessor and no torchvision): grey -> 3 channels, bilinear
-antialiased resize to 1008 x 1008 (the aspect ratio is *not* kept, as in SAM3), ``x/255`` then
-``(x - 0.5) / 0.5``; prompts scaled to the 1008 grid by ``geometry.box_to_sam``/``point_to_sam``
-(x by 1008/W, y by 1008/H). Logits of ``pred_masks`` (288 x 288) are upsampled bilinearly to
-``(H, W)`` and thresholded at 0.
+antialiased resize to the model's square input, ``S = prompt_encoder_config.image_size`` (1008
+for SAM3; reduced models such as the demo's may use less), aspect ratio *not* kept, as in SAM3;
+``x/255`` then ``(x - 0.5) / 0.5``; prompts scaled to the ``S`` grid by
+``geometry.box_to_sam``/``point_to_sam`` (x by S/W, y by S/H). Logits of ``pred_masks``
+(``4S/14`` square: 288 x 288 for SAM3) are upsampled bilinearly to ``(H, W)`` and thresholded at 0.
 
 A :class:`Sam3Segmenter` holds the current image, so one instance serves one caller at a time
 (like ``SamPredictor``); threads share the model and the cache through :meth:`Sam3Segmenter.fork`.
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .embedding_cache import EmbeddingCache, default_cache
-from .geometry import SAM_SIZE, Box, Click, GeometryError, box_to_sam, point_to_sam
+from .geometry import Box, Click, GeometryError, box_to_sam, point_to_sam
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -263,8 +264,9 @@ class Sam3Segmenter:
         self.cache_tag = f"sam3:{cache_tag}:{self.device}:{self.dtype}"
         prompt = self.model.config.prompt_encoder_config
         self.input_size = int(prompt.image_size)
-        if self.input_size != SAM_SIZE:
-            raise ValueError(f"SAM3 tracker input must be {SAM_SIZE} px (geometry.SAM_SIZE), config has {self.input_size}")
+        if self.input_size % prompt.patch_size:
+            raise ValueError(f"SAM3 tracker input {self.input_size} px is not a multiple of its "
+                             f"{prompt.patch_size}-px patches")
         side = 4 * prompt.image_size // prompt.patch_size
         self.low_res_size = (side, side)
         self._embeddings: list[torch.Tensor] | None = None
@@ -280,7 +282,7 @@ class Sam3Segmenter:
     # --- image --------------------------------------------------------------------------------
 
     def preprocess(self, image: np.ndarray) -> "torch.Tensor":
-        """``(1, 3, 1008, 1008)`` model input of an image (see the module docstring)."""
+        """``(1, 3, S, S)`` model input of an image (``S = input_size``, see the module docstring)."""
         return self._model_input(to_rgb01(image))
 
     def _model_input(self, rgb01: np.ndarray) -> "torch.Tensor":

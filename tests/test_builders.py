@@ -92,6 +92,38 @@ def test_init_sft_build_resumes_and_shards(cases, tmp_path):
     assert sorted(load_built(tmp_path / "b")["case_id"]) == sorted(ds["case_id"])
 
 
+def test_init_sft_rows_carry_every_lesion_of_each_finding(cases, tmp_path):
+    """finding_masks: per image and finding, the union of every positive question's mask."""
+    from PIL import Image
+
+    build("init-sft", cases, tmp_path, lung_boxes=LungBoxes.for_dataset(SAMPLE), progress=False)
+    rows = load_built(tmp_path)
+    by_case = {c.case_id: c for c in cases}
+    checked = 0
+    for row in rows:
+        assert len(row["finding_masks"]) == len(FINDINGS)
+        case = by_case[row["case_id"]]
+        if case.finding not in FINDINGS:  # lesion-inference "opacity" questions
+            continue
+        union_png = row["finding_masks"][FINDINGS.index(case.finding)]
+        if not case.positive:
+            continue
+        union = np.asarray(Image.open(union_png)) > 127
+        mask = case.load_mask() > 0
+        assert not (mask & ~union).any()  # the question's lesions are all in the finding's channel
+        if case.level == "chest":  # "segment the effusion": its mask is the whole channel
+            assert (mask == union).all()
+        checked += 1
+    assert checked > 20
+    # A finding that no question about an image calls present has no mask for that image.
+    present: dict[Path, set[str]] = {}
+    for c in cases:
+        present.setdefault(c.image_path, set()).update({c.finding} if c.positive else set())
+    for row in rows:
+        have = {f for f, png in zip(FINDINGS, row["finding_masks"]) if png}
+        assert have == present[by_case[row["case_id"]].image_path] & set(FINDINGS)
+
+
 def test_bad_builds_are_refused(cases, tmp_path):
     with pytest.raises(BuildError, match="unknown kind"):
         build("init-dpo", cases, tmp_path)

@@ -229,19 +229,21 @@ def test_stage1_many_equals_one_by_one(policy, monkeypatch):
     image = radiograph(8)
     findings = all_findings() + [LEFT, Instruction("opacity", ("left lung base",), "lesion_inference")]
     one_by_one = [policy.stage1(image, i) for i in findings]
-    calls = spy_generate(monkeypatch, policy)
-    many = policy.stage1_many(image, findings)
+    exact = VLMPolicy(policy.model, policy.processor, policy.generation, batch_stage1=False)
+    calls = spy_generate(monkeypatch, exact)
+    many = exact.stage1_many(image, findings)
     assert many == one_by_one
     # the shared prefix (with the image) was prefilled once: no generate call sees pixels
     assert len(calls) == len(findings) and all("pixel_values" not in c for c in calls)
     assert all(c["cache"] is not None for c in calls)
-    assert policy.stage1_many(image, [LEFT]) == [one_by_one[-2]]
-    assert policy.stage1_many(image, []) == []
+    assert exact.stage1_many(image, [LEFT]) == [one_by_one[-2]]
+    assert exact.stage1_many(image, []) == []
 
-    # batched decoding: one generate call, request padding masked between prefix and request
+    # batched decoding (the default): one generate call, request padding masked between prefix
+    # and request
     calls.clear()
-    batched = VLMPolicy(policy.model, policy.processor, policy.generation, batch_stage1=True)
-    assert batched.stage1_many(image, findings) == one_by_one
+    assert policy.batch_stage1
+    assert policy.stage1_many(image, findings) == one_by_one
     assert len(calls) == 1 and calls[0]["input_ids"].shape[0] == len(findings)
     assert (calls[0]["attention_mask"] == 0).any()
 

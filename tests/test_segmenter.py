@@ -194,6 +194,28 @@ def test_prompts_reach_the_model_in_1008_pixel_coordinates(monkeypatch, seg, ima
     assert result.low_res_logits.shape == (1, 1, 288, 288) and result.low_res_logits.dtype == np.float32
 
 
+def test_a_reduced_input_model_gets_prompts_in_its_own_grid(monkeypatch, tmp_path, image):
+    """A 336-px tracker (the demo's): same contract, prompts scaled to 336, 96 x 96 low-res logits."""
+    small = load_segmenter(build_random_sam3(tmp_path / "s336", size="tiny", image_size=336),
+                           device="cpu", cache=EmbeddingCache())
+    assert small.input_size == 336 and small.low_res_size == (96, 96)
+    assert tuple(small.preprocess(image).shape) == (1, 3, 336, 336)
+    small.set_image(image)
+    spy = CallCounter(monkeypatch, small.model, "forward")
+    box = pixels_to_box([80, 128, 240, 256], (H, W))
+    first = small.predict([box])
+    sx, sy = 336 / W, 336 / H
+    np.testing.assert_allclose(spy.calls[-1][1]["input_boxes"][0, 0].numpy(),
+                               [80 * sx, 128 * sy, 240 * sx, 256 * sy], rtol=1e-6)
+    assert first.masks.shape == (1, H, W) and first.low_res_logits.shape == (1, 1, 96, 96)
+    again = small.predict([box], [[Click(True, 0.5, 0.7)]], previous=first.low_res_logits)
+    assert again.low_res_logits.shape == (1, 1, 96, 96)
+    with pytest.raises(ValueError, match="multiple of 14"):
+        build_random_sam3(tmp_path / "bad", size="tiny", image_size=300)
+    with pytest.raises(ValueError, match="1008"):
+        build_random_sam3(tmp_path / "bad", size="full", image_size=336)
+
+
 def test_logits_are_the_low_res_logits_upsampled_without_transposition(monkeypatch, seg, image):
     seg.set_image(image)
     spy = CallCounter(monkeypatch, seg.model, "forward")

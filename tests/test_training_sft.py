@@ -177,6 +177,25 @@ def test_aux_targets_follow_the_token_grid():
         token_grid_side(5)
 
 
+def test_per_finding_aux_targets_and_loss():
+    import torch
+
+    from monailabel_xflow.training.aux_head import aux_mask_loss, finding_token_targets, mask_token_head
+
+    mask = np.zeros((64, 64), bool)
+    mask[32:, :32] = True  # bottom-left quarter
+    targets = finding_token_targets(["", mask, None], 2)
+    assert targets.shape == (4, 3)
+    assert np.allclose(targets[:, 0], 0) and np.allclose(targets[:, 2], 0)
+    assert np.allclose(targets[:, 1], [0, 0, 1, 0], atol=0.05)
+    head = mask_token_head(8, channels=3)
+    projected = torch.randn(2, 4, 8)
+    loss = aux_mask_loss(projected, head, torch.from_numpy(np.stack([targets, targets])))
+    assert loss.ndim == 0 and 0.2 < loss.item() < 2.0
+    with pytest.raises(ValueError, match="3-channel head"):
+        aux_mask_loss(projected, head, torch.zeros(2, 4))  # one channel for a three-channel head
+
+
 # --- training -------------------------------------------------------------------------------------
 
 

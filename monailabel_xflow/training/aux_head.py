@@ -29,7 +29,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["token_grid_side", "mask_token_targets", "mask_token_head", "capture_projector", "aux_mask_loss"]
+__all__ = ["token_grid_side", "mask_token_targets", "finding_token_targets", "mask_token_head",
+           "capture_projector", "aux_mask_loss"]
 
 
 def token_grid_side(mm_tokens_per_image: int) -> int:
@@ -74,12 +75,26 @@ def mask_token_targets(mask: np.ndarray | str | Path | None, side: int) -> np.nd
     return np.clip(cells, 0.0, 1.0).reshape(-1).astype(np.float32)
 
 
-def mask_token_head(hidden_size: int):
-    """The linear head: ``torch.nn.Linear(hidden_size, 1)``, zero bias, weights of std
+def finding_token_targets(masks, side: int) -> np.ndarray:
+    """Per-token, per-channel targets: :func:`mask_token_targets` of each mask, side by side.
+
+    Args:
+        masks: one mask (array, PNG path, or None/"" for "none in this image") per channel.
+        side: grid side.
+
+    Returns:
+        float32 ``(side * side, len(masks))``.
+    """
+    return np.stack([mask_token_targets(None if isinstance(m, str) and not m else m, side)
+                     for m in masks], axis=1)
+
+
+def mask_token_head(hidden_size: int, channels: int = 1):
+    """The linear head: ``torch.nn.Linear(hidden_size, channels)``, zero bias, weights of std
     ``hidden_size ** -0.5``, so the auxiliary loss starts near ``log 2`` per token."""
     from torch import nn
 
-    head = nn.Linear(hidden_size, 1)
+    head = nn.Linear(hidden_size, channels)
     nn.init.normal_(head.weight, std=hidden_size ** -0.5)
     nn.init.zeros_(head.bias)
     return head
@@ -122,8 +137,9 @@ def aux_mask_loss(projected: Any, head: Any, targets: Any) -> Any:
 
     Args:
         projected: ``(n_images, tokens, hidden)`` projected image tokens.
-        head: the linear head.
-        targets: ``(n_images, tokens)`` float in ``[0, 1]``.
+        head: the linear head (``channels`` outputs).
+        targets: ``(n_images, tokens)`` (one channel) or ``(n_images, tokens, channels)``,
+            float in ``[0, 1]``.
 
     Returns:
         A scalar tensor.
@@ -133,8 +149,11 @@ def aux_mask_loss(projected: Any, head: Any, targets: Any) -> Any:
     """
     import torch.nn.functional as F
 
-    if projected.shape[:2] != targets.shape:
-        raise ValueError(f"projected image tokens {tuple(projected.shape)} do not match "
-                         f"targets {tuple(targets.shape)}")
-    logits = head(projected.to(head.weight.dtype)).squeeze(-1)
+    channels = head.out_features
+    if targets.ndim == 2:
+        targets = targets[..., None]
+    if projected.shape[:2] != targets.shape[:2] or targets.shape[2] != channels:
+        raise ValueError(f"projected image tokens {tuple(projected.shape)} and a {channels}-channel head "
+                         f"do not match targets {tuple(targets.shape)}")
+    logits = head(projected.to(head.weight.dtype))
     return F.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype))

@@ -6,10 +6,12 @@ them). Output is a Hugging Face ``datasets`` folder per kind, written in chunks 
 interrupted build resumes where it stopped, and sharded (``shard=(i, N)`` takes every N-th case
 from the i-th) so N processes or machines build one set together. Rows (images by path):
 
-* ``init-sft``: ``image, prompt, instruction, target, lesion_mask, case_id, finding, level,
-  positive`` — ``prompt`` is the question in varied phrasing (each variant parses back to the
-  same instruction), ``target`` the Stage 1 protocol text: lung boxes of the lungs asked about,
-  presence, one lesion box per ground-truth component.
+* ``init-sft``: ``image, prompt, instruction, target, lesion_mask, finding_masks, case_id,
+  finding, level, positive`` — ``prompt`` is the question in varied phrasing (each variant parses
+  back to the same instruction), ``target`` the Stage 1 protocol text: lung boxes of the lungs
+  asked about, presence, one lesion box per ground-truth component; ``finding_masks`` one PNG
+  per finding of ``vocabulary.FINDINGS`` with all of the image's lesions of it ("" where it has
+  none), gathered from every question about the image (targets of the auxiliary mask loss).
 * ``rev-sft``: ``image, instruction, box, observations, targets, case_id`` — one Algorithm 1
   trajectory (the oracle clicker with F_seg in the loop) per ground-truth component;
   ``observations[t]`` is the PNG of :func:`~monailabel_xflow.rendering.render_observation` at
@@ -192,8 +194,43 @@ def _save_png(path: Path, array: np.ndarray) -> str:
     return str(path)
 
 
+def finding_masks(cases: Sequence, out_dir: Path) -> dict[str, list[str]]:
+    """Per image, one PNG per finding of ``FINDINGS``: the union of the masks of every positive
+    question about that image and finding ("" where there is none).
+
+    Args:
+        cases: the questions (all those about an image must be among them for its union to be whole).
+        out_dir: where the PNGs are written (``<image hash>_<finding>.png``).
+
+    Returns:
+        image path (str) -> list of ``len(FINDINGS)`` paths.
+    """
+    import hashlib
+
+    from monailabel_xflow.vocabulary import FINDINGS
+
+    unions: dict[str, dict[str, np.ndarray]] = {}
+    for case in cases:
+        per_finding = unions.setdefault(str(case.image_path), {})
+        mask = case.load_mask() if case.positive else None
+        if mask is None or not mask.any():
+            continue
+        have = per_finding.get(case.finding)
+        if have is None:
+            per_finding[case.finding] = mask.astype(bool)
+        else:
+            per_finding[case.finding] = have | resize_mask(mask, have.shape)
+    paths: dict[str, list[str]] = {}
+    for image, per_finding in unions.items():
+        stem = hashlib.sha1(image.encode()).hexdigest()[:16]
+        paths[image] = [_save_png(out_dir / f"{stem}_{f}.png", per_finding[f]) if f in per_finding else ""
+                        for f in FINDINGS]
+    return paths
+
+
 def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segmenter, clicker,
-                   rng: np.random.Generator, report: BuildReport) -> list[dict[str, Any]]:
+                   rng: np.random.Generator, report: BuildReport,
+                   image_findings: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     ins: Instruction = case.instruction
     mask = case.load_mask()
     common = {"image": str(case.image_path), "instruction": ins.text, "case_id": case.case_id}
@@ -208,7 +245,8 @@ def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segment
             report.reject(str(err))
             return []
         lesion_png = _save_png(out_dir / "masks" / f"{case.case_id}.png", mask) if mask is not None and mask.any() else None
-        return [dict(common, prompt=prompt, target=target, lesion_mask=lesion_png, finding=ins.finding,
+        return [dict(common, prompt=prompt, target=target, lesion_mask=lesion_png,
+                     finding_masks=(image_findings or {})[str(case.image_path)], finding=ins.finding,
                      level=ins.level, positive=lesion_png is not None)]
 
     # Revision kinds: positives only, one example per ground-truth component.
@@ -288,6 +326,11 @@ def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callab
     mine = list(cases)[i::n]
     root = Path(out_dir) / f"shard-{i}-of-{n}"
     report = BuildReport(kind)
+    image_findings = None
+    if kind == "init-sft":  # from every question about this shard's images, whichever shard has it
+        mine_images = {str(c.image_path) for c in mine}
+        image_findings = finding_masks([c for c in cases if str(c.image_path) in mine_images],
+                                       Path(out_dir) / "finding-masks")
     starts = range(0, len(mine), chunk_size)
     for k, start in enumerate(tqdm(starts, desc=f"building {kind} (shard {i}/{n})", disable=not progress)):
         where = root / f"chunk-{k:05d}"
@@ -298,7 +341,8 @@ def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callab
         rng = np.random.default_rng([seed, i, k])
         rows = []
         for case in mine[start:start + chunk_size]:
-            rows += _rows_for_case(kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report)
+            rows += _rows_for_case(kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report,
+                                   image_findings)
         if rows:
             Dataset.from_list(rows).save_to_disk(str(where))
         else:  # an empty chunk still marks its cases as done

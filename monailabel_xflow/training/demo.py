@@ -9,19 +9,19 @@ real training runs, at a size two CPU cores manage in about half an hour:
    read as MIMIC-ILS questions; every split of it is training data (the held-out evaluation set
    is drawn with a different seed, :func:`export_heldout`).
 2. **F_seg** (in a second process, while π_init trains): a randomly initialised
-   ``Sam3TrackerModel`` of reduced size (:func:`~monailabel_xflow.sam3_configs.build_random_sam3`),
-   a few steps of the project trainer
-   (:func:`~monailabel_xflow.training.segmenter.finetune_segmenter`, encoder unfrozen), then
-   decoder-only steps on cached image embeddings (:func:`finetune_segmenter_decoder`: the same
-   SAM 2 loss and box + click prompts at a fraction of the cost per step).
+   ``Sam3TrackerModel`` of reduced size and a 336 px input
+   (:func:`~monailabel_xflow.sam3_configs.build_random_sam3`), trained end to end with the project
+   trainer (:func:`~monailabel_xflow.training.segmenter.finetune_segmenter`: SAM 2 loss, jittered
+   box + click prompts). At 336 px a step costs ~1/10 of one at SAM3's 1008 px, which is what
+   makes a from-scratch encoder trainable on a CPU.
 3. **Base VLM**: a randomly initialised ``Gemma3ForConditionalGeneration`` of DESIGN §12's size
    (128 px images, patch 16, 16 image tokens; 128-wide vision and text) with the offline
    tokenizer of :mod:`~monailabel_xflow.gemma3_configs` (single-digit tokens, protocol tags).
-4. **π_init SFT** on ``init-sft`` rows (:mod:`~monailabel_xflow.training.builders`) with
-   :func:`~monailabel_xflow.training.sft.train_sft` (in rounds, each warm-started from the
-   previous), the auxiliary mask loss **on**
-   (DESIGN §12: without it a from-scratch VLM ignores the image); LoRA rank = text width, so the
-   adapter can move the random language model anywhere; vision tower trained.
+4. **π_init SFT** on ``init-sft`` rows (:mod:`~monailabel_xflow.training.builders`),
+   presence-balanced (:func:`balanced_presence`: phantom questions are ~13 % positive), with
+   :func:`~monailabel_xflow.training.sft.train_sft` and the auxiliary mask loss **on**, one
+   channel per finding (DESIGN §12: without it a from-scratch VLM ignores the image); LoRA rank
+   = text width, so the adapter can move the random language model anywhere; vision tower trained.
 5. **π_rev SFT** on ``rev-sft`` rows (oracle trajectories with the fine-tuned F_seg in the loop),
    warm-started from π_init.
 6. **GRPO**, short: ``init-rl`` then ``rev-rl`` with
@@ -78,29 +78,22 @@ class DemoRecipe:
     Attributes:
         seed: everything is drawn from it.
         train_studies: phantom studies generated for training (~30 questions each).
-        phantom_size: phantom side in pixels (F_seg resizes to 1008, the policy to 128).
+        phantom_size: phantom side in pixels (F_seg resizes to ``seg_image_size``, the policy to 128).
         seg_size: ``sam3_configs`` size of F_seg (``"tiny"`` / ``"small"``).
-        seg_steps / seg_batch: F_seg fine-tuning with the project trainer, encoder unfrozen
-            (optimiser steps, prompts per step); few, as each costs ~10 s on a busy CPU.
-        seg_decoder_steps / seg_images: then decoder-only steps on cached embeddings of at most
-            ``seg_images`` images (:func:`finetune_segmenter_decoder`).
-        seg_lr: F_seg learning rate.
-        seg_focal_weight: focal-loss weight of the decoder phase (see :func:`finetune_segmenter_decoder`).
+        seg_image_size: F_seg's square input in pixels (SAM3 itself: 1008).
+        seg_steps / seg_batch: F_seg optimiser steps of the project trainer, encoder unfrozen, and
+            prompts per step.
+        seg_lr: F_seg learning rate (every layer alike: a random encoder has nothing to preserve).
+        seg_focal_weight: focal-loss weight (the paper's 20 suits fine-tuning SAM3; from scratch
+            it lets the decoder settle on "all background", as lesions cover a few percent of
+            the image and the dice term that rewards foreground is outweighed).
         seg_eval: training components on which F_seg's box-prompted IoU is logged.
         sft_batch / sft_lr: policy SFT batch and peak learning rate (both policies).
-        init_sft_steps / rev_sft_steps: SFT optimiser steps of π_init / π_rev.
-        init_sft_rounds: π_init SFT runs this many rounds of ``init_sft_steps``, each
-            warm-started from the previous one (learning-rate warm restart).
-        init_sft_balanced_rounds: the last rounds train on presence-balanced rows
-            (:func:`balanced_presence`): phantom questions are ~13 % positive, and a policy
-            trained on them alone learns to answer "absent". Such rounds run
-            ``init_sft_balanced_steps`` steps.
+        init_sft_steps / rev_sft_steps: SFT optimiser steps of π_init / π_rev. π_init trains on
+            presence-balanced rows (:func:`balanced_presence`).
         aux_weight: weight of the auxiliary mask loss in π_init SFT (DESIGN §12).
         rev_components: at most this many lesion components become π_rev trajectories.
-        rl_steps_init / rl_steps_rev: GRPO steps (0 skips that phase). Off by default: the
-            demo policy's output distribution is nearly flat, so trl's sampled rollouts emit
-            ``<image_soft_token>`` and the GRPO forward fails ("Image features and image
-            tokens do not match"); ``--set rl_steps_init=2 --set rl_steps_rev=1`` runs them.
+        rl_steps_init / rl_steps_rev: GRPO steps (0 skips that phase).
         rl_generations / rl_batch / rl_lr: GRPO group size, completions per step, learning rate.
         max_clicks: Stage 2 budget at training and inference.
         parallel: train F_seg in a second process while π_init trains (one thread each).
@@ -110,24 +103,20 @@ class DemoRecipe:
     train_studies: int = 240
     phantom_size: int = 256
     seg_size: str = "tiny"
-    seg_steps: int = 2
-    seg_batch: int = 1
-    seg_decoder_steps: int = 800
-    seg_images: int = 96
+    seg_image_size: int = 336
+    seg_steps: int = 4500
+    seg_batch: int = 4
     seg_lr: float = 1e-3
     seg_focal_weight: float = 1.0
-    seg_eval: int = 12
+    seg_eval: int = 24
     sft_batch: int = 8
     sft_lr: float = 1e-3
-    init_sft_steps: int = 600
-    init_sft_rounds: int = 3
-    init_sft_balanced_rounds: int = 1
-    init_sft_balanced_steps: int = 600
-    rev_sft_steps: int = 100
+    init_sft_steps: int = 2400
+    rev_sft_steps: int = 300
     aux_weight: float = 1.0
-    rev_components: int = 40
-    rl_steps_init: int = 0  # GRPO off by default: see the note on rl_steps_init below
-    rl_steps_rev: int = 0
+    rev_components: int = 80
+    rl_steps_init: int = 4
+    rl_steps_rev: int = 2
     rl_generations: int = 4
     rl_batch: int = 8
     rl_lr: float = 2e-5
@@ -135,103 +124,13 @@ class DemoRecipe:
     parallel: bool = True
 
 
-QUICK = DemoRecipe(train_studies=8, seg_steps=1, seg_batch=1, seg_decoder_steps=3, seg_images=2, seg_eval=2,
-                   sft_batch=2, init_sft_steps=2, init_sft_rounds=2, init_sft_balanced_steps=1,
-                   rev_sft_steps=2, rev_components=4, rl_steps_init=1,
+QUICK = DemoRecipe(train_studies=8, seg_steps=2, seg_batch=2, seg_eval=2,
+                   sft_batch=2, init_sft_steps=2, rev_sft_steps=2, rev_components=4, rl_steps_init=1,
                    rl_steps_rev=1, rl_generations=2, rl_batch=2)
 """A toy scale that runs the whole recipe in a few minutes on a busy CPU, learning nothing (smoke checks)."""
 
 
 # --- models -------------------------------------------------------------------------------------
-
-
-def finetune_segmenter_decoder(model_path: str | Path, samples: Sequence, out_dir: str | Path, steps: int,
-                               learning_rate: float = 1e-3, max_images: int = 96, seed: int = 0,
-                               progress: bool = True, focal_weight: float = 20.0) -> dict[str, Any]:
-    """Fine-tune F_seg's prompt encoder and mask decoder on cached image embeddings.
-
-    Why (CPU budget): a training step of the full tracker at its 1008 px input costs ~10 s on a
-    busy 2-core machine, mostly the image encoder's backward pass, so the project trainer
-    (:func:`~monailabel_xflow.training.segmenter.finetune_segmenter`) manages only a few dozen
-    prompts in the demo's budget. With the image encoder frozen, each distinct image is encoded
-    once and every step runs the decoder alone (~0.2 s), so hundreds of prompts fit. The loss,
-    the prompt sampling (jittered box + 0-2 clicks) and the two outputs supervised (three
-    hypotheses, and the single mask a box prompt returns) are the project trainer's.
-
-    Args:
-        model_path: ``Sam3TrackerModel`` folder to start from.
-        samples: ``SegSample`` list (one lesion component each).
-        out_dir: where the model is saved (``save_pretrained``).
-        steps: optimiser steps, one prompt each.
-        learning_rate: AdamW rate of the decoder and prompt encoder.
-        max_images: at most this many distinct images are encoded (memory: ~5 MB each).
-        seed: prompt sampling and data order.
-        focal_weight: weight of the focal term (the paper's 20 lets a decoder trained from
-            scratch settle on "all background": lesions cover a few percent of the grid, and
-            the dice term that rewards foreground is then outweighed; the demo uses less).
-
-    Returns:
-        ``{"steps", "images", "losses"}``.
-    """
-    import numpy as np
-    import torch
-    from tqdm.auto import tqdm
-
-    from monailabel_xflow.geometry import box_to_sam, point_to_sam
-    from monailabel_xflow.segmenter import Sam3Segmenter, load_tracker_model
-    from monailabel_xflow.training.config import load_config
-    from monailabel_xflow.training.segmenter import _target_grid, param_groups, sam2_loss, sample_prompt
-
-    cfg = load_config("segmenter", learning_rate=learning_rate, seed=seed, focal_weight=focal_weight)
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = load_tracker_model(model_path)
-    prep = Sam3Segmenter(model, device="cpu", dtype=torch.float32, cache_tag="demo-train")
-    for name, p in model.named_parameters():
-        p.requires_grad_(not name.startswith("vision_encoder."))
-    by_image: dict[bytes, list] = {}
-    for s in samples:
-        by_image.setdefault(s.image[::4, ::4].tobytes(), []).append(s)
-    keys = list(by_image)
-    keys = [keys[k] for k in sorted(rng.permutation(len(keys))[:max_images])]
-    model.eval()
-    embeddings, items = [], []
-    with torch.no_grad():
-        for i, key in enumerate(tqdm(keys, desc="F_seg: encoding images", disable=not progress)):
-            emb = model.get_image_embeddings(prep.preprocess(by_image[key][0].image))
-            embeddings.append([e.to(torch.bfloat16) for e in emb])
-            items += [(i, s.mask) for s in by_image[key]]
-    model.train()
-    optimizer = torch.optim.AdamW(param_groups(model, cfg))
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=[g["lr"] for g in optimizer.param_groups],
-                                                   total_steps=max(1, steps), pct_start=0.05)
-    losses: list[float] = []
-    bar = tqdm(range(steps), desc="F_seg: decoder fine-tuning", disable=not progress)
-    for step in bar:
-        i, mask = items[int(rng.integers(len(items)))]
-        box, clicks = sample_prompt(mask, rng, cfg.box_jitter, cfg.points_per_prompt)
-        prompts: dict[str, Any] = {"input_boxes": torch.tensor([[box_to_sam(box)]], dtype=torch.float32)}
-        if clicks:
-            prompts["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y) for c in clicks]]])
-            prompts["input_labels"] = torch.tensor([[[int(c.positive) for c in clicks]]])
-        emb = [e.float() for e in embeddings[i]]
-        multi = model(image_embeddings=emb, multimask_output=True, **prompts)
-        target = _target_grid(mask, multi.pred_masks.shape[-2:])
-        loss, _ = sam2_loss(multi.pred_masks[0, 0].float(), multi.iou_scores[0, 0].float(), target, cfg)
-        single = model(image_embeddings=emb, multimask_output=False, **prompts)
-        single_loss, _ = sam2_loss(single.pred_masks[0, 0].float(), single.iou_scores[0, 0].float(), target, cfg)
-        total = loss + single_loss
-        optimizer.zero_grad()
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        schedule.step()
-        losses.append(float(total.detach()))
-        if step % 10 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-10:]):.3f}")
-    model.eval().save_pretrained(Path(out_dir))
-    return {"steps": steps, "images": len(keys), "losses": losses}
-
 
 
 def _register_demo_size() -> None:
@@ -390,11 +289,11 @@ def _set_threads(n: int = 2) -> None:
 
 def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: bool = True,
                     threads: int | None = None) -> dict[str, Any]:
-    """F_seg: a random reduced-size SAM3 tracker, fine-tuned on the training phantoms' lesions.
+    """F_seg: a random reduced-size SAM3 tracker, trained on the training phantoms' lesions.
 
-    The project trainer runs first (encoder unfrozen, ``recipe.seg_steps`` steps), then
-    :func:`finetune_segmenter_decoder`; the result is ``work/segmenter``. Runs in a separate
-    process when the recipe is parallel (hence plain arguments and a dict result).
+    The project trainer, end to end (``recipe.seg_steps`` steps); the result is
+    ``work/segmenter``. Runs in a separate process when the recipe is parallel (hence plain
+    arguments and a dict result).
     """
     import numpy as np
 
@@ -418,19 +317,16 @@ def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: b
     for s in samples:
         unique.setdefault((s.image[::8, ::8].tobytes(), s.mask.tobytes()), s)
     samples = list(unique.values())
-    start = build_random_sam3(work_dir / "sam3-random", recipe.seg_size, seed)
+    start = build_random_sam3(work_dir / "sam3-random", recipe.seg_size, seed, recipe.seg_image_size)
     cfg = load_config("segmenter", max_steps=recipe.seg_steps, effective_batch=recipe.seg_batch,
-                      learning_rate=recipe.seg_lr, seed=seed)
-    result = finetune_segmenter(start, samples, work_dir / "segmenter-full", cfg, progress=progress)
-    decoder = finetune_segmenter_decoder(work_dir / "segmenter-full", samples, seg_dir, recipe.seg_decoder_steps,
-                                         recipe.seg_lr, recipe.seg_images, seed, progress, recipe.seg_focal_weight)
+                      learning_rate=recipe.seg_lr, focal_weight=recipe.seg_focal_weight,
+                      encoder_lr_scale=1.0, layer_decay=1.0, grad_clip=1.0, seed=seed)
+    result = finetune_segmenter(start, samples, seg_dir, cfg, progress=progress)
     held = samples[:: max(1, len(samples) // recipe.seg_eval)][: recipe.seg_eval]
     iou = box_prompted_iou(load_segmenter(str(seg_dir)), held)
     log.info("demo: F_seg box-prompted IoU on %d training components: %.3f", len(held), iou)
-    return {"samples": len(samples), "steps": result["steps"], "last_loss": result["losses"][-1],
-            "decoder_steps": decoder["steps"], "decoder_images": decoder["images"],
-            "decoder_loss_first_last": [float(np.mean(decoder["losses"][:20])),
-                                        float(np.mean(decoder["losses"][-20:]))],
+    return {"samples": len(samples), "steps": result["steps"],
+            "loss_first_last": [float(np.mean(result["losses"][:20])), float(np.mean(result["losses"][-20:]))],
             "box_prompted_iou_train": iou, "seconds": time.perf_counter() - start_time}
 
 
@@ -507,17 +403,9 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
                 "last_loss": s["losses"][-1] if s["losses"] else None}
 
     runs = work / "runs"
-    init_sft, previous = runs / "init-sft", None
-    for k in range(recipe.init_sft_rounds):  # each round warm-starts from the last (a cosine restart)
-        name = "init-sft" if k == 0 else f"init-sft-{k + 1}"
-        init_sft = runs / name
-        data: Any = built / "init-sft"
-        steps = recipe.init_sft_steps
-        if k >= recipe.init_sft_rounds - recipe.init_sft_balanced_rounds:
-            data = balanced_presence(builders.load_built(data), seed + k)
-            steps = recipe.init_sft_balanced_steps
-        phases.run(name, sft, "init-sft", steps, data, init_sft, previous, recipe.aux_weight)
-        previous = init_sft
+    init_sft = runs / "init-sft"
+    balanced = balanced_presence(builders.load_built(built / "init-sft"), seed)
+    phases.run("init-sft", sft, "init-sft", recipe.init_sft_steps, balanced, init_sft, None, recipe.aux_weight)
 
     if seg_future is not None:
         phases.run("segmenter", seg_future.result)
@@ -623,9 +511,9 @@ available. Its answers on real radiographs are meaningless.
 | part | architecture | how it was trained |
 |---|---|---|
 | `base/` | `Gemma3ForConditionalGeneration`, 128 px images, 16 image tokens, 128-wide 4-layer vision, 128-wide 2-layer text; offline tokenizer | random initialisation (seed {recipe.seed}) |
-| `init/` | π_init: peft LoRA r={DEMO_VLM_SPEC['lora_r']} on the language model + trained vision tower | SFT {recipe.init_sft_rounds} × {recipe.init_sft_steps} steps (warm restarts), batch {recipe.sft_batch}, lr {recipe.sft_lr}, auxiliary mask loss {recipe.aux_weight} (training only, not saved); GRPO {recipe.rl_steps_init} steps |
+| `init/` | π_init: peft LoRA r={DEMO_VLM_SPEC['lora_r']} on the language model + trained vision tower | SFT {recipe.init_sft_steps} steps on presence-balanced questions, batch {recipe.sft_batch}, lr {recipe.sft_lr}, per-finding auxiliary mask loss {recipe.aux_weight} (training only, not saved); GRPO {recipe.rl_steps_init} steps |
 | `rev/` | π_rev: same form | SFT {recipe.rev_sft_steps} steps on oracle trajectories ({recipe.rev_components} lesion components), warm-started from π_init SFT; GRPO {recipe.rl_steps_rev} steps |
-| `segmenter/` | `Sam3TrackerModel`, size "{recipe.seg_size}" of `sam3_configs` | random initialisation; {recipe.seg_steps} steps of the project trainer, then {recipe.seg_decoder_steps} decoder-only steps on cached embeddings of {recipe.seg_images} phantoms (focal weight {recipe.seg_focal_weight}) (box-prompted IoU on training lesions: {seg.get('box_prompted_iou_train', float('nan')):.3f}) |
+| `segmenter/` | `Sam3TrackerModel`, size "{recipe.seg_size}" of `sam3_configs`, {recipe.seg_image_size} px input | random initialisation; {recipe.seg_steps} steps × {recipe.seg_batch} prompts of the project trainer, end to end, lr {recipe.seg_lr}, focal weight {recipe.seg_focal_weight} (box-prompted IoU on training lesions: {seg.get('box_prompted_iou_train', float('nan')):.3f}) |
 
 Training data: {recipe.train_studies} phantom studies ({recipe.phantom_size} px) drawn with seed {recipe.seed}
 (`monailabel_xflow.phantom_export.export_set`). Rebuild: `xflow train demo --seed {recipe.seed} --out DIR`.

@@ -202,14 +202,14 @@ def finetune_segmenter(
             box, clicks = sample_prompt(sample.mask, rng, cfg.box_jitter, cfg.points_per_prompt)
             kwargs: dict[str, Any] = {
                 "pixel_values": prep.preprocess(sample.image),
-                "input_boxes": torch.tensor([[box_to_sam(box)]], dtype=torch.float32, device=accelerator.device),
+                "input_boxes": torch.tensor([[box_to_sam(box, prep.input_size)]], dtype=torch.float32, device=accelerator.device),
             }
             if clicks:
-                kwargs["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y) for c in clicks]]], device=accelerator.device)
+                kwargs["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y, prep.input_size) for c in clicks]]], device=accelerator.device)
                 kwargs["input_labels"] = torch.tensor([[[int(c.positive) for c in clicks]]], device=accelerator.device)
             with accelerator.accumulate(model):
                 out = model(multimask_output=True, **kwargs)
-                low_res = out.pred_masks[0, 0].float()  # (3, 288, 288)
+                low_res = out.pred_masks[0, 0].float()  # (3, 288, 288) for a 1008-px input
                 target = _target_grid(sample.mask, low_res.shape[-2:]).to(low_res.device)
                 loss, _ = sam2_loss(low_res, out.iou_scores[0, 0].float(), target, cfg)
                 # The single-mask token answers box prompts at inference (as SAM 2 trains them):

@@ -137,7 +137,9 @@ class PolicyExampleEncoder:
 
     Calling it on a row returns a dict of 1-D ``input_ids``, ``labels`` (-100 off the assistant
     turns), ``token_type_ids`` (1 on image soft tokens), ``pixel_values`` ``(n_images, 3, S, S)``
-    and, with ``aux_side``, ``aux_target`` ``(n_images, aux_side**2)``.
+    and, with ``aux_side``, ``aux_target``: ``(n_images, aux_side**2, n_findings)`` from the row's
+    ``finding_masks`` when it has them, else ``(n_images, aux_side**2)`` from its ``lesion_mask``
+    (see :mod:`~monailabel_xflow.training.aux_head`).
     """
 
     processor: Any
@@ -218,9 +220,12 @@ class PolicyExampleEncoder:
             "pixel_values": torch.cat(pixels),
         }
         if self.aux_side is not None:
-            from monailabel_xflow.training.aux_head import mask_token_targets
+            from monailabel_xflow.training.aux_head import finding_token_targets, mask_token_targets
 
-            target = mask_token_targets(row.get("lesion_mask"), self.aux_side)
+            if row.get("finding_masks"):
+                target = finding_token_targets(row["finding_masks"], self.aux_side)
+            else:
+                target = mask_token_targets(row.get("lesion_mask"), self.aux_side)
             out["aux_target"] = torch.from_numpy(np.repeat(target[None], len(out["pixel_values"]), 0))
         return out
 
@@ -474,7 +479,8 @@ def train_sft(stage: str, data: Any, base: str | Path, out_dir: str | Path,
 
         text_cfg = model.config.get_text_config()
         aux_side = token_grid_side(int(model.config.mm_tokens_per_image))
-        aux_head = mask_token_head(int(text_cfg.hidden_size)).to(model.device)
+        channels = len(rows[0]["finding_masks"]) if "finding_masks" in rows.column_names else 1
+        aux_head = mask_token_head(int(text_cfg.hidden_size), channels).to(model.device)
     state = PartialState()
     per_device, accum = batch_geometry(cfg.effective_batch, per_device_batch, state.num_processes)
     tok = processor.tokenizer
