@@ -95,7 +95,9 @@ SIZES: dict[str, dict[str, Any]] = {
         lora_r=16,
     ),
 }
-"""Named model sizes for :func:`gemma3_config` / :func:`build_random_vlm`."""
+"""Named model sizes for :func:`gemma3_config` / :func:`build_random_vlm`: ``image_size``,
+``patch_size``, ``mm_tokens_per_image``, ``vision`` / ``text`` config fields, ``lora_r`` and,
+optionally, ``embedding_std`` (std of the random tied embeddings; default the config's 0.02)."""
 
 LORA_TARGET_MODULES = (
     r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
@@ -285,6 +287,11 @@ def build_random_vlm(
     proj = model.model.multi_modal_projector.mm_input_projection_weight
     with torch.no_grad():
         proj.normal_(0.0, proj.shape[0] ** -0.5)
+        if "embedding_std" in spec:
+            # Tied embeddings are also the output layer, and LoRA leaves them frozen: at the default
+            # std 0.02 a 128-wide model's logits span ~2.5 at most, so its answers stay near-uniform
+            # (cross-entropy ~4 at 90 % token accuracy) and sampled rollouts are noise.
+            model.get_input_embeddings().weight.normal_(0.0, spec["embedding_std"])
     eos = config.eos_token_id
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id, eos_token_id=eos,

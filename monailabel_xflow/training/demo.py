@@ -67,6 +67,8 @@ DEMO_VLM_SPEC: dict[str, Any] = dict(
               num_key_value_heads=4, head_dim=32, sliding_window=4096,
               layer_types=["full_attention", "full_attention"]),
     lora_r=128,
+    # output logits can then reach a margin of ~0.1 * 128 = 13 (see gemma3_configs.build_random_vlm)
+    embedding_std=0.1,
 )
 """The demo's Gemma3 size, registered as ``gemma3_configs.SIZES["demo"]`` when the recipe runs."""
 
@@ -91,8 +93,12 @@ class DemoRecipe:
         sft_batch / sft_lr: policy SFT batch and peak learning rate (both policies).
         init_sft_steps / rev_sft_steps: SFT optimiser steps of π_init / π_rev. π_init trains on
             presence-balanced rows (:func:`balanced_presence`).
-        aux_weight: weight of the auxiliary mask loss in π_init SFT (DESIGN §12).
+        aux_weight: weight of the auxiliary mask loss in π_init SFT (DESIGN §12 used 1.0 with one
+            channel; the per-finding loss is a mean over seven mostly empty channels).
         rev_components: at most this many lesion components become π_rev trajectories.
+        rev_box_noise: edge jitter of the oracle's starting boxes (the paper's 0.1 leaves ~3 in 4
+            of this F_seg's first masks above the 0.7 stop threshold, so π_rev would learn
+            "stop" and little else; the demo π_init's boxes are also coarser than the paper's).
         rl_steps_init / rl_steps_rev: GRPO steps (0 skips that phase).
         rl_generations / rl_batch / rl_lr: GRPO group size, completions per step, learning rate.
         max_clicks: Stage 2 budget at training and inference.
@@ -111,10 +117,11 @@ class DemoRecipe:
     seg_eval: int = 24
     sft_batch: int = 8
     sft_lr: float = 1e-3
-    init_sft_steps: int = 2400
-    rev_sft_steps: int = 300
-    aux_weight: float = 1.0
-    rev_components: int = 80
+    init_sft_steps: int = 2800
+    rev_sft_steps: int = 500
+    aux_weight: float = 5.0
+    rev_components: int = 600
+    rev_box_noise: float = 0.25
     rl_steps_init: int = 4
     rl_steps_rev: int = 2
     rl_generations: int = 4
@@ -287,8 +294,21 @@ def _set_threads(n: int = 2) -> None:
     torch.set_num_threads(max(1, min(n, os.cpu_count() or 1)))
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """In a worker process: exit as soon as ``parent_pid`` is gone (killed recipe, no orphan)."""
+    import os
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: bool = True,
-                    threads: int | None = None) -> dict[str, Any]:
+                    threads: int | None = None, parent_pid: int | None = None) -> dict[str, Any]:
     """F_seg: a random reduced-size SAM3 tracker, trained on the training phantoms' lesions.
 
     The project trainer, end to end (``recipe.seg_steps`` steps); the result is
@@ -304,6 +324,8 @@ def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: b
 
     if threads:
         _set_threads(threads)
+    if parent_pid is not None:
+        _exit_with_parent(parent_pid)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     start_time = time.perf_counter()
@@ -368,10 +390,11 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     if "segmenter" not in phases.state["done"]:
         if recipe.parallel:
             import multiprocessing
+            import os
             from concurrent.futures import ProcessPoolExecutor
 
             pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            seg_future = pool.submit(segmenter_phase, str(work), json_path, recipe, progress, 1)
+            seg_future = pool.submit(segmenter_phase, str(work), json_path, recipe, progress, 1, os.getpid())
             _set_threads(1)
         else:
             phases.run("segmenter", segmenter_phase, str(work), json_path, recipe, progress)
@@ -418,10 +441,14 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     rng = np.random.default_rng(seed)
     rev_cases = [positives[k] for k in sorted(rng.permutation(len(positives))[: recipe.rev_components])]
 
+    from monailabel_xflow.oracle import OracleClicker
+
+    clicker = OracleClicker(box_noise=recipe.rev_box_noise)
+
     def build_rev() -> dict:
         from monailabel_xflow.segmenter import load_segmenter
 
-        return build("rev-sft", rev_cases, segmenter=load_segmenter(str(seg_dir)))
+        return build("rev-sft", rev_cases, segmenter=load_segmenter(str(seg_dir)), clicker=clicker)
 
     phases.run("build rev-sft", build_rev)
     rev_sft = runs / "rev-sft"
@@ -431,7 +458,7 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     def rl(stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path) -> dict:
         from monailabel_xflow.training.grpo import train_grpo
 
-        build(stage, data_cases)
+        build(stage, data_cases, clicker=clicker)
         cfg = load_config(stage, max_steps=steps, effective_batch=recipe.rl_batch, num_generations=recipe.rl_generations,
                           learning_rate=recipe.rl_lr, max_clicks=recipe.max_clicks, seed=seed)
         s = train_grpo(stage, built / stage, base, dest, start, cfg,
