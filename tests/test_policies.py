@@ -270,6 +270,30 @@ def test_generation_settings_are_honoured(tiny_vlm, monkeypatch):
     assert calls[0]["temperature"] == 3.0 and calls[0]["top_p"] == 0.9 and calls[0]["do_sample"]
 
 
+def test_image_placeholders_are_never_generated(tiny_vlm, monkeypatch):
+    """A hot sampler on a random model would otherwise emit image tokens, which break the next
+    forward ("image features and image tokens do not match"), e.g. in GRPO rollouts."""
+    image = radiograph(9)
+    sampler = load(tiny_vlm, generation=GenerationSettings(do_sample=True, temperature=50.0,
+                                                           max_new_tokens=150, seed=0))
+    tok = sampler.processor.tokenizer
+    image_ids = {tok.convert_tokens_to_ids(t) for t in ("<image_soft_token>", "<start_of_image>", "<end_of_image>")}
+    seen = []
+    real = sampler.model.generate
+
+    def wrapper(**kw):
+        out = real(**kw)
+        seen.append((kw, out.sequences[0, kw["input_ids"].shape[1]:].tolist()))
+        return out
+
+    monkeypatch.setattr(sampler.model, "generate", wrapper)
+    for _ in range(5):
+        sampler.stage1(image, LEFT)
+    assert all(image_ids <= set(kw["suppress_tokens"]) for kw, _ in seen)
+    generated = [t for _, new in seen for t in new]
+    assert len(generated) > 400 and not image_ids & set(generated)
+
+
 def test_max_new_tokens_caps_each_turn(tiny_vlm):
     image = radiograph(10)
     pol = load(tiny_vlm, generation=GenerationSettings(max_new_tokens=2))
