@@ -92,8 +92,7 @@ class DemoRecipe:
         seg_eval: training components on which F_seg's box-prompted IoU is logged.
         sft_batch / sft_lr: policy SFT batch and peak learning rate (both policies).
         init_sft_steps / rev_sft_steps: SFT optimiser steps of π_init / π_rev. π_init trains on
-            presence-balanced rows (:func:`balanced_presence`), π_rev on as many trajectories that
-            stop at once as trajectories that click (:func:`balanced_revisions`).
+            presence-balanced rows (:func:`balanced_presence`).
         aux_weight: weight of the auxiliary mask loss in π_init SFT (DESIGN §12 used 1.0 with one
             channel; the per-finding loss is a mean over seven mostly empty channels).
         rev_components: at most this many lesion components become π_rev trajectories.
@@ -118,16 +117,16 @@ class DemoRecipe:
     seg_eval: int = 24
     sft_batch: int = 8
     sft_lr: float = 1e-3
-    init_sft_steps: int = 2500
+    init_sft_steps: int = 2800
     rev_sft_steps: int = 500
     aux_weight: float = 5.0
     rev_components: int = 600
     rev_box_noise: float = 0.25
-    rl_steps_init: int = 30
-    rl_steps_rev: int = 30
+    rl_steps_init: int = 4
+    rl_steps_rev: int = 2
     rl_generations: int = 4
-    rl_batch: int = 16
-    rl_lr: float = 1e-4
+    rl_batch: int = 8
+    rl_lr: float = 2e-5
     max_clicks: int = 4
     parallel: bool = True
 
@@ -192,27 +191,6 @@ def balanced_presence(rows, seed: int = 0):
     repeat = np.resize(pos, len(neg))  # every positive, cycled to the negatives' count
     # flatten_indices: a shuffled view is slow to read row by row during training
     return concatenate_datasets([rows.select(neg), rows.select(repeat)]).shuffle(seed=seed).flatten_indices()
-
-
-def balanced_revisions(rows, seed: int = 0):
-    """``rev-sft`` rows with the trajectories that stop at once cut to as many as those that click.
-
-    With a good F_seg most first masks already pass the oracle's stop threshold, so most
-    trajectories are a single ``<stop/>``; trained on them all, π_rev learns to stop and nothing
-    else. Every clicking trajectory is kept (they also end with a stop).
-
-    Args:
-        rows: a ``datasets.Dataset`` of ``rev-sft`` rows (``targets`` column).
-        seed: which immediate stops are kept, and the order.
-    """
-    import numpy as np
-
-    first_stop = np.asarray(["<stop/>" in t[0] for t in rows["targets"]], bool)
-    clicks, stops = np.flatnonzero(~first_stop), np.flatnonzero(first_stop)
-    if len(stops) <= len(clicks):
-        return rows
-    keep = np.random.default_rng(seed).choice(stops, len(clicks), replace=False)
-    return rows.select(np.concatenate([clicks, keep])).shuffle(seed=seed).flatten_indices()
 
 
 def training_cases(json_path: Path):
@@ -475,13 +453,13 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     phases.run("build rev-sft", build_rev)
     rev_sft = runs / "rev-sft"
     try:
-        rev_rows = balanced_revisions(builders.load_built(built / "rev-sft"), seed)
+        builders.load_built(built / "rev-sft")
     except builders.BuildError:  # every trajectory discarded: an F_seg that clicks cannot improve
         log.warning("demo: no π_rev trajectory was kept (F_seg does not improve with clicks); "
                     "π_rev starts from π_init's SFT adapter without revision SFT")
         rev_sft = init_sft
     else:
-        phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, rev_rows, rev_sft, init_sft, 0.0)
+        phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, built / "rev-sft", rev_sft, init_sft, 0.0)
 
     # 6. short GRPO
     def rl(stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path) -> dict:
@@ -498,12 +476,7 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
 
     init_final, rev_final = init_sft, rev_sft
     if recipe.rl_steps_init > 0:
-        # as many positive as negative questions (the reward prices both), twice what the steps use
-        half = max(1, recipe.rl_batch * recipe.rl_steps_init // recipe.rl_generations)
-        pos = [c for c in cases if c.positive]
-        neg = [c for c in cases if not c.positive]
-        rl_cases = ([pos[k] for k in rng.permutation(len(pos))[:half]]
-                    + [neg[k] for k in rng.permutation(len(neg))[:half]])
+        rl_cases = [cases[k] for k in sorted(rng.permutation(len(cases))[: 4 * recipe.rl_batch * recipe.rl_steps_init])]
         phases.run("init-rl", rl, "init-rl", recipe.rl_steps_init, rl_cases, init_sft, runs / "init-rl")
         init_final = runs / "init-rl"
     if recipe.rl_steps_rev > 0:
