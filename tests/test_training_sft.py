@@ -376,7 +376,7 @@ def test_init_sft_learns_to_place_boxes(tmp_path):
     gen = GenerationSettings(max_new_tokens=160)
     before = _placed_share(VLMPolicy.from_pretrained(base, generation=gen), held_out)
     out = tmp_path / "out"
-    cfg = sft_config(max_steps=200, effective_batch=4, learning_rate=1e-2, aux_mask_loss_weight=1.0)
+    cfg = sft_config(max_steps=300, effective_batch=4, learning_rate=1e-2, aux_mask_loss_weight=1.0)
     summary = train_sft("init-sft", rows, base, out, cfg, progress=False)
     after = _placed_share(VLMPolicy.from_pretrained(base, init_adapter=out, generation=gen), held_out)
     print("(formed, placed, positives called present, lung-box IoU): untrained "
