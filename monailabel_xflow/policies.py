@@ -194,15 +194,14 @@ def stage1_request(instruction: Instruction) -> str:
     )
 
 
+def _image_turn(text: str) -> list[dict[str, Any]]:
+    """Chat messages of one user turn: an image, then ``text``."""
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+
+
 def stage1_messages(instruction: Instruction) -> list[dict[str, Any]]:
     """Chat messages of the Stage 1 prompt (one user turn: image, preamble, request)."""
-    return [{
-        "role": "user",
-        "content": [
-            {"type": "image"},
-            {"type": "text", "text": f"{STAGE1_PREAMBLE}\n{stage1_request(instruction)}"},
-        ],
-    }]
+    return _image_turn(f"{STAGE1_PREAMBLE}\n{stage1_request(instruction)}")
 
 
 def stage2_request(instruction: Instruction, box: Box) -> str:
@@ -217,13 +216,7 @@ def stage2_request(instruction: Instruction, box: Box) -> str:
 
 def stage2_messages(instruction: Instruction, box: Box) -> list[dict[str, Any]]:
     """Chat messages of the first Stage 2 user turn (observation o_0, preamble, request)."""
-    return [{
-        "role": "user",
-        "content": [
-            {"type": "image"},
-            {"type": "text", "text": f"{STAGE2_PREAMBLE}\n{stage2_request(instruction, box)}"},
-        ],
-    }]
+    return _image_turn(f"{STAGE2_PREAMBLE}\n{stage2_request(instruction, box)}")
 
 
 def stage2_followup_text(image_token: str, closes_model_turn: bool) -> str:
