@@ -100,6 +100,10 @@ def test_infer_paints_label_values_in_the_image_geometry(png):
     assert len(params["traces"]) == 2 and params["traces"][0]["schema"].startswith("xflow-trace")
     overlay = Image.open(__import__("io").BytesIO(__import__("base64").b64decode(params["overlay_png_base64"])))
     assert overlay.size == (W, H) and overlay.mode == "RGB"
+    rgb = np.asarray(overlay).astype(int)
+    assert rgb[5, 5, 0] == rgb[5, 5, 1] == rgb[5, 5, 2]  # background stays grey
+    effusion, edema = rgb[190, 230], rgb[60, 70]  # tinted with their finding colours
+    assert len(set(effusion)) > 1 and len(set(edema)) > 1 and tuple(effusion) != tuple(edema)
 
 
 def test_infer_absent_finding_returns_empty_label_and_says_so(png):

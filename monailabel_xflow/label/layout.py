@@ -194,11 +194,10 @@ def overlay_png(image: np.ndarray, label_hw: np.ndarray) -> bytes:
 
     from PIL import Image
 
-    colours = np.array([(0, 0, 0), *FINDING_COLOURS], dtype=np.float32)  # index = label value
-    gray = np.repeat((np.clip(image, 0, 1) * 255).astype(np.float32)[..., None], 3, axis=2)
-    tint = colours[np.clip(label_hw, 0, MAX_LABEL_VALUE)]
-    on = (label_hw > 0)[..., None]
-    rgb = np.where(on, 0.55 * gray + 0.45 * tint, gray).astype(np.uint8)
+    from monailabel_xflow.rendering import overlay
+
+    masks = [label_hw == value for value in range(1, MAX_LABEL_VALUE + 1)]
+    rgb = overlay(image, masks, colors=FINDING_COLOURS, outline=False, alpha=0.45)
     buf = io.BytesIO()
     Image.fromarray(rgb, mode="RGB").save(buf, format="PNG")
     return buf.getvalue()
