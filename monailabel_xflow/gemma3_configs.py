@@ -118,22 +118,38 @@ class RandomVLM(NamedTuple):
 
 
 def _corpus() -> list[str]:
-    """Text the byte-level BPE is trained on: the vocabulary, instructions and prompts."""
-    from monailabel_xflow import vocabulary as v
+    """Text the byte-level BPE is trained on: what the policies read and write.
 
-    words = [
-        "Segment the", "in the", "and predict its type.", "There is no", "It is located in the",
-        "It is highly suggestive of", "It possibly reflects", "present", "absent",
-        "positive", "negative", "stop", "lung", "lungs", "finding", "lesion", "box", "click",
-        "chest X-ray", "Ground the", "decide whether", "is present", "draw a box around each",
-        "The image shows the current mask", "Answer with one click or stop.", "Look at the",
-        "You are a radiologist reading a", "Revise the mask", "user", "model",
-    ]
-    texts = list(words)
-    texts += list(v.FINDINGS) + list(v.LUNGS) + list(v.ALL_ZONES) + [v.HEART]
-    texts += [f"Segment the {f} in the {r}." for f in v.FINDINGS for r in v.LUNGS]
-    texts += [f"There is no {f}." for f in v.FINDINGS]
-    return texts * 4
+    The prompts of both stages for every finding and region, the ways builders phrase
+    questions, the Stage 1 and Stage 2 targets and the answer sentences. Trained on these, the
+    tokenizer keeps their words whole, as Gemma's 262k-token vocabulary does: prompt lengths
+    (and so prefill and cache costs in tests and benchmarks) are those a real checkpoint sees,
+    not the ~2x of a near character-level split.
+    """
+    import numpy as np
+
+    from monailabel_xflow import policies as p
+    from monailabel_xflow import vocabulary as v
+    from monailabel_xflow.geometry import Click
+    from monailabel_xflow.instructions import Instruction
+    from monailabel_xflow.training import builders as b
+
+    questions = [Instruction(f, kind="global") for f in v.FINDINGS]
+    questions += [Instruction(f, (r,)) for f in v.FINDINGS if f != "cardiomegaly"
+                  for r in v.LUNGS + v.ALL_ZONES]
+    questions += [Instruction("cardiomegaly", (v.HEART,))]
+    questions += [Instruction("opacity", (r,), kind="lesion_inference") for r in v.LUNGS]
+    lungs = {lung: (0.1, 0.1, 0.5, 0.9) for lung in v.LUNGS}
+    lesion = np.pad(np.ones((8, 8), bool), 8)
+    texts = [p.STAGE1_PREAMBLE, p.STAGE2_PREAMBLE, p.STAGE2_FOLLOWUP, "\n\n", "\n\n\n"]
+    for q in questions:
+        texts += [p.stage1_request(q), p.stage2_request(q, (0.25, 0.5, 0.45, 0.75)), q.absent_answer()]
+        texts += b.phrasings(q)
+        texts += [b.init_target(q, None, lungs), b.init_target(q, lesion, lungs)]
+    texts += [Instruction.located_answer((z,)) for z in v.ALL_ZONES]
+    texts += [Instruction.lesion_answer(t, c) for t in v.LESION_INFERENCE_TARGETS for c in (True, False)]
+    texts += [b.revision_target(None)] + [b.revision_target(Click(s, 0.3, 0.4)) for s in (True, False)]
+    return texts
 
 
 def build_tokenizer(vocab_size: int = 1024):

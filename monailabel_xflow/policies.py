@@ -378,6 +378,11 @@ class VLMPolicy:
         image_ids += [tok.convert_tokens_to_ids(t) for t in ("<image_soft_token>", "<start_of_image>", "<end_of_image>")]
         self._suppress_ids = sorted({int(i) for i in image_ids if isinstance(i, int) and i != tok.unk_token_id})
         self.adapters: frozenset[str] = frozenset(getattr(model, "peft_config", {}) or {})
+        # Smallest sliding attention window (None: every layer attends to the whole sequence).
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        layer_types = getattr(text_config, "layer_types", None) or ()
+        window = getattr(text_config, "sliding_window", None)
+        self._sliding_window = window if window and "sliding_attention" in layer_types else None
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -539,7 +544,9 @@ class VLMPolicy:
           i.e. between prefix and request, with the padding masked and positions taken from
           the attention mask). Decoding is then shared, which matters because Stage 1 answers
           are dozens of tokens; greedy outputs agree with one by one up to the floating-point
-          differences of batched kernels (identical in the tests and benchmark).
+          differences of batched kernels (near-ties of a random model's flat logits may flip).
+          A model with a sliding attention window shorter than prompt + ``max_new_tokens``
+          takes the exact path instead: its window would count the padding as tokens.
         """
         import torch
 
@@ -553,9 +560,13 @@ class VLMPolicy:
         if image_pos.numel() == 0 or prefix <= int(image_pos.max()):
             log.warning("Stage 1 prompts share no whole image block; asking one by one")
             return [self.stage1(image, i) for i in instructions]
+        longest = max(e.input_ids.shape[1] for e in encs) + self.generation.max_new_tokens
+        # A sliding window counts the padding slots of a batch as tokens, so batching is exact
+        # only while the longest row fits in the window (MedGemma: 1,024 tokens; Stage 1 ~400).
+        batched = self.batch_stage1 and (self._sliding_window is None or longest <= self._sliding_window)
         with self._adapter(INIT_ADAPTER):
             cache = self._prefill(encs[0], prefix)
-            if self.batch_stage1:
+            if batched:
                 return self._continue_batched(encs, prefix, cache)
             texts = []
             for k, enc in enumerate(encs):
