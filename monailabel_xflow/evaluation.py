@@ -5,7 +5,10 @@ each (prediction, GT) pair to :class:`~monailabel_xflow.metrics.SampleStats` and
 line per case to ``out_dir/results.jsonl`` as soon as it is done. A second call with the same
 ``out_dir`` reads that file and only predicts the cases not finished yet (a case whose stored
 instruction or connectivity differs from the current one, or that ended in an error, is
-redone), so an interrupted run continues where it stopped. :func:`write_reports` then writes:
+redone), so an interrupted run continues where it stopped. Records also carry the identity of
+what produced them (``predictor_id``, e.g. :func:`files_fingerprint` of a model's config and
+weights): records of another model or of other predictions are redone, never silently reused.
+:func:`write_reports` then writes:
 
 - ``report.json``: every figure (per level, per finding, per level × finding, the equal-weight
   level average, mask noise, errors and dataset problems); undefined ratios are ``null``;
@@ -21,8 +24,11 @@ scored at its own size; ``None`` is an empty prediction.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +55,10 @@ __all__ = [
     "build_report",
     "write_reports",
     "predictions_from_dir",
+    "files_fingerprint",
 ]
+
+log = logging.getLogger(__name__)
 
 RESULTS_NAME = "results.jsonl"
 REPORT_JSON = "report.json"
@@ -123,13 +132,33 @@ def load_results(out_dir: str | Path) -> dict[str, dict[str, Any]]:
     return records
 
 
-def _is_done(record: Mapping[str, Any] | None, case: EvalCase, connectivity: int) -> bool:
-    """A stored record is reused only if it was scored, for the same question, the same way."""
+def files_fingerprint(*paths: str | os.PathLike) -> str:
+    """A short hash of the names, sizes and modification times of the files at ``paths``.
+
+    Folders are walked. It changes whenever one of those files is added, removed or rewritten
+    (a retrained model, a new prediction), without reading gigabytes of weights. Paths that do
+    not exist (a hub id, say) enter as their text.
+    """
+    digest = hashlib.sha256()
+    for root in paths:
+        root = Path(root)
+        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
+        for f in files:
+            info = f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" if f.is_file() else f"{f}:absent"
+            digest.update(info.encode())
+    return digest.hexdigest()[:16]
+
+
+def _is_done(record: Mapping[str, Any] | None, case: EvalCase, connectivity: int,
+             predictor_id: str | None) -> bool:
+    """A stored record is reused only if it was scored, for the same question, the same way, by
+    the same predictor."""
     return (
         bool(record)
         and "stats" in record
         and record.get("instruction") == case.instruction.text
         and record.get("connectivity", CONNECTIVITY) == connectivity
+        and record.get("predictor") == predictor_id
     )
 
 
@@ -144,7 +173,8 @@ def _image_shape(case: EvalCase) -> tuple[int, int]:
         return 1, 1
 
 
-def _score(case: EvalCase, predict: Predictor, connectivity: int, save_dir: Path | None) -> dict[str, Any]:
+def _score(case: EvalCase, predict: Predictor, connectivity: int, save_dir: Path | None,
+           predictor_id: str | None) -> dict[str, Any]:
     record: dict[str, Any] = {
         "case_id": case.case_id,
         "instruction": case.instruction.text,
@@ -153,6 +183,8 @@ def _score(case: EvalCase, predict: Predictor, connectivity: int, save_dir: Path
         "positive": case.positive,
         "connectivity": connectivity,
     }
+    if predictor_id is not None:
+        record["predictor"] = predictor_id
     notes = []
     gt = case.load_mask()
     pred = _as_prediction(predict(case))
@@ -185,6 +217,7 @@ def evaluate(
     *,
     connectivity: int = CONNECTIVITY,
     resume: bool = True,
+    predictor_id: str | None = None,
     progress: bool = True,
     save_predictions: bool = False,
     problems: Sequence[str] = (),
@@ -201,6 +234,8 @@ def evaluate(
         out_dir: folder for ``results.jsonl`` and the reports (created).
         connectivity: 8 or 4, for component counting.
         resume: reuse finished records in ``out_dir/results.jsonl``; False starts afresh.
+        predictor_id: identity of ``predict`` (model weights, predictions folder), stored in
+            every record; records with another identity are redone.
         progress: show a tqdm bar.
         save_predictions: also write every prediction as ``out_dir/predictions/<case_id>.png``.
         problems: dataset problems to carry into the report.
@@ -223,7 +258,12 @@ def evaluate(
     if not resume and results_path.exists():
         results_path.unlink()
     stored = load_results(out_dir) if resume else {}
-    pending = [c for c in cases if not _is_done(stored.get(c.case_id), c, connectivity)]
+    pending = [c for c in cases if not _is_done(stored.get(c.case_id), c, connectivity, predictor_id)]
+    other = sum(1 for c in pending if "stats" in stored.get(c.case_id, {})
+                and stored[c.case_id].get("predictor") != predictor_id)
+    if other:
+        log.warning("%d stored result(s) in %s came from another model or predictions; redoing them",
+                    other, results_path)
     save_dir = out_dir / "predictions" if save_predictions else None
 
     iterator: Iterable[EvalCase] = pending
@@ -234,7 +274,7 @@ def evaluate(
     with results_path.open("a", encoding="utf-8") as handle:
         for case in iterator:
             try:
-                record = _score(case, predict, connectivity, save_dir)
+                record = _score(case, predict, connectivity, save_dir, predictor_id)
             except KeyboardInterrupt:
                 raise
             except Exception as err:  # one bad case must not end a long run; it is listed instead

@@ -11,7 +11,13 @@ from PIL import Image
 
 from monailabel_xflow.cli import main
 from monailabel_xflow.datasets import read_folder
-from monailabel_xflow.evaluation import RESULTS_NAME, EvaluationError, evaluate, load_results
+from monailabel_xflow.evaluation import (
+    RESULTS_NAME,
+    EvaluationError,
+    evaluate,
+    files_fingerprint,
+    load_results,
+)
 from monailabel_xflow.geometry import resize_mask
 
 SIZE = 32
@@ -168,10 +174,57 @@ def test_cli_with_saved_predictions(tmp_path, capsys):
     assert status == 1 and "missing prediction" in captured.err
     report = json.loads((out / "report.json").read_text())
     assert report["n_scored"] == 5 and report["levels"]["chest"]["giou"] == 1.0
-    # supply the missing mask: the rerun scores only that case and succeeds
+    # supply the missing mask: the predictions changed, so the rerun scores them again
     Image.fromarray(np.zeros((SIZE, SIZE), np.uint8)).save(preds / f"{cases[-1].case_id}.png")
     assert main(["eval", "--dataset", f"folder:{data}", "--predictions", str(preds), "--out", str(out), "--no-plots"]) == 0
     assert json.loads((out / "report.json").read_text())["n_scored"] == 6
+    # a rewritten prediction is scored anew, not read back from results.jsonl
+    chest = next(c for c in cases if c.level == "chest" and c.positive)
+    Image.fromarray(np.zeros((SIZE, SIZE), np.uint8)).save(preds / f"{chest.case_id}.png")
+    assert main(["eval", "--dataset", f"folder:{data}", "--predictions", str(preds), "--out", str(out), "--no-plots"]) == 0
+    assert json.loads((out / "report.json").read_text())["levels"]["chest"]["giou"] == 0.0
+
+
+def test_records_of_another_predictor_are_redone(tmp_path):
+    cases = read_folder(build_folder(tmp_path)).cases
+    out = tmp_path / "out"
+    evaluate(cases, Predictor(), out, progress=False, plots=False)  # no identity (older records)
+    runs = {}
+    for name in ("model-a", "model-a", "model-b"):
+        runs.setdefault(name, []).append(Predictor())
+        evaluate(cases, runs[name][-1], out, progress=False, plots=False, predictor_id=name)
+    assert [p.calls for p in runs["model-a"]] == [6, 0] and runs["model-b"][0].calls == 6
+    assert {r["predictor"] for r in load_results(out).values()} == {"model-b"}
+
+
+def test_files_fingerprint_follows_the_files(tmp_path):
+    model = tmp_path / "model"
+    (model / "rev").mkdir(parents=True)
+    (model / "rev" / "adapter.safetensors").write_bytes(b"x" * 10)
+    config = tmp_path / "models.yaml"
+    config.write_text("vlm_base: ./model\n")
+    first = files_fingerprint(config, model, "org/hub-model")
+    assert files_fingerprint(config, model, "org/hub-model") == first
+    assert files_fingerprint(config, model, "org/other-model") != first
+    (model / "rev" / "adapter.safetensors").write_bytes(b"y" * 11)  # retrained
+    second = files_fingerprint(config, model, "org/hub-model")
+    assert second != first
+    (model / "rev" / "extra.json").write_text("{}")
+    assert files_fingerprint(config, model, "org/hub-model") != second
+
+
+def test_cli_model_identity_covers_the_weights_it_names(tmp_path):
+    from monailabel_xflow.commands.eval import _model_identity
+
+    for name in ("base", "init", "segmenter"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "weights.bin").write_bytes(b"0")
+    config = tmp_path / "models.yaml"
+    config.write_text("vlm_base: ./base\ninit_adapter: ./init\nsegmenter: ./segmenter\n")
+    before = _model_identity(str(config))
+    assert _model_identity(str(config)) == before
+    (tmp_path / "init" / "weights.bin").write_bytes(b"01")  # a retrained adapter
+    assert _model_identity(str(config)) != before
 
 
 def test_cli_bad_input_exits_2(tmp_path, capsys, monkeypatch):

@@ -13,7 +13,8 @@ def register(subparsers) -> None:
         description="Score instruction-guided segmentations per question level (chest/lung/zone, "
         "averaged with equal weight) and per finding: gIoU, cIoU, presence F1, N-Acc, ROSALIA's "
         "all-samples gIoU, and mask noise (components, specks). Writes results.jsonl (one line "
-        "per case; a rerun with the same --out resumes), report.json, report.md and PNG plots. "
+        "per case; a rerun with the same --out resumes, redoing cases another model or other "
+        "predictions produced), report.json, report.md and PNG plots. "
         "Dataset specs: 'mimic-ils:JSON[:ROOT]' (ROOT = MIMIC-CXR-JPG root; masks from "
         "lesion_mask/ beside the JSON), 'chexlocalize:JSON:IMAGE_ROOT' (COCO-RLE radiologist "
         "masks, six shared findings, chest level), 'folder:DIR' (DIR/instructions.csv with "
@@ -50,9 +51,22 @@ def _model_predictor(config: str):
     return predict
 
 
+def _model_identity(config: str) -> str:
+    """Fingerprint of a model config file and the local weights it names (hub ids as text)."""
+    from monailabel_xflow.evaluation import files_fingerprint
+    from monailabel_xflow.models import ModelConfig
+
+    try:
+        cfg = ModelConfig.load(config)
+        weights = [cfg.locate(value) + (value,) for value in cfg.weights().values()]
+    except (ValueError, OSError):
+        return files_fingerprint(config)
+    return files_fingerprint(config, *[path if path is not None else value for _, path, value in weights])
+
+
 def run(args) -> int:
     from monailabel_xflow.datasets import DatasetError, read_dataset
-    from monailabel_xflow.evaluation import evaluate, predictions_from_dir
+    from monailabel_xflow.evaluation import evaluate, files_fingerprint, predictions_from_dir
 
     kinds = ("basic", "global", "lesion_inference") if args.lesion_inference else ("basic", "global")
     try:
@@ -73,6 +87,7 @@ def run(args) -> int:
             print(f"xflow eval: --predictions {args.predictions} is not a folder", file=sys.stderr)
             return 2
         predict = predictions_from_dir(args.predictions)
+        identity = files_fingerprint(args.predictions)
     else:
         try:
             predict = _model_predictor(args.model)
@@ -83,8 +98,10 @@ def run(args) -> int:
         except (ValueError, OSError) as err:
             print(f"xflow eval: cannot load the model from {args.model}: {err}", file=sys.stderr)
             return 2
+        identity = _model_identity(args.model)
     report = evaluate(
         cases, predict, args.out, connectivity=args.connectivity, resume=not args.no_resume,
+        predictor_id=identity,
         save_predictions=args.save_predictions and args.model is not None, problems=result.problems,
         title=f"XFlow evaluation: {args.dataset}", plots=not args.no_plots,
     )
