@@ -145,6 +145,21 @@ def test_recipe_is_reproducible_from_its_seed(quick_model, tmp_path):
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+def test_work_folder_phases_depend_on_the_tokenizer_too(monkeypatch):
+    """Finished phases are reused only for the same recipe, policy size and tokenizer."""
+    import dataclasses
+
+    from monailabel_xflow import gemma3_configs
+    from monailabel_xflow.training.demo import QUICK, _fingerprint
+
+    first = _fingerprint(QUICK)
+    assert _fingerprint(QUICK) == first == json.loads(json.dumps(first))  # as stored
+    assert _fingerprint(dataclasses.replace(QUICK, seed=1)) != first
+    corpus = gemma3_configs._corpus
+    monkeypatch.setattr(gemma3_configs, "_corpus", lambda: corpus() + ["an edited prompt"] * 50)
+    assert _fingerprint(QUICK)["tokenizer"] != first["tokenizer"]
+
+
 def test_bad_recipe_override_is_refused(capsys):
     from monailabel_xflow.training.demo import main
 

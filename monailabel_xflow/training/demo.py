@@ -258,6 +258,19 @@ def export_heldout(out: str | Path, seed: int = 1000, questions: int = 200, size
 # --- the recipe ---------------------------------------------------------------------------------
 
 
+def _fingerprint(recipe: DemoRecipe) -> dict[str, Any]:
+    """What a work folder's finished phases depend on: the recipe, the policy's size and its
+    tokenizer (which the code builds, so an edited prompt corpus must not reuse old phases)."""
+    import hashlib
+
+    from monailabel_xflow.gemma3_configs import build_tokenizer
+
+    tokenizer = build_tokenizer().backend_tokenizer.to_str()
+    fingerprint = {"recipe": dataclasses.asdict(recipe), "vlm": DEMO_VLM_SPEC,
+                   "tokenizer": hashlib.sha256(tokenizer.encode()).hexdigest()[:16]}
+    return json.loads(json.dumps(fingerprint))  # as phases.json stores it (tuples as lists)
+
+
 class _Phases:
     """Runs named phases once each, logs their duration, and skips those already done."""
 
@@ -373,7 +386,7 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     _set_threads()
-    phases = _Phases(work, dataclasses.asdict(recipe))
+    phases = _Phases(work, _fingerprint(recipe))
     seed = recipe.seed
     total_start = time.perf_counter()
 
