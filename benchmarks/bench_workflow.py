@@ -25,6 +25,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_workflow.py                       # mid VLM + full SAM3
     .venv/bin/python benchmarks/bench_workflow.py --sam small           # quick run
+    .venv/bin/python benchmarks/bench_workflow.py --vlm medgemma-4b --dtype bfloat16 --device cuda
     .venv/bin/python benchmarks/bench_workflow.py --markdown >> benchmarks/README.md
 """
 
@@ -73,15 +74,23 @@ class Table:
 
 
 def timed(fn, *args, **kwargs):
+    """``(result, wall seconds)``; on a GPU, once its queued kernels have finished."""
+    import torch
+
     tick = time.perf_counter()
     out = fn(*args, **kwargs)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return out, time.perf_counter() - tick
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sam", choices=("tiny", "small", "full"), default="full", help="SAM3 tracker size")
-    parser.add_argument("--vlm", choices=("tiny", "mid"), default="mid", help="Gemma3 policy size")
+    parser.add_argument("--vlm", choices=("tiny", "mid", "medgemma-4b"), default="mid",
+                        help="Gemma3 policy size (medgemma-4b: the real 4.3 B architecture; use --dtype bfloat16)")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="policy weights dtype, built and loaded (default float32)")
     parser.add_argument("--image", type=Path, default=SAMPLE, help="radiograph (PNG/JPEG/DICOM)")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="tokens per policy call")
     parser.add_argument("--turns", type=int, default=4, help="Stage 2 turns (T)")
@@ -115,12 +124,13 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
 
     logging.info("building random models in %s (not timed as user latency)", root)
-    vlm_dirs, t_build_vlm = timed(build_random_vlm, root / "vlm", size=args.vlm, seed=0)
+    vlm_dirs, t_build_vlm = timed(build_random_vlm, root / "vlm", size=args.vlm, seed=0, dtype=args.dtype)
     sam_dir, t_build_sam = timed(build_random_sam3, root / "sam3", size=args.sam, seed=0)
 
     generation = GenerationSettings(max_new_tokens=args.max_new_tokens)
     policy, t = timed(VLMPolicy.from_pretrained, str(vlm_dirs.base), init_adapter=str(vlm_dirs.init),
-                      rev_adapter=str(vlm_dirs.rev), device=args.device, generation=generation)
+                      rev_adapter=str(vlm_dirs.rev), device=args.device, dtype=args.dtype,
+                      generation=generation)
     n_vlm = sum(p.numel() for p in policy.model.parameters())
     table.add("load policy (base + 2 adapters)", t, f"Gemma3 {args.vlm}, {n_vlm / 1e6:.1f} M params")
     segmenter, t = timed(load_segmenter, str(sam_dir), device=args.device)

@@ -97,10 +97,28 @@ SIZES: dict[str, dict[str, Any]] = {
                   layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2),
         lora_r=16,
     ),
+    # The shapes of MedGemma-1.5-4B-it (Gemma 3 4B: SigLIP-so400m at 896 px pooled to 256
+    # tokens, 34 text layers 2560 wide, 262,208-token vocabulary; 4.3 B parameters, 8.6 GB in
+    # bf16) with random weights, for latency benchmarks of the real architecture
+    # (benchmarks/bench_workflow.py --vlm medgemma-4b). Build it with dtype="bfloat16".
+    "medgemma-4b": dict(
+        image_size=896, patch_size=14, mm_tokens_per_image=256,
+        vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+                    num_attention_heads=16),
+        text=dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                  sliding_window=1024,
+                  layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 5
+                  + ["sliding_attention"] * 4),
+        lora_r=128,
+        vocab_size=262_208,
+    ),
 }
 """Named model sizes for :func:`gemma3_config` / :func:`build_random_vlm`: ``image_size``,
 ``patch_size``, ``mm_tokens_per_image``, ``vision`` / ``text`` config fields, ``lora_r`` and,
-optionally, ``embedding_std`` (std of the random tied embeddings; default the config's 0.02)."""
+optionally, ``embedding_std`` (std of the random tied embeddings; default the config's 0.02)
+and ``vocab_size`` (rows of the embedding / output matrix, at least the tokenizer's; a real
+vocabulary's size makes the output layer cost what it costs in the real model)."""
 
 LORA_TARGET_MODULES = (
     r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
@@ -232,7 +250,7 @@ def gemma3_config(size: str = "tiny", tokenizer=None):
     """A ``Gemma3Config`` for a :data:`SIZES` entry, wired to ``tokenizer``'s special-token ids.
 
     Args:
-        size: ``"tiny"`` or ``"mid"``.
+        size: a :data:`SIZES` key (``"tiny"``, ``"mid"``, ``"medgemma-4b"``, ...).
         tokenizer: the tokenizer the model will use (default: :func:`build_tokenizer`); the
             vocabulary size and the image / pad / bos / eos ids come from it.
     """
@@ -245,7 +263,7 @@ def gemma3_config(size: str = "tiny", tokenizer=None):
     head_dim = text["head_dim"]
     text_config = dict(
         model_type="gemma3_text",
-        vocab_size=len(tok),
+        vocab_size=max(len(tok), spec.get("vocab_size", 0)),
         max_position_embeddings=4096,
         query_pre_attn_scalar=head_dim,
         pad_token_id=ids["<pad>"], bos_token_id=ids["<bos>"], eos_token_id=ids["<eos>"],
@@ -274,6 +292,7 @@ def build_random_vlm(
     size: str = "tiny",
     seed: int = 0,
     adapters: bool = True,
+    dtype: str | None = None,
 ) -> RandomVLM:
     """Build a random ``Gemma3ForConditionalGeneration`` and save it like a real checkpoint.
 
@@ -285,9 +304,11 @@ def build_random_vlm(
 
     Args:
         path: output folder (created).
-        size: ``"tiny"`` (tests) or ``"mid"`` (benchmarks).
+        size: ``"tiny"`` (tests), ``"mid"`` or ``"medgemma-4b"`` (benchmarks).
         seed: torch seed of the weights; the same seed writes the same model.
         adapters: whether to write the two adapters.
+        dtype: torch dtype name the weights are created and saved in (default float32);
+            ``"bfloat16"`` halves the memory a large size needs while it is built.
 
     Returns:
         :class:`RandomVLM` with the folders written (``init``/``rev`` None without adapters).
@@ -300,7 +321,12 @@ def build_random_vlm(
     processor = build_processor(size)
     config = gemma3_config(size, processor.tokenizer)
     torch.manual_seed(seed)
-    model = Gemma3ForConditionalGeneration(config).eval()
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype) if dtype else default_dtype)
+    try:
+        model = Gemma3ForConditionalGeneration(config).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
     # A fresh Gemma3 zeroes this projection (images would not matter): randomise it, scaled so
     # projected image tokens have roughly unit variance like the text embeddings after RMSNorm.
     proj = model.model.multi_modal_projector.mm_input_projection_weight

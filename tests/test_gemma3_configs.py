@@ -101,6 +101,32 @@ def test_mid_config_has_hundreds_of_millions_of_parameters():
     assert 1e8 < n < 1e9, n
 
 
+def test_medgemma_4b_size_has_the_real_model_shapes():
+    """4.3 B parameters, the real vocabulary's output layer, 256 image tokens from 896 px."""
+    import torch
+    from transformers import Gemma3ForConditionalGeneration
+
+    config = gemma3_config("medgemma-4b")
+    with torch.device("meta"):
+        model = Gemma3ForConditionalGeneration(config)
+    n = sum(p.numel() for p in model.parameters())
+    assert 4.2e9 < n < 4.4e9, n
+    text = config.get_text_config()
+    assert text.vocab_size == 262_208 and text.layer_types.count("full_attention") == 5
+    image = build_processor("medgemma-4b").image_processor
+    assert image.size == {"height": 896, "width": 896} and config.mm_tokens_per_image == 256
+
+
+def test_a_model_built_in_bfloat16_is_saved_and_loaded_in_bfloat16(tmp_path):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    vlm = build_random_vlm(tmp_path, "tiny", seed=0, adapters=False, dtype="bfloat16")
+    model = AutoModelForImageTextToText.from_pretrained(vlm.base, dtype="auto")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32  # restored after the build
+
+
 def test_saved_model_loads_back_with_random_projection_and_eos(tiny):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
