@@ -1,7 +1,7 @@
 """CPU cost of the VLM policies: Stage 2 KV-cache reuse and Stage 1 "all findings" prefill.
 
 Run: ``.venv/bin/python benchmarks/bench_policy.py [--threads 2] [--new-tokens 16]
-[--model-dir DIR]``.
+[--model-dir DIR] [--size mid|medgemma-4b] [--dtype float32|bfloat16]``.
 
 Model: the mid-size random ``Gemma3ForConditionalGeneration`` of
 :func:`monailabel_xflow.gemma3_configs.build_random_vlm` (~200 M parameters, 256 tokens per
@@ -79,6 +79,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--model-dir", type=Path, default=None)
+    ap.add_argument("--size", default="mid", choices=("mid", "medgemma-4b"),
+                    help="random Gemma3 size to build (ignored when --model-dir holds a model)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = ap.parse_args()
 
     import torch
@@ -98,10 +101,10 @@ def main() -> None:
     if (root / "base" / "config.json").is_file():
         vlm = (root / "base", root / "init", root / "rev")
     else:
-        vlm = build_random_vlm(root, "mid", seed=0, adapters=True)
+        vlm = build_random_vlm(root, args.size, seed=0, adapters=True, dtype=args.dtype)
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    policy = VLMPolicy.from_pretrained(*vlm, device="cpu", dtype="float32",
+    policy = VLMPolicy.from_pretrained(*vlm, device="cpu", dtype=args.dtype,
                                        generation=GenerationSettings(max_new_tokens=args.new_tokens))
     load_s = time.perf_counter() - t0
     policy.model.get_base_model().generation_config.min_new_tokens = args.new_tokens
