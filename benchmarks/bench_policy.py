@@ -5,9 +5,10 @@ Run: ``.venv/bin/python benchmarks/bench_policy.py [--threads 2] [--new-tokens 1
 
 Model: the mid-size random ``Gemma3ForConditionalGeneration`` of
 :func:`monailabel_xflow.gemma3_configs.build_random_vlm` (~200 M parameters, 256 tokens per
-image as MedGemma, LoRA adapters "init" and "rev" of rank 16), saved to a folder (a temporary one unless
-``--model-dir`` is given; an existing folder is reused) and loaded through
-:meth:`VLMPolicy.from_pretrained`, the path users take.
+image as MedGemma, LoRA adapters "init" and "rev" of rank 16; ``--size medgemma-4b`` for the
+full-size shapes), saved to a folder (a temporary one unless ``--model-dir`` is given; an
+existing folder is reused) and loaded through :meth:`VLMPolicy.from_pretrained`, the path
+users take.
 
 Figures printed:
 
