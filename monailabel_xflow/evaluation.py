@@ -144,8 +144,11 @@ def files_fingerprint(*paths: str | os.PathLike) -> str:
         root = Path(root)
         files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
         for f in files:
-            info = f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" if f.is_file() else f"{f}:absent"
-            digest.update(info.encode())
+            if f.is_file():
+                stat = f.stat()
+                digest.update(f"{f}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+            else:
+                digest.update(f"{f}:absent".encode())
     return digest.hexdigest()[:16]
 
 

@@ -93,8 +93,7 @@ SIZES: dict[str, dict[str, Any]] = {
                     num_attention_heads=6),
         text=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=12,
                   num_attention_heads=8, num_key_value_heads=4, head_dim=128,
-                  sliding_window=512,
-                  layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2),
+                  sliding_window=512),
         lora_r=16,
     ),
     # The shapes of MedGemma-1.5-4B-it (Gemma 3 4B: SigLIP-so400m at 896 px pooled to 256
@@ -107,15 +106,15 @@ SIZES: dict[str, dict[str, Any]] = {
                     num_attention_heads=16),
         text=dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
                   num_attention_heads=8, num_key_value_heads=4, head_dim=256,
-                  sliding_window=1024,
-                  layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 5
-                  + ["sliding_attention"] * 4),
+                  sliding_window=1024),
         lora_r=128,
         vocab_size=262_208,
     ),
 }
 """Named model sizes for :func:`gemma3_config` / :func:`build_random_vlm`: ``image_size``,
-``patch_size``, ``mm_tokens_per_image``, ``vision`` / ``text`` config fields, ``lora_r`` and,
+``patch_size``, ``mm_tokens_per_image``, ``vision`` / ``text`` config fields (without
+``layer_types`` the text config takes Gemma 3's own: every sixth layer full attention, the
+others sliding-window), ``lora_r`` and,
 optionally, ``embedding_std`` (std of the random tied embeddings; default the config's 0.02)
 and ``vocab_size`` (rows of the embedding / output matrix, at least the tokenizer's; a real
 vocabulary's size makes the output layer cost what it costs in the real model)."""

@@ -99,6 +99,9 @@ def test_mid_config_has_hundreds_of_millions_of_parameters():
         model = Gemma3ForConditionalGeneration(gemma3_config("mid"))
     n = sum(p.numel() for p in model.parameters())
     assert 1e8 < n < 1e9, n
+    # Gemma 3's layer pattern: five sliding-window layers, then one full-attention layer
+    pattern = ["sliding_attention"] * 5 + ["full_attention"]
+    assert gemma3_config("mid").get_text_config().layer_types == pattern * 2
 
 
 def test_medgemma_4b_size_has_the_real_model_shapes():

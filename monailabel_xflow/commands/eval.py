@@ -56,12 +56,15 @@ def _model_identity(config: str) -> str:
     from monailabel_xflow.evaluation import files_fingerprint
     from monailabel_xflow.models import ModelConfig
 
+    paths = [config]
     try:
         cfg = ModelConfig.load(config)
-        weights = [cfg.locate(value) + (value,) for value in cfg.weights().values()]
+        for value in cfg.weights().values():
+            _, path = cfg.locate(value)
+            paths.append(path if path is not None else value)  # a hub id enters as its text
     except (ValueError, OSError):
         return files_fingerprint(config)
-    return files_fingerprint(config, *[path if path is not None else value for _, path, value in weights])
+    return files_fingerprint(*paths)
 
 
 def run(args) -> int:
