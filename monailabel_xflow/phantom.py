@@ -626,7 +626,8 @@ def _render(rng, size, sides, heart_geo, lesion_terms, effusions, view) -> np.nd
 
 # --- public API -----------------------------------------------------------------------------
 
-def generate_phantom(seed: int, size: int = 1024, findings=None, view: str | None = None) -> Phantom:
+def generate_phantom(seed: int, size: int = 1024, findings=None, view: str | None = None,
+                     healthy: bool = False) -> Phantom:
     """Draw one synthetic chest radiograph with its ground truth.
 
     Args:
@@ -635,6 +636,8 @@ def generate_phantom(seed: int, size: int = 1024, findings=None, view: str | Non
         findings: findings to draw (strings of :data:`FINDINGS`, any order, repeats ignored);
             ``()`` for a normal chest; ``None`` draws them at random (20 % normal, else 1-3).
         view: ``"PA"`` or ``"AP"``; ``None`` draws it (AP one time in three).
+        healthy: render the same chest (anatomy, exposure, noise) without its lesions, the
+            ideal healthy counterfactual; masks and ``lesions`` are those of the diseased chest.
 
     Returns:
         The :class:`Phantom`.
@@ -692,6 +695,8 @@ def generate_phantom(seed: int, size: int = 1024, findings=None, view: str | Non
         terms.append((np.clip((fm - thr * 0.6) / (1 - thr * 0.6), 0, None), gain, finding))
         lesions.append(Lesion(finding, mask, _zones_of(mask, zones, lung), lung, confident))
 
+    if healthy:  # zero gain keeps every random draw of the renderer, so only the lesions go
+        terms, effusions = [(f, 0.0, kind) for f, _, kind in terms], []
     image = _render(rng, size, sides, heart_geo, terms, effusions, view)
     return Phantom(
         seed=int(seed), image=image, lungs=lungs, zones=zones, heart=heart, lesions=lesions,

@@ -1,0 +1,119 @@
+"""``xflow ils build``: instruction-segmentation data from radiographs and reports (MIMIC-ILS).
+
+Usage::
+
+    xflow ils build --images DIR --reports CSV --out OUT [--stages YAML] [--high-recall]
+                    [--workers N | --dask ADDRESS | --dask local:N] [--shard i/N] [--split SPLIT]
+
+``--images`` is the folder the CSV's image paths are relative to; a set written by ``xflow
+phantom`` runs with the phantom stand-in stages without ``--stages``. ``--reports`` is a CSV with
+``study_id``, ``image`` and ``report`` columns (optional ``split``, ``subject_id``), structured
+by :mod:`monailabel_xflow.ils.report`; ``--reports phantom-truth`` instead takes the findings a
+perfect structurer would give from a phantom set's ground truth (measures the image side alone).
+
+Resumable (finished studies are kept in ``OUT/work/studies``; run the same command again) and
+sharded (``--shard i/N`` on N machines, then any run merges what is finished). Output layout:
+:mod:`monailabel_xflow.ils.pipeline`. Exit status 0 on success, 2 for bad input or an
+unconfigured stage.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "ils",
+        help="build MIMIC-ILS instruction-segmentation data from radiographs and reports",
+        description="The MIMIC-ILS pipeline: structure reports, run the vision stages (anatomy, healthy "
+        "counterfactual, locations, lesion boxes), make lesion masks by Algorithm 1 and write MIMIC-ILS JSON, "
+        "PNG masks and review sheets.",
+    )
+    sub = p.add_subparsers(dest="ils_command", metavar="ACTION", required=True)
+    b = sub.add_parser("build", help="run the pipeline (resumable, sharded, processes or Dask)",
+                       description=__doc__.split("\n\n", 2)[2], formatter_class=_raw())
+    b.add_argument("--images", required=True, type=Path, metavar="DIR", help="folder the reports' image paths are relative to")
+    b.add_argument("--reports", required=True, metavar="CSV", help="reports CSV (study_id,image,report) or 'phantom-truth'")
+    b.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (resumes if it holds work/)")
+    b.add_argument("--stages", metavar="YAML", help="stage configuration (keys anatomy, healthy, locations, detector)")
+    b.add_argument("--high-recall", action="store_true", help="halve every threshold of Algorithm 1 (the paper's variant)")
+    b.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
+    b.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler (tcp://host:8786), or 'local:N' for N local workers")
+    b.add_argument("--shard", default="0/1", help="i/N: process every N-th study from the i-th")
+    b.add_argument("--split", default="train", help="split of studies whose row names none (default train)")
+    b.set_defaults(func=run_build)
+
+
+def _raw():
+    import argparse
+
+    return argparse.RawDescriptionHelpFormatter
+
+
+def _inputs(args):
+    from monailabel_xflow.ils.pipeline import read_reports
+
+    if args.reports == "phantom-truth":
+        from monailabel_xflow.ils.phantom_truth import truth_inputs
+
+        return truth_inputs(args.images), []
+    from monailabel_xflow.ils import report
+
+    return read_reports(args.reports, args.images, report.structure_report, report.choose_section, args.split)
+
+
+def run_build(args) -> int:
+    from tqdm import tqdm
+
+    from monailabel_xflow.ils import masks
+    from monailabel_xflow.ils.pipeline import PipelineConfig, PipelineError, run
+    from monailabel_xflow.ils.stages import StageError
+
+    try:
+        i, n = (int(v) for v in args.shard.split("/"))
+    except ValueError:
+        print(f"xflow ils build: --shard must look like 0/4, got {args.shard!r}", file=sys.stderr)
+        return 2
+    if not args.images.is_dir():
+        print(f"xflow ils build: --images {args.images} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        studies, skipped = _inputs(args)
+    except (PipelineError, OSError, KeyError, ValueError) as err:
+        print(f"xflow ils build: cannot read the reports: {err}", file=sys.stderr)
+        return 2
+    for line in skipped[:20]:
+        print(f"xflow ils build: skipped: {line}", file=sys.stderr)
+    if not studies:
+        print("xflow ils build: no study to process", file=sys.stderr)
+        return 2
+    thresholds = masks.HIGH_RECALL_THRESHOLDS if args.high_recall else masks.DEFAULT_THRESHOLDS
+    config = PipelineConfig(args.out.resolve(), args.stages, args.images.resolve(), thresholds)
+    cluster = scheduler = None
+    if args.dask:
+        if args.dask.startswith("local:"):
+            from distributed import LocalCluster
+
+            cluster = LocalCluster(n_workers=int(args.dask.split(":", 1)[1]), threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            scheduler = cluster.scheduler_address
+        else:
+            scheduler = args.dask
+    try:
+        summary = run(studies, config, shard=(i, n), workers=args.workers, scheduler=scheduler,
+                      progress=lambda it: tqdm(it, desc="studies", unit="study", total=None))
+    except (PipelineError, StageError) as err:
+        print(f"xflow ils build: {err}", file=sys.stderr)
+        return 2
+    finally:
+        if cluster is not None:
+            cluster.close()
+    rec = summary["recall"]["mean"]
+    recall = "n/a" if rec["recall"] is None else f"{rec['recall']:.1%}"
+    print(f"{summary['written']}/{summary['studies']} studies written ({summary['qc_dropped']} dropped by QC, "
+          f"{summary['errors']} unreadable); {summary['positive_pairs']} positive and {summary['negative_pairs']} "
+          f"negative pairs; masks for {rec['generated']}/{rec['reported']} reported lung findings (mean recall {recall})")
+    print(f"MIMIC-ILS JSON: {args.out / 'ground-truth' / 'mimic_ils.json'}; review sheets in {args.out / 'review'}")
+    return 0
