@@ -69,7 +69,7 @@ def run_build(args) -> int:
 
     from monailabel_xflow.ils import masks
     from monailabel_xflow.ils.pipeline import PipelineConfig, PipelineError, run
-    from monailabel_xflow.ils.stages import StageError
+    from monailabel_xflow.ils.stages import StageError, load_stages
 
     try:
         i, n = (int(v) for v in args.shard.split("/"))
@@ -78,6 +78,11 @@ def run_build(args) -> int:
         return 2
     if not args.images.is_dir():
         print(f"xflow ils build: --images {args.images} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        load_stages(args.stages, args.images)  # an unconfigured stage fails before any report is read
+    except StageError as err:
+        print(f"xflow ils build: {err}", file=sys.stderr)
         return 2
     try:
         studies, skipped = _inputs(args)

@@ -1,0 +1,245 @@
+"""The MIMIC-ILS pipeline end to end on phantoms: stages, files, readers, resume, shards, Dask."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from monailabel_xflow.cli import main
+from monailabel_xflow.datasets import read_mimic_ils, read_mask_png
+from monailabel_xflow.ils import masks as alg
+from monailabel_xflow.ils.masks import Detection
+from monailabel_xflow.ils.phantom_truth import mask_iou_by_finding, truth_inputs
+from monailabel_xflow.ils.pipeline import PipelineConfig, PipelineError, StudyInput, read_reports, run
+from monailabel_xflow.ils.records import ReportedFinding
+from monailabel_xflow.ils.stages import PhantomSet, StageError, StudyImage, load_stages
+from monailabel_xflow.phantom_export import export_set, quantize
+
+
+@pytest.fixture(scope="module")
+def phantoms(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ils-phantoms")
+    export_set(root, 10, seed=5, size=128)
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(phantoms, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ils-out")
+    run(truth_inputs(phantoms), PipelineConfig(out, None, phantoms, alg.HIGH_RECALL_THRESHOLDS))
+    return out
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every output file but the resume records, by relative path."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "work" not in p.parts}
+
+
+def test_phantom_stages_match_the_set_and_the_healthy_twin_differs_only_at_lesions(phantoms):
+    stages = load_stages(None, phantoms)
+    rec = json.loads((phantoms / "ground-truth" / "phantoms.json").read_text())[0]
+    path = phantoms / rec["image"]
+    pixels = np.asarray(Image.open(path))
+    image = StudyImage(rec["study"], path, pixels)
+    ph = stages.anatomy.phantoms.phantom(image)
+    assert np.array_equal(quantize(ph.image)[1], pixels)  # the regenerated phantom is the file's
+    organs = stages.anatomy.organs(image)
+    healthy = stages.healthy.healthy(image, organs.edit_region())
+    lesions = np.zeros(pixels.shape, bool)
+    for les in ph.lesions:
+        if les.finding != "cardiomegaly":
+            lesions |= les.mask
+    diff = np.abs(pixels.astype(int) - healthy.astype(int))
+    if lesions.any():
+        assert diff[lesions].mean() > 5 * diff[~lesions].mean()
+    assert np.array_equal(healthy[~organs.edit_region()], pixels[~organs.edit_region()])
+    masks = stages.locations.location_masks(image, healthy, ["right lower lobe", "left lung base", "heart", "rib"])
+    assert set(masks) == {"right lower lobe", "left lung base", "heart"}  # no rib segmentation
+    assert np.array_equal(masks["right lower lobe"], ph.zones["right lung base"])
+    boxes = stages.detector.detect(image)
+    assert boxes == stages.detector.detect(image)  # seeded by the study: repeatable
+    assert all(0 <= d.box[0] < d.box[2] <= 128 and 0 <= d.confidence <= 1 for d in boxes)
+
+
+def test_output_is_read_unchanged_by_the_mimic_ils_reader(built, phantoms):
+    counts = {}
+    for split in ("train", "val", "test"):
+        res = read_mimic_ils(built / "ground-truth" / "mimic_ils.json", split=split, strict=True,
+                             kinds=("basic", "global", "lesion_inference"))
+        counts[split] = len(res.cases)
+        for case in res.cases:
+            image = np.asarray(Image.open(case.image_path))
+            if case.positive:
+                mask = case.load_mask()
+                assert mask.shape == image.shape and mask.any()
+    assert counts["train"] > 0 and sum(counts.values()) > 50
+    summary = json.loads((built / "summary.json").read_text())
+    assert summary["studies"] == 10 and summary["positive_pairs"] > 0
+    anatomy = list((built / "ground-truth" / "anatomy").glob("*.png"))
+    assert len(anatomy) == 10
+    label = np.asarray(Image.open(anatomy[0]))
+    assert set(np.unique(label)) <= set(range(10)) and 9 in label
+
+
+def test_review_sheets_list_every_pair_and_finding(built):
+    import csv
+
+    pairs = list(csv.DictReader((built / "review" / "pairs.csv").open()))
+    release = json.loads((built / "ground-truth" / "mimic_ils.json").read_text())
+    n = sum(len(e["instruction_answer_pairs"][k]) for s in release.values() for e in s.values()
+            for k in ("positive_pairs", "negative_pairs"))
+    assert len(pairs) == n and {"verdict", "comment", "instruction", "mask"} <= set(pairs[0])
+    findings = list(csv.DictReader((built / "review" / "findings.csv").open()))
+    assert findings and all(f["generated"] == "True" or f["reason"] for f in findings if f["present"] == "True"
+                            and f["finding"] != "cardiomegaly")
+
+
+def test_generated_masks_overlap_the_phantom_truth(built, phantoms):
+    records = [json.loads(p.read_text()) for p in sorted((built / "work" / "studies").glob("*.json"))]
+    ious = mask_iou_by_finding(phantoms, built, records)
+    assert ious and all(0.0 <= v["mean_iou"] <= 1.0 for v in ious.values())
+    assert max(v["mean_iou"] for v in ious.values()) > 0.3
+
+
+def test_resume_redoes_nothing_and_shards_give_the_same_files(built, phantoms, tmp_path):
+    inputs = truth_inputs(phantoms)
+    seen = []
+    run(inputs, PipelineConfig(built, None, phantoms, alg.HIGH_RECALL_THRESHOLDS),
+        progress=lambda it: seen.extend(it) or seen)
+    assert seen == []  # every study already done
+    out = tmp_path  # as deep as `built`, so the relative image paths are the same
+    cfg = PipelineConfig(out, None, phantoms, alg.HIGH_RECALL_THRESHOLDS)
+    first = run(inputs, cfg, shard=(0, 2))
+    assert first["studies"] == 5
+    run(inputs, cfg, shard=(1, 2))
+    assert tree(out) == tree(built)
+
+
+def test_dask_local_cluster_of_two_workers_gives_byte_identical_output(built, phantoms, tmp_path):
+    from distributed import Client, LocalCluster
+
+    out = tmp_path
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        run(truth_inputs(phantoms), PipelineConfig(out, None, phantoms, alg.HIGH_RECALL_THRESHOLDS), scheduler=client)
+        assert len(client.scheduler_info()["workers"]) == 2
+    assert tree(out) == tree(built)
+
+
+def test_default_thresholds_recall_no_more_than_halved(built, phantoms, tmp_path):
+    summary = run(truth_inputs(phantoms), PipelineConfig(tmp_path, None, phantoms))
+    halved = json.loads((built / "summary.json").read_text())
+    assert summary["recall"]["mean"]["generated"] <= halved["recall"]["mean"]["generated"]
+
+
+def test_xflow_eval_and_build_accept_the_output(built, tmp_path, capsys):
+    spec = f"mimic-ils:{built / 'ground-truth' / 'mimic_ils.json'}"
+    res = read_mimic_ils(built / "ground-truth" / "mimic_ils.json", split="train")
+    preds = tmp_path / "preds"
+    preds.mkdir()
+    for case in res.cases:  # perfect predictions: the generated masks themselves
+        mask = case.load_mask()
+        if mask is None:
+            shape = np.asarray(Image.open(case.image_path)).shape
+            mask = np.zeros(shape, bool)
+        Image.fromarray(np.where(mask, 255, 0).astype(np.uint8)).save(preds / f"{case.case_id}.png")
+    assert main(["eval", "--dataset", spec, "--split", "train", "--predictions", str(preds),
+                 "--out", str(tmp_path / "eval"), "--no-plots"]) == 0
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["n_scored"] == len(res.cases) and report["average"]["n_acc"] == 1.0
+    assert main(["build", "init-sft", "--dataset", spec, "--out", str(tmp_path / "sft")]) == 0
+    assert "init-sft:" in capsys.readouterr().out
+
+
+def test_cli_build_on_phantoms_and_its_errors(phantoms, tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["ils", "build", "--images", str(phantoms), "--reports", "phantom-truth", "--out", str(out)]) == 0
+    assert "studies written" in capsys.readouterr().out
+    assert (out / "ground-truth" / "mimic_ils.json").is_file()
+    assert main(["ils", "build", "--images", str(phantoms), "--reports", "phantom-truth", "--out", str(out),
+                 "--shard", "x"]) == 2
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(plain / "a.png")
+    (tmp_path / "r.csv").write_text("study_id,image,report\ns1,a.png,FINDINGS: Clear lungs.\n")
+    assert main(["ils", "build", "--images", str(plain), "--reports", str(tmp_path / "r.csv"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "anatomy" in err and "HybridGNet" in err
+
+
+def test_stage_configuration_errors_name_the_stage(phantoms, tmp_path):
+    with pytest.raises(StageError, match="'detector' .*YOLO"):
+        load_stages({"anatomy": "phantom", "healthy": "phantom", "locations": "phantom"}, phantoms)
+    with pytest.raises(StageError, match="'healthy' .*RadEdit.*cannot import"):
+        load_stages({"anatomy": "phantom", "healthy": "no_such_module:X", "locations": "phantom",
+                     "detector": "phantom"}, phantoms)
+    with pytest.raises(StageError, match="'anatomy' .*lacks the method of AnatomyStage"):
+        load_stages({"anatomy": "collections:OrderedDict", "healthy": "phantom", "locations": "phantom",
+                     "detector": "phantom"}, phantoms)
+    with pytest.raises(StageError, match="is 'phantom' but the images are not a phantom set"):
+        load_stages({k: "phantom" for k in ("anatomy", "healthy", "locations", "detector")}, tmp_path)
+    with pytest.raises(StageError, match="unknown stage key"):
+        load_stages({"segmenter": "phantom"}, phantoms)
+    yaml_file = tmp_path / "stages.yaml"
+    yaml_file.write_text("anatomy: phantom\nhealthy: phantom\nlocations: phantom\n"
+                         "detector: {class: test_ils_pipeline:OneBoxDetector, args: {confidence: 0.9}}\n")
+    stages = load_stages(yaml_file, phantoms)
+    assert isinstance(stages.detector, OneBoxDetector) and stages.detector.confidence == 0.9
+
+
+class OneBoxDetector:
+    """A user's detector plugged in by configuration: one box over the right lower image."""
+
+    def __init__(self, confidence: float = 0.5) -> None:
+        self.confidence = confidence
+
+    def detect(self, image: StudyImage) -> list[Detection]:
+        h, w = image.pixels.shape
+        return [Detection((0.1 * w, 0.5 * h, 0.5 * w, 0.9 * h), self.confidence, "consolidation"),
+                Detection((0.0, 0.0, w / 2, h / 2), 0.99, "aortic enlargement")]  # dropped by class
+
+
+def test_custom_detector_runs_in_the_pipeline(phantoms, tmp_path):
+    config = {"anatomy": "phantom", "healthy": "phantom", "locations": "phantom",
+              "detector": "test_ils_pipeline:OneBoxDetector"}
+    inputs = truth_inputs(phantoms)[:2]
+    summary = run(inputs, PipelineConfig(tmp_path, config, phantoms))
+    assert summary["studies"] == 2
+    rec = json.loads((tmp_path / "work" / "studies" / f"{inputs[0].study}.json").read_text())
+    assert rec["detections"] == 1  # the aortic-enlargement box is not a lung lesion
+
+
+def test_read_reports_and_bad_input(phantoms, tmp_path):
+    table = tmp_path / "reports.csv"
+    rec = json.loads((phantoms / "ground-truth" / "phantoms.json").read_text())
+    table.write_text("study_id,image,report,split\n"
+                     f"{rec[0]['study']},{rec[0]['image']},FINDINGS: Left base effusion.,test\n"
+                     f"s2,missing.png,FINDINGS: x,\n"
+                     f"s3,{rec[1]['image']},,\n")
+
+    def structure(text):
+        return [ReportedFinding("effusion", 1, True, False, ("left lung base",), "effusion")] if "effusion" in text else []
+
+    def choose(text):
+        return ("findings", text.split(":", 1)[1].strip()) if ":" in text else None
+
+    studies, skipped = read_reports(table, phantoms, structure, choose)
+    assert [s.study for s in studies] == [rec[0]["study"]]
+    assert studies[0].split == "test" and studies[0].section_content == "Left base effusion."
+    assert studies[0].findings[0].finding == "effusion"
+    assert len(skipped) == 2 and "missing.png" in skipped[0] and "no findings" in skipped[1]
+    (tmp_path / "bad.csv").write_text("study_id,report\ns1,x\n")
+    with pytest.raises(PipelineError, match="no image column"):
+        read_reports(tmp_path / "bad.csv", phantoms, structure)
+    with pytest.raises(PipelineError, match="study ids repeat"):
+        run([studies[0], studies[0]], PipelineConfig(tmp_path / "o", None, phantoms))
+    broken = StudyInput("s9", tmp_path / "bad.csv", ())
+    summary = run([broken], PipelineConfig(tmp_path / "o2", None, phantoms))
+    assert summary["errors"] == 1  # an unreadable image is recorded, the run goes on
+    assert isinstance(PhantomSet(phantoms).records, dict)
