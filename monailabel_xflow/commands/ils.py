@@ -59,8 +59,10 @@ def _inputs(args):
         from monailabel_xflow.ils.phantom_truth import truth_inputs
 
         return truth_inputs(args.images), []
-    from monailabel_xflow.ils import report
-
+    try:
+        from monailabel_xflow.ils import report
+    except ImportError as err:
+        raise ValueError(f"the report structurer (monailabel_xflow.ils.report) is not available: {err}") from err
     return read_reports(args.reports, args.images, report.structure_report, report.choose_section, args.split)
 
 
