@@ -10,7 +10,21 @@ Free-text choices (where the dataset is silent):
 
 * "both lungs" / "bilateral" keep both lungs as regions (lung level, two regions).
 * A zone named without a side ("upper zones", "the bases") means both sides.
-* Several findings in one sentence give one instruction each, over the same regions.
+* Several findings in one sentence each keep their own location: the text is cut into clauses
+  at ``,`` ``;`` ``:`` and the words "and", "or", "plus", "but"; a clause that names a finding
+  starts a group, and the clauses after it that name only a location belong to that group
+  ("effusion in the left mid and lower zones"); location words before the first finding belong
+  to the first group ("in the left lung, edema and effusion"). "left effusion, right edema"
+  gives effusion in the left lung and edema in the right lung. A finding whose group names no
+  location shares the next group's location ("edema and effusion in the left lung"), else the
+  previous one's; cardiomegaly never borrows (it is asked at chest level). The same finding
+  named twice is asked once, over both locations.
+* A finding XFlow does not segment (pneumothorax, nodule, ...) anywhere in the text refuses the
+  whole request, naming it and listing what is supported: "effusion or pneumothorax?" is not
+  answered about effusion alone.
+* Negations and questions stay questions: "no effusion on the left?", "is there edema?" and
+  "rule out effusion" ask the same as "Segment the effusion ..."; the answer says present or
+  absent.
 * "all findings" without a location gives the seven findings at chest level; with a lung
   location, the six lung findings (cardiomegaly is asked at chest level only).
 """
@@ -158,11 +172,14 @@ _FINDING_SYNONYMS: dict[str, tuple[str, ...]] = {
     "effusion": ("effusion", "effusions", "pleural effusion", "pleural effusions", "pleural fluid", "fluid"),
 }
 
-# Common radiograph findings outside XFlow's seven: named in the error so the user knows why.
-_UNSUPPORTED = (
+# Radiograph findings outside XFlow's seven: anywhere in the text they refuse the request.
+_UNSUPPORTED_FINDINGS = (
     "pneumothorax", "nodule", "mass", "fracture", "emphysema", "fibrosis", "hernia",
-    "pleural thickening", "infiltrate", "infiltration", "lesion", "tube", "line", "device",
+    "pleural thickening", "infiltrate", "infiltration", "granuloma", "cavity", "calcification",
 )
+# Other things people ask about: named in the error only when no supported finding is asked.
+_UNSUPPORTED = (*_UNSUPPORTED_FINDINGS, "lesion", "tube", "line", "device")
+_CLAUSE_SEP = re.compile(r"[,;:]|\b(?:and|or|plus|but)\b")
 
 _SIDES = {"left": ("left",), "right": ("right",), "both": ("right", "left"),
           "bilateral": ("right", "left"), "bilaterally": ("right", "left")}
@@ -255,37 +272,80 @@ def parse_instructions(text: str) -> list[Instruction]:
     norm = " ".join(text.lower().replace("-", " ").replace("_", " ").split())
     if not norm.strip(" .?!"):
         raise InstructionError(f"empty instruction; supported {supported_summary()}")
-    words = _WORD.findall(norm)
-    regions = _find_regions(words)
+    unsupported = [u for u in _UNSUPPORTED_FINDINGS if re.search(rf"\b{u}(s|es)?\b", norm)]
+    if unsupported:
+        raise InstructionError(f"cannot map {text.strip()!r}: {', '.join(map(repr, unsupported))} "
+                               f"{'is' if len(unsupported) == 1 else 'are'} not among XFlow's findings; "
+                               f"supported {supported_summary()}")
     lesion_inference = bool(_TYPE.search(norm))
-
-    if _ALL.search(norm):
-        findings = [f for f in FINDINGS if not (regions and f == "cardiomegaly")]
-    else:
-        findings = list(dict.fromkeys(f for _, f in _find_findings(norm)))
+    groups = _finding_groups(norm)
+    findings = list(dict.fromkeys(f for fs, _ in groups for f in fs))
     if lesion_inference:
         if findings not in ([], ["opacity"]) and not set(findings) <= set(LESION_INFERENCE_TARGETS) | {"opacity"}:
             raise InstructionError("lesion inference asks about an opacity and predicts its type")
+        groups = [(["opacity"], [r for _, rs in groups for r in rs] or _find_regions(_WORD.findall(norm)))]
         findings = ["opacity"]
     if not findings:
         named = [u for u in _UNSUPPORTED if re.search(rf"\b{u}s?\b", norm)]
         why = f"{named[0]!r} is not one of XFlow's findings" if named else "no supported finding found"
         raise InstructionError(f"cannot map {text.strip()!r}: {why}; supported {supported_summary()}")
 
+    asked: dict[str, list[str]] = {}
+    for index, (group_findings, own) in enumerate(groups):
+        for finding in group_findings:
+            if finding == "cardiomegaly":
+                lung_regions = [r for r in own if r != HEART]
+                if lung_regions:
+                    raise InstructionError(
+                        f"cardiomegaly is asked at chest level only, not in the {join_regions(lung_regions)}"
+                    )
+                these = [HEART] if HEART in own else []
+            else:
+                these = [r for r in (own or _borrowed(groups, index)) if r != HEART]
+            asked.setdefault(finding, []).extend(these)
     out = []
-    for finding in findings:
-        if finding == "cardiomegaly":
-            lung_regions = [r for r in regions if r != HEART]
-            if lung_regions:
-                raise InstructionError(
-                    f"cardiomegaly is asked at chest level only, not in the {join_regions(lung_regions)}"
-                )
-            these = (HEART,) if HEART in regions else ()
-        else:
-            these = tuple(r for r in regions if r != HEART)
-        kind = "lesion_inference" if lesion_inference else ("basic" if these else "global")
-        out.append(Instruction(finding, these, kind))
+    for finding, these in asked.items():
+        regions = tuple(dict.fromkeys(these))
+        kind = "lesion_inference" if lesion_inference else ("basic" if regions else "global")
+        out.append(Instruction(finding, regions, kind))
     return out
+
+
+def _finding_groups(norm: str) -> list[tuple[list[str], list[str]]]:
+    """``[(findings, regions)]`` per group of clauses (see the module docstring), in text order."""
+    groups: list[tuple[list[str], list[str]]] = []
+    pending: list[str] = []  # location words before the first finding
+    for clause in _CLAUSE_SEP.split(norm):
+        words = _WORD.findall(clause)
+        if _ALL.search(clause):
+            found = list(FINDINGS)
+        else:
+            found = list(dict.fromkeys(f for _, f in _find_findings(clause)))
+        if found:
+            groups.append((found, pending + words))
+            pending = []
+        elif groups:
+            groups[-1][1].extend(words)
+        else:
+            pending.extend(words)
+    out = []
+    for found, words in groups:
+        regions = _find_regions(words)
+        if regions and any(r != HEART for r in regions):  # "all findings in a lung": not cardiomegaly
+            found = [f for f in found if not (f == "cardiomegaly" and len(found) == len(FINDINGS))]
+        out.append((found, regions))
+    return out
+
+
+def _borrowed(groups: list[tuple[list[str], list[str]]], index: int) -> list[str]:
+    """The location a group without one shares: the next group's that has one, else the previous."""
+    for _, regions in groups[index + 1:]:
+        if regions:
+            return regions
+    for _, regions in reversed(groups[:index]):
+        if regions:
+            return regions
+    return []
 
 
 def parse_instruction(text: str) -> Instruction:

@@ -272,6 +272,13 @@ def test_save_label_next_sample_scoring_and_train(app):
     picked = app.client.next_sample("xflow_uncertainty", {})
     assert picked["id"] == IMAGES[2] and picked["fallback"] is False
 
+    # a second labeled image, held out by the train task to check the fine-tuned segmenter
+    held_label = app.tmp / "held_label.png"
+    held = np.zeros((800, 1024), np.uint8)
+    held[300:500, 600:800] = 7
+    Image.fromarray(held).save(held_label)
+    app.client.save_label(WIDE, str(held_label), tag="final")
+
     # training: the server runs it in a subprocess; poll until it ends
     started = app.client.train_start("xflow", {"steps": 3, "lr": 1e-3})
     assert started["status"] in ("SUBMITTED", "RUNNING")
@@ -286,12 +293,17 @@ def test_save_label_next_sample_scoring_and_train(app):
     stats = json.loads((trained.parent / "train_stats.json").read_text())
     assert stats["steps"] == 3 and stats["images"] == 1 and len(stats["losses"]) == 3
     assert all(np.isfinite(stats["losses"]))
+    assert [Path(p).name for p in stats["heldout_images"]] == [f"{WIDE}.png"] and stats["weights_finite"]
+    # promoted only when not worse than the serving segmenter on the held-out label
+    assert stats["promoted"] == (stats["heldout_iou_candidate"] >= stats["heldout_iou_current"])
+    out = Path(stats["output"])
+    assert out == (trained if stats["promoted"] else trained.with_name("xflow_segmenter.rejected"))
 
     from monailabel_xflow.segmenter import load_tracker_model
 
-    new, old = load_tracker_model(trained).state_dict(), load_tracker_model(app.models.parent / "sam3").state_dict()
+    new, old = load_tracker_model(out).state_dict(), load_tracker_model(app.models.parent / "sam3").state_dict()
     changed = {k.split(".")[0] for k in new if not np.array_equal(new[k].numpy(), old[k].numpy())}
     assert "mask_decoder" in changed  # the weights really moved
-    # the serving app picks the fine-tuned segmenter up at its next request
+    # the serving app picks a promoted segmenter up at its next request, and only a promoted one
     app.client.infer("xflow_revise", IMAGES[1], {"finding": "edema", "foreground": [[400, 400, 0]]})
-    assert app.client.info()["xflow_models"]["trained_segmenter"] == str(trained)
+    assert app.client.info()["xflow_models"]["trained_segmenter"] == (str(trained) if stats["promoted"] else None)

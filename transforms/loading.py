@@ -50,7 +50,8 @@ Output contract of :func:`load_cxr`:
 Errors: every failure to produce such an image raises :class:`CXRLoadError` (a
 ``ValueError``) naming the file and the reason: missing, empty, truncated or unreadable
 files, files that are no image of a supported format, multi-slice volumes or multi-frame
-DICOMs, constant or zero-size images, and lateral views unless ``allow_lateral=True``.
+DICOMs, constant or zero-size images, images over :data:`MAX_PIXELS` (refused from the header,
+before decoding), and lateral views unless ``allow_lateral=True``.
 """
 
 from __future__ import annotations
@@ -74,12 +75,19 @@ META_KEYS = (
 )
 """Keys of the meta dict returned by :func:`load_cxr` (documented in the module docstring)."""
 
+MAX_PIXELS = 50_000_000
+"""Largest image accepted, in pixels (rows x columns; 50 MP, e.g. 7000 x 7000; detector
+radiographs are under 15 MP). Checked from the header (PNG/JPEG, DICOM Rows/Columns, NIfTI
+dim) before the pixel data is decoded, so a small compressed file cannot expand to gigabytes:
+the decoded image then needs at most ``MAX_PIXELS x 4 bytes`` (float32, 200 MB) plus the
+source pixels and one temporary of the same size (about 1 GB at the cap)."""
+
 LATERAL_VIEWS = frozenset({"LL", "RL", "LATERAL", "LAT"})
 """DICOM *View Position* values of lateral projections, refused unless ``allow_lateral``."""
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SIGNATURE = b"\xff\xd8\xff"
-_LUMA_BT601 = np.array([0.299, 0.587, 0.114])
+_LUMA_BT601 = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _PIL_BITS = {"1": 1, "L": 8, "LA": 8, "P": 8, "PA": 8, "RGB": 8, "RGBA": 8, "CMYK": 8,
              "I;16": 16, "I;16B": 16, "I;16L": 16, "I;16N": 16}
 _PIL_GRAY_MODES = frozenset({"1", "L", "LA", "I", "F", "I;16", "I;16B", "I;16L", "I;16N"})
@@ -191,6 +199,24 @@ def to_reader_order(array: np.ndarray) -> np.ndarray:
 
 # --- format detection -----------------------------------------------------------------------
 
+def check_pixel_count(shape: Sequence[int], path: PathLike, what: str = "image") -> None:
+    """Refuse an image whose header declares more than :data:`MAX_PIXELS` pixels (or a
+    non-positive size) before its data is decoded.
+
+    Args:
+        shape: the declared sizes (any order; extra axes count: a volume is many images).
+
+    Raises:
+        CXRLoadError: over the cap.
+    """
+    total = 1
+    for n in shape:
+        total *= max(int(n), 0)
+    if total > MAX_PIXELS:
+        raise CXRLoadError(path, f"{what} of {' x '.join(str(int(n)) for n in shape)} = {total:,} pixels is over the "
+                                 f"limit of {MAX_PIXELS:,} pixels (refused before decoding)")
+
+
 def _detect_format(path: Path) -> str:
     """Name the format from the file's first bytes, else its suffix; refuse anything else."""
     if not path.is_file():
@@ -220,7 +246,7 @@ def _detect_format(path: Path) -> str:
                              "or NIfTI (.nii, .nii.gz)")
 
 
-# --- readers: (path, allow_lateral) -> (gray float64 (H, W) display values, partial meta) -----
+# --- readers: (path, allow_lateral) -> (gray float32 (H, W) display values, partial meta) -----
 
 def _read_pil(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, Any]]:
     """PNG/JPEG through MONAI's PILReader. No view information: every image is accepted."""
@@ -231,6 +257,10 @@ def _read_pil(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, An
             return img.convert("RGBA")
         return img.convert("L") if img.mode == "1" else img
 
+    from PIL import Image
+
+    with Image.open(str(path)) as probe:  # header only: refuse a decompression bomb before decoding
+        check_pixel_count(probe.size, path)
     reader = PILReader(converter=expand_palette)
     pil_image = reader.read(str(path))
     source_mode = pil_image.mode
@@ -246,7 +276,7 @@ def _read_pil(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, An
         "modality": None,
         "bits_stored": _PIL_BITS.get(source_mode),
     }
-    return _to_gray(pixels.astype(np.float64), path), meta
+    return _to_gray(pixels.astype(np.float32), path), meta
 
 
 def _read_nifti(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, Any]]:
@@ -256,11 +286,13 @@ def _read_nifti(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     from monai.data import NibabelReader
 
     reader = NibabelReader()
-    nifti = reader.read(str(path))
-    voxels, _ = reader.get_data(nifti)  # (W, H[, 1, ...]) as stored
-    if voxels.ndim < 2 or any(n != 1 for n in voxels.shape[2:]):
-        raise CXRLoadError(path, f"a volume of shape {tuple(voxels.shape)} is not a 2D "
+    nifti = reader.read(str(path))  # reads the header only (a .nii.gz is not decompressed yet)
+    declared = tuple(int(n) for n in nifti.shape)
+    if len(declared) < 2 or any(n != 1 for n in declared[2:]):
+        raise CXRLoadError(path, f"a volume of shape {declared} is not a 2D "
                                  "radiograph: expected (W, H) or (W, H, 1)")
+    check_pixel_count(declared, path)
+    voxels, _ = reader.get_data(nifti)  # (W, H[, 1, ...]) as stored
     voxels = voxels.reshape(voxels.shape[:2])
     zooms = nifti.header.get_zooms()
     unit = nifti.header.get_xyzt_units()[0]
@@ -272,7 +304,7 @@ def _read_nifti(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
         "modality": None,
         "bits_stored": None,
     }
-    return from_reader_order(np.asarray(voxels, dtype=np.float64)), meta
+    return from_reader_order(np.asarray(voxels, dtype=np.float32)), meta
 
 
 def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, Any]]:
@@ -302,6 +334,7 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     frames = int(ds.get("NumberOfFrames", 1) or 1)
     if frames > 1:
         raise CXRLoadError(path, f"multi-frame DICOM with {frames} frames; expected one image")
+    check_pixel_count((int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)), path)
     photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).strip().upper()
     bits_stored = int(ds.BitsStored) if "BitsStored" in ds else None
 
@@ -311,9 +344,9 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     elif photometric.startswith("YBR"):
         values = pixels[..., 0]  # Y is the luma: already the gray image
     elif photometric == "PALETTE COLOR":
-        values = _to_gray(apply_color_lut(pixels, ds).astype(np.float64), path)
+        values = _to_gray(apply_color_lut(pixels, ds).astype(np.float32), path)
     else:  # RGB
-        values = _to_gray(pixels.astype(np.float64), path)
+        values = _to_gray(pixels.astype(np.float32), path)
 
     spacing = ds.get("PixelSpacing") or ds.get("ImagerPixelSpacing")
     meta = {
@@ -323,7 +356,7 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
         "modality": str(ds.get("Modality", "") or "").strip() or None,
         "bits_stored": bits_stored,
     }
-    return np.asarray(values, dtype=np.float64), meta
+    return np.asarray(values, dtype=np.float32), meta
 
 
 _READERS: dict[str, Callable[[Path, bool], tuple[np.ndarray, dict[str, Any]]]] = {
@@ -369,4 +402,6 @@ def _to_unit_range(values: np.ndarray, path: Path) -> np.ndarray:
     lo, hi = float(values.min()), float(values.max())
     if hi <= lo:
         raise CXRLoadError(path, f"empty image: every pixel has the value {lo:g}")
-    return ((values - lo) / (hi - lo)).astype(np.float32)
+    out = np.asarray(values, dtype=np.float32) - np.float32(lo)  # one float32 copy, scaled in place
+    out /= np.float32(hi - lo)
+    return out

@@ -14,6 +14,7 @@ from lib.configs.xflow import XFlowConfig
 from monailabel.interfaces.app import MONAILabelApp
 
 from monailabel_xflow.label.app import app_description, checked_infer, init_datastore
+from monailabel_xflow.label.guard import install as install_guard
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class XFlowApp(MONAILabelApp):
         logger.info("XFlow models: %s", self.xflow.runtime.describe())
         super().__init__(app_dir=app_dir, studies=studies, conf=conf, name="XFlow",
                          description=app_description(self.xflow.runtime), version="0.1.0")
+        install_guard()  # body limit, id checks, infer params confined (DESIGN §16)
 
     def init_datastore(self):
         return init_datastore(self, super().init_datastore)

@@ -6,7 +6,7 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
-from monailabel_xflow.label.errors import ImageNotFoundError, http_errors
+from monailabel_xflow.label.errors import ImageNotFoundError, RequestError, http_errors
 from monailabel_xflow.label.runtime import XFlowRuntime
 
 logger = logging.getLogger(__name__)
@@ -34,15 +34,73 @@ def init_datastore(app: Any, upstream: Callable[[], Any]) -> Any:
                                read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY)
 
 
+def _under(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder and path != folder
+
+
+def server_upload_folders() -> list[str]:
+    """Where MONAI Label itself puts uploaded files (temporary files) and sessions."""
+    import tempfile
+
+    from monailabel.config import settings
+
+    sessions = settings.MONAI_LABEL_SESSION_PATH or os.path.join(os.path.expanduser("~"), ".cache", "monailabel",
+                                                                 "sessions")
+    return [tempfile.gettempdir(), sessions]
+
+
+def confined_image(image: Any, datastore: Any) -> tuple[str, str | None]:
+    """The file an infer request may read, and its datastore id (None for an upload).
+
+    Inside the guarded infer route (:func:`~monailabel_xflow.label.guard.upload_paths_allowed`)
+    the server's own upload or session path is accepted; otherwise ``image`` is an id
+    (:func:`~monailabel_xflow.label.requests.check_id`) that the datastore resolves.
+
+    Raises:
+        UnsafeIdError: not a plain id (400, the same answer whether or not such a file exists).
+        ImageNotFoundError: a plain id the datastore does not hold (404).
+    """
+    from monailabel_xflow.label.guard import upload_paths_allowed
+    from monailabel_xflow.label.requests import check_id
+
+    if upload_paths_allowed() and isinstance(image, str) and os.path.isabs(image) \
+            and any(_under(image, folder) for folder in server_upload_folders()):
+        return image, None
+    image_id = check_id(image, "image")
+    if image_id not in datastore.list_images():
+        raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
+    uri = datastore.get_image_uri(image_id)
+    if not uri:
+        raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
+    return uri, image_id
+
+
 def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, Any], datastore: Any = None) -> Any:
-    """``MONAILabelApp.infer`` with unknown image ids answered 404 (upstream passes ``""`` on)
-    and every documented error type mapped to its HTTP status (:mod:`.errors`)."""
+    """``MONAILabelApp.infer`` confined to the datastore (DESIGN §16) with every documented error
+    type mapped to its HTTP status (:mod:`.errors`).
+
+    The image is resolved by :func:`confined_image` (upstream would read any existing path a
+    client names); a previous ``label`` is only ever the server's own upload; with
+    ``save_label`` (batch infer) the result is saved under a checked tag through the datastore.
+    """
+    from monailabel_xflow.label.guard import upload_paths_allowed
+    from monailabel_xflow.label.requests import as_bool, check_id
+
     with http_errors("infer"):
         request = dict(request)
-        image = request.get("image")
-        if isinstance(image, str) and image and not os.path.exists(image):
-            store = datastore or app.datastore()
-            if image not in store.list_images():
-                raise ImageNotFoundError(f"unknown image {image!r}: the datastore has no such image")
-            request["image_id"] = image
-        return upstream(request, datastore)
+        store = datastore or app.datastore()
+        request["image"], image_id = confined_image(request.get("image"), store)
+        if image_id is not None:
+            request["image_id"] = image_id
+        label = request.get("label")
+        if label not in (None, "") and not (upload_paths_allowed() and isinstance(label, str) and os.path.isabs(label)
+                                            and any(_under(label, f) for f in server_upload_folders())):
+            raise RequestError("a previous label is uploaded as the `label` file of the request, never named")
+        save = as_bool(request.pop("save_label", False), "save_label")
+        tag = check_id(str(request.pop("label_tag", "") or "original"), "label tag")
+        result = upstream(request, datastore)
+        if save and image_id is not None and result.get("file") and os.path.exists(result["file"]):
+            result["label"] = store.save_label(image_id, result["file"], tag, {"model": request.get("model"),
+                                                                               "params": result.get("params")})
+        return result

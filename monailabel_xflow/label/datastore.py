@@ -41,6 +41,7 @@ import numpy as np
 
 from monailabel_xflow.label import layout
 from monailabel_xflow.label.errors import ImageNotFoundError, http_errors
+from monailabel_xflow.label.requests import check_id
 from monailabel_xflow.vocabulary import FINDINGS
 
 logger = logging.getLogger(__name__)
@@ -72,19 +73,33 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
 
 
 class XFlowLocalDatastore(_local_base()):
-    """``LocalDatastore`` that validates uploads first (see module docstring)."""
+    """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
+    is a plain name (:func:`~monailabel_xflow.label.requests.check_id`), so no request can make
+    it read or write outside its folder."""
 
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         with http_errors("add image"):
             from monailabel_xflow.transforms.loading import load_cxr
 
+            check_id(image_id, "image")
             load_cxr(image_filename)
             return super().add_image(image_id, image_filename, image_info)
 
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
         with http_errors("save label"):
+            check_id(image_id, "image")
+            check_id(label_tag, "label tag")
             _check_label_for(self, image_id, label_filename)
             return super().save_label(image_id, label_filename, label_tag, label_info)
+
+    def get_image_uri(self, image_id: str) -> str:
+        check_id(image_id, "image")
+        return super().get_image_uri(image_id)
+
+    def get_label_uri(self, label_id: str, label_tag: str) -> str:
+        check_id(label_id, "label")
+        check_id(label_tag, "label tag")
+        return super().get_label_uri(label_id, label_tag)
 
 
 # --- DICOM SEG ------------------------------------------------------------------------------
@@ -194,7 +209,11 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
 
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first
-        time, which loses the way back to the DICOM tags, e.g. the lateral-view check)."""
+        time, which loses the way back to the DICOM tags, e.g. the lateral-view check). The id is a
+        plain name (it becomes a cache folder) of a series the PACS lists."""
+        check_id(image_id, "image")
+        if image_id not in self.list_images():
+            raise ImageNotFoundError(f"unknown image {image_id!r}: no such CR/DX series in the PACS")
         uri = super().get_image_uri(image_id)
         cached = os.path.realpath(os.path.join(self._datastore.image_path(), f"{image_id}.nii.gz"))
         return cached if os.path.exists(cached) else uri
@@ -212,6 +231,8 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         from monailabel.interfaces.datastore import DefaultLabelTag
 
         with http_errors("save label"):
+            check_id(image_id, "image")
+            check_id(label_tag, "label tag")
             if image_id not in self.list_images():
                 raise ImageNotFoundError(f"unknown image {image_id!r}: no such CR/DX series in the PACS")
             uri = self.get_image_uri(image_id)
@@ -244,6 +265,10 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         from monailabel.datastore.utils.dicom import dicom_web_download_series
         from monailabel.interfaces.datastore import DefaultLabelTag
 
+        check_id(label_id, "label")
+        check_id(label_tag, "label tag")
+        if image_id:
+            check_id(image_id, "image")
         if label_tag != DefaultLabelTag.FINAL or not image_id:
             return _local_base().get_label_uri(self, label_id, label_tag)
         cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")

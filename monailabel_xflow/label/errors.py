@@ -15,11 +15,17 @@ Label's ``ImageNotFoundException``
 ``InstructionError`` (instructions)    422     empty, over-long or unsupported instruction
 ``GeometryError`` (geometry)           422     clicks outside the image, bad indices
 ``XFlowError`` (workflow)              422     bad workflow input (mask size, nothing to revise)
-:class:`RequestError`                  422     a bad request parameter (type, range)
+:class:`UnsafeIdError`                 400     an id that could name a path (separators,
+                                               ``..``, NUL, over-long); one message whatever
+                                               exists
+:class:`RequestTooLargeError`          413     a body or ``params`` over the documented limit
+:class:`RequestError`                  422     a bad request parameter (type, range, work)
 :class:`LabelError`                    422     a label of the wrong size or with values
                                                outside 0..7
 :class:`ModelsNotConfiguredError`      503     no XFlow weights configured (says how)
 ``ModelConfigError`` (models)          503     the configured weights cannot be loaded
+:class:`ModelUnavailableError`         503     the last load failed; retried after a back-off
+                                               (the message gives the reason and when)
 =====================================  ======  ============================================
 
 Anything else propagates unchanged (a 500: a bug, not bad input). The error types of other
@@ -40,6 +46,14 @@ class RequestError(ValueError):
     """A request parameter of the wrong type or outside its range."""
 
 
+class UnsafeIdError(RequestError):
+    """An id that is not a plain name (could name a path); see :func:`.requests.check_id`."""
+
+
+class RequestTooLargeError(RequestError):
+    """A request body or parameter over its documented size limit."""
+
+
 class LabelError(ValueError):
     """A label file that does not fit its image (size) or the vocabulary (values 0..7)."""
 
@@ -52,7 +66,11 @@ class ModelsNotConfiguredError(RuntimeError):
     """The app was started without XFlow weights; the message says how to configure them."""
 
 
-# (module, class name, HTTP status); modules are imported on first use only.
+class ModelUnavailableError(RuntimeError):
+    """Loading the models failed recently; the runtime waits before it tries again."""
+
+
+# (module, class name, HTTP status); modules are imported on first use only. First match wins.
 _TABLE: tuple[tuple[str, str, int], ...] = (
     (__name__, "ImageNotFoundError", 404),
     ("monailabel.interfaces.exception", "ImageNotFoundException", 404),
@@ -60,9 +78,12 @@ _TABLE: tuple[tuple[str, str, int], ...] = (
     ("monailabel_xflow.instructions", "InstructionError", 422),
     ("monailabel_xflow.geometry", "GeometryError", 422),
     ("monailabel_xflow.workflow", "XFlowError", 422),
+    (__name__, "UnsafeIdError", 400),
+    (__name__, "RequestTooLargeError", 413),
     (__name__, "RequestError", 422),
     (__name__, "LabelError", 422),
     (__name__, "ModelsNotConfiguredError", 503),
+    (__name__, "ModelUnavailableError", 503),
     ("monailabel_xflow.models", "ModelConfigError", 503),
 )
 

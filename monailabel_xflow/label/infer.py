@@ -12,7 +12,10 @@ Request keys (MONAI Label merges the request ``params`` over :meth:`XFlowInferTa
 ``location`` (str)
     Picker: a lung or zone (see :mod:`monailabel_xflow.vocabulary`); empty = chest level.
 ``max_clicks`` (int, 0..16)
-    Stage 2 budget; default: the model configuration's (4).
+    Stage 2 budget; default: the model configuration's (4). Findings x (1 + max_clicks) is at
+    most :data:`~monailabel_xflow.label.requests.MAX_WORK_STEPS` (64) per request (422 above).
+
+Every parameter is parsed by :mod:`monailabel_xflow.label.requests` (strict types and ranges).
 ``revise`` (bool)
     Run Stage 2 (π_rev clicks); false gives the Stage 1 masks.
 ``overlay`` (bool)
@@ -43,6 +46,7 @@ import numpy as np
 
 from monailabel_xflow.label import layout
 from monailabel_xflow.label.errors import RequestError, http_errors
+from monailabel_xflow.label.requests import as_bool, as_int, check_work
 from monailabel_xflow.label.runtime import XFlowRuntime
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, label_value
 
@@ -63,30 +67,9 @@ def _base_infer_task():
 
 # --- request parameters ---------------------------------------------------------------------
 
-def as_bool(value: Any, name: str) -> bool:
-    """A boolean option as clients send it (bool, 0/1, "true"/"false")."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no", ""):
-        return value.strip().lower() in ("true", "1", "yes")
-    raise RequestError(f"{name} must be true or false, got {value!r}")
-
-
 def as_max_clicks(value: Any) -> int | None:
     """``max_clicks`` as an int in ``0..MAX_CLICKS_LIMIT`` (None/"" = the models' default)."""
-    if value is None or value == "":
-        return None
-    try:
-        clicks = int(value)
-        if clicks != float(value):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise RequestError(f"max_clicks must be an integer 0..{MAX_CLICKS_LIMIT}, got {value!r}") from None
-    if not 0 <= clicks <= MAX_CLICKS_LIMIT:
-        raise RequestError(f"max_clicks must be an integer 0..{MAX_CLICKS_LIMIT}, got {clicks}")
-    return clicks
+    return as_int(value, "max_clicks", 0, MAX_CLICKS_LIMIT)
 
 
 def _picked(value: Any, choices: Sequence[str]) -> list[str]:
@@ -216,6 +199,8 @@ class XFlowInferTask(_base_infer_task()):
         revise = as_bool(data.get("revise", True), "revise")
         overlay = as_bool(data.get("overlay", False), "overlay")
         with_trace = as_bool(data.get("trace", True), "trace")
+        check_work(len(instructions), (self.runtime.config.max_clicks if max_clicks is None else max_clicks)
+                   if revise else 0)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
         t_pre = time.perf_counter()
 

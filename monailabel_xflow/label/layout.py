@@ -153,7 +153,7 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
     Raises:
         LabelError: unreadable, not 2D, wrong size, or values outside ``0..7``.
     """
-    from monailabel_xflow.transforms.loading import from_reader_order
+    from monailabel_xflow.transforms.loading import CXRLoadError, check_pixel_count, from_reader_order
 
     suffix = _suffix(path)
     try:
@@ -161,14 +161,20 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
             from PIL import Image
 
             with Image.open(path) as img:
+                check_pixel_count(img.size, path, "label")  # before decoding
                 values = np.asarray(img)  # (H, W) as PIL holds rows
             if values.ndim == 3:
                 values = values[..., 0]
         elif suffix in _NIFTI or suffix == ".nrrd":
             from monai.data import ITKReader, NibabelReader
 
+            if suffix == ".nrrd":
+                check_pixel_count(_nrrd_sizes(path), path, "label")
             reader = NibabelReader() if suffix in _NIFTI else ITKReader(reverse_indexing=True)
-            voxels, _ = reader.get_data(reader.read(str(path)))  # (W, H[, 1])
+            data = reader.read(str(path))
+            if suffix in _NIFTI:  # the header: refuse before a .nii.gz is decompressed
+                check_pixel_count(data.shape, path, "label")
+            voxels, _ = reader.get_data(data)  # (W, H[, 1])
             voxels = np.asarray(voxels)
             if voxels.ndim < 2 or any(n != 1 for n in voxels.shape[2:]):
                 raise LabelError(f"label of shape {voxels.shape} is not 2D (expected (W, H) or (W, H, 1))")
@@ -177,8 +183,10 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
             raise LabelError(f"label file {Path(path).name!r}: use .png, .nii, .nii.gz or .nrrd")
     except LabelError:
         raise
+    except CXRLoadError as exc:
+        raise LabelError(f"label file {Path(path).name!r}: {exc.reason}") from exc
     except Exception as exc:
-        raise LabelError(f"unreadable label file {Path(path).name!r} ({type(exc).__name__}: {exc})") from exc
+        raise LabelError(f"unreadable label file {Path(path).name!r} ({type(exc).__name__}: {str(exc)[:200]})") from exc
     if shape is not None and tuple(values.shape) != tuple(shape):
         h, w = shape
         raise LabelError(f"label is {values.shape[1]} x {values.shape[0]} (W x H) but the image is {w} x {h}")
@@ -186,6 +194,20 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
         raise LabelError(f"label values must be integers 0..{MAX_LABEL_VALUE} (0 background, "
                          f"1..{MAX_LABEL_VALUE} the findings), got {np.unique(values)[:10].tolist()}")
     return values.astype(np.uint8)
+
+
+def _nrrd_sizes(path: str | os.PathLike) -> tuple[int, ...]:
+    """The ``sizes:`` field of an NRRD header (text before the first blank line)."""
+    with open(path, "rb") as f:
+        head = f.read(8192)
+    if not head.startswith(b"NRRD"):
+        raise LabelError(f"label file {Path(path).name!r} is not an NRRD file")
+    for line in head.split(b"\n"):
+        if line.strip() == b"":
+            break
+        if line.lower().startswith(b"sizes:"):
+            return tuple(int(v) for v in line.split(b":", 1)[1].split()[:8])
+    raise LabelError(f"label file {Path(path).name!r}: NRRD header without sizes")
 
 
 def overlay_png(image: np.ndarray, label_hw: np.ndarray) -> bytes:

@@ -35,8 +35,8 @@ import numpy as np
 
 from monailabel_xflow.label import layout
 from monailabel_xflow.label.errors import RequestError, http_errors
-from monailabel_xflow.label.infer import (FINDING_CHOICES, LABELS, _base_infer_task, _picked, as_bool,
-                                          as_max_clicks)
+from monailabel_xflow.label.infer import FINDING_CHOICES, LABELS, _base_infer_task, _picked, as_max_clicks
+from monailabel_xflow.label.requests import as_bool, number_lists
 from monailabel_xflow.label.runtime import XFlowRuntime
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 
@@ -57,12 +57,7 @@ def clicks_from_request(data: Mapping[str, Any], shape: tuple[int, int]) -> list
 
     clicks = []
     for key, positive in (("foreground", True), ("background", False)):
-        points = data.get(key) or []
-        if not isinstance(points, (list, tuple)) or not all(isinstance(p, (list, tuple)) for p in points):
-            raise RequestError(f"{key} must be a list of [i, j, k] voxel indices, got {points!r}")
-        for p in points:
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p):
-                raise RequestError(f"{key} click {p!r} must hold numbers [i, j, k]")
+        for p in number_lists(data.get(key), key, max_items=MAX_CLICKS_PER_REQUEST):
             clicks.append(Click(positive, *client_index_to_point(p, shape)))
     if len(clicks) > MAX_CLICKS_PER_REQUEST:
         raise RequestError(f"{len(clicks)} clicks in one request; at most {MAX_CLICKS_PER_REQUEST}")

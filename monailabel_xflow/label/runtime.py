@@ -25,12 +25,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from monailabel_xflow.label.errors import ModelsNotConfiguredError
+from monailabel_xflow.label.errors import ModelsNotConfiguredError, ModelUnavailableError
 
 logger = logging.getLogger(__name__)
+
+LOAD_BACKOFF_S = 30.0
+LOAD_BACKOFF_MAX_S = 600.0
+"""After a failed model load, requests answer 503 (:class:`ModelUnavailableError`, with the
+reason) for 30 s, doubling per further failure up to 10 min, instead of reloading per request."""
 
 HOW_TO_CONFIGURE = (
     "No XFlow weights are configured. Start the server with `--conf models PATH` "
@@ -62,6 +68,8 @@ class XFlowRuntime:
         self._xflow: Any = None
         self.trained_segmenter: str | None = None
         self._error: Exception | None = None
+        self._failures = 0
+        self._retry_at = 0.0
         self._config_error: Exception | None = None
         try:
             self.source, self.config = self._read_config()
@@ -132,6 +140,7 @@ class XFlowRuntime:
         Raises:
             ModelsNotConfiguredError: nothing configured (the message says how to configure).
             ModelConfigError: the configured weights cannot be loaded.
+            ModelUnavailableError: the last load failed less than the back-off ago (503).
         """
         if self._config_error is not None:
             raise self._config_error
@@ -141,13 +150,24 @@ class XFlowRuntime:
             if self._xflow is None:
                 from monailabel_xflow.workflow import XFlow
 
+                wait = self._retry_at - time.monotonic()
+                if self._error is not None and wait > 0:  # back off: no reload under the lock per request
+                    raise ModelUnavailableError(f"the XFlow models failed to load ({self._error}); "
+                                                f"next attempt in {wait:.0f} s")
                 logger.info("loading XFlow models (%s): %s", self.source, self.describe())
                 try:
                     self._xflow = XFlow.from_config(self.config)
                 except Exception as exc:
                     self._error = exc
+                    self._failures += 1
+                    self._retry_at = time.monotonic() + min(LOAD_BACKOFF_MAX_S,
+                                                            LOAD_BACKOFF_S * 2 ** (self._failures - 1))
+                    from monailabel_xflow.label.errors import status_of
+
+                    if status_of(exc) is None:  # e.g. a torch or I/O error: still a 503 with the reason
+                        raise ModelUnavailableError(f"the XFlow models failed to load: {exc}") from exc
                     raise
-                self._error = None
+                self._error, self._failures = None, 0
                 logger.info("XFlow models in use: %s", self.describe())
             self._refresh_segmenter()
             return self._xflow

@@ -16,8 +16,16 @@ Written with ``datastore.update_image_info(image_id, {"xflow_uncertainty": u,
 "xflow_uncertainty_parts": {...}, "xflow_uncertainty_ts": epoch_s})`` for
 :class:`~monailabel_xflow.label.strategy.XFlowUncertaintyStrategy` to read.
 
-Request keys: ``instruction`` (text, default "segment all findings"), ``max_images`` (int, 0 =
-all), ``images`` (list of ids to score, default: every unlabeled one), ``max_clicks``.
+Request keys (parsed by :func:`scoring_params`, 422 when bad): ``instruction`` (text, default
+"segment all findings"), ``max_images`` (1..:data:`MAX_SCORING_IMAGES`, default
+:data:`DEFAULT_SCORING_IMAGES`: a run is bounded), ``images`` (ids to score, default every
+unlabeled one; duplicates dropped; an id with a path in it is refused, an unknown one skipped and
+reported under ``skipped``), ``max_clicks`` (0..16).
+
+Incremental: an image whose score was computed for the same file (size and modification time),
+instruction, click budget and models is not scored again (``cached`` lists it); a new or
+changed study is. Scoring runs in MONAI Label's scoring subprocess, which lowers its own CPU
+priority (``os.nice``) so that it never competes with interactive requests of the server.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ import numpy as np
 
 from monailabel_xflow import rle
 from monailabel_xflow.label import layout
-from monailabel_xflow.label.errors import RequestError
 from monailabel_xflow.label.infer import as_max_clicks
 from monailabel_xflow.label.runtime import XFlowRuntime
 from monailabel_xflow.metrics import mask_iou
@@ -39,6 +46,38 @@ logger = logging.getLogger(__name__)
 
 INFO_KEY = "xflow_uncertainty"
 DEFAULT_INSTRUCTION = "segment all findings"
+MAX_SCORING_IMAGES = 1000
+DEFAULT_SCORING_IMAGES = 50
+SCORING_NICE = 10
+
+
+def scoring_params(request: Mapping[str, Any]) -> dict[str, Any]:
+    """``instruction``, ``max_clicks``, ``images`` and ``max_images`` of a scoring request,
+    parsed strictly (see module docstring).
+
+    Raises:
+        RequestError: a wrong type or out-of-range value (422); UnsafeIdError: an id that is a path (400).
+    """
+    from monailabel_xflow.instructions import MAX_INSTRUCTION_CHARS
+    from monailabel_xflow.label.requests import as_id_list, as_int, as_text
+
+    return {
+        "instruction": as_text(request.get("instruction"), "instruction", MAX_INSTRUCTION_CHARS).strip()
+        or DEFAULT_INSTRUCTION,
+        "max_clicks": as_max_clicks(request.get("max_clicks")),
+        "images": as_id_list(request.get("images"), "images", MAX_SCORING_IMAGES),
+        "max_images": as_int(request.get("max_images"), "max_images", 1, MAX_SCORING_IMAGES, DEFAULT_SCORING_IMAGES),
+    }
+
+
+def _score_key(path: str, instruction: str, budget: int, models: str) -> str:
+    """What a cached score depends on: the file (size, mtime), the question and the models."""
+    import hashlib
+    import os
+
+    st = os.stat(path)
+    text = f"{st.st_size}:{st.st_mtime_ns}:{instruction}:{budget}:{models}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def result_uncertainty(result: Any, max_clicks: int) -> dict[str, float] | None:
@@ -80,32 +119,58 @@ class XFlowUncertaintyScoring(_base_scoring()):
         self.runtime = runtime
 
     def __call__(self, request: Mapping[str, Any], datastore: Any) -> dict[str, Any]:
+        from monailabel_xflow.label.errors import http_errors
+
+        with http_errors("xflow_uncertainty"):
+            return self._run(request, datastore)
+
+    def _run(self, request: Mapping[str, Any], datastore: Any) -> dict[str, Any]:
+        import os
+        import sys
+
         from monailabel.interfaces.datastore import DefaultLabelTag
+
         from monailabel_xflow.instructions import parse_instructions
 
-        instructions = parse_instructions(str(request.get("instruction") or DEFAULT_INSTRUCTION))
-        budget = as_max_clicks(request.get("max_clicks"))
-        images = request.get("images") or datastore.get_unlabeled_images(DefaultLabelTag.FINAL)
-        if not isinstance(images, (list, tuple)):
-            raise RequestError(f"images must be a list of ids, got {images!r}")
-        limit = int(request.get("max_images") or 0)
-        images = list(images)[:limit] if limit > 0 else list(images)
+        params = scoring_params(request)
+        instructions = parse_instructions(params["instruction"])
+        budget = params["max_clicks"]
+        known = set(datastore.list_images())
+        asked = params["images"] if params["images"] is not None else sorted(
+            datastore.get_unlabeled_images(DefaultLabelTag.FINAL))
+        skipped = {i: "unknown image" for i in asked if i not in known}
+        images = [i for i in asked if i in known][: params["max_images"]]
+        if "monailabel.app" not in sys.modules:  # the scoring subprocess: yield the CPU to the server
+            try:
+                os.nice(SCORING_NICE)
+            except OSError:
+                pass
         xflow = self.runtime.get()
         t_budget = xflow.max_clicks if budget is None else budget
+        models = self.runtime.describe()
         scores: dict[str, float] = {}
         failed: dict[str, str] = {}
+        cached: list[str] = []
         for image_id in images:
             try:
-                image, _ = layout.load_image(datastore.get_image_uri(image_id), image_id)
+                uri = datastore.get_image_uri(image_id)
+                key = _score_key(uri, params["instruction"], t_budget, models)
+                info = datastore.get_image_info(image_id) or {}
+                if info.get(f"{INFO_KEY}_key") == key and isinstance(info.get(INFO_KEY), (int, float)):
+                    cached.append(image_id)
+                    continue
+                image, _ = layout.load_image(uri, image_id)
                 with self.runtime.lock:
                     results = xflow.run_all(image, max_clicks=budget, instructions=instructions)
-            except ValueError as exc:  # an image XFlow cannot read: skip it, keep scoring the rest
-                failed[image_id] = str(exc)
+            except (ValueError, LookupError, OSError) as exc:  # unreadable or vanished: skip, keep scoring
+                failed[image_id] = str(exc)[:300]
                 logger.warning("xflow_uncertainty: skipping %s: %s", image_id, exc)
                 continue
             score, parts = image_uncertainty(results, t_budget)
             datastore.update_image_info(image_id, {INFO_KEY: score, f"{INFO_KEY}_parts": parts,
-                                                   f"{INFO_KEY}_ts": int(time.time())})
+                                                   f"{INFO_KEY}_ts": int(time.time()), f"{INFO_KEY}_key": key})
             scores[image_id] = score
             logger.info("xflow_uncertainty %s = %.4f", image_id, score)
-        return {"scored": len(scores), "scores": scores, "failed": failed}
+        if skipped:
+            logger.warning("xflow_uncertainty: skipped unknown ids %s", sorted(skipped)[:20])
+        return {"scored": len(scores), "scores": scores, "failed": failed, "skipped": skipped, "cached": cached}

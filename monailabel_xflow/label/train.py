@@ -10,10 +10,16 @@ starts). It calls :func:`finetune_from_labels`, which
 3. runs the package's F_seg trainer
    (:func:`monailabel_xflow.training.segmenter.finetune_segmenter`: jittered box + click
    prompts, 20·focal + dice + IoU loss, AdamW, the paper's recipe) for ``steps`` optimiser steps;
-4. saves the model in ``<model_dir>/xflow_segmenter/`` (``save_pretrained``, loadable by
-   :func:`monailabel_xflow.segmenter.load_segmenter`) and ``train_stats.json`` beside it.
+4. checks the result on held-out labels (:func:`split_heldout`: every 5th labeled image, which
+   it did not train on): it **replaces the serving segmenter only when its weights are finite
+   and its held-out mean IoU is not below the serving one's** (:func:`promotion_check`); then it
+   is saved in ``<model_dir>/xflow_segmenter/`` (``save_pretrained``, loadable by
+   :func:`monailabel_xflow.segmenter.load_segmenter`), otherwise in
+   ``<model_dir>/xflow_segmenter.rejected/`` with the reason logged and in the stats;
+5. writes ``train_stats.json`` beside it (``promoted``, ``reason``, the held-out IoUs).
 
-The serving app picks the new weights up at the next request (see
+Request parameters are validated by :func:`train_params` (also before the subprocess starts).
+The serving app picks promoted weights up at the next request (see
 :meth:`~monailabel_xflow.label.runtime.XFlowRuntime.get`). The policies' trainers come from
 :mod:`monailabel_xflow.training`; this task trains F_seg only.
 """
@@ -34,6 +40,27 @@ from monailabel_xflow.label.errors import RequestError
 from monailabel_xflow.label.runtime import XFlowRuntime
 
 logger = logging.getLogger(__name__)
+
+TRAIN_LIMITS = {"steps": (1, 2000), "batch": (1, 16), "seed": (0, 2 ** 31 - 1)}
+LR_RANGE = (1e-8, 1e-2)
+"""Train request bounds (422 outside): ``steps`` 1..2000 optimiser steps, ``batch`` 1..16 prompts
+per step, ``seed`` 0..2^31-1, ``lr`` a finite number in [1e-8, 1e-2]."""
+
+
+def train_params(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The train request's ``steps``, ``lr``, ``batch``, ``seed``, parsed strictly and bounded
+    (defaults: :meth:`XFlowSegmenterTrainTask.config`).
+
+    Raises:
+        RequestError: a non-number, non-finite, non-integral or out-of-range value (422).
+    """
+    from monailabel_xflow.label.requests import as_float, as_int
+
+    defaults = XFlowSegmenterTrainTask.DEFAULTS
+    out: dict[str, Any] = {k: as_int(request.get(k), k, lo, hi, defaults[k]) for k, (lo, hi) in TRAIN_LIMITS.items()}
+    out["lr"] = as_float(request.get("lr"), "lr", *LR_RANGE, default=defaults["lr"])
+    return out
+
 
 TRAINED_SEGMENTER_DIR = "xflow_segmenter"
 STATS_FILE = "train_stats.json"
@@ -77,15 +104,17 @@ def finetune_from_labels(
         pairs: ``[{"image": path, "label": path}]`` (``datastore.datalist()``); labels are label
             maps of the image's size (values 0..7).
         segmenter: the weights to start from (folder, hub id or ``.pt``; see ``load_tracker_model``).
-        output_dir: where the fine-tuned model is saved (``save_pretrained``), replaced in one
-            rename so a serving app never reads half a checkpoint.
+        output_dir: where a promoted model is saved (``save_pretrained``), replaced in one
+            rename so a serving app never reads half a checkpoint; a rejected one goes to
+            ``<output_dir>.rejected``.
         steps: optimiser steps; ``batch``: prompts per step (gradient accumulation).
         lr: AdamW learning rate of the decoder (the encoder gets the trainer's 0.6x).
         seed: prompt sampling and initialisation seed.
 
     Returns:
-        Stats: ``images``, ``prompts``, ``steps``, ``losses``, ``loss_first``, ``loss_last``,
-        ``seconds``, ``output``, ``start_weights``.
+        Stats: ``images`` (trained on), ``prompts``, ``steps``, ``losses``, ``loss_first``,
+        ``loss_last``, ``heldout_images``, the :func:`promotion_check` keys, ``seconds``,
+        ``output`` (where the model went), ``start_weights``.
 
     Raises:
         RequestError: no labeled image holds a finding to train on.
@@ -97,32 +126,103 @@ def finetune_from_labels(
     from monailabel_xflow.transforms.loading import load_cxr
 
     t0 = time.perf_counter()
-    samples, images = [], 0
-    for pair in pairs:
+    labeled = []  # (image path, image, prompts) of every pair whose label holds a finding
+    for pair in sorted(pairs, key=lambda p: str(p["image"])):
         image, _ = load_cxr(pair["image"])
         prompts = component_prompts(layout.read_label(pair["label"], image.shape))
-        samples.extend(SegSample(image, mask) for _, mask in prompts)
-        images += bool(prompts)
-    if not samples:
+        if prompts:
+            labeled.append((str(pair["image"]), image, prompts))
+    if not labeled:
         raise RequestError("nothing to train on: no final label holds a finding (save labels first)")
+    held, train = split_heldout(labeled)
+    samples = [SegSample(image, mask) for _, image, prompts in train for _, mask in prompts]
     cfg = SegmenterTrainConfig(learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed))
     output_dir = Path(output_dir)
     tmp = output_dir.with_name(output_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False)
-    old = output_dir.with_name(output_dir.name + ".old")
-    if output_dir.exists():
-        output_dir.rename(old)
-    tmp.rename(output_dir)
+    check = promotion_check(segmenter, tmp, [(image, prompts) for _, image, prompts in held])
+    destination = output_dir if check["promoted"] else output_dir.with_name(output_dir.name + ".rejected")
+    old = destination.with_name(destination.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if destination.exists():
+        destination.rename(old)
+    tmp.rename(destination)  # one rename: a serving app never reads half a checkpoint
     shutil.rmtree(old, ignore_errors=True)
     losses = [float(v) for v in result["losses"]]
-    stats = {"images": images, "prompts": len(samples), "steps": int(result["steps"]), "losses": losses,
+    stats = {"images": len(train), "prompts": len(samples), "steps": int(result["steps"]), "losses": losses,
              "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
-             "seconds": round(time.perf_counter() - t0, 3), "output": str(output_dir), "start_weights": str(segmenter)}
+             "heldout_images": [path for path, _, _ in held], **check,
+             "seconds": round(time.perf_counter() - t0, 3), "output": str(destination), "start_weights": str(segmenter)}
     (output_dir.parent / STATS_FILE).write_text(json.dumps(stats, indent=1))
-    logger.info("fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f (%s)", len(samples), images,
-                stats["loss_first"], stats["loss_last"], output_dir)
+    log = logger.info if check["promoted"] else logger.warning
+    log("fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f; %s (%s)", len(samples), len(train),
+        stats["loss_first"], stats["loss_last"], check["reason"], destination)
     return stats
+
+
+HOLDOUT_EVERY = 5
+MAX_HELDOUT = 8
+"""Every 5th labeled image (sorted by path; at least one, at most 8) is held out of training to
+check the fine-tuned segmenter before it may replace the serving one."""
+
+
+def split_heldout(labeled: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """``(held_out, train)``: every :data:`HOLDOUT_EVERY`-th item, at least one (the last) and
+    at most :data:`MAX_HELDOUT`; a single labeled image is all training and nothing is held out."""
+    if len(labeled) < 2:
+        return [], list(labeled)
+    picked = set(range(HOLDOUT_EVERY - 1, len(labeled), HOLDOUT_EVERY)) or {len(labeled) - 1}
+    picked = set(sorted(picked)[:MAX_HELDOUT])
+    return [x for i, x in enumerate(labeled) if i in picked], [x for i, x in enumerate(labeled) if i not in picked]
+
+
+def heldout_iou(weights: str | os.PathLike, held: Sequence[tuple[np.ndarray, list]]) -> float:
+    """Mean IoU of a segmenter's masks for the box prompts of held-out labels (one box per
+    connected component, as in training) against the labelled components."""
+    from monailabel_xflow.metrics import mask_iou
+    from monailabel_xflow.segmenter import load_segmenter
+
+    seg = load_segmenter(str(weights), device="cpu")
+    ious = []
+    for image, prompts in held:
+        seg.set_image(image)
+        result = seg.predict([box for box, _ in prompts])
+        ious.extend(mask_iou(pred, truth) for pred, (_, truth) in zip(result.masks, prompts))
+    return float(np.mean(ious))
+
+
+def weights_finite(weights: str | os.PathLike) -> bool:
+    """Whether every floating-point tensor of a saved segmenter is finite."""
+    import torch
+
+    from monailabel_xflow.segmenter import load_tracker_model
+
+    state = load_tracker_model(weights).state_dict()
+    return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
+
+
+def promotion_check(current: str | os.PathLike, candidate: str | os.PathLike,
+                    held: Sequence[tuple[np.ndarray, list]]) -> dict[str, Any]:
+    """May ``candidate`` replace ``current``? Only with finite weights and a held-out mean IoU not
+    below the current segmenter's on the same labels (which it did not train on).
+
+    Returns:
+        ``{"promoted", "reason", "weights_finite", "heldout_iou_current", "heldout_iou_candidate"}``.
+    """
+    out: dict[str, Any] = {"weights_finite": weights_finite(candidate), "heldout_iou_current": None,
+                           "heldout_iou_candidate": None}
+    if not out["weights_finite"]:
+        return {**out, "promoted": False, "reason": "kept aside: the fine-tuned weights are not finite"}
+    if not held:
+        return {**out, "promoted": False, "reason": "kept aside: no held-out label to check it on "
+                                                    "(save final labels with findings on at least 2 images)"}
+    cur, new = heldout_iou(current, held), heldout_iou(candidate, held)
+    out.update(heldout_iou_current=round(cur, 6), heldout_iou_candidate=round(new, 6))
+    if not np.isfinite(new) or new < cur:
+        return {**out, "promoted": False,
+                "reason": f"kept aside: held-out IoU {new:.4f} is below the serving segmenter's {cur:.4f}"}
+    return {**out, "promoted": True, "reason": f"promoted: held-out IoU {new:.4f} >= {cur:.4f}"}
 
 
 def _base_train_task():
@@ -144,15 +244,17 @@ class XFlowSegmenterTrainTask(_base_train_task()):
         self.runtime = runtime
         self.model_dir = Path(model_dir)
 
+    DEFAULTS = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+
     def config(self) -> dict[str, Any]:
-        return {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+        return dict(self.DEFAULTS)
 
     def stats(self) -> dict[str, Any]:
         path = self.model_dir / STATS_FILE
         return json.loads(path.read_text()) if path.is_file() else {}
 
     def __call__(self, request: Mapping[str, Any], datastore: Any) -> dict[str, Any]:
-        req = {**self.config(), **dict(request)}
+        params = train_params(request)  # validated before anything is read or written
         start = trained_segmenter(self.model_dir) or self.runtime.config.segmenter
         if not start:
             from monailabel_xflow.label.errors import ModelsNotConfiguredError
@@ -161,10 +263,7 @@ class XFlowSegmenterTrainTask(_base_train_task()):
             raise ModelsNotConfiguredError(HOW_TO_CONFIGURE)
         if start == self.runtime.config.segmenter:
             start = str(self.runtime.config.resolve("segmenter"))
-        try:
-            steps, lr, batch, seed = int(req["steps"]), float(req["lr"]), int(req["batch"]), int(req["seed"])
-        except (TypeError, ValueError) as exc:
-            raise RequestError(f"steps, lr, batch and seed must be numbers: {exc}") from exc
+        steps, lr, batch, seed = params["steps"], params["lr"], params["batch"], params["seed"]
         pairs = datastore.datalist()
         logger.info("xflow train: %d labeled images, start from %s", len(pairs), start)
         return finetune_from_labels(pairs, start, self.model_dir / TRAINED_SEGMENTER_DIR, steps=steps, lr=lr,

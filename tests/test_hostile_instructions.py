@@ -1,0 +1,102 @@
+"""Instructions as careless or hostile users type them (issue 15, item 4): several findings keep
+their own locations, an unsupported finding anywhere refuses the request, negations and
+questions stay questions. The hypothesis strategy composes real finding and location words."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from monailabel_xflow.instructions import _FINDING_SYNONYMS, InstructionError, parse_instructions
+from monailabel_xflow.vocabulary import FINDINGS, ZONES
+
+L, R = "left lung", "right lung"
+LB, RB, RA, RU, LM = ZONES[L][3], ZONES[R][3], ZONES[R][0], ZONES[R][1], ZONES[L][2]
+
+
+def asked(text):
+    return [(i.finding, i.regions, i.kind) for i in parse_instructions(text)]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("left effusion, right edema", [("effusion", (L,), "basic"), ("edema", (R,), "basic")]),
+    ("edema in the right lung; effusion at the left base", [("edema", (R,), "basic"), ("effusion", (LB,), "basic")]),
+    ("effusion on the left and pneumonia in the right upper zone",
+     [("effusion", (L,), "basic"), ("pneumonia", (RU,), "basic")]),
+    ("edema and effusion in the left lung", [("edema", (L,), "basic"), ("effusion", (L,), "basic")]),
+    ("in the left lung, edema and effusion", [("edema", (L,), "basic"), ("effusion", (L,), "basic")]),
+    ("cardiomegaly and effusion on the left", [("cardiomegaly", (), "global"), ("effusion", (L,), "basic")]),
+    ("effusion on the left and effusion on the right", [("effusion", (L, R), "basic")]),
+    ("atelectasis in the left mid and lower zones, edema", [("atelectasis", (LM, LB), "basic"),
+                                                            ("edema", (LM, LB), "basic")]),
+    ("consolidation, opacity at the right apex", [("consolidation", (RA,), "basic"), ("opacity", (RA,), "basic")]),
+])
+def test_each_finding_keeps_its_own_location(text, expected):
+    assert asked(text) == expected
+
+
+@pytest.mark.parametrize("text,named", [
+    ("pleural effusion or pneumothorax?", "pneumothorax"),
+    ("edema, nodules in the right lung", "nodule"),
+    ("segment the effusion and the mass", "mass"),
+    ("left effusion; right rib fracture", "fracture"),
+])
+def test_an_unsupported_finding_anywhere_refuses_the_request(text, named):
+    with pytest.raises(InstructionError) as err:
+        parse_instructions(text)
+    message = str(err.value)
+    assert named in message and all(f in message for f in FINDINGS)  # names it, lists what is supported
+
+
+@pytest.mark.parametrize("text,plain", [
+    ("no effusion on the left?", "Segment the effusion in the left lung."),
+    ("is there no edema?", "Segment the edema."),
+    ("rule out effusion in the right base", "Segment the effusion in the right lung base."),
+    ("Is there any consolidation in the left lung?", "Segment the consolidation in the left lung."),
+    ("no pneumonia, right lung", "Segment the pneumonia in the right lung."),
+])
+def test_negations_and_questions_stay_questions(text, plain):
+    assert parse_instructions(text) == parse_instructions(plain)
+
+
+LOCATIONS = [  # (phrase, regions)
+    ("in the left lung", (L,)), ("on the right", (R,)), ("in the left lung base", (LB,)),
+    ("at the right apex", (RA,)), ("in both lungs", (R, L)), ("in the right upper zone", (RU,)),
+    ("at the right base", (RB,)), ("in the left mid zone", (LM,)),
+]
+LUNG_FINDINGS = [f for f in FINDINGS if f != "cardiomegaly"]
+
+
+@st.composite
+def multi_finding_requests(draw):
+    """Text naming 1..3 different findings (any synonym), each with its own location, joined
+    with the separators people use, optionally as a question or a negation."""
+    findings = draw(st.lists(st.sampled_from(LUNG_FINDINGS), min_size=1, max_size=3, unique=True))
+    parts, expected = [], []
+    for finding in findings:
+        synonym = draw(st.sampled_from(_FINDING_SYNONYMS[finding]))
+        phrase, regions = draw(st.sampled_from(LOCATIONS))
+        lead = draw(st.sampled_from(["", "segment the ", "is there ", "no ", "any "]))
+        parts.append(f"{lead}{synonym} {phrase}")
+        expected.append((finding, regions))
+    separator = draw(st.sampled_from([", ", "; ", " and ", ", and ", " or "]))
+    end = draw(st.sampled_from(["", ".", "?"]))
+    return separator.join(parts) + end, expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(multi_finding_requests())
+def test_composed_requests_keep_every_finding_with_its_location(case):
+    text, expected = case
+    got = [(i.finding, i.regions) for i in parse_instructions(text)]
+    assert got == expected, text
+    assert all(i.kind == "basic" for i in parse_instructions(text))
+
+
+@settings(max_examples=60, deadline=None)
+@given(multi_finding_requests(), st.sampled_from(["pneumothorax", "nodule", "fracture", "emphysema"]),
+       st.integers(0, 3))
+def test_composed_requests_with_an_unsupported_finding_are_refused(case, bad, where):
+    text, _ = case
+    parts = text.split(" ")
+    parts.insert(min(where, len(parts)), f"{bad},")
+    with pytest.raises(InstructionError, match=bad):
+        parse_instructions(" ".join(parts))

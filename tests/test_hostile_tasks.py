@@ -1,0 +1,259 @@
+"""Train, scoring and model loading under bad requests (issue 15, items 2 and 3), in-process:
+strict bounded parameters, the held-out gate before a fine-tuned segmenter may serve, bounded
+incremental scoring that skips and reports unknown ids, a failed model load that backs off.
+The request validation module itself is checked here too."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from monailabel_xflow.label.errors import RequestError, RequestTooLargeError, UnsafeIdError, status_of
+from monailabel_xflow.label import requests as rq
+
+
+# --- the validation module ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["/etc/passwd", "../x", "a/b", "a\\b", "..", "a..b", "a\x00b", "tab\there",
+                                   "x" * 257, "", " lead", ".", 7, None])
+def test_unsafe_ids_get_one_message(value):
+    with pytest.raises(UnsafeIdError) as err:
+        rq.check_id(value)
+    assert str(err.value) == f"invalid image id: {rq.ID_RULES}"  # the same whatever it names
+    assert status_of(err.value) == 400
+
+
+@pytest.mark.parametrize("value", ["phantom_1_00006", "1.2.826.0.1.3680043.8.498.1", "patient 1 (copy)", "x" * 256])
+def test_plain_ids_pass(value):
+    assert rq.check_id(value) == value
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 10 ** 400, "9" * 400, "1e400", 2.5, True, "lots",
+                                   [3], {"a": 1}, 17, -1, "3.5"])
+def test_integers_are_strict_and_bounded(value):
+    with pytest.raises(RequestError, match="n must be an integer 0..16"):
+        rq.as_int(value, "n", 0, 16)
+
+
+@pytest.mark.parametrize("value,expected", [(3, 3), (3.0, 3), ("3", 3), (" 16 ", 16), ("4.0", 4), (None, 5), ("", 5)])
+def test_integers_accept_what_clients_send(value, expected):
+    assert rq.as_int(value, "n", 0, 16, default=5) == expected
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, "1e400", 10 ** 400, "x" * 40, 1.0, -1e-9, True])
+def test_floats_are_finite_and_bounded(value):
+    with pytest.raises(RequestError, match="lr must be a finite number"):
+        rq.as_float(value, "lr", 0.0, 0.5)
+
+
+def test_params_limits_and_reserved_keys():
+    assert rq.parse_params('{"instruction": "edema"}') == {"instruction": "edema"}
+    with pytest.raises(RequestTooLargeError):
+        rq.parse_params("{" + " " * rq.MAX_PARAMS_BYTES + "}")
+    for key in ("image", "label", "session", "save_label", "label_tag", "_secret"):
+        with pytest.raises(RequestError, match="may not set"):
+            rq.parse_params(f'{{"{key}": 1}}')
+    with pytest.raises(RequestError, match="JSON"):
+        rq.parse_params('{"n": ' + "9" * 5000 + "}")  # Python's integer digit limit
+    with pytest.raises(RequestError, match="keys"):
+        rq.parse_params({"k%d" % i: 1 for i in range(rq.MAX_PARAM_KEYS + 1)}.__repr__().replace("'", '"'))
+    assert status_of(RequestTooLargeError("x")) == 413
+
+
+def test_work_bound_and_click_lists():
+    rq.check_work(7, 8)  # all findings, 8 clicks: 63 steps
+    with pytest.raises(RequestError, match="request too large"):
+        rq.check_work(7, 16)
+    assert rq.number_lists([[1, 2, 0]], "foreground") == [[1.0, 2.0, 0.0]]
+    for bad in ([[math.inf, 1, 0]], [[10 ** 400, 1, 0]], [[1, 2, 3, 4]], "abc", [[1, "2", 0]], [[1, 2, 0]] * 65):
+        with pytest.raises(RequestError):
+            rq.number_lists(bad, "foreground")
+
+
+# --- train --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,value", [("lr", math.nan), ("lr", math.inf), ("lr", "1e400"), ("lr", 0.5), ("lr", 0),
+                                       ("steps", 10 ** 9), ("steps", 0), ("steps", 2.5), ("batch", 0), ("batch", 1000),
+                                       ("seed", -1), ("steps", "many")])
+def test_train_parameters_are_bounded(key, value):
+    from monailabel_xflow.label.train import train_params
+
+    with pytest.raises(RequestError, match=key):
+        train_params({key: value})
+
+
+def test_train_parameters_defaults():
+    from monailabel_xflow.label.train import train_params
+
+    assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+    assert train_params({"steps": "20", "lr": "0.001"})["steps"] == 20
+
+
+@pytest.fixture(scope="module")
+def tiny_sam3(tmp_path_factory):
+    from monailabel_xflow.sam3_configs import build_random_sam3
+
+    return build_random_sam3(tmp_path_factory.mktemp("sam3") / "sam3", size="tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def held(cxr_samples):
+    from PIL import Image
+
+    from monailabel_xflow.label.train import component_prompts
+    from monailabel_xflow.transforms.loading import load_cxr
+
+    image, _ = load_cxr(cxr_samples / "nih" / "images" / "00004296_000.png")
+    image = np.asarray(Image.fromarray((image * 255).astype(np.uint8)).resize((256, 256)), np.float32) / 255
+    label = np.zeros((256, 256), np.uint8)
+    label[60:140, 150:220] = 7
+    label[160:200, 40:90] = 5
+    return [(image, component_prompts(label))]
+
+
+def test_a_fine_tuned_segmenter_serves_only_after_the_held_out_check(tiny_sam3, held, tmp_path):
+    import torch
+
+    from monailabel_xflow.label.train import promotion_check
+    from monailabel_xflow.segmenter import load_tracker_model
+
+    same = tmp_path / "same"
+    shutil.copytree(tiny_sam3, same)
+    check = promotion_check(tiny_sam3, same, held)
+    assert check["promoted"] and check["heldout_iou_candidate"] == check["heldout_iou_current"]
+
+    no_heldout = promotion_check(tiny_sam3, same, [])
+    assert not no_heldout["promoted"] and "no held-out label" in no_heldout["reason"]
+
+    model = load_tracker_model(tiny_sam3)
+    with torch.no_grad():
+        next(p for n, p in model.named_parameters() if n.startswith("mask_decoder")).view(-1)[0] = float("nan")
+    model.save_pretrained(tmp_path / "nan")
+    poisoned = promotion_check(tiny_sam3, tmp_path / "nan", held)
+    assert not poisoned["promoted"] and "not finite" in poisoned["reason"]
+
+    model = load_tracker_model(tiny_sam3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith("mask_decoder"):
+                p.add_(torch.randn_like(p) * 3)
+    model.save_pretrained(tmp_path / "noisy")
+    noisy = promotion_check(tiny_sam3, tmp_path / "noisy", held)
+    assert noisy["promoted"] == (noisy["heldout_iou_candidate"] >= noisy["heldout_iou_current"])
+    assert ("kept aside" in noisy["reason"]) != noisy["promoted"]
+
+
+def test_held_out_split():
+    from monailabel_xflow.label.train import MAX_HELDOUT, split_heldout
+
+    assert split_heldout(["a"]) == ([], ["a"])
+    assert split_heldout(["a", "b"]) == (["b"], ["a"])
+    held, train = split_heldout(list(range(100)))
+    assert len(held) == MAX_HELDOUT and not set(held) & set(train) and len(held) + len(train) == 100
+
+
+# --- scoring ------------------------------------------------------------------------------------
+
+class FakeStore:
+    def __init__(self, folder: Path, ids):
+        self.folder = folder
+        self.info: dict[str, dict] = {i: {} for i in ids}
+        for i in ids:
+            (folder / f"{i}.png").write_bytes(b"x")
+
+    def list_images(self):
+        return list(self.info)
+
+    def get_unlabeled_images(self, tag=None):
+        return list(self.info)
+
+    def get_image_uri(self, image_id):
+        return str(self.folder / f"{image_id}.png")
+
+    def get_image_info(self, image_id):
+        return dict(self.info[image_id])
+
+    def update_image_info(self, image_id, info):
+        self.info[image_id].update(info)
+
+
+class FakeFlow:
+    max_clicks = 2
+
+    def __init__(self):
+        self.runs = 0
+
+    def run_all(self, image, max_clicks=None, instructions=()):
+        self.runs += 1
+        return [SimpleNamespace(present=False, trace=SimpleNamespace(lesions=[]), instruction=i) for i in instructions]
+
+
+def scoring(monkeypatch, flow):
+    from monailabel_xflow.label import layout
+    from monailabel_xflow.label.scoring import XFlowUncertaintyScoring
+
+    monkeypatch.setattr(layout, "load_image", lambda uri, image_id=None: (np.zeros((8, 8), np.float32), None))
+    runtime = SimpleNamespace(get=lambda: flow, lock=threading.RLock(), describe=lambda: "fake models")
+    return XFlowUncertaintyScoring(runtime)
+
+
+def test_scoring_is_bounded_incremental_and_reports_unknown_ids(monkeypatch, tmp_path):
+    from fastapi import HTTPException
+
+    flow = FakeFlow()
+    task = scoring(monkeypatch, flow)
+    store = FakeStore(tmp_path, ["a", "b", "c"])
+    first = task({"images": ["a", "nope", "b", "a"], "instruction": "edema"}, store)
+    assert first["scored"] == 2 and first["skipped"] == {"nope": "unknown image"} and flow.runs == 2
+    again = task({"images": ["a", "b"], "instruction": "edema"}, store)
+    assert again["scored"] == 0 and sorted(again["cached"]) == ["a", "b"] and flow.runs == 2  # cached
+    import os
+
+    os.utime(tmp_path / "b.png", ns=(1, 10 ** 18))  # a changed study is scored again
+    changed = task({"images": ["a", "b"], "instruction": "edema"}, store)
+    assert changed["scores"].keys() == {"b"} and flow.runs == 3
+    other_question = task({"images": ["a"], "instruction": "effusion"}, store)
+    assert other_question["scored"] == 1
+    bounded = task({"max_images": 1}, store)
+    assert bounded["scored"] + len(bounded["cached"]) == 1
+    for bad, status in (({"max_images": 0}, 422), ({"max_images": 10 ** 9}, 422), ({"images": "all"}, 422),
+                        ({"images": ["../../etc/passwd"]}, 400), ({"max_clicks": math.inf}, 422),
+                        ({"instruction": "pneumothorax"}, 422)):
+        with pytest.raises(HTTPException) as err:
+            task(bad, store)
+        assert err.value.status_code == status, bad
+
+
+# --- model loading ------------------------------------------------------------------------------
+
+def test_a_failed_model_load_backs_off_and_answers_503(monkeypatch, tmp_path):
+    import time
+
+    from monailabel_xflow.label import runtime as rt
+    from monailabel_xflow.label.errors import ModelUnavailableError
+    from monailabel_xflow.workflow import XFlow
+
+    calls = []
+
+    def broken(config):
+        calls.append(time.monotonic())
+        raise RuntimeError("weights truncated")
+
+    monkeypatch.setattr(XFlow, "from_config", staticmethod(broken))
+    runtime = rt.XFlowRuntime({}, environ={}, preload=False)  # the committed demo configuration
+    with pytest.raises(ModelUnavailableError, match="weights truncated"):
+        runtime.get()
+    for _ in range(5):  # inside the back-off: no reload under the lock, a 503 with the reason
+        with pytest.raises(ModelUnavailableError, match="next attempt in"):
+            runtime.get()
+    assert len(calls) == 1 and status_of(ModelUnavailableError("x")) == 503
+    runtime._retry_at = 0.0  # the back-off has passed: one more attempt, then a longer wait
+    with pytest.raises(ModelUnavailableError):
+        runtime.get()
+    assert len(calls) == 2 and runtime._retry_at - time.monotonic() > rt.LOAD_BACKOFF_S * 1.5
