@@ -257,3 +257,28 @@ def test_a_failed_model_load_backs_off_and_answers_503(monkeypatch, tmp_path):
     with pytest.raises(ModelUnavailableError):
         runtime.get()
     assert len(calls) == 2 and runtime._retry_at - time.monotonic() > rt.LOAD_BACKOFF_S * 1.5
+
+
+def test_background_task_processes_are_recognised(monkeypatch):
+    import sys
+
+    from monailabel_xflow.label import runtime as rt
+
+    assert rt.background_task() is None  # pytest is not a MONAI Label task subprocess
+    main = SimpleNamespace(__spec__=SimpleNamespace(name="monailabel.interfaces.utils.app"))
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["app.py", "-m", "scoring", "-r", "{}"])
+    assert rt.background_task() == "scoring"
+    niced = []
+    monkeypatch.setattr(rt.os, "nice", lambda n: niced.append(n))
+    monkeypatch.setattr(rt, "_NICED", False)
+    rt.lower_priority_if_background()
+    rt.lower_priority_if_background()
+    assert niced == [rt.BACKGROUND_NICE]  # once, before models are loaded
+
+
+def test_choices():
+    assert rq.as_choice(".nrrd", "result_extension", [".nii.gz", ".nrrd"]) == ".nrrd"
+    assert rq.as_choice(None, "result_extension", [".nii.gz"], ".nii.gz") == ".nii.gz"
+    with pytest.raises(RequestError, match="result_extension must be one of"):
+        rq.as_choice("../x", "result_extension", [".nii.gz", ".nrrd"])

@@ -156,6 +156,15 @@ def as_bool(value: Any, name: str) -> bool:
     raise RequestError(f"{name} must be true or false, got {short(value)}")
 
 
+def as_choice(value: Any, name: str, choices: Sequence[str], default: str | None = None) -> str | None:
+    """One of ``choices`` (exact text); ``None``/``""`` give ``default``."""
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str) or value not in choices:
+        raise RequestError(f"{name} must be one of {', '.join(map(repr, choices))}, got {short(value)}")
+    return value
+
+
 def as_text(value: Any, name: str, max_chars: int, default: str = "") -> str:
     """Text of at most ``max_chars`` characters; ``None`` gives ``default``."""
     if value is None:

@@ -46,6 +46,44 @@ HOW_TO_CONFIGURE = (
 )
 
 
+BACKGROUND_NICE = 10
+"""CPU niceness MONAI Label's background task processes (scoring, training, batch infer) give
+themselves, so that they never compete with the server's interactive requests."""
+
+
+def background_task() -> str | None:
+    """The method (``"scoring"``, ``"train"``, ``"batch_infer"`` ...) when this process is one of
+    MONAI Label's background task subprocesses (``python -m monailabel.interfaces.utils.app -m
+    METHOD``), else None."""
+    import sys
+
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) != "monailabel.interfaces.utils.app":
+        return None
+    argv = list(sys.argv)
+    for flag in ("-m", "--method"):
+        if flag in argv[:-1]:
+            return argv[argv.index(flag) + 1]
+    return None
+
+
+def lower_priority_if_background() -> None:
+    """In a background task subprocess, lower its CPU priority once (see :data:`BACKGROUND_NICE`)."""
+    global _NICED
+    if _NICED or background_task() is None:
+        return
+    _NICED = True
+    try:
+        os.nice(BACKGROUND_NICE)
+        logger.info("background %s task: CPU niceness +%d (interactive requests first)", background_task(),
+                    BACKGROUND_NICE)
+    except OSError:
+        pass
+
+
+_NICED = False
+
+
 class XFlowRuntime:
     """Lazily loaded, lock-protected XFlow models of one app.
 
@@ -78,6 +116,7 @@ class XFlowRuntime:
 
             logger.error("XFlow model configuration unusable: %s", exc)
             self.source, self.config, self._config_error = str(self._conf.get("models")), ModelConfig(), exc
+        lower_priority_if_background()  # before loading models in a scoring/train subprocess
         if preload and self.configured:
             try:
                 self.get()

@@ -24,8 +24,10 @@ reported under ``skipped``), ``max_clicks`` (0..16).
 
 Incremental: an image whose score was computed for the same file (size and modification time),
 instruction, click budget and models is not scored again (``cached`` lists it); a new or
-changed study is. Scoring runs in MONAI Label's scoring subprocess, which lowers its own CPU
-priority (``os.nice``) so that it never competes with interactive requests of the server.
+changed study is. Scoring runs in MONAI Label's scoring subprocess (also the one started when
+the server starts), which lowers its own CPU priority before it loads models
+(:func:`~monailabel_xflow.label.runtime.lower_priority_if_background`), so that it never
+competes with the server's interactive requests.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import numpy as np
 from monailabel_xflow import rle
 from monailabel_xflow.label import layout
 from monailabel_xflow.label.infer import as_max_clicks
-from monailabel_xflow.label.runtime import XFlowRuntime
+from monailabel_xflow.label.runtime import XFlowRuntime, lower_priority_if_background
 from monailabel_xflow.metrics import mask_iou
 
 logger = logging.getLogger(__name__)
@@ -48,7 +50,6 @@ INFO_KEY = "xflow_uncertainty"
 DEFAULT_INSTRUCTION = "segment all findings"
 MAX_SCORING_IMAGES = 1000
 DEFAULT_SCORING_IMAGES = 50
-SCORING_NICE = 10
 
 
 def scoring_params(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,9 +126,6 @@ class XFlowUncertaintyScoring(_base_scoring()):
             return self._run(request, datastore)
 
     def _run(self, request: Mapping[str, Any], datastore: Any) -> dict[str, Any]:
-        import os
-        import sys
-
         from monailabel.interfaces.datastore import DefaultLabelTag
 
         from monailabel_xflow.instructions import parse_instructions
@@ -140,11 +138,7 @@ class XFlowUncertaintyScoring(_base_scoring()):
             datastore.get_unlabeled_images(DefaultLabelTag.FINAL))
         skipped = {i: "unknown image" for i in asked if i not in known}
         images = [i for i in asked if i in known][: params["max_images"]]
-        if "monailabel.app" not in sys.modules:  # the scoring subprocess: yield the CPU to the server
-            try:
-                os.nice(SCORING_NICE)
-            except OSError:
-                pass
+        lower_priority_if_background()  # the scoring subprocess yields the CPU to the server
         xflow = self.runtime.get()
         t_budget = xflow.max_clicks if budget is None else budget
         models = self.runtime.describe()
