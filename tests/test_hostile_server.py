@@ -122,6 +122,13 @@ def over_long_body(srv, path: str, declared: int, sent: int = 4096) -> tuple[int
     return resp.status, body
 
 
+def nrrd_header(sizes: tuple[int, ...]) -> bytes:
+    """An NRRD file whose header declares ``sizes`` (uint8, raw) with a few bytes of data."""
+    head = (f"NRRD0004\ntype: uint8\ndimension: {len(sizes)}\nsizes: {' '.join(map(str, sizes))}\n"
+            "encoding: raw\n\n")
+    return head.encode() + bytes(64)
+
+
 def bad_requests(srv) -> list[tuple[str, object, str]]:
     """``(what, response, word the detail must hold)`` for every hostile request."""
     t = srv.tmp / "bad"
@@ -151,6 +158,8 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     add("query image over-long", infer(srv, "xflow", "x" * 300, ok), "invalid image id")
     add("query image = repo file name", infer(srv, "xflow", "setup.cfg", ok), "unknown image")
     add("params label = canary", infer(srv, "xflow_revise", img, {"finding": "edema", "label": canary}),
+        "may not set")
+    add("params label = missing", infer(srv, "xflow_revise", img, {"finding": "edema", "label": missing}),
         "may not set")
     add("params session", infer(srv, "xflow", img, {**ok, "session": {"image": canary}}), "may not set")
     add("params save_label with traversal tag", infer(srv, "xflow", img, {**ok, "save_label": True,
@@ -195,6 +204,13 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     add("too many clicks", infer(srv, "xflow_revise", img, {**rev, "foreground": [[5, 5, 0]] * 100}), "at most")
     add("gzip-bomb label upload", infer(srv, "xflow_revise", img, rev,
                                         files={"label": ("bomb.nii.gz", bomb.read_bytes())}), "pixels")
+    add("NRRD label header of 400 MP", infer(srv, "xflow_revise", img, rev,
+                                             files={"label": ("big.nrrd", nrrd_header((20000, 20000)))}), "pixels")
+    add("label upload not an image", infer(srv, "xflow_revise", img, rev, files={"label": ("l.png", b"junk" * 10)}),
+        "label")
+    add("image upload not an image", infer(srv, "xflow", params=ok, files={"file": ("x.png", b"junk" * 10)}),
+        "image")
+    add("unknown infer model", infer(srv, "nope", img, ok), "nope")
     # --- datastore upload / label save --------------------------------------------------------------
     ds = f"{srv.url}/datastore"
     add("save label image traversal", requests.put(f"{ds}/label", params={"image": traversal, "tag": "final"},
@@ -203,6 +219,20 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
                                                  files={"label": ("l.png", label_ok)}, timeout=60), "invalid label tag")
     add("save label image absolute", requests.put(f"{ds}/label", params={"image": canary, "tag": "final"},
                                                   files={"label": ("l.png", label_ok)}, timeout=60), "invalid image id")
+    add("save label image = missing", requests.put(f"{ds}/label", params={"image": missing, "tag": "final"},
+                                                   files={"label": ("l.png", label_ok)}, timeout=60), "invalid image id")
+    add("save label not an image", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
+                                                files={"label": ("l.png", b"junk" * 10)}, timeout=60), "label")
+    add("save label of the wrong size", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
+                                                     files={"label": ("l.png", png_bytes(np.zeros((40, 50), np.uint8)))},
+                                                     timeout=60), "the image is")
+    add("save label values over 7", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
+                                                 files={"label": ("l.png", png_bytes(np.full((400, 512), 200,
+                                                                                              np.uint8)))},
+                                                 timeout=60), "0..7")
+    add("save label gzip-bomb NIfTI", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
+                                                   files={"label": ("l.nii.gz", bomb.read_bytes())}, timeout=60),
+        "pixels")
     add("save label params not JSON", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
                                                    data={"params": "{oops"}, files={"label": ("l.png", label_ok)},
                                                    timeout=60), "JSON")
@@ -218,6 +248,12 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
         "invalid label id")
     add("image info absolute", requests.get(f"{ds}/image/info", params={"image": canary}, timeout=60),
         "invalid image id")
+    add("image info = missing", requests.get(f"{ds}/image/info", params={"image": missing}, timeout=60),
+        "invalid image id")
+    add("delete image traversal", requests.delete(f"{ds}/image", params={"id": "../" + img}, timeout=60),
+        "invalid image id")
+    add("add image not an image", requests.put(f"{ds}/image", params={"image": "junk"},
+                                               files={"file": ("junk.png", b"junk" * 10)}, timeout=60), "image")
     status, body = over_long_body(srv, "/datastore/image?image=x", declared=(BODY_LIMIT_MB + 1) << 20)
     add("over-long body", SimpleNamespace(status_code=status, text=body, json=lambda: json.loads(body)), "bytes")
     # --- train, scoring, active learning, other routes ----------------------------------------------
@@ -231,6 +267,14 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     sc = f"{srv.url}/scoring/xflow_uncertainty"
     add("scoring id traversal", requests.post(sc, params={"run_sync": "true"}, json={"images": [traversal]},
                                               timeout=60), "invalid image id")
+    add("scoring id = canary", requests.post(sc, params={"run_sync": "true"}, json={"images": [canary]},
+                                             timeout=60), "invalid image id")
+    add("scoring id = missing", requests.post(sc, params={"run_sync": "true"}, json={"images": [missing]},
+                                              timeout=60), "invalid image id")
+    add("scoring max_clicks Infinity", requests.post(sc, params={"run_sync": "true"}, data='{"max_clicks": Infinity}',
+                                                     headers={"Content-Type": "application/json"}, timeout=60),
+        "max_clicks")
+    add("train params a JSON list", requests.post(f"{srv.url}/train/xflow", json=[1, 2], timeout=60), "dictionary")
     add("scoring max_images 0", requests.post(sc, params={"run_sync": "true"}, json={"max_images": 0}, timeout=60),
         "max_images")
     add("scoring images not a list", requests.post(sc, params={"run_sync": "true"}, json={"images": "all"},
@@ -241,7 +285,9 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     add("active learning 5000-digit number", requests.post(f"{srv.url}/activelearning/xflow_uncertainty",
                                                            data='{"client_id": ' + "9" * 5000 + "}",
                                                            headers={"Content-Type": "application/json"},
-                                                           timeout=60), "")
+                                                           timeout=60), "parsing the body")
+    add("active learning body a JSON list", requests.post(f"{srv.url}/activelearning/xflow_uncertainty",
+                                                          json=[1, 2], timeout=60), "dictionary")
     add("batch infer id traversal", requests.post(f"{srv.url}/batch/infer/xflow", json={"images": [traversal]},
                                                   timeout=60), "invalid image id")
     add("replace model file", requests.put(f"{srv.url}/model/xflow", files={"file": ("m.pt", b"x")}, timeout=60),
@@ -262,7 +308,7 @@ def test_hostile_requests_get_4xx_and_leave_the_datastore_byte_identical(srv):
     assert len(answers) >= 40
     report = []
     for what, r, word in answers:
-        report.append(f"{r.status_code} {what}")
+        report.append(f"{r.status_code} {what}: {json.dumps(r.json().get('detail'))[:110]}")
         assert 400 <= r.status_code < 500, (what, r.status_code, r.text[:500])
         detail = json.dumps(r.json()["detail"])
         assert word.lower() in detail.lower(), (what, detail[:300])
@@ -273,7 +319,11 @@ def test_hostile_requests_get_4xx_and_leave_the_datastore_byte_identical(srv):
     # the canary's bytes in no answer, its access time unchanged
     by_name = {what: r for what, r, _ in answers}
     for a, b in (("params image = canary", "params image = missing"),
-                 ("query image = canary", "query image = missing")):
+                 ("query image = canary", "query image = missing"),
+                 ("params label = canary", "params label = missing"),
+                 ("save label image absolute", "save label image = missing"),
+                 ("image info absolute", "image info = missing"),
+                 ("scoring id = canary", "scoring id = missing")):
         assert (by_name[a].status_code, by_name[a].text) == (by_name[b].status_code, by_name[b].text)
     encoded = base64.b64encode(srv.canary_bytes[:48]).decode()
     for what, r, _ in answers:
@@ -303,7 +353,8 @@ def test_eight_clients_mixing_good_and_bad_requests_get_the_single_client_answer
                                                "trace": False}, query={"output": "json"}).json()
     before = datastore_hashes(srv.studies)
     got: dict[int, list] = {}
-    statuses: list[int] = []
+    bad_statuses: list[int] = []
+    good_statuses: list[int] = []
     lock = threading.Lock()
 
     def client(k):
@@ -317,8 +368,8 @@ def test_eight_clients_mixing_good_and_bad_requests_get_the_single_client_answer
         answer = infer(srv, "xflow", WIDE, {"instruction": "effusion on the left", "revise": False, "trace": False},
                        query={"output": "json"})
         with lock:
-            statuses.extend(r.status_code for r in bad)
-            statuses.append(answer.status_code)
+            bad_statuses.extend(r.status_code for r in bad)
+            good_statuses.append(answer.status_code)
             got[k] = [out[0], answer.json()]
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
@@ -327,11 +378,13 @@ def test_eight_clients_mixing_good_and_bad_requests_get_the_single_client_answer
     for th in threads:
         th.join(600)
     assert len(got) == 8
-    assert 500 not in statuses and all(s in (200, 400, 422) for s in statuses), statuses
+    assert len(bad_statuses) == 32 and all(400 <= s < 500 for s in bad_statuses), bad_statuses
+    assert good_statuses == [200] * 8, good_statuses
     for k in range(8):
         (status, mask), answer = got[k]
         assert status == 200
         np.testing.assert_array_equal(mask, single[k][1])
         assert answer["answer"] == single_infer["answer"] and answer["findings"] == single_infer["findings"]
     assert single_infer["findings"][0]["instruction"] == "Segment the effusion in the left lung."
+    assert all(f["present"] == (f["pixels"] > 0) for f in single_infer["findings"])  # present <=> a mask
     assert datastore_hashes(srv.studies) == before
