@@ -11,6 +11,10 @@ MONAI Label local datastore lists them, everything else in sub-folders)::
                                               to ``DIR/ground-truth/lesion_mask/``
     DIR/ground-truth/anatomy/<stem>.png       8-bit label map: 1..8 the zones in
                                               ``vocabulary.ALL_ZONES`` order, 9 the heart, 0 else
+    DIR/reports.csv                           a radiology-style report per image (schema:
+                                              ``ils.report.REPORTS_CSV_COLUMNS``)
+    DIR/ground-truth/report_findings.json     per study: the section a reader must choose and
+                                              the 6-tuples it states (``ils.report_phantom``)
 
 ``image_path`` in the JSON is relative to ``DIR``.
 
@@ -35,8 +39,9 @@ is ``""`` (MIMIC-ILS answers it with ``[SEG]`` alone, and we do not write the to
   another finding, "Segment the opacity in <its zones> and predict its type." answered "highly
   suggestive of" (confident lesion) or "possibly reflects"; mask = that lesion. One negative per
   study in a random empty zone, when there is one.
-* ``sent_idx`` is the index of the finding's sentence in the synthetic ``section_content`` (one
-  sentence per present finding), ``None`` for absent findings; ``seg`` is True for positives.
+* ``section_content`` is the chosen section of the study's report (``reports.csv``); ``sent_idx``
+  is the 0-based index of the sentence stating a present finding in it, ``None`` for absent
+  findings; ``seg`` is True for positives.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ from typing import Callable, Iterable
 import numpy as np
 from PIL import Image
 
+from monailabel_xflow.ils.report import write_reports_csv
+from monailabel_xflow.ils.report_eval import TRUTH_NAME as REPORT_TRUTH_NAME
+from monailabel_xflow.ils.report_eval import tuple_to_dict
+from monailabel_xflow.ils.report_phantom import phantom_report
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.phantom import Phantom, generate_phantom
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LESION_INFERENCE_TARGETS, LUNGS, ZONES, join_regions
@@ -58,6 +67,7 @@ MASK_DIR = "lesion_mask"
 DICOM_DIR = "dicom"
 JSON_NAME = "mimic_ils.json"
 META_NAME = "phantoms.json"
+REPORTS_CSV = "reports.csv"
 
 DX_STORAGE = "1.2.840.10008.5.1.4.1.1.1.1"  # Digital X-Ray Image Storage - For Presentation
 CR_STORAGE = "1.2.840.10008.5.1.4.1.1.1"  # Computed Radiography Image Storage
@@ -182,15 +192,19 @@ def report_sentences(phantom: Phantom) -> list[tuple[str, str]]:
     return out or [("", "The lungs are clear. The heart size is normal.")]
 
 
-def build_pairs(phantom: Phantom, study: str, rng: np.random.Generator):
+def build_pairs(phantom: Phantom, study: str, rng: np.random.Generator, sent_of: dict[str, int] | None = None):
     """MIMIC-ILS pairs of one phantom (rules in the module docstring).
+
+    Args:
+        sent_of: finding -> 0-based sentence index for ``sent_idx``; default the sentences of
+            :func:`report_sentences`.
 
     Returns:
         ``(positive_pairs, negative_pairs, masks)`` where ``masks`` maps each ``seg_mask_path``
         (relative to ``lesion_mask/``) to its bool mask.
     """
-    sentences = report_sentences(phantom)
-    sent_of = {f: i for i, (f, _) in enumerate(sentences) if f}
+    if sent_of is None:
+        sent_of = {f: i for i, (f, _) in enumerate(report_sentences(phantom)) if f}
     empty_zones = [z for z in ALL_ZONES if z not in phantom.occupied_zones()]
     pos, neg, masks = [], [], {}
 
@@ -311,6 +325,7 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
     release: dict = {"train": {}, "val": {}, "test": {}}
     meta = []
     phantoms = []
+    reports, truth = [], {}
     for i in progress(range(count)):
         s = image_seed(seed, i)
         rng = np.random.default_rng(s)
@@ -332,7 +347,12 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
         (gt / "anatomy").mkdir(parents=True, exist_ok=True)
         Image.fromarray(label).save(gt / "anatomy" / f"{stem}.png")
 
-        pos, neg, masks = build_pairs(ph, study, rng)
+        report = phantom_report(ph, np.random.default_rng([s, 0x5E907]))  # own stream: images unchanged
+        reports.append({"study_id": study, "image_path": f"{stem}.png", "report": report.text})
+        truth[study] = {"section_name": report.section_name, "section_text": report.section_text,
+                        "findings": [tuple_to_dict(t) for t in report.truth]}
+        sent_of = {f: report.sentence_of(f) - 1 for f in ph.findings if report.sentence_of(f)}
+        pos, neg, masks = build_pairs(ph, study, rng, sent_of)
         lesion_meta = []
         for k, les in enumerate(ph.lesions):
             rel = f"{study}/lesion{k}_{les.finding}.png"
@@ -341,13 +361,12 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
                                 "confident": les.confident, "mask": rel})
         for rel, m in masks.items():
             save_mask(gt / MASK_DIR / rel, m)
-        section = " ".join(s for _, s in report_sentences(ph))
         release[split_of(i)][study] = {
             "subject_id": subject,
             "dicom_id": stem,
             "image_path": f"{stem}.png",
-            "section_name": "findings",
-            "section_content": section,
+            "section_name": report.section_name,
+            "section_content": report.section_text,
             "instruction_answer_pairs": {"positive_pairs": pos, "negative_pairs": neg},
         }
         meta.append({
@@ -361,6 +380,8 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
     gt.mkdir(parents=True, exist_ok=True)
     (gt / JSON_NAME).write_text(json.dumps(release, indent=1))
     (gt / META_NAME).write_text(json.dumps(meta, indent=1))
+    (gt / REPORT_TRUTH_NAME).write_text(json.dumps(truth, indent=1))
+    write_reports_csv(out / REPORTS_CSV, reports)
     return release, phantoms
 
 

@@ -1,0 +1,573 @@
+"""The report side of the MIMIC-ILS pipeline: section choice and structuring into 6-tuples.
+
+A report becomes :class:`~monailabel_xflow.ils.records.ReportedFinding` tuples in two steps
+(MIMIC-ILS §3.1 / DESIGN §14):
+
+1. :func:`choose_section`: the findings section, else the impression, else the last paragraph;
+   a report with none of them (empty) raises :class:`SectionNotFound`, whose message is the
+   reason the study is skipped.
+2. A structurer turns the section into tuples: :class:`RuleStructurer` (the default) is built on
+   medspaCy (its PyRuSH sentence splitter, TargetMatcher and ConText, with radiology rules from
+   :mod:`~monailabel_xflow.ils.report_rules`); :class:`~monailabel_xflow.ils.report_llm.LLMStructurer`
+   asks a local instruction-tuned LLM for JSON instead. Both map locations with
+   :func:`map_location` and entities with :func:`finding_of`.
+
+Sentence indices are 1-based over :func:`split_sentences` of the chosen section, which skips
+fragments without a letter ("1." of a numbered list). The pipelines are built once per process
+(about a second after the imports) and need no model download.
+
+Example::
+
+    >>> structure_report("FINDINGS: Stable small left pleural effusion. No pneumothorax.")
+    [ReportedFinding(entity='pleural effusion', sentence=1, present=True, tentative=False,
+                     locations=('left lung',), finding='effusion'),
+     ReportedFinding(entity='pneumothorax', sentence=2, present=False, tentative=False,
+                     locations=(), finding=None)]
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from monailabel_xflow.ils import report_rules as R
+from monailabel_xflow.ils.records import ReportedFinding
+
+SECTION_NAMES: tuple[str, ...] = ("findings", "impression", "last_paragraph")
+"""What :attr:`ReportSection.name` can be, in order of preference."""
+
+
+class SectionNotFound(ValueError):
+    """A report with no findings, impression or last paragraph: the study is skipped (the
+    message says why)."""
+
+
+class ReportStructuringError(ValueError):
+    """A structurer could not produce valid tuples (e.g. an LLM's answer failed validation)."""
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """The part of a report that is structured.
+
+    Attributes:
+        name: ``"findings"``, ``"impression"`` or ``"last_paragraph"``.
+        text: the section body without its header, whitespace-stripped.
+    """
+
+    name: str
+    text: str
+
+
+class Structurer(Protocol):
+    """Anything that turns a section's text into tuples (sentence indices over
+    :func:`split_sentences` of that text)."""
+
+    def __call__(self, section: str) -> list[ReportedFinding]: ...
+
+
+# --- pipelines -----------------------------------------------------------------------------
+
+def _blank():
+    import spacy
+    from loguru import logger
+
+    from medspacy.custom_tokenizer import create_medspacy_tokenizer
+
+    logger.disable("PyRuSH")  # it logs every sentence boundary at DEBUG through loguru
+    nlp = spacy.blank("en")
+    nlp.tokenizer = create_medspacy_tokenizer(nlp)
+    return nlp
+
+
+def _run(nlp, text: str):
+    """``nlp(text)`` without spaCy's W036: medspaCy's regex matchers stay empty (all our rules are
+    phrases or token patterns) and spaCy warns about that on every call."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"\[W036\]")
+        return nlp(text)
+
+
+@functools.lru_cache(maxsize=None)
+def _section_nlp():
+    """Tokenizer + medspaCy Sectionizer with radiology headers ("FINDINGS:", "IMPRESSION:", ...)."""
+    from medspacy.section_detection import SectionRule
+
+    nlp = _blank()
+    sectionizer = nlp.add_pipe("medspacy_sectionizer", config={"rules": None})
+    sectionizer.add([SectionRule(f"{h}:", kind) for kind, hs in R.SECTION_HEADERS.items() for h in hs])
+    return nlp
+
+
+@functools.lru_cache(maxsize=None)
+def _nlp():
+    """Tokenizer + PyRuSH sentences + TargetMatcher (findings, devices) + ConText."""
+    from medspacy.context import ConTextRule
+    from medspacy.target_matcher import TargetRule
+
+    nlp = _blank()
+    nlp.add_pipe("medspacy_pyrush")
+    matcher = nlp.add_pipe("medspacy_target_matcher")
+    rules = [TargetRule(p, f) for f, ps in R.FINDING_PHRASES.items() for p in ps]
+    rules += [TargetRule("cardiomegaly clause", "cardiomegaly_clause", pattern=p) for p in R.CARDIOMEGALY_PATTERNS]
+    rules += [TargetRule(p, "OTHER") for p in R.OTHER_FINDINGS]
+    rules += [TargetRule(p, "DEVICE") for p in R.DEVICE_PHRASES]
+    matcher.add(rules)
+    context = nlp.add_pipe("medspacy_context", config={"rules": None})
+    ctx_rules = []
+    for category, direction, literal in R.CONTEXT_RULES:
+        # "resolved" / "no longer" / "cleared" reach both ways, but only a few words
+        scope = 6 if direction == "BIDIRECTIONAL" else None
+        ctx_rules.append(ConTextRule(literal, category, direction=direction, max_scope=scope))
+    context.add(ctx_rules)
+    return nlp
+
+
+@functools.lru_cache(maxsize=None)
+def _sentence_nlp():
+    nlp = _blank()
+    nlp.add_pipe("medspacy_pyrush")
+    return nlp
+
+
+# --- section choice ------------------------------------------------------------------------
+
+_HAS_WORD = re.compile(r"[A-Za-z]{2,}")
+_LIST_NUMBER = re.compile(r"^\d{1,2}[.)]\s+")
+_LEADING_HEADER = re.compile(r"^\s*[A-Z][A-Z /&()]*:\s*")
+
+
+def _usable(text: str) -> bool:
+    return bool(_HAS_WORD.search(text))
+
+
+def choose_section(report: str) -> ReportSection:
+    """The section MIMIC-ILS structures: findings, else impression, else the last paragraph.
+
+    Headers are found by medspaCy's Sectionizer (a header word and a colon, any case:
+    "FINDINGS:", "Impression:"); a section whose body has no word counts as missing. The last
+    paragraph is the last blank-line-separated block with a word, its own header (if any)
+    removed.
+
+    Args:
+        report: the whole free-text report.
+
+    Returns:
+        The chosen :class:`ReportSection`.
+
+    Raises:
+        SectionNotFound: the report is empty or has no words; the message is the skip reason.
+        TypeError: ``report`` is not a string.
+    """
+    if not isinstance(report, str):
+        raise TypeError(f"a report is text, got {type(report).__name__}")
+    if not _usable(report):
+        raise SectionNotFound("no findings, impression or last paragraph: the report has no text")
+    doc = _run(_section_nlp(), report)
+    bodies: dict[str, str] = {}
+    for sec in doc._.sections:
+        if sec.category in ("findings", "impression") and sec.category not in bodies:
+            body = doc[sec.body_start:sec.body_end].text.strip() if sec.body_end > sec.body_start else ""
+            if _usable(body):
+                bodies[sec.category] = body
+    for name in ("findings", "impression"):
+        if name in bodies:
+            return ReportSection(name, bodies[name])
+    for para in reversed(re.split(r"\n\s*\n", report)):
+        body = _LEADING_HEADER.sub("", para.strip()).strip()
+        if _usable(body):
+            return ReportSection("last_paragraph", body)
+    raise SectionNotFound("no findings, impression or last paragraph with text")  # pragma: no cover
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a section as the structurers number them (1-based in the tuples).
+
+    PyRuSH's splits, whitespace-stripped, without fragments that hold no letter and without a
+    leading list number ("2. No pneumothorax." -> "No pneumothorax.").
+    """
+    return [_LIST_NUMBER.sub("", s.text.strip()) for s in _run(_sentence_nlp(), text).sents
+            if any(c.isalpha() for c in s.text)]
+
+
+# --- vocabulary mapping --------------------------------------------------------------------
+
+_ENTITY_TO_FINDING = {p: f for f, ps in R.FINDING_PHRASES.items() for p in ps}
+
+
+def finding_of(entity: str) -> str | None:
+    """The vocabulary finding an entity names ("pleural effusions" -> effusion), else None.
+
+    Exact synonyms first, then the longest synonym inside the phrase ("small left pleural
+    effusion" -> effusion); "enlarged" alone (anatomy moved out of "heart is enlarged") ->
+    cardiomegaly.
+    """
+    e = " ".join(entity.lower().replace("_", " ").split()).strip(" .")
+    if e in _ENTITY_TO_FINDING:
+        return _ENTITY_TO_FINDING[e]
+    if e in ("enlarged", "enlargement", "enlarged heart size", "cardiac silhouette enlargement"):
+        return "cardiomegaly"
+    hits = [(len(p), f) for p, f in _ENTITY_TO_FINDING.items() if re.search(rf"\b{re.escape(p)}\b", e)]
+    if any(o in e for o in ("pneumothorax", "congestion", "nodul", "mass")):
+        return None  # "fluid" in "hydropneumothorax", "vascular congestion" are not our findings
+    return max(hits)[1] if hits else None
+
+
+_WORD = re.compile(r"[a-z]+")
+
+
+def _sides_for(tokens: list[str], i: int) -> tuple[str, ...]:
+    """Side(s) a part word at ``i`` takes: its own (bibasilar), the last side word before it,
+    else the first after it, else both."""
+    own = R.SIDE_WORDS.get(tokens[i])
+    if own:
+        return own
+    before = [R.SIDE_WORDS[t] for t in tokens[:i] if t in R.SIDE_WORDS]
+    if before:
+        return before[-1]
+    after = [R.SIDE_WORDS[t] for t in tokens[i + 1:] if t in R.SIDE_WORDS]
+    return after[0] if after else ("right", "left")
+
+
+def _is_lobe(tokens: list[str], i: int) -> bool:
+    """Whether part word ``i`` names a lobe: upper / middle / lower whose first noun after is
+    lobe(s) ("right upper and left lower lobes"); "basilar", "apical" never do."""
+    if tokens[i] not in ("upper", "lower", "middle", "mid"):
+        return False
+    for t in tokens[i + 1:]:
+        if t in ("lobe", "lobes", "lobar"):
+            return True
+        if t in R.ZONE_PARTS or t in R.SIDE_WORDS or t in ("and", "or", "the", "to"):
+            continue
+        return False
+    return False
+
+
+def map_location(phrase: str) -> tuple[str, ...]:
+    """Map a location phrase to MIMIC-ILS labels (the paper's two-step location mapping).
+
+    Step 1 picks the categories of :data:`~monailabel_xflow.ils.records.LOCATION_CATEGORIES`;
+    for lung, step 2 picks fine labels: the eight zones and two lungs of
+    :mod:`~monailabel_xflow.vocabulary` and the five lobes of
+    :data:`~monailabel_xflow.ils.records.LUNG_LOBES`. Overlapping terms give several labels.
+
+    Examples: "bibasilar" -> (right lung base, left lung base); "retrocardiac" -> (left lung
+    base,); "left" -> (left lung,); "bilateral" -> (right lung, left lung); "right upper and
+    left lower lobes" -> (right upper lobe, left lower lobe); "lingula" -> (left upper lobe,);
+    "hilar" -> (lung,); "left hemidiaphragm" -> (diaphragm,); "mid thoracic spine" ->
+    (thoracic spine,); "posterior costophrenic sulcus" -> (lateral view location,).
+
+    Args:
+        phrase: location words as written.
+
+    Returns:
+        Labels in the order named, without repeats; ``()`` when nothing matches.
+    """
+    text = " " + " ".join(_WORD.findall(phrase.lower().replace("mid-lung", "midlung"))) + " "
+    categories: list[str] = []
+    for ph, cat in R.CATEGORY_PHRASES.items():
+        if f" {ph} " in text:
+            categories.append(cat)
+            text = text.replace(f" {ph} ", " ")
+    tokens = text.split()
+    categories += [R.CATEGORY_WORDS[t] for t in tokens if t in R.CATEGORY_WORDS]
+    lung: list[str] = []
+    for i, t in enumerate(tokens):
+        if t in ("lingula", "lingular"):
+            lung.append("left upper lobe")
+        elif t == "retrocardiac":
+            lung.append("left lung base")
+        elif t == "costophrenic":
+            lung += [R.ZONE_OF[(s, 3)] for s in _sides_for(tokens, i)]
+        elif t in R.ZONE_PARTS:
+            part = R.ZONE_PARTS[t]
+            if _is_lobe(tokens, i):
+                sides = _sides_for(tokens, i)
+                if part == 2 and tokens[i] in ("middle", "mid"):
+                    sides = ("right",)  # only the right lung has a middle lobe
+                lung += [R.LOBE_OF[(s, part)] for s in sides]
+            elif t in ("upper", "lower", "mid", "middle") and not any(
+                    n in tokens[i + 1:] for n in ("lung", "lungs", "zone", "zones", "field", "fields")):
+                continue  # "upper abdomen", "lower thoracic spine": not a lung zone
+            else:
+                lung += [R.ZONE_OF[(s, part)] for s in _sides_for(tokens, i)]
+    nouns = [t for t in tokens if t in R.LUNG_NOUNS or t in R.SIDELESS_LUNG]
+    strong_nouns = [t for t in nouns if t in R.LUNG_NOUNS]
+    sides = [s for t in tokens if t in R.SIDE_WORDS for s in R.SIDE_WORDS[t]]
+    if not lung:
+        if strong_nouns or (not categories and (sides or nouns)):
+            if sides:
+                lung = [f"{s} lung" for s in ("right", "left") if s in sides]
+            elif any(t in ("lungs", "hemithoraces", "hila") for t in tokens):
+                lung = ["right lung", "left lung"]
+            elif nouns:
+                lung = ["lung"]
+    return tuple(dict.fromkeys(lung + categories))
+
+
+# --- the rule-based structurer -------------------------------------------------------------
+
+_LOCATION_WORDS = (set(R.SIDE_WORDS) | set(R.ZONE_PARTS) | set(R.LUNG_NOUNS) | set(R.CATEGORY_WORDS)
+                   | set(R.SIDELESS_LUNG) | {w for p in R.CATEGORY_PHRASES for w in p.split()}
+                   | {"costophrenic", "retrocardiac", "lingula"})
+_CONNECTORS = set(R.LOCATION_CONNECTORS)
+_PREPOSITIONS = set(R.LOCATION_PREPOSITIONS)
+_MODIFIERS = set(R.FINDING_MODIFIERS)
+_HEDGES = set(R.TENTATIVE_LINKS)
+_LINK = re.compile(r"\b(" + "|".join(sorted((re.escape(x) for x in R.TYPE_LINKS), key=len, reverse=True)) + r")\b")
+
+
+@dataclass
+class _Mention:
+    start: int  # token indices in the doc
+    end: int
+    label: str  # a finding, "OTHER", "DEVICE"
+    entity: str
+    present: bool
+    tentative: bool
+    skip: bool  # hypothetical: not a statement about this image
+    pre: list
+    post: list
+    finding: str | None
+
+
+def _mention(ent) -> _Mention:
+    label = ent.label_
+    entity = ent.text
+    locs: list[str] = []
+    present = not ent._.is_negated
+    if label == "cardiomegaly_clause":  # "the heart is (not) enlarged": anatomy out of the entity
+        words = [t.lower_ for t in ent]
+        entity = ent[-1].text
+        locs = ["heart"]
+        present = present and not ({"not", "no"} & set(words))
+        label = "cardiomegaly"
+    finding = label if label not in ("OTHER", "DEVICE") else None
+    return _Mention(ent.start, ent.end, label, entity, present, bool(ent._.is_uncertain),
+                    bool(ent._.is_hypothetical), locs, [], finding)
+
+
+def _groups(sent, taken: set[int]) -> list[tuple[int, int]]:
+    """Runs of location words (token index ranges) in a sentence, outside finding spans."""
+    out, start, last_cue = [], None, None
+    for tok in sent:
+        w = tok.lower_
+        if tok.i in taken:
+            cue = conn = False
+        else:
+            cue = w in _LOCATION_WORDS
+            conn = w in _CONNECTORS
+        if cue:
+            if start is None:
+                start = tok.i
+            last_cue = tok.i
+        elif conn and start is not None:
+            continue
+        else:
+            if start is not None:
+                out.append((start, last_cue + 1))
+            start = None
+    if start is not None:
+        out.append((start, last_cue + 1))
+    return out
+
+
+class RuleStructurer:
+    """The default structurer: medspaCy TargetMatcher + ConText with radiology rules.
+
+    Per sentence of the section: finding and device mentions are matched (longest phrase
+    wins); ConText sets absent (negated or resolved) and tentative; runs of location words are
+    mapped with :func:`map_location` and attached to the finding they modify (just before it,
+    "left lower lobe consolidation"; or after it behind a preposition, "opacity in the right
+    base"; or a sentence-opening phrase, "At the left base, there is atelectasis"); coordinated
+    findings share a location ("bibasilar atelectasis and effusions"); an opacity or
+    consolidation tied to a specific finding by "reflects", "likely", "concerning for", ...
+    takes it as its predicted type and the specific mention is folded into it. Devices take
+    their own location words and are then dropped; hypothetical mentions ("evaluate for
+    pneumonia") are dropped.
+    """
+
+    def __call__(self, section: str) -> list[ReportedFinding]:
+        doc = _run(_nlp(), section)
+        out: list[ReportedFinding] = []
+        sents = [s for s in doc.sents if any(c.isalpha() for c in s.text)]
+        for index, sent in enumerate(sents, 1):
+            ents = [e for e in doc.ents if e.start >= sent.start and e.end <= sent.end]
+            mentions = [_mention(e) for e in ents]
+            self._locate(doc, sent, mentions)
+            mentions = self._fold_predicted_types(doc, mentions)
+            for m in mentions:
+                if m.label == "DEVICE" or m.skip:
+                    continue
+                locs = tuple(dict.fromkeys(m.pre + m.post))
+                out.append(ReportedFinding(m.entity, index, m.present, m.tentative, locs, m.finding))
+        return out
+
+    @staticmethod
+    def _locate(doc, sent, mentions: list[_Mention]) -> None:
+        taken = {i for m in mentions for i in range(m.start, m.end)}
+        for g0, g1 in _groups(sent, taken):
+            labels = list(map_location(doc[g0:g1].text))
+            if not labels:
+                continue
+            nxt = next((m for m in mentions if m.start >= g1), None)
+            prv = next((m for m in reversed(mentions) if m.end <= g0), None)
+            between_next = [t.lower_ for t in doc[g1:nxt.start]] if nxt else None
+            if nxt is not None and len(between_next) <= 5 and all(w in _MODIFIERS for w in between_next):
+                nxt.pre += labels
+                continue
+            if prv is not None:
+                gap = [t.lower_ for t in doc[prv.end:g0]]
+                if gap and (gap[-1] in _PREPOSITIONS or gap[-2:-1] and gap[-2] in _PREPOSITIONS
+                            and gap[-1] in ("the", "both", "a")) and ";" not in gap:
+                    prv.post += labels
+                    continue
+                if gap in ([","], ["at"], ["in"]):
+                    prv.post += labels
+                    continue
+            lead = [t.lower_ for t in doc[sent.start:g0]]
+            if nxt is not None and all(w in _PREPOSITIONS or w in ("the", "a", "both") for w in lead):
+                nxt.pre += labels  # "At the left base, there is atelectasis."
+        # coordinated findings share locations: "bibasilar atelectasis and effusions"
+        for a, b in zip(mentions, mentions[1:]):
+            gap = [t.lower_ for t in doc[a.end:b.start]]
+            if not gap or not set(gap) <= {"and", "or", ","} | _MODIFIERS:
+                continue
+            if a.pre and not (b.pre or b.post) and "DEVICE" not in (a.label, b.label):
+                b.pre = list(a.pre)
+            if b.post and not (a.pre or a.post) and "DEVICE" not in (a.label, b.label):
+                a.post = list(b.post)
+
+    @staticmethod
+    def _fold_predicted_types(doc, mentions: list[_Mention]) -> list[_Mention]:
+        out: list[_Mention] = []
+        skip: set[int] = set()
+        for k, m in enumerate(mentions):
+            if k in skip:
+                continue
+            nxt = mentions[k + 1] if k + 1 < len(mentions) else None
+            if (nxt is not None and m.finding in R.PREDICTED_TYPES
+                    and nxt.finding in R.PREDICTED_TYPES[m.finding]):
+                between = doc[m.end:nxt.start].text.lower()
+                if _LINK.search(between) and ";" not in between:
+                    words = set(_WORD.findall(between))
+                    m.finding = nxt.finding
+                    m.tentative = m.tentative or nxt.tentative or bool(words & _HEDGES) or "cannot" in between
+                    # presence is the opacity's ("no opacity to suggest pneumonia": absent)
+                    if not (m.pre or m.post):
+                        m.pre, m.post = list(nxt.pre), list(nxt.post)
+                    skip.add(k + 1)
+            out.append(m)
+        return out
+
+
+# --- entry points --------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _default() -> RuleStructurer:
+    return RuleStructurer()
+
+
+def structure_section(section: str, structurer: Structurer | None = None) -> list[ReportedFinding]:
+    """Tuples of one section's text (sentence indices over :func:`split_sentences`)."""
+    return (structurer or _default())(section)
+
+
+def structure_report(report: str, structurer: Structurer | None = None) -> list[ReportedFinding]:
+    """Choose the section of a whole report (:func:`choose_section`) and structure it.
+
+    Args:
+        report: the free-text report.
+        structurer: default :class:`RuleStructurer`; or e.g. an
+            :class:`~monailabel_xflow.ils.report_llm.LLMStructurer`.
+
+    Returns:
+        One :class:`ReportedFinding` per finding mentioned, in reading order; ``[]`` when the
+        section names none (a normal study).
+
+    Raises:
+        SectionNotFound: nothing to structure (the message is the skip reason).
+    """
+    return structure_section(choose_section(report).text, structurer)
+
+
+def structurer_from_name(name: str, **kwargs) -> Callable[[str], list[ReportedFinding]]:
+    """``"rules"`` (default) or ``"llm"`` (``model=`` a local folder or hub id; see
+    :func:`~monailabel_xflow.ils.report_llm.load_llm_structurer`)."""
+    if name == "rules":
+        return _default()
+    if name == "llm":
+        from monailabel_xflow.ils.report_llm import load_llm_structurer
+
+        return load_llm_structurer(**kwargs)
+    raise ValueError(f"unknown structurer {name!r}; supported: rules, llm")
+
+
+# --- reports.csv ---------------------------------------------------------------------------
+
+REPORTS_CSV_COLUMNS: tuple[str, ...] = ("study_id", "image_path", "report")
+"""Columns of a reports CSV (``xflow phantom`` writes one; ``xflow ils build --reports`` reads it).
+
+Schema: UTF-8, comma-separated, a header row naming at least these columns (others are kept and
+ignored), one row per image:
+
+* ``study_id``: the study the image belongs to (several images of one study repeat it and its
+  report); for phantoms the MIMIC-style key of ``mimic_ils.json`` (``s5...``).
+* ``image_path``: the image (PNG / JPEG / DICOM), relative to the CSV's folder or absolute.
+* ``report``: the whole free-text report, line breaks kept (CSV-quoted); the section is chosen
+  by :func:`choose_section`.
+"""
+
+
+class ReportsCsvError(ValueError):
+    """A reports CSV that does not follow :data:`REPORTS_CSV_COLUMNS`; the message says where."""
+
+
+def write_reports_csv(path, rows) -> None:
+    """Write ``rows`` (mappings with the :data:`REPORTS_CSV_COLUMNS` keys) to ``path``."""
+    import csv
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(REPORTS_CSV_COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: row[k] for k in REPORTS_CSV_COLUMNS})
+
+
+def read_reports_csv(path) -> list[dict[str, str]]:
+    """Read a reports CSV (schema: :data:`REPORTS_CSV_COLUMNS`).
+
+    Returns:
+        One dict per row with at least ``study_id``, ``image_path`` (as written) and ``report``.
+
+    Raises:
+        ReportsCsvError: missing file or column, or a row with an empty ``study_id`` /
+            ``image_path`` (the message names the row).
+    """
+    import csv
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise ReportsCsvError(f"reports CSV {path} does not exist")
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in REPORTS_CSV_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ReportsCsvError(
+                f"{path}: missing column(s) {missing}; a reports CSV has the columns {list(REPORTS_CSV_COLUMNS)}"
+            )
+        rows = []
+        for n, row in enumerate(reader, start=2):
+            for c in ("study_id", "image_path"):
+                if not (row.get(c) or "").strip():
+                    raise ReportsCsvError(f"{path}, line {n}: empty {c}")
+            row["report"] = row.get("report") or ""
+            rows.append(row)
+    return rows

@@ -1,0 +1,311 @@
+"""The rule sets of the rule-based report structurer (:mod:`monailabel_xflow.ils.report`).
+
+Plain data only: finding and device phrases for medspaCy's TargetMatcher, radiology ConText
+modifiers, section headers for the Sectionizer, and the location lexicon. Kept apart from the
+code so a site can read (and extend) what the structurer knows in one place.
+
+Choices where the MIMIC-ILS paper is silent (a radiology-AI engineer's reading, documented so
+they can be argued with):
+
+* **Finding synonyms** map to :data:`~monailabel_xflow.vocabulary.FINDINGS`: "pleural effusion",
+  "pleural fluid", layering "fluid" -> effusion; "pulmonary edema", "interstitial edema",
+  "fluid overload" -> edema; "airspace disease", "infiltrate", "density", "haziness" ->
+  opacity; "enlarged heart", "cardiac enlargement", "the heart is enlarged" -> cardiomegaly;
+  "infection", "infectious process", "aspiration" -> pneumonia (as the CheXpert labeler does);
+  "collapse" -> atelectasis. **"Vascular congestion" is not edema** here (the CheXpert labeler
+  lumps them): congestion is a vascular sign, and a mask for it would teach a model to segment
+  vessels as edema; it is kept as its own entity with no finding type.
+* Words that are part of a finding's name stay in the entity ("*pleural* effusion",
+  "*pulmonary* edema", "*airspace* disease"); other anatomy words are moved to the location
+  ("hilar adenopathy" -> adenopathy @ hilar; "the heart is enlarged" -> enlarged @ heart).
+* **Certainty**: "possible", "probable", "likely", "may/could/might", "suggest(s/ive of)",
+  "concerning/suspicious/worrisome for", "questionable", "cannot be excluded/ruled out",
+  "versus", "presumed" are tentative; "consistent with", "compatible with", "in keeping with",
+  "represents", "reflects", "due to" are definitive.
+* **Presence**: "stable", "unchanged", "no change in", "persistent", "partially resolved",
+  "improving" keep a finding present; "resolved", "resolution of", "no longer seen", "has
+  cleared" make it absent; "clear" / "normal" statements are not extracted at all.
+* **Location words without a side** name both sides ("bibasilar", "the bases", "upper lobes",
+  "apical" -> right and left); singular "lung" / "pulmonary" with no side give the category
+  ``lung``; "retrocardiac" is the left lung base; "hilar" / "perihilar" are lung (side-specific
+  when a side is named).
+"""
+
+from __future__ import annotations
+
+from monailabel_xflow.ils.records import LUNG_LOBES
+from monailabel_xflow.vocabulary import ZONES
+
+# --- findings (TargetMatcher) ----------------------------------------------------------------
+
+FINDING_PHRASES: dict[str, tuple[str, ...]] = {
+    "cardiomegaly": (
+        "cardiomegaly", "cardiac enlargement", "enlarged heart", "enlargement of the heart",
+        "enlargement of the cardiac silhouette", "enlarged cardiac silhouette",
+    ),
+    "pneumonia": (
+        "pneumonia", "pneumonias", "pneumonic", "bronchopneumonia", "infection", "infectious process",
+        "aspiration", "pneumonic consolidation",
+    ),
+    "atelectasis": (
+        "atelectasis", "atelectases", "atelectatic", "atelectatic change", "atelectatic changes",
+        "collapse", "lobar collapse",
+    ),
+    "opacity": (
+        "opacity", "opacities", "opacification", "opacifications", "airspace disease",
+        "air space disease", "airspace opacity", "airspace opacities", "haziness", "density",
+        "densities", "infiltrate", "infiltrates", "infiltration", "interstitial opacities",
+        "interstitial markings", "reticular opacities",
+    ),
+    "consolidation": (
+        "consolidation", "consolidations", "consolidative opacity", "consolidative opacities",
+        "consolidated",
+    ),
+    "edema": (
+        "edema", "oedema", "pulmonary edema", "interstitial edema", "alveolar edema",
+        "interstitial pulmonary edema", "pulmonary interstitial edema", "fluid overload",
+    ),
+    "effusion": (
+        "effusion", "effusions", "pleural effusion", "pleural effusions", "pleural fluid",
+        "fluid", "hydrothorax",
+    ),
+}
+"""Phrases per vocabulary finding; the longest match wins ("fluid overload" beats "fluid")."""
+
+# "The heart is (mildly) enlarged", "heart size is enlarged", "cardiac silhouette remains enlarged".
+_ADVERBS = ["mildly", "moderately", "severely", "markedly", "slightly", "minimally", "again", "still",
+            "stably", "significantly", "somewhat", "borderline", "not", "no", "longer", "substantially"]
+CARDIOMEGALY_PATTERNS: tuple[list[dict], ...] = (
+    [{"LOWER": {"IN": ["heart", "cardiac"]}}, {"LOWER": {"IN": ["size", "silhouette", "contour"]}, "OP": "?"},
+     {"LOWER": {"IN": ["is", "remains", "appears", "was", "seems"]}}, {"LOWER": {"IN": _ADVERBS}, "OP": "*"},
+     {"LOWER": {"IN": ["enlarged", "large", "increased"]}}],
+)
+"""Token patterns for cardiomegaly written as a clause; anatomy words become the location."""
+
+OTHER_FINDINGS: tuple[str, ...] = (
+    "pneumothorax", "pneumothoraces", "hydropneumothorax", "nodule", "nodules", "mass", "masses",
+    "fracture", "fractures", "adenopathy", "lymphadenopathy", "emphysema", "fibrosis", "scarring",
+    "scar", "granuloma", "granulomas", "calcified granuloma", "calcification", "calcifications",
+    "hernia", "thickening", "congestion", "engorgement", "tortuosity", "widening", "degenerative changes",
+    "degenerative change", "scoliosis", "kyphosis", "hyperinflation", "bronchiectasis", "free air",
+    "pneumomediastinum", "subcutaneous emphysema", "volume loss", "elevation", "blunting", "deformity",
+    "cavitation", "cavity", "lesion", "lesions", "air-fluid level", "pneumoperitoneum", "cyst",
+)
+"""Findings outside the seven: extracted with ``finding=None`` (they still occupy locations)."""
+
+DEVICE_PHRASES: tuple[str, ...] = (
+    "tube", "tubes", "endotracheal tube", "et tube", "ett", "enteric tube", "nasogastric tube", "ng tube",
+    "orogastric tube", "og tube", "feeding tube", "dobhoff", "dobhoff tube", "chest tube", "chest tubes",
+    "tracheostomy", "tracheostomy tube", "line", "lines", "central line", "central venous line",
+    "central venous catheter", "catheter", "picc", "picc line", "port", "port-a-cath", "swan-ganz catheter",
+    "pacemaker", "pacer", "icd", "defibrillator", "leads", "lead", "wires", "sternotomy wires",
+    "median sternotomy", "sternotomy", "clips", "surgical clips", "stent", "valve", "valve replacement",
+    "prosthetic valve", "drain", "pigtail catheter", "monitoring leads", "ecg leads", "iabp",
+    "intra-aortic balloon pump", "impella", "lvad", "hardware", "spinal hardware", "loop recorder",
+    "coil", "coils", "staples", "sutures", "cabg",
+)
+"""Medical devices: matched so they take their own location words, then ignored (MIMIC-ILS)."""
+
+# --- ConText modifiers (category, direction, literal) -------------------------------------------
+
+CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
+    # absent
+    *[("NEGATED_EXISTENCE", "FORWARD", s) for s in (
+        "no", "not", "without", "negative for", "free of", "clear of", "no evidence of", "no definite",
+        "no convincing", "no radiographic evidence of", "no signs of", "absence of", "absent",
+        "resolution of", "interval resolution of", "rather than", "nor", "no new", "there is no",
+        "there are no", "no focal", "no large", "no acute",
+    )],
+    *[("NEGATED_EXISTENCE", "BACKWARD", s) for s in (
+        "has resolved", "have resolved", "has cleared", "have cleared", "is absent", "are absent",
+        "not seen", "is not seen", "are not seen", "not visualized", "not identified", "not appreciated",
+        "not evident", "not detected", "not present", "is not present", "are not present", "ruled out",
+        "unlikely", "is gone", "have disappeared", "has disappeared",
+    )],
+    *[("NEGATED_EXISTENCE", "BIDIRECTIONAL", s) for s in ("resolved", "no longer", "cleared")],
+    # stable / changed: keep the finding present ("no change in the effusion" is an effusion)
+    *[("PSEUDO", "PSEUDO", s) for s in (
+        "no change", "no significant change", "no interval change", "no significant interval change",
+        "no substantial change", "no appreciable change", "no change in", "not significantly changed",
+        "not changed", "no increase", "no decrease", "no significant increase", "no significant decrease",
+        "without change", "without significant change", "without interval change", "no worsening",
+        "partial resolution", "partially resolved", "incomplete resolution", "not only", "no longer intubated",
+        "not well seen", "not well visualized", "no longer than",
+    )],
+    # tentative
+    *[("POSSIBLE_EXISTENCE", "FORWARD", s) for s in (
+        "possible", "possibly", "probable", "probably", "likely", "most likely", "may", "may represent",
+        "may reflect", "may be", "could", "could represent", "could reflect", "could be", "might",
+        "suggest", "suggests", "suggesting", "suggestive of", "suspicious for", "concerning for",
+        "worrisome for", "questionable", "question of", "cannot exclude", "can not exclude",
+        "cannot rule out", "differential includes", "versus", "vs", "presumed", "presumably",
+        "equivocal", "raising the possibility of", "difficult to exclude", "suspected", "suspect",
+        "concern for", "borderline", "potentially", "not excluded",
+    )],
+    *[("POSSIBLE_EXISTENCE", "BACKWARD", s) for s in (
+        "cannot be excluded", "can not be excluded", "not be excluded", "is not excluded", "cannot be ruled out",
+        "can not be ruled out", "not ruled out", "are not excluded", "is possible", "is suspected", "are suspected",
+        "is likely", "are likely", "is not excluded", "is questioned", "?",
+    )],
+    # not a statement about this image: dropped
+    *[("HYPOTHETICAL", "FORWARD", s) for s in (
+        "evaluate for", "evaluation for", "assess for", "assessment for", "to assess", "to evaluate",
+        "to exclude", "rule out", "r/o", "if", "in case of", "recommend", "recommended", "correlate for",
+        "clinical correlation for", "follow-up for",
+    )],
+    # scope ends
+    *[("TERMINATE", "TERMINATE", s) for s in (
+        "but", "however", "although", "though", "which", "aside from", "apart from", "except", "with",
+        ";", "while", "whereas", "as well as", "otherwise",
+    )],
+)
+"""Radiology ConText modifiers (a tuned set, not medspaCy's general clinical defaults, which
+e.g. negate "evaluate for")."""
+
+TENTATIVE_LINKS: tuple[str, ...] = (
+    "likely", "probably", "possibly", "possible", "may", "could", "might", "suggest", "suggests",
+    "suggesting", "suggestive", "concerning", "suspicious", "worrisome", "questionable", "presumably",
+    "presumed", "versus", "vs", "favored", "favor", "exclude", "excluded", "suspected", "concern",
+)
+"""Words between an opacity and its predicted type that make the prediction tentative."""
+
+TYPE_LINKS: tuple[str, ...] = (
+    "reflect", "reflects", "reflecting", "represent", "represents", "representing", "related to",
+    "due to", "secondary to", "consistent with", "compatible with", "suggest", "suggests", "suggesting",
+    "suggestive of", "concerning for", "concerning", "worrisome for", "suspicious for", "likely", "probably",
+    "possibly", "could be", "may be", "which may", "which could", "which is", "attributed to",
+    "in keeping with", "characteristic of", "typical of", "indicating", "indicative of", "concern for",
+    "favored to be", "favor", "may relate to", "most likely", "from", "c/w", "compatible", "consistent",
+    "may", "could", "might", "either", "versus", "vs",
+)
+"""Phrases that tie a non-specific finding to a specific one ("opacity reflects pneumonia")."""
+
+PREDICTED_TYPES: dict[str, tuple[str, ...]] = {
+    "opacity": ("pneumonia", "atelectasis", "edema", "consolidation", "effusion"),
+    "consolidation": ("pneumonia", "atelectasis", "edema"),
+}
+"""Which findings a non-specific finding may be predicted to be."""
+
+# --- sections (Sectionizer) --------------------------------------------------------------------
+
+SECTION_HEADERS: dict[str, tuple[str, ...]] = {
+    "findings": ("findings", "finding", "findings and impression", "findings/impression", "report"),
+    "impression": ("impression", "impressions", "conclusion", "conclusions", "summary", "opinion"),
+    "other": (
+        "indication", "indications", "history", "clinical history", "clinical information", "reason for exam",
+        "reason for examination", "comparison", "comparisons", "technique", "examination", "exam", "procedure",
+        "notification", "recommendation", "recommendations", "wet read", "final report", "addendum",
+        "clinical indication", "type of examination", "study", "views",
+    ),
+}
+"""Header words (before a colon) of each section kind; anything else is body text."""
+
+# --- locations -------------------------------------------------------------------------------
+
+SIDE_WORDS: dict[str, tuple[str, ...]] = {
+    "right": ("right",), "left": ("left",), "bilateral": ("right", "left"), "bilaterally": ("right", "left"),
+    "both": ("right", "left"), "bibasilar": ("right", "left"), "bibasal": ("right", "left"),
+    "bibasally": ("right", "left"), "biapical": ("right", "left"), "bilat": ("right", "left"),
+}
+
+ZONE_PARTS: dict[str, int] = {
+    "apex": 0, "apices": 0, "apical": 0, "apically": 0, "biapical": 0,
+    "upper": 1,
+    "mid": 2, "middle": 2, "midlung": 2, "mid-lung": 2,
+    "lower": 3, "base": 3, "bases": 3, "basilar": 3, "basal": 3, "basally": 3, "bibasilar": 3,
+    "bibasal": 3, "bibasally": 3, "infrahilar": 3,
+}
+"""Part words -> zone index (apical, upper, mid, base) within a lung; a following "lobe" makes
+upper / middle / lower a lobe instead."""
+
+LOBE_OF: dict[tuple[str, int], str] = {
+    ("right", 1): "right upper lobe", ("right", 0): "right upper lobe", ("right", 2): "right middle lobe",
+    ("right", 3): "right lower lobe", ("left", 1): "left upper lobe", ("left", 0): "left upper lobe",
+    ("left", 2): "left upper lobe", ("left", 3): "left lower lobe",
+}
+"""(side, part) -> lobe; the left lung has no middle lobe (its lingula is in the upper lobe)."""
+assert set(LOBE_OF.values()) == set(LUNG_LOBES)
+
+ZONE_OF: dict[tuple[str, int], str] = {
+    (side, k): ZONES[f"{side} lung"][k] for side in ("right", "left") for k in range(4)
+}
+
+LUNG_NOUNS: tuple[str, ...] = (
+    "lung", "lungs", "lobe", "lobes", "zone", "zones", "field", "fields", "hemithorax", "hemithoraces",
+    "lingula", "lingular", "retrocardiac", "costophrenic", "perihilar", "hilar", "hilum", "hila", "parenchyma",
+    "parenchymal", "lobar",
+)
+"""Words that make a location phrase a lung location even beside another category word."""
+
+CATEGORY_WORDS: dict[str, str] = {
+    # heart
+    "heart": "heart", "cardiac": "heart", "pericardial": "heart", "cardio": "heart",
+    # mediastinum
+    "mediastinum": "mediastinum", "mediastinal": "mediastinum", "paratracheal": "mediastinum",
+    "hiatal": "mediastinum", "cardiomediastinal": "mediastinum", "subcarinal": "mediastinum",
+    # vessels
+    "aorta": "vessels", "aortic": "vessels", "vascular": "vessels", "vasculature": "vessels",
+    "vessel": "vessels", "vessels": "vessels", "svc": "vessels", "ivc": "vessels", "azygos": "vessels",
+    "arterial": "vessels", "venous": "vessels", "artery": "vessels", "arteries": "vessels",
+    # trachea
+    "trachea": "trachea", "tracheal": "trachea", "carina": "trachea", "endobronchial": "trachea",
+    # diaphragm
+    "diaphragm": "diaphragm", "hemidiaphragm": "diaphragm", "hemidiaphragms": "diaphragm",
+    "diaphragmatic": "diaphragm", "diaphragms": "diaphragm",
+    # pleura
+    "pleura": "pleura", "pleural": "pleura", "fissure": "pleura", "fissural": "pleura",
+    "fissures": "pleura",
+    # bones
+    "rib": "rib", "ribs": "rib", "costal": "rib",
+    "clavicle": "clavicle", "clavicles": "clavicle", "clavicular": "clavicle", "acromioclavicular": "clavicle",
+    "scapula": "scapula", "scapulae": "scapula", "scapular": "scapula",
+    "sternum": "sternum", "sternal": "sternum", "manubrium": "sternum",
+    "spine": "thoracic spine", "spinal": "thoracic spine", "vertebral": "thoracic spine",
+    "vertebra": "thoracic spine", "vertebrae": "thoracic spine", "thoracolumbar": "thoracic spine",
+    "paraspinal": "thoracic spine",
+    # abdomen
+    "abdomen": "abdomen", "abdominal": "abdomen", "subdiaphragmatic": "abdomen", "gastric": "abdomen",
+    "stomach": "abdomen", "bowel": "abdomen", "colon": "abdomen", "hepatic": "abdomen", "liver": "abdomen",
+    "splenic": "abdomen", "spleen": "abdomen", "peritoneal": "abdomen",
+    # breast
+    "breast": "breast", "breasts": "breast", "nipple": "breast", "mastectomy": "breast",
+    # lateral view only
+    "retrosternal": "lateral view location",
+}
+"""Single words -> one of the 17 location categories (other than lung)."""
+
+CATEGORY_PHRASES: dict[str, str] = {
+    "cervical spine": "cervical spine", "lumbar spine": "lumbar spine", "thoracic spine": "thoracic spine",
+    "upper abdomen": "abdomen", "posterior costophrenic": "lateral view location",
+    "posterior sulcus": "lateral view location", "posterior sulci": "lateral view location",
+    "lateral view": "lateral view location", "lateral radiograph": "lateral view location",
+    "lateral projection": "lateral view location", "lateral image": "lateral view location",
+}
+"""Multi-word phrases checked before the single words (so "cervical spine" is not thoracic)."""
+
+SIDELESS_LUNG: tuple[str, ...] = ("lung", "pulmonary", "parenchyma", "parenchymal")
+"""Whole-lung words that, without a side, give the category ``lung``."""
+
+LOCATION_CONNECTORS: tuple[str, ...] = ("and", "or", ",", "the", "of", "-", "/", "to", "both", "sided")
+"""Tokens allowed inside one location phrase ("right upper and left lower lobes")."""
+
+LOCATION_PREPOSITIONS: tuple[str, ...] = (
+    "in", "at", "on", "within", "of", "involving", "along", "over", "overlying", "throughout", "near",
+    "adjacent", "projecting", "into", "from", "to", "affecting", "about", "in the", "by",
+)
+"""Words that tie a location phrase after a finding to it ("opacity in the right base")."""
+
+FINDING_MODIFIERS: tuple[str, ...] = (
+    "a", "an", "the", "small", "moderate", "large", "mild", "minimal", "trace", "tiny", "severe", "massive",
+    "new", "newly", "increased", "increasing", "decreased", "decreasing", "worsening", "worsened", "improving",
+    "improved", "persistent", "stable", "unchanged", "residual", "patchy", "streaky", "linear", "plate-like",
+    "platelike", "subsegmental", "segmental", "discoid", "focal", "multifocal", "diffuse", "hazy",
+    "ill-defined", "confluent", "nodular", "reticular", "interstitial", "layering", "loculated", "mildly",
+    "moderately", "minimally", "slightly", "markedly", "small-to-moderate", "moderate-to-large", "-", "to",
+    "sided", "probable", "possible", "likely", "early", "developing", "vague", "faint", "subtle", "dense",
+    "bandlike", "band-like", "compressive", "relaxation", "some", "additional", "apparent", "slight",
+    "borderline", "upper", "lower", "mid", "middle", "lobe", "lobar", "moderate-sized", "small-sized", "large-sized",
+    "coarse", "prominent", "overall", "generalized", "scattered", "bulky", "airspace",
+)
+"""Words that may stand between a location word and the finding it describes
+("right *small* effusion", "left *lower lobe* atelectasis")."""

@@ -1,0 +1,257 @@
+"""Report side of the MIMIC-ILS pipeline: section choice, structuring rules, location mapping.
+
+Every rule is pinned by hand-written, MIMIC-style report sentences (our own wording) with the
+tuples a careful reader extracts from them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
+
+from monailabel_xflow.ils.records import LOCATION_CATEGORIES, LUNG_LOBES, ReportedFinding  # noqa: E402
+from monailabel_xflow.ils.report import (  # noqa: E402
+    ReportsCsvError,
+    SectionNotFound,
+    choose_section,
+    finding_of,
+    map_location,
+    read_reports_csv,
+    split_sentences,
+    structure_report,
+    structure_section,
+    write_reports_csv,
+)
+from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS  # noqa: E402
+
+F = ReportedFinding
+RB, LB = "right lung base", "left lung base"
+
+
+def _one(text: str) -> ReportedFinding:
+    found = structure_section(text)
+    assert len(found) == 1, found
+    return found[0]
+
+
+# --- section choice ------------------------------------------------------------------------
+
+MIMIC_STYLE = """                                 FINAL REPORT
+ EXAMINATION:  CHEST (PA AND LAT)
+
+ INDICATION:  ___F with cough, evaluate for pneumonia
+
+ COMPARISON:  Chest radiograph from ___.
+
+ FINDINGS:
+
+ Patchy opacity in the right lower lobe.  No pleural effusion or pneumothorax.  Heart size is
+ normal.
+
+ IMPRESSION:
+
+ Right lower lobe opacity concerning for pneumonia.
+"""
+
+
+def test_section_findings_first():
+    sec = choose_section(MIMIC_STYLE)
+    assert sec.name == "findings"
+    assert sec.text.startswith("Patchy opacity in the right lower lobe.")
+    assert "IMPRESSION" not in sec.text and "evaluate for" not in sec.text
+    # the indication's "evaluate for pneumonia" never becomes a finding
+    found = structure_report(MIMIC_STYLE)
+    assert [(f.finding, f.present, f.sentence) for f in found] == [
+        ("opacity", True, 1), ("effusion", False, 2), (None, False, 2)]
+    assert found[0].locations == ("right lower lobe",)
+
+
+def test_section_impression_when_findings_missing_or_empty():
+    text = "INDICATION: fever.\n\nFINDINGS:\n\n___\n\nIMPRESSION:\n\nBibasilar atelectasis.\n"
+    sec = choose_section(text)
+    assert (sec.name, sec.text) == ("impression", "Bibasilar atelectasis.")
+    assert choose_section("Impression: No acute process.").name == "impression"
+
+
+def test_section_last_paragraph_and_skip():
+    text = "PA and lateral views of the chest.\n\nSmall left pleural effusion. No pneumothorax.\n"
+    sec = choose_section(text)
+    assert (sec.name, sec.text) == ("last_paragraph", "Small left pleural effusion. No pneumothorax.")
+    with pytest.raises(SectionNotFound, match="no text"):
+        choose_section("   \n\n ___ \n")
+    with pytest.raises(SectionNotFound):
+        structure_report("")
+    with pytest.raises(TypeError):
+        choose_section(None)
+
+
+def test_sentences_skip_list_numbers():
+    assert split_sentences("1. Small left effusion.  2. No pneumothorax.\n3. Stable cardiomegaly.") == [
+        "Small left effusion.", "No pneumothorax.", "Stable cardiomegaly."]
+    found = structure_section("1. Small left effusion.  2. No pneumothorax.\n3. Stable cardiomegaly.")
+    assert [(f.sentence, f.finding) for f in found] == [(1, "effusion"), (2, None), (3, "cardiomegaly")]
+
+
+# --- the rules, one hand-written sentence each ------------------------------------------------
+
+@pytest.mark.parametrize("text, want", [
+    # negation
+    ("No pneumothorax.", F("pneumothorax", 1, False, False, (), None)),
+    ("There is no pulmonary edema.", F("pulmonary edema", 1, False, False, (), "edema")),
+    ("No evidence of pneumonia.", F("pneumonia", 1, False, False, (), "pneumonia")),
+    ("Pneumothorax is not seen.", F("Pneumothorax", 1, False, False, (), None)),
+    # stable = present
+    ("Stable small left pleural effusion.", F("pleural effusion", 1, True, False, ("left lung",), "effusion")),
+    ("No change in the moderate right pleural effusion.",
+     F("pleural effusion", 1, True, False, ("right lung",), "effusion")),
+    ("Moderate cardiomegaly, unchanged.", F("cardiomegaly", 1, True, False, (), "cardiomegaly")),
+    ("No significant interval change in bibasilar atelectasis.",
+     F("atelectasis", 1, True, False, (RB, LB), "atelectasis")),
+    # resolved = absent
+    ("The previously seen left pleural effusion has resolved.",
+     F("pleural effusion", 1, False, False, ("left lung",), "effusion")),
+    ("Interval resolution of the right upper lobe pneumonia.",
+     F("pneumonia", 1, False, False, ("right upper lobe",), "pneumonia")),
+    ("Right basilar atelectasis is no longer seen.", F("atelectasis", 1, False, False, (RB,), "atelectasis")),
+    ("Partially resolved right lower lobe consolidation.",
+     F("consolidation", 1, True, False, ("right lower lobe",), "consolidation")),
+    # tentative
+    ("Possible early right lower lobe pneumonia.", F("pneumonia", 1, True, True, ("right lower lobe",), "pneumonia")),
+    ("A small left pleural effusion cannot be excluded.",
+     F("pleural effusion", 1, True, True, ("left lung",), "effusion")),
+    ("Findings suggest mild interstitial edema.", F("interstitial edema", 1, True, True, (), "edema")),
+    ("Mild pulmonary edema is likely.", F("pulmonary edema", 1, True, True, (), "edema")),
+    # bibasilar / retrocardiac / lobes / zones
+    ("Bibasilar atelectasis.", F("atelectasis", 1, True, False, (RB, LB), "atelectasis")),
+    ("Retrocardiac opacity.", F("opacity", 1, True, False, (LB,), "opacity")),
+    ("Opacities in the right upper and left lower lobes.",
+     F("Opacities", 1, True, False, ("right upper lobe", "left lower lobe"), "opacity")),
+    ("Patchy opacity in the left mid and lower lung zones.",
+     F("opacity", 1, True, False, ("left mid zone lung", LB), "opacity")),
+    ("At the right base, there is plate-like atelectasis.", F("atelectasis", 1, True, False, (RB,), "atelectasis")),
+    ("Consolidation in the lingula.", F("Consolidation", 1, True, False, ("left upper lobe",), "consolidation")),
+    ("Large right pleural effusion.", F("pleural effusion", 1, True, False, ("right lung",), "effusion")),
+    ("Small bilateral pleural effusions.",
+     F("pleural effusions", 1, True, False, ("right lung", "left lung"), "effusion")),
+    # predicted type ("opacity reflects pneumonia" -> pneumonia)
+    ("Right lower lobe opacity likely reflects pneumonia.",
+     F("opacity", 1, True, True, ("right lower lobe",), "pneumonia")),
+    ("Bibasilar opacities most consistent with atelectasis.",
+     F("opacities", 1, True, False, (RB, LB), "atelectasis")),
+    ("Left basilar consolidation concerning for pneumonia.",
+     F("consolidation", 1, True, True, (LB,), "pneumonia")),
+    ("Hazy perihilar opacities, possibly mild edema.", F("opacities", 1, True, True, ("lung",), "edema")),
+    # anatomy words moved out of the entity
+    ("Hilar adenopathy.", F("adenopathy", 1, True, False, ("lung",), None)),
+    ("The heart is moderately enlarged.", F("enlarged", 1, True, False, ("heart",), "cardiomegaly")),
+    ("Pulmonary vascular congestion.", F("congestion", 1, True, False, ("vessels",), None)),
+    ("Mild degenerative changes of the thoracic spine.",
+     F("degenerative changes", 1, True, False, ("thoracic spine",), None)),
+    ("Healed left rib fractures.", F("fractures", 1, True, False, ("rib",), None)),
+])
+def test_rule(text, want):
+    assert _one(text) == want
+
+
+def test_devices_ignored_and_keep_their_locations():
+    text = ("Endotracheal tube terminates 4 cm above the carina. Right PICC line tip in the SVC. "
+            "Left chest tube in place with small left apical pneumothorax.")
+    found = structure_section(text)
+    assert found == [F("pneumothorax", 3, True, False, ("left apical zone lung",), None)]
+    assert structure_section("Left-sided pacemaker with leads in the right ventricle.") == []
+
+
+def test_normal_statements_not_extracted():
+    assert structure_section("The lungs are clear. Heart size is normal. The cardiomediastinal silhouette "
+                             "is within normal limits. No acute cardiopulmonary process.") == []
+
+
+def test_a_negated_list_and_mixed_sentence():
+    found = structure_section("No focal consolidation, pleural effusion, or pneumothorax. "
+                              "Small right effusion, but no pneumothorax.")
+    assert [(f.sentence, f.finding, f.present) for f in found] == [
+        (1, "consolidation", False), (1, "effusion", False), (1, None, False),
+        (2, "effusion", True), (2, None, False)]
+    assert found[3].locations == ("right lung",)
+
+
+def test_coordinated_findings_share_location():
+    found = structure_section("Low lung volumes with bibasilar atelectasis and small effusions.")
+    assert [(f.finding, f.locations) for f in found] == [("atelectasis", (RB, LB)), ("effusion", (RB, LB))]
+
+
+def test_hypothetical_dropped():
+    assert structure_section("Recommend follow-up to evaluate for pneumonia.") == []
+
+
+# --- mapping -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("phrase, want", [
+    ("bibasilar", (RB, LB)),
+    ("retrocardiac", (LB,)),
+    ("left", ("left lung",)),
+    ("right", ("right lung",)),
+    ("bilateral", ("right lung", "left lung")),
+    ("right lower lobe", ("right lower lobe",)),
+    ("left upper and lower lobes", ("left upper lobe", "left lower lobe")),
+    ("right middle lobe", ("right middle lobe",)),
+    ("lingula", ("left upper lobe",)),
+    ("right apex", ("right apical zone lung",)),
+    ("left mid lung", ("left mid zone lung",)),
+    ("right upper zone", ("right upper zone lung",)),
+    ("base of the left lung", (LB,)),
+    ("both lungs", ("right lung", "left lung")),
+    ("lung", ("lung",)),
+    ("left hemidiaphragm", ("diaphragm",)),
+    ("mediastinal", ("mediastinum",)),
+    ("cervical spine", ("cervical spine",)),
+    ("mid thoracic spine", ("thoracic spine",)),
+    ("upper abdomen", ("abdomen",)),
+    ("posterior costophrenic sulcus", ("lateral view location",)),
+    ("left costophrenic angle", (LB,)),
+    ("aortic knob", ("vessels",)),
+    ("right breast", ("breast",)),
+    ("the", ()),
+    ("somewhere", ()),
+])
+def test_map_location(phrase, want):
+    assert map_location(phrase) == want
+
+
+def test_map_location_labels_are_known():
+    known = set(LOCATION_CATEGORIES) | set(LUNG_LOBES) | set(ALL_ZONES) | set(LUNGS)
+    for phrase in ("bibasilar", "right upper and left lower lobes", "retrocardiac", "left", "sternal",
+                   "tracheal", "scapular", "clavicle", "pleural", "cardiac", "lumbar spine", "right hemithorax"):
+        labels = map_location(phrase)
+        assert labels and set(labels) <= known, (phrase, labels)
+
+
+@pytest.mark.parametrize("entity, want", [
+    ("pleural effusions", "effusion"), ("fluid", "effusion"), ("fluid overload", "edema"),
+    ("pulmonary edema", "edema"), ("airspace disease", "opacity"), ("infiltrate", "opacity"),
+    ("enlarged heart", "cardiomegaly"), ("enlarged", "cardiomegaly"), ("collapse", "atelectasis"),
+    ("vascular congestion", None), ("pneumothorax", None), ("hydropneumothorax", None),
+    ("small left pleural effusion", "effusion"),
+])
+def test_finding_of(entity, want):
+    assert finding_of(entity) == want
+
+
+# --- reports.csv ---------------------------------------------------------------------------
+
+def test_reports_csv_roundtrip_and_errors(tmp_path):
+    rows = [{"study_id": "s1", "image_path": "a.png", "report": "FINDINGS:\n\nSmall left effusion, \"stable\"."},
+            {"study_id": "s2", "image_path": "b.dcm", "report": ""}]
+    write_reports_csv(tmp_path / "reports.csv", rows)
+    back = read_reports_csv(tmp_path / "reports.csv")
+    assert [(r["study_id"], r["image_path"], r["report"]) for r in back] == [
+        (r["study_id"], r["image_path"], r["report"]) for r in rows]
+    (tmp_path / "bad.csv").write_text("study,image_path,report\ns1,a.png,x\n")
+    with pytest.raises(ReportsCsvError, match="study_id"):
+        read_reports_csv(tmp_path / "bad.csv")
+    (tmp_path / "empty_id.csv").write_text("study_id,image_path,report\n,a.png,x\n")
+    with pytest.raises(ReportsCsvError, match="line 2"):
+        read_reports_csv(tmp_path / "empty_id.csv")
+    with pytest.raises(ReportsCsvError, match="does not exist"):
+        read_reports_csv(tmp_path / "missing.csv")
