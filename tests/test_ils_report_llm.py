@@ -1,0 +1,135 @@
+"""The optional LLM report structurer: JSON validation, retries, and the transformers path with a
+tiny random model and a scripted one (no downloads)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
+
+from monailabel_xflow.ils.records import ReportedFinding  # noqa: E402
+from monailabel_xflow.ils.report import ReportStructuringError, structure_report, structurer_from_name  # noqa: E402
+from monailabel_xflow.ils.report_llm import LLMStructurer, build_prompt, load_llm_structurer, parse_answer  # noqa: E402
+
+SECTION = "Right lower lobe opacity likely reflects pneumonia. No pneumothorax. Stable bibasilar atelectasis."
+ANSWER = [
+    {"entity": "opacity", "sentence": 1, "presence": "positive", "certainty": "tentative",
+     "location": ["right lower lobe"], "predicted_type": "pneumonia"},
+    {"entity": "pneumothorax", "sentence": 2, "presence": "negative", "certainty": "definitive",
+     "location": [], "predicted_type": None},
+    {"entity": "atelectasis", "sentence": 3, "presence": "positive", "certainty": "definitive",
+     "location": ["bibasilar"], "predicted_type": None},
+]
+EXPECTED = [
+    ReportedFinding("opacity", 1, True, True, ("right lower lobe",), "pneumonia"),
+    ReportedFinding("pneumothorax", 2, False, False, (), None),
+    ReportedFinding("atelectasis", 3, True, False, ("right lung base", "left lung base"), "atelectasis"),
+]
+
+
+def test_scripted_answer_mapped_like_the_rules():
+    prompts = []
+
+    def generate(prompt):
+        prompts.append(prompt)
+        return "Here you go:\n```json\n" + json.dumps(ANSWER) + "\n```"
+
+    got = LLMStructurer(generate)(SECTION)
+    assert got == EXPECTED
+    assert "1. Right lower lobe opacity likely reflects pneumonia.\n2. No pneumothorax." in prompts[0]
+    # the rule-based structurer reads the same section the same way
+    assert structure_report("FINDINGS: " + SECTION) == EXPECTED
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("I cannot help with that.", "no JSON array"),
+    ("[{\"entity\": \"effusion\",]", "not valid JSON"),
+    (json.dumps([{**ANSWER[0], "presence": "maybe"}]), "schema at 0/presence"),
+    (json.dumps([{k: v for k, v in ANSWER[0].items() if k != "location"}]), "'location' is a required"),
+    (json.dumps([{**ANSWER[0], "sentence": 9}]), "sentence 9 is out of range"),
+])
+def test_invalid_answers_rejected(answer, message):
+    with pytest.raises(ReportStructuringError, match=message):
+        parse_answer(answer, 3)
+
+
+def test_retry_tells_the_model_what_was_wrong():
+    answers = iter(["not json", json.dumps(ANSWER)])
+    prompts = []
+
+    def generate(prompt):
+        prompts.append(prompt)
+        return next(answers)
+
+    assert LLMStructurer(generate, retries=1)(SECTION) == EXPECTED
+    assert "rejected" in prompts[1] and "no JSON array" in prompts[1]
+    with pytest.raises(ReportStructuringError, match="after 1 attempt"):
+        LLMStructurer(lambda p: "nope", retries=0)(SECTION)
+    assert LLMStructurer(lambda p: "[]")("   ") == []
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """A tiny random Gemma3 text model and the project's offline tokenizer, saved in HF format."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from monailabel_xflow.gemma3_configs import build_tokenizer
+
+    tok = build_tokenizer()
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=24,
+                           layer_types=["sliding_attention", "full_attention"],
+                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                           eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny_lm")
+    Gemma3ForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder, tok
+
+
+def test_tiny_random_model_runs_and_is_rejected(tiny_lm):
+    folder, _ = tiny_lm
+    structurer = load_llm_structurer(str(folder), max_new_tokens=12, retries=1)
+    with pytest.raises(ReportStructuringError, match="2 attempt"):
+        structurer(SECTION)
+    via_name = structurer_from_name("llm", model=str(folder), max_new_tokens=4, retries=0)
+    with pytest.raises(ReportStructuringError):
+        via_name(SECTION)
+
+
+def test_scripted_model_through_generate(tiny_lm):
+    import torch
+
+    _, tok = tiny_lm
+    reply = tok(json.dumps(ANSWER) + "<eos>", add_special_tokens=False, return_tensors="pt")["input_ids"]
+
+    class ScriptedLM:
+        """Answers every prompt with the same token ids, as ``generate`` does: prompt + reply."""
+
+        device = torch.device("cpu")
+        seen: list[str] = []
+
+        def generate(self, input_ids, attention_mask=None, max_new_tokens=0, **kwargs):
+            self.seen.append(tok.decode(input_ids[0]))
+            assert kwargs["do_sample"] is False and max_new_tokens == 256
+            return torch.cat([input_ids, reply], dim=1)
+
+    lm = ScriptedLM()
+    got = LLMStructurer.from_model(lm, tok, max_new_tokens=256)(SECTION)
+    assert got == EXPECTED
+    assert lm.seen[0].startswith("<bos><start_of_turn>user\n") and "3. Stable bibasilar atelectasis." in lm.seen[0]
+
+
+def test_never_downloads():
+    with pytest.raises(FileNotFoundError, match="allow_download"):
+        load_llm_structurer("no-such-org/no-such-model")
+    with pytest.raises(ValueError, match="rules, llm"):
+        structurer_from_name("crystal-ball")
+
+
+def test_prompt_numbers_sentences():
+    assert build_prompt(["A.", "B."]).endswith("Sentences:\n1. A.\n2. B.")
