@@ -17,7 +17,9 @@ def register(subparsers) -> None:
         "phantom",
         help="generate synthetic chest radiographs with pixel-true masks and MIMIC-ILS JSON",
         description="Write N procedural chest radiographs (PNG, optional DICOM), lesion/lung/zone "
-                    "masks and a MIMIC-ILS-format JSON under --out.",
+                    "masks, a MIMIC-ILS-format JSON and a radiology-style report per study "
+                    "(reports.csv: study_id,image_path,report; true tuples in "
+                    "ground-truth/report_findings.json) under --out.",
     )
     p.add_argument("--out", required=True, help="output folder (images at its top level)")
     p.add_argument("--count", type=int, default=12, help="number of studies (default 12)")

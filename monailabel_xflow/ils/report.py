@@ -276,7 +276,9 @@ def map_location(phrase: str) -> tuple[str, ...]:
     categories += [R.CATEGORY_WORDS[t] for t in tokens if t in R.CATEGORY_WORDS]
     lung: list[str] = []
     for i, t in enumerate(tokens):
-        if t in ("lingula", "lingular"):
+        if t in ("hilar", "perihilar", "hilum") and any(u in R.SIDE_WORDS for u in tokens):
+            lung += [f"{s} lung" for s in _sides_for(tokens, i)]
+        elif t in ("lingula", "lingular"):
             lung.append("left upper lobe")
         elif t == "retrocardiac":
             lung.append("left lung base")
@@ -429,7 +431,8 @@ class RuleStructurer:
                     prv.post += labels
                     continue
             lead = [t.lower_ for t in doc[sent.start:g0]]
-            if nxt is not None and all(w in _PREPOSITIONS or w in ("the", "a", "both") for w in lead):
+            if (nxt is not None and lead and lead[0] in _PREPOSITIONS
+                    and all(w in _PREPOSITIONS or w in ("the", "a", "both") for w in lead)):
                 nxt.pre += labels  # "At the left base, there is atelectasis."
         # coordinated findings share locations: "bibasilar atelectasis and effusions"
         for a, b in zip(mentions, mentions[1:]):
@@ -455,7 +458,10 @@ class RuleStructurer:
                 if _LINK.search(between) and ";" not in between:
                     words = set(_WORD.findall(between))
                     m.finding = nxt.finding
-                    m.tentative = m.tentative or nxt.tentative or bool(words & _HEDGES) or "cannot" in between
+                    # a hedge in the link hedges the type of a present opacity; in "no consolidation
+                    # to suggest pneumonia" it is part of a definite negative
+                    hedged = nxt.tentative or bool(words & _HEDGES) or "cannot" in between
+                    m.tentative = m.tentative or (hedged and m.present)
                     # presence is the opacity's ("no opacity to suggest pneumonia": absent)
                     if not (m.pre or m.post):
                         m.pre, m.post = list(nxt.pre), list(nxt.post)

@@ -121,6 +121,28 @@ def evaluate_phantoms(folder: Path, structurer=None) -> dict:
     return {"scores": score(pairs), "studies": len(rows), "section_correct": section_ok, "errors": errors}
 
 
+def evaluate_handwritten(path: Path, structurer=None) -> dict:
+    """Score hand-written reports: a JSON ``{"reports": [{"id", "text", "truth": [[entity,
+    sentence, present, tentative, [locations], finding], ...]}]}`` (the whole report; the
+    section is chosen as usual). Same result layout as :func:`evaluate_phantoms` (every
+    section counts as correct: the file names none)."""
+    from monailabel_xflow.ils.report import structure_report
+
+    data = json.loads(Path(path).read_text())
+    pairs, errors = [], []
+    for rep in data["reports"]:
+        pred = structure_report(rep["text"], structurer)
+        true = [ReportedFinding(e, int(s), bool(p), bool(t), tuple(loc), f) for e, s, p, t, loc, f in rep["truth"]]
+        pairs.append((pred, true))
+        for field in FIELDS:
+            p, t = facts(pred, field), facts(true, field)
+            if p != t:
+                errors.append({"study": rep["id"], "field": field, "missed": sorted(map(str, t - p)),
+                               "extra": sorted(map(str, p - t)), "section": rep["text"]})
+    n = len(data["reports"])
+    return {"scores": score(pairs), "studies": n, "section_correct": n, "errors": errors}
+
+
 def render_markdown(result: dict, title: str, how: str) -> str:
     """A small report: the per-field table and how it was made."""
     lines = [f"# {title}", "", how, "",
@@ -136,12 +158,18 @@ def render_markdown(result: dict, title: str, how: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m monailabel_xflow.ils.report_eval",
                                  description="score report structuring on a phantom set")
-    ap.add_argument("--phantoms", required=True, help="folder written by `xflow phantom`")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--phantoms", help="folder written by `xflow phantom`")
+    src.add_argument("--handwritten", help="JSON of hand-written reports with their tuples")
     ap.add_argument("--out", help="markdown report to write (a JSON with the errors goes beside it)")
     args = ap.parse_args(argv)
-    result = evaluate_phantoms(Path(args.phantoms))
-    how = f"Rule-based structurer (medspaCy) on the phantom reports of `{args.phantoms}`."
-    text = render_markdown(result, "Report structuring against phantom truth", how)
+    if args.phantoms:
+        result = evaluate_phantoms(Path(args.phantoms))
+        how = f"Rule-based structurer (medspaCy) on the phantom reports of `{args.phantoms}`."
+    else:
+        result = evaluate_handwritten(Path(args.handwritten))
+        how = f"Rule-based structurer (medspaCy) on the hand-written reports of `{args.handwritten}`."
+    text = render_markdown(result, "Report structuring against known tuples", how)
     print(text)
     if args.out:
         out = Path(args.out)

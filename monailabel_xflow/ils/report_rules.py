@@ -22,6 +22,8 @@ they can be argued with):
   "concerning/suspicious/worrisome for", "questionable", "cannot be excluded/ruled out",
   "versus", "presumed" are tentative; "consistent with", "compatible with", "in keeping with",
   "represents", "reflects", "due to" are definitive.
+* A hedge between an opacity and its predicted type makes the tuple tentative only when the
+  opacity is present ("no consolidation to suggest pneumonia" is a definite negative).
 * **Presence**: "stable", "unchanged", "no change in", "persistent", "partially resolved",
   "improving" keep a finding present; "resolved", "resolution of", "no longer seen", "has
   cleared" make it absent; "clear" / "normal" statements are not extracted at all.
@@ -85,7 +87,7 @@ CARDIOMEGALY_PATTERNS: tuple[list[dict], ...] = (
 OTHER_FINDINGS: tuple[str, ...] = (
     "pneumothorax", "pneumothoraces", "hydropneumothorax", "nodule", "nodules", "mass", "masses",
     "fracture", "fractures", "adenopathy", "lymphadenopathy", "emphysema", "fibrosis", "scarring",
-    "scar", "granuloma", "granulomas", "calcified granuloma", "calcification", "calcifications",
+    "scar", "granuloma", "granulomas", "calcification", "calcifications",
     "hernia", "thickening", "congestion", "engorgement", "tortuosity", "widening", "degenerative changes",
     "degenerative change", "scoliosis", "kyphosis", "hyperinflation", "bronchiectasis", "free air",
     "pneumomediastinum", "subcutaneous emphysema", "volume loss", "elevation", "blunting", "deformity",
@@ -123,6 +125,7 @@ CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
         "unlikely", "is gone", "have disappeared", "has disappeared",
     )],
     *[("NEGATED_EXISTENCE", "BIDIRECTIONAL", s) for s in ("resolved", "no longer", "cleared")],
+    ("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", "suspected"),
     # stable / changed: keep the finding present ("no change in the effusion" is an effusion)
     *[("PSEUDO", "PSEUDO", s) for s in (
         "no change", "no significant change", "no interval change", "no significant interval change",
@@ -139,7 +142,7 @@ CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
         "suggest", "suggests", "suggesting", "suggestive of", "suspicious for", "concerning for",
         "worrisome for", "questionable", "question of", "cannot exclude", "can not exclude",
         "cannot rule out", "differential includes", "versus", "vs", "presumed", "presumably",
-        "equivocal", "raising the possibility of", "difficult to exclude", "suspected", "suspect",
+        "equivocal", "raising the possibility of", "difficult to exclude", "suspect",
         "concern for", "borderline", "potentially", "not excluded",
     )],
     *[("POSSIBLE_EXISTENCE", "BACKWARD", s) for s in (
@@ -304,7 +307,7 @@ FINDING_MODIFIERS: tuple[str, ...] = (
     "moderately", "minimally", "slightly", "markedly", "small-to-moderate", "moderate-to-large", "-", "to",
     "sided", "probable", "possible", "likely", "early", "developing", "vague", "faint", "subtle", "dense",
     "bandlike", "band-like", "compressive", "relaxation", "some", "additional", "apparent", "slight",
-    "borderline", "upper", "lower", "mid", "middle", "lobe", "lobar", "moderate-sized", "small-sized", "large-sized",
+    "borderline", "calcified", "upper", "lower", "mid", "middle", "lobe", "lobar", "moderate-sized", "small-sized", "large-sized",
     "coarse", "prominent", "overall", "generalized", "scattered", "bulky", "airspace",
 )
 """Words that may stand between a location word and the finding it describes
