@@ -66,20 +66,10 @@ def main() -> None:
         return
     import tempfile
 
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from monailabel_xflow.ils.report_llm import load_llm_structurer, save_random_llm
 
-    from monailabel_xflow.gemma3_configs import build_tokenizer
-    from monailabel_xflow.ils.report_llm import load_llm_structurer
-
-    tok = build_tokenizer()
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=24,
-                           layer_types=["sliding_attention", "full_attention"], pad_token_id=tok.pad_token_id,
-                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     with tempfile.TemporaryDirectory() as d:
-        torch.manual_seed(0)
-        Gemma3ForCausalLM(cfg).save_pretrained(d)
-        tok.save_pretrained(d)
+        save_random_llm(d)
         llm = load_llm_structurer(d, max_new_tokens=a.max_new_tokens, retries=0)
         t0 = time.perf_counter()
         for r in reports[:a.llm_n]:

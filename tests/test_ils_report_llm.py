@@ -73,22 +73,12 @@ def test_retry_tells_the_model_what_was_wrong():
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
     """A tiny random Gemma3 text model and the project's offline tokenizer, saved in HF format."""
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from transformers import AutoTokenizer
 
-    from monailabel_xflow.gemma3_configs import build_tokenizer
+    from monailabel_xflow.ils.report_llm import save_random_llm
 
-    tok = build_tokenizer()
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=24,
-                           layer_types=["sliding_attention", "full_attention"],
-                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                           eos_token_id=tok.eos_token_id)
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny_lm")
-    Gemma3ForCausalLM(cfg).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder, tok
+    folder = save_random_llm(tmp_path_factory.mktemp("tiny_lm"))
+    return folder, AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
 def test_tiny_random_model_runs_and_is_rejected(tiny_lm):

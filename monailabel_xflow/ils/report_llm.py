@@ -196,3 +196,22 @@ def load_llm_structurer(model: str, allow_download: bool = False, device: str = 
                 "pass a local path, or allow_download=True to fetch it") from e
         raise
     return LLMStructurer.from_model(lm, tokenizer, max_new_tokens=max_new_tokens, retries=retries)
+
+
+def save_random_llm(folder, seed: int = 0):
+    """Save a tiny random Gemma3 text model (the ``tiny`` text size of
+    :mod:`~monailabel_xflow.gemma3_configs`) and the offline tokenizer to ``folder``, in Hugging
+    Face format: what tests and benchmarks load through :func:`load_llm_structurer` in place of a
+    real instruction-tuned model. Returns ``folder``."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from monailabel_xflow.gemma3_configs import SIZES, build_tokenizer
+
+    tok = build_tokenizer()
+    cfg = Gemma3TextConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                           eos_token_id=tok.eos_token_id, **SIZES["tiny"]["text"])
+    torch.manual_seed(seed)
+    Gemma3ForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
