@@ -132,10 +132,17 @@ def test_dask_local_cluster_of_two_workers_gives_byte_identical_output(built, ph
     assert tree(out) == tree(built)
 
 
-def test_default_thresholds_recall_no_more_than_halved(built, phantoms, tmp_path):
-    summary = run(truth_inputs(phantoms), PipelineConfig(tmp_path, None, phantoms))
-    halved = json.loads((built / "summary.json").read_text())
-    assert summary["recall"]["mean"]["generated"] <= halved["recall"]["mean"]["generated"]
+def test_recall_report_table8_layout_default_no_more_than_halved(phantoms, tmp_path, capsys):
+    assert main(["ils", "recall", "--images", str(phantoms), "--out", str(tmp_path)]) == 0
+    figures = json.loads((tmp_path / "recall.json").read_text())
+    default, halved = figures["default"]["recall"], figures["halved"]["recall"]
+    assert default["mean"]["reported"] == halved["mean"]["reported"] > 0
+    for f in ("atelectasis", "edema", "effusion", "mean"):
+        assert default[f]["generated"] <= halved[f]["generated"]
+    text = (tmp_path / "recall.md").read_text()
+    assert "| thresholds | pneumonia | atelectasis | opacity | consolidation | edema | effusion | mean |" in text
+    assert "| default (paper) |" in text and "28.3" in text
+    assert main(["ils", "recall", "--images", str(tmp_path), "--out", str(tmp_path)]) == 2
 
 
 def test_xflow_eval_and_build_accept_the_output(built, tmp_path, capsys):

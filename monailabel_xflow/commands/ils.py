@@ -44,6 +44,17 @@ def register(subparsers) -> None:
     b.add_argument("--shard", default="0/1", help="i/N: process every N-th study from the i-th")
     b.add_argument("--split", default="train", help="split of studies whose row names none (default train)")
     b.set_defaults(func=run_build)
+    r = sub.add_parser("recall", help="pipeline recall (Table 8 layout) and mask IoU on a phantom set",
+                       description="Run the pipeline on an `xflow phantom` set with default and halved thresholds "
+                       "and write recall per finding and mask IoU against the phantom truth "
+                       "(OUT/recall.md, OUT/recall.json).")
+    r.add_argument("--images", required=True, type=Path, metavar="DIR", help="a set written by xflow phantom")
+    r.add_argument("--reports", default="phantom-truth", metavar="CSV",
+                   help="the set's reports CSV (structured by the report side), default phantom-truth")
+    r.add_argument("--out", required=True, type=Path, metavar="DIR", help="where recall.md / recall.json go")
+    r.add_argument("--work", type=Path, metavar="DIR", help="pipeline outputs (default OUT/work)")
+    r.add_argument("--workers", type=int, default=1)
+    r.set_defaults(func=run_recall, split="train")
 
 
 def _raw():
@@ -123,4 +134,31 @@ def run_build(args) -> int:
           f"{summary['errors']} unreadable); {summary['positive_pairs']} positive and {summary['negative_pairs']} "
           f"negative pairs; masks for {rec['generated']}/{rec['reported']} reported lung findings (mean recall {recall})")
     print(f"MIMIC-ILS JSON: {args.out / 'ground-truth' / 'mimic_ils.json'}; review sheets in {args.out / 'review'}")
+    return 0
+
+
+def run_recall(args) -> int:
+    import json
+
+    from tqdm import tqdm
+
+    from monailabel_xflow.ils.phantom_truth import recall_report
+    from monailabel_xflow.ils.pipeline import PipelineError
+    from monailabel_xflow.ils.stages import PhantomSet
+
+    if not PhantomSet.is_phantom_set(args.images):
+        print(f"xflow ils recall: {args.images} is not a phantom set (no ground-truth/phantoms.json)", file=sys.stderr)
+        return 2
+    try:
+        studies, _ = _inputs(args)
+    except (PipelineError, OSError, KeyError, ValueError) as err:
+        print(f"xflow ils recall: cannot read the reports: {err}", file=sys.stderr)
+        return 2
+    source = "the phantom truth (a perfect structurer)" if args.reports == "phantom-truth" else f"`{args.reports}` structured"
+    figures, text = recall_report(args.images, args.work or args.out / "work", studies, source, args.workers,
+                                  progress=lambda it: tqdm(it, desc="studies", unit="study"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "recall.json").write_text(json.dumps(figures, indent=1))
+    (args.out / "recall.md").write_text(text)
+    print(text)
     return 0

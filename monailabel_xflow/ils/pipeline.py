@@ -153,28 +153,60 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+class _Timer:
+    """Adds the seconds spent in each named step to a dict (the benchmark's per-stage figures)."""
+
+    def __init__(self, into: dict[str, float] | None) -> None:
+        self.into = into
+
+    def __call__(self, name: str):
+        import contextlib
+        import time
+
+        @contextlib.contextmanager
+        def timed():
+            t0 = time.perf_counter()
+            yield
+            if self.into is not None:
+                self.into[name] = self.into.get(name, 0.0) + time.perf_counter() - t0
+
+        return timed()
+
+
 def analyse_study(inp: StudyInput, stages: Stages, thresholds: alg.Thresholds = alg.DEFAULT_THRESHOLDS,
-                  refine_params: alg.RefineParams = alg.RefineParams(), pixels: np.ndarray | None = None) -> dict:
+                  refine_params: alg.RefineParams = alg.RefineParams(), pixels: np.ndarray | None = None,
+                  timings: dict[str, float] | None = None) -> dict:
     """Run the stages, Algorithm 1 and the pair rules on one study, writing nothing.
+
+    Args:
+        timings: when given, seconds per step are added to it (``read``, ``anatomy``,
+            ``healthy``, ``locations``, ``detector``, ``algorithm1``, ``pairs``).
 
     Returns:
         ``{"image", "organs", "location_masks", "outcomes", "pairs", "ctr", "qc", "detections"}``.
     """
-    x = read_image(inp.image) if pixels is None else pixels
+    timed = _Timer(timings)
+    with timed("read"):
+        x = read_image(inp.image) if pixels is None else pixels
     image = StudyImage(inp.study, Path(inp.image), x)
-    organs = stages.anatomy.organs(image)
-    x_hat = np.asarray(stages.healthy.healthy(image, organs.edit_region()))
+    with timed("anatomy"):
+        organs = stages.anatomy.organs(image)
+    with timed("healthy"):
+        x_hat = np.asarray(stages.healthy.healthy(image, organs.edit_region()))
     if x_hat.shape != x.shape:
         raise StageError(f"stage 'healthy' returned {x_hat.shape} for a {x.shape} image")
     x_ano = alg.anomaly_image(x, x_hat.astype(np.uint8))
     wanted = set(rules.LUNG_LABELS) | {HEART}
     for f in inp.findings:
         wanted.update(rules.reported_labels(f))
-    loc = stages.locations.location_masks(image, x_hat, sorted(wanted))
+    with timed("locations"):
+        loc = stages.locations.location_masks(image, x_hat, sorted(wanted))
     loc = {k: np.asarray(v, bool) for k, v in loc.items()}
-    detections = [d for d in stages.detector.detect(image) if d.label.lower() not in EXCLUDED_DETECTOR_LABELS]
-    qc = rules.anatomy_disagreement({**organs.lungs(), HEART: organs.heart}, loc)
-    ratio = rules.ctr(organs.right_lung, organs.left_lung, organs.heart)
+    with timed("detector"):
+        detections = [d for d in stages.detector.detect(image) if d.label.lower() not in EXCLUDED_DETECTOR_LABELS]
+    with timed("pairs"):
+        qc = rules.anatomy_disagreement({**organs.lungs(), HEART: organs.heart}, loc)
+        ratio = rules.ctr(organs.right_lung, organs.left_lung, organs.heart)
     outcomes = []
     for f in inp.findings:
         o = rules.FindingOutcome(f, rules.reported_labels(f) if f.finding else ())
@@ -188,15 +220,17 @@ def analyse_study(inp: StudyInput, stages: Stages, thresholds: alg.Thresholds = 
         else:
             missing = [lab for lab in o.reported if lab not in loc]
             reported_masks = [loc[lab] for lab in o.reported if lab in loc]
-            o.result = alg.lesion_mask(f.finding, x, x_ano, reported_masks, detections, organs.right_lung,
-                                       organs.left_lung, thresholds, refine_params)
+            with timed("algorithm1"):
+                o.result = alg.lesion_mask(f.finding, x, x_ano, reported_masks, detections, organs.right_lung,
+                                           organs.left_lung, thresholds, refine_params)
             if o.result.generated:
                 o.mask = o.result.mask
                 o.grounded = rules.grounded_labels(o.reported, loc, o.mask)
             o.reason = o.result.why_not() + (f"; no anatomy mask for {missing}" if missing else "")
         outcomes.append(o)
-    rng = np.random.default_rng(zlib.crc32(inp.study.encode()))
-    pairs = rules.study_pairs(inp.study, outcomes, loc, organs.heart, ratio, rng)
+    with timed("pairs"):
+        rng = np.random.default_rng(zlib.crc32(inp.study.encode()))
+        pairs = rules.study_pairs(inp.study, outcomes, loc, organs.heart, ratio, rng)
     return {"image": x, "organs": organs, "location_masks": loc, "outcomes": outcomes, "pairs": pairs,
             "ctr": ratio, "qc": qc, "detections": detections}
 
