@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 STUDIES ?= sample-data
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench clean ils-report
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,14 @@ run: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# reports/ils/recall.md + recall.json: report structuring P/R per field, pipeline recall per
+# finding (Table 8 layout, default and halved thresholds) and mask IoU on a fresh phantom set.
+ILS_SET ?= build/ils-phantoms
+ils-report: setup
+	rm -rf $(ILS_SET) build/ils-work
+	$(VENV)/bin/xflow phantom --out $(ILS_SET) --count 200 --seed 1 --size 512
+	$(VENV)/bin/xflow ils recall --images $(ILS_SET) --out reports/ils --work build/ils-work
 
 clean:
 	rm -rf $(VENV)

@@ -133,16 +133,46 @@ def test_dask_local_cluster_of_two_workers_gives_byte_identical_output(built, ph
 
 
 def test_recall_report_table8_layout_default_no_more_than_halved(phantoms, tmp_path, capsys):
+    pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
     assert main(["ils", "recall", "--images", str(phantoms), "--out", str(tmp_path)]) == 0
     figures = json.loads((tmp_path / "recall.json").read_text())
-    default, halved = figures["default"]["recall"], figures["halved"]["recall"]
-    assert default["mean"]["reported"] == halved["mean"]["reported"] > 0
-    for f in ("atelectasis", "edema", "effusion", "mean"):
-        assert default[f]["generated"] <= halved[f]["generated"]
+    assert set(figures["runs"]) == {"reports", "truth"}  # the set's reports.csv, structured, and the truth
+    for src in ("reports", "truth"):
+        default, halved = figures["runs"][src]["default"]["recall"], figures["runs"][src]["halved"]["recall"]
+        assert default["mean"]["reported"] == halved["mean"]["reported"] > 0
+        for f in ("atelectasis", "edema", "effusion", "mean"):
+            assert default[f]["generated"] <= halved[f]["generated"]
+        assert all(0 <= v["mean_iou"] <= 1 for v in figures["runs"][src]["halved"]["mask_iou"].values())
+    # the structured reports state the lung findings the truth does (phantom reports are exact)
+    rep, tru = figures["runs"]["reports"]["default"]["recall"], figures["runs"]["truth"]["default"]["recall"]
+    assert {f: v["reported"] for f, v in rep.items()} == {f: v["reported"] for f, v in tru.items()}
+    scores = figures["structuring"]["scores"]
+    assert set(scores) == {"entity", "presence", "certainty", "location"} and scores["entity"]["true"] > 0
     text = (tmp_path / "recall.md").read_text()
-    assert "| thresholds | pneumonia | atelectasis | opacity | consolidation | edema | effusion | mean |" in text
-    assert "| default (paper) |" in text and "28.3" in text
+    assert "| field | precision | recall | F1 |" in text
+    assert ("| thresholds | findings from | pneumonia | atelectasis | opacity | consolidation | edema | effusion | mean |"
+            in text)
+    assert "| default | paper (MIMIC-CXR) |" in text and "28.3" in text
     assert main(["ils", "recall", "--images", str(tmp_path), "--out", str(tmp_path)]) == 2
+
+
+def test_build_structures_the_phantom_reports_csv(phantoms, tmp_path, capsys):
+    pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
+    out = tmp_path / "out"
+    assert main(["ils", "build", "--images", str(phantoms), "--reports", str(phantoms / "reports.csv"),
+                 "--out", str(out)]) == 0
+    truth = {s.study: s for s in truth_inputs(phantoms)}
+    records = {p.stem: json.loads(p.read_text()) for p in (out / "work" / "studies").glob("*.json")}
+    assert set(records) == set(truth)
+    sections = json.loads((phantoms / "ground-truth" / "report_findings.json").read_text())
+    for study, rec in records.items():
+        assert rec["entry"]["section_name"] == sections[study]["section_name"]  # the section the reader chose
+        present = {f["finding"] for f in rec["findings"] if f["present"] and f["finding"]}
+        assert present == {f.finding for f in truth[study].findings}
+    read_mimic_ils(out / "ground-truth" / "mimic_ils.json", split="train", strict=True)
+    assert main(["ils", "build", "--images", str(phantoms), "--reports", str(phantoms / "reports.csv"),
+                 "--out", str(tmp_path / "o2"), "--structurer", "llm"]) == 2
+    assert "--llm-model" in capsys.readouterr().err
 
 
 def test_xflow_eval_and_build_accept_the_output(built, tmp_path, capsys):
@@ -250,3 +280,31 @@ def test_read_reports_and_bad_input(phantoms, tmp_path):
     summary = run([broken], PipelineConfig(tmp_path / "o2", None, phantoms))
     assert summary["errors"] == 1  # an unreadable image is recorded, the run goes on
     assert isinstance(PhantomSet(phantoms).records, dict)
+
+
+def test_read_reports_skips_repeated_studies_and_unstructurable_reports(phantoms, tmp_path):
+    from types import SimpleNamespace
+
+    rec = json.loads((phantoms / "ground-truth" / "phantoms.json").read_text())
+    table = tmp_path / "reports.csv"
+    table.write_text("study_id,image_path,report\n"
+                     f"a1,{rec[0]['image']},FINDINGS: fine\n"
+                     f"a1,{rec[1]['image']},FINDINGS: fine\n"  # a second image of study a1
+                     f"a2,{rec[2]['image']},\n"
+                     f"a3,{rec[3]['image']},FINDINGS: garbled\n")
+
+    def choose(text):  # like report.choose_section: an object with name/text, ValueError when empty
+        if not text.strip():
+            raise ValueError("no findings, impression or last paragraph: the report has no text")
+        return SimpleNamespace(name="findings", text=text.split(":", 1)[1].strip())
+
+    def structure(text):
+        if text == "garbled":
+            raise ValueError("the answer holds no JSON array")
+        return []
+
+    studies, skipped = read_reports(table, phantoms, structure, choose)
+    assert [(s.study, s.section_name, s.section_content) for s in studies] == [("a1", "findings", "fine")]
+    assert studies[0].image == phantoms / rec[0]["image"]
+    assert len(skipped) == 3
+    assert "already has an image" in skipped[0] and "has no text" in skipped[1] and "no JSON array" in skipped[2]

@@ -4,12 +4,17 @@ Usage::
 
     xflow ils build --images DIR --reports CSV --out OUT [--stages YAML] [--high-recall]
                     [--workers N | --dask ADDRESS | --dask local:N] [--shard i/N] [--split SPLIT]
+                    [--structurer rules | --structurer llm --llm-model PATH]
+    xflow ils recall --images PHANTOM_SET --out DIR [--reports CSV | phantom-truth]
 
 ``--images`` is the folder the CSV's image paths are relative to; a set written by ``xflow
 phantom`` runs with the phantom stand-in stages without ``--stages``. ``--reports`` is a CSV with
-``study_id``, ``image`` and ``report`` columns (optional ``split``, ``subject_id``), structured
-by :mod:`monailabel_xflow.ils.report`; ``--reports phantom-truth`` instead takes the findings a
-perfect structurer would give from a phantom set's ground truth (measures the image side alone).
+``study_id``, ``image_path`` (or ``image``) and ``report`` columns (optional ``split``,
+``subject_id``; ``xflow phantom`` writes one as ``reports.csv``); each report's findings section
+(else impression, else last paragraph) is structured by :mod:`monailabel_xflow.ils.report`
+(medspaCy rules, or ``--structurer llm --llm-model PATH``). ``--reports phantom-truth`` instead
+takes the findings a perfect structurer would give from a phantom set's ground truth (measures
+the image side alone).
 
 Resumable (finished studies are kept in ``OUT/work/studies``; run the same command again) and
 sharded (``--shard i/N`` on N machines, then any run merges what is finished). Output layout:
@@ -35,7 +40,7 @@ def register(subparsers) -> None:
     b = sub.add_parser("build", help="run the pipeline (resumable, sharded, processes or Dask)",
                        description=__doc__.split("\n\n", 2)[2], formatter_class=_raw())
     b.add_argument("--images", required=True, type=Path, metavar="DIR", help="folder the reports' image paths are relative to")
-    b.add_argument("--reports", required=True, metavar="CSV", help="reports CSV (study_id,image,report) or 'phantom-truth'")
+    b.add_argument("--reports", required=True, metavar="CSV", help="reports CSV (study_id,image_path,report) or 'phantom-truth'")
     b.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (resumes if it holds work/)")
     b.add_argument("--stages", metavar="YAML", help="stage configuration (keys anatomy, healthy, locations, detector)")
     b.add_argument("--high-recall", action="store_true", help="halve every threshold of Algorithm 1 (the paper's variant)")
@@ -43,18 +48,29 @@ def register(subparsers) -> None:
     b.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler (tcp://host:8786), or 'local:N' for N local workers")
     b.add_argument("--shard", default="0/1", help="i/N: process every N-th study from the i-th")
     b.add_argument("--split", default="train", help="split of studies whose row names none (default train)")
+    _structurer_args(b)
     b.set_defaults(func=run_build)
     r = sub.add_parser("recall", help="pipeline recall (Table 8 layout) and mask IoU on a phantom set",
-                       description="Run the pipeline on an `xflow phantom` set with default and halved thresholds "
-                       "and write recall per finding and mask IoU against the phantom truth "
-                       "(OUT/recall.md, OUT/recall.json).")
+                       description="Run the pipeline on an `xflow phantom` set with default and halved thresholds, "
+                       "with findings from its structured reports.csv and from its truth, and write report structuring "
+                       "precision/recall per field, recall per finding (the paper's Table 8 layout) and mask IoU against "
+                       "the phantom truth (OUT/recall.md, OUT/recall.json).")
     r.add_argument("--images", required=True, type=Path, metavar="DIR", help="a set written by xflow phantom")
-    r.add_argument("--reports", default="phantom-truth", metavar="CSV",
-                   help="the set's reports CSV (structured by the report side), default phantom-truth")
+    r.add_argument("--reports", metavar="CSV",
+                   help="reports CSV to structure (default: the set's reports.csv, whose structuring is also scored "
+                   "against ground-truth/report_findings.json); 'phantom-truth': only the truth findings")
     r.add_argument("--out", required=True, type=Path, metavar="DIR", help="where recall.md / recall.json go")
     r.add_argument("--work", type=Path, metavar="DIR", help="pipeline outputs (default OUT/work)")
     r.add_argument("--workers", type=int, default=1)
+    _structurer_args(r)
     r.set_defaults(func=run_recall, split="train")
+
+
+def _structurer_args(p) -> None:
+    p.add_argument("--structurer", choices=("rules", "llm"), default="rules",
+                   help="report structurer: medspaCy rules (default) or a local instruction-tuned LLM (--llm-model)")
+    p.add_argument("--llm-model", metavar="PATH", help="with --structurer llm: a local Hugging Face model folder "
+                   "(never downloaded)")
 
 
 def _raw():
@@ -63,18 +79,28 @@ def _raw():
     return argparse.RawDescriptionHelpFormatter
 
 
-def _inputs(args):
+def _structurer(args):
+    try:
+        from monailabel_xflow.ils import report
+    except ImportError as err:
+        raise ValueError(f"the report structurer (monailabel_xflow.ils.report) is not available: {err}") from err
+    if args.structurer == "llm":
+        if not args.llm_model:
+            raise ValueError("--structurer llm needs --llm-model PATH (a local model folder)")
+        return report.structurer_from_name("llm", model=args.llm_model)
+    return report.structurer_from_name("rules")
+
+
+def _inputs(args, structure=None):
     from monailabel_xflow.ils.pipeline import read_reports
 
     if args.reports == "phantom-truth":
         from monailabel_xflow.ils.phantom_truth import truth_inputs
 
         return truth_inputs(args.images), []
-    try:
-        from monailabel_xflow.ils import report
-    except ImportError as err:
-        raise ValueError(f"the report structurer (monailabel_xflow.ils.report) is not available: {err}") from err
-    return read_reports(args.reports, args.images, report.structure_report, report.choose_section, args.split)
+    from monailabel_xflow.ils.report import choose_section
+
+    return read_reports(args.reports, args.images, structure or _structurer(args), choose_section, args.split)
 
 
 def run_build(args) -> int:
@@ -139,24 +165,42 @@ def run_build(args) -> int:
 
 def run_recall(args) -> int:
     import json
+    import shlex
 
     from tqdm import tqdm
 
-    from monailabel_xflow.ils.phantom_truth import recall_report
+    from monailabel_xflow.ils.phantom_truth import recall_report, truth_inputs
     from monailabel_xflow.ils.pipeline import PipelineError
+    from monailabel_xflow.ils.report_eval import TRUTH_NAME, evaluate_phantoms
     from monailabel_xflow.ils.stages import PhantomSet
+    from monailabel_xflow.phantom_export import GT_DIR, REPORTS_CSV
 
     if not PhantomSet.is_phantom_set(args.images):
         print(f"xflow ils recall: {args.images} is not a phantom set (no ground-truth/phantoms.json)", file=sys.stderr)
         return 2
+    own_csv = args.images / REPORTS_CSV
+    if args.reports is None:
+        args.reports = str(own_csv) if own_csv.is_file() else "phantom-truth"
+    sources, structuring = {}, None
+    progress = lambda it: tqdm(it, desc="studies", unit="study")  # noqa: E731
     try:
-        studies, _ = _inputs(args)
+        if args.reports != "phantom-truth":
+            structure = _structurer(args)
+            sources["reports"], skipped = _inputs(args, structure)
+            for line in skipped[:20]:
+                print(f"xflow ils recall: skipped: {line}", file=sys.stderr)
+            if not sources["reports"]:
+                print("xflow ils recall: no study to process", file=sys.stderr)
+                return 2
+            if Path(args.reports).resolve() == own_csv.resolve() and (args.images / GT_DIR / TRUTH_NAME).is_file():
+                structuring = evaluate_phantoms(args.images, structure)
+        sources["truth"] = truth_inputs(args.images)
     except (PipelineError, OSError, KeyError, ValueError) as err:
         print(f"xflow ils recall: cannot read the reports: {err}", file=sys.stderr)
         return 2
-    source = "the phantom truth (a perfect structurer)" if args.reports == "phantom-truth" else f"`{args.reports}` structured"
-    figures, text = recall_report(args.images, args.work or args.out / "work", studies, source, args.workers,
-                                  progress=lambda it: tqdm(it, desc="studies", unit="study"))
+    how = "xflow " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["ils"] else ""
+    figures, text = recall_report(args.images, args.work or args.out / "work", sources, args.workers,
+                                  progress=progress, structuring=structuring, how=how)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "recall.json").write_text(json.dumps(figures, indent=1))
     (args.out / "recall.md").write_text(text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -102,59 +102,97 @@ PAPER_TABLE8 = {
 not in the summaries we have."""
 
 
-def recall_report(phantom_root: str | Path, work: str | Path, inputs, source: str, workers: int = 1,
-                  progress=lambda it: it) -> tuple[dict, str]:
+SOURCES = {"reports": "structured reports", "truth": "truth findings"}
+"""Where a run's findings come from: the set's ``reports.csv`` through the structurer (the whole
+pipeline), or :func:`truth_inputs` (a perfect structurer: the image side alone)."""
+
+
+def _pct(v) -> str:
+    return "—" if v is None else f"{100 * v:.1f}"
+
+
+def recall_report(phantom_root: str | Path, work: str | Path, sources: Mapping[str, Sequence[StudyInput]],
+                  workers: int = 1, progress=lambda it: it, structuring: Mapping | None = None,
+                  how: str = "") -> tuple[dict, str]:
     """Pipeline recall per finding (Table 8 layout, default and halved thresholds) and mask IoU
-    against the phantom truth.
+    against the phantom truth, for one or more sources of findings; optionally the report
+    structuring scores per field.
 
     Args:
         phantom_root: the phantom set.
-        work: folder for the two pipeline runs (``default/``, ``halved/``; resumable).
-        inputs: the studies (:func:`truth_inputs`, or a structurer's output on the set's reports).
-        source: what ``inputs`` are, for the report's heading.
+        work: folder for the pipeline runs (``<source>/default/``, ``<source>/halved/``; resumable).
+        sources: ``{"reports": studies from the structured reports.csv, "truth": truth_inputs(...)}``
+            (either or both; keys of :data:`SOURCES`).
+        structuring: :func:`monailabel_xflow.ils.report_eval.evaluate_phantoms` of the same
+            reports, shown first.
+        how: the command that made the report, quoted in it.
 
     Returns:
-        ``(figures, markdown)``.
+        ``(figures, markdown)``; ``figures["runs"][source][thresholds]`` holds ``recall``
+        (:func:`~monailabel_xflow.ils.pipeline.recall_by_finding`), ``mask_iou``
+        (:func:`mask_iou_by_finding`), pair counts and ``qc_dropped``.
     """
     from monailabel_xflow.ils import masks as alg
     from monailabel_xflow.ils.pairs import LUNG_FINDINGS
     from monailabel_xflow.ils.pipeline import WORK_DIR, PipelineConfig, run
 
     work = Path(work)
-    figures: dict = {"phantom_set": str(phantom_root), "findings_from": source, "studies": len(inputs)}
-    for name, thr in (("default", alg.DEFAULT_THRESHOLDS), ("halved", alg.HIGH_RECALL_THRESHOLDS)):
-        out = work / name
-        summary = run(inputs, PipelineConfig(out.resolve(), None, Path(phantom_root).resolve(), thr),
-                      workers=workers, progress=progress)
-        records = [json.loads(p.read_text()) for p in sorted((out / WORK_DIR).glob("*.json"))]
-        figures[name] = {"recall": summary["recall"], "mask_iou": mask_iou_by_finding(phantom_root, out, records),
-                         "positive_pairs": summary["positive_pairs"], "negative_pairs": summary["negative_pairs"],
-                         "qc_dropped": summary["qc_dropped"]}
+    n = max(len(v) for v in sources.values())
+    figures: dict = {"phantom_set": str(phantom_root), "studies": n, "runs": {}}
+    if structuring is not None:
+        figures["structuring"] = {k: structuring[k] for k in ("scores", "studies", "section_correct")}
+    for src, inputs in sources.items():
+        for name, thr in (("default", alg.DEFAULT_THRESHOLDS), ("halved", alg.HIGH_RECALL_THRESHOLDS)):
+            out = work / src / name
+            summary = run(inputs, PipelineConfig(out.resolve(), None, Path(phantom_root).resolve(), thr),
+                          workers=workers, progress=progress)
+            records = [json.loads(p.read_text()) for p in sorted((out / WORK_DIR).glob("*.json"))]
+            figures["runs"].setdefault(src, {})[name] = {
+                "studies": summary["studies"], "recall": summary["recall"],
+                "mask_iou": mask_iou_by_finding(phantom_root, out, records),
+                "positive_pairs": summary["positive_pairs"], "negative_pairs": summary["negative_pairs"],
+                "qc_dropped": summary["qc_dropped"]}
+    runs = figures["runs"]
     cols = list(LUNG_FINDINGS) + ["mean"]
-
-    def pct(v):
-        return "—" if v is None else f"{100 * v:.1f}"
-
-    lines = [f"# MIMIC-ILS pipeline on phantoms: recall and mask IoU", "",
-             f"{len(inputs)} phantom studies (`{phantom_root}`), findings from {source}; phantom stand-in stages "
-             "(anatomy, lesion-free rendering, noisy boxes: `monailabel_xflow/ils/stages.py`).", "",
-             "## Pipeline recall (%), the layout of the paper's Table 8", "",
-             "| thresholds | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    lines = ["# MIMIC-ILS pipeline on phantoms: report structuring, recall and mask IoU", "",
+             f"{n} phantom studies (`xflow phantom`, set `{Path(phantom_root).name}`), phantom stand-in stages "
+             "(anatomy, lesion-free rendering, noisy boxes: `monailabel_xflow/ils/stages.py`). Findings come from "
+             + " and from ".join(f"**{SOURCES[s]}**" + (" (the set's `reports.csv` through the report structurer: "
+                                                          "the whole pipeline)" if s == "reports" else
+                                                          " (what a perfect structurer would give: the image side alone)")
+                                 for s in runs) + ".", ""]
+    if how:
+        lines += ["```bash", how, "```", ""]
+    if structuring is not None:
+        lines += ["## Report structuring: precision and recall per field", "",
+                  f"Section chosen as written: {structuring['section_correct']}/{structuring['studies']}. Facts as "
+                  "defined in `monailabel_xflow/ils/report_eval.py` (micro average over studies).", "",
+                  "| field | precision | recall | F1 | facts predicted | facts true |", "|---|---|---|---|---|---|"]
+        for field, sc in structuring["scores"].items():
+            lines.append(f"| {field} | {sc['precision']:.3f} | {sc['recall']:.3f} | {sc['f1']:.3f} | "
+                         f"{sc['predicted']} | {sc['true']} |")
+        lines.append("")
+    lines += ["## Pipeline recall (%), the layout of the paper's Table 8", "",
+              "Recall = reported present lung findings that got a mask / reported present lung findings.", "",
+              "| thresholds | findings from | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     for name in ("default", "halved"):
-        rec = figures[name]["recall"]
-        lines.append(f"| {name} (ours) | " + " | ".join(pct(rec[c]["recall"]) for c in cols) + " |")
-    for name in ("default", "halved"):
-        lines.append(f"| {name} (paper) | " + " | ".join(
+        for src in runs:
+            rec = runs[src][name]["recall"]
+            lines.append(f"| {name} | {SOURCES[src]} | " + " | ".join(_pct(rec[c]["recall"]) for c in cols) + " |")
+        lines.append(f"| {name} | paper (MIMIC-CXR) | " + " | ".join(
             f"{PAPER_TABLE8[name][c]:.1f}" if c in PAPER_TABLE8[name] else "" for c in cols) + " |")
-    lines += ["", "Reported present findings per type (default / halved masks made): " + ", ".join(
-        f"{c} {figures['default']['recall'][c]['reported']} ({figures['default']['recall'][c]['generated']} / "
-        f"{figures['halved']['recall'][c]['generated']})" for c in LUNG_FINDINGS), "",
-        "## Mask IoU of generated masks against the phantom's lesion masks", "",
-        "| thresholds | " + " | ".join(LUNG_FINDINGS) + " |", "|---" * (len(LUNG_FINDINGS) + 1) + "|"]
+    for src in runs:
+        d, h = runs[src]["default"]["recall"], runs[src]["halved"]["recall"]
+        lines += ["", f"Reported present findings ({SOURCES[src]}), masks made default / halved: " + ", ".join(
+            f"{c} {d[c]['reported']} ({d[c]['generated']} / {h[c]['generated']})" for c in LUNG_FINDINGS) + "."]
+    lines += ["", "## Mask IoU of generated masks against the phantom's lesion masks", "",
+              "| thresholds | findings from | " + " | ".join(LUNG_FINDINGS) + " |",
+              "|---" * (len(LUNG_FINDINGS) + 2) + "|"]
     for name in ("default", "halved"):
-        iou = figures[name]["mask_iou"]
-        lines.append(f"| {name} | " + " | ".join(
-            f"{iou[c]['mean_iou']:.2f} (n={iou[c]['n']})" if c in iou else "—" for c in LUNG_FINDINGS) + " |")
+        for src in runs:
+            iou = runs[src][name]["mask_iou"]
+            lines.append(f"| {name} | {SOURCES[src]} | " + " | ".join(
+                f"{iou[c]['mean_iou']:.2f} (n={iou[c]['n']})" if c in iou else "—" for c in LUNG_FINDINGS) + " |")
     lines += ["", "Mean IoU per generated basic-instruction mask; the phantom mask is the union of that "
               "finding's lesions.", ""]
     return figures, "\n".join(lines)

@@ -469,12 +469,16 @@ def read_reports(table: str | Path, images_root: str | Path, structure: Callable
 
     Args:
         table: CSV with a study id (``study_id``), image path (``image``, relative to
-            ``images_root``) and report text (``report``) column (aliases in :data:`REPORT_COLUMNS`);
-            optional ``split`` and ``subject_id``.
+            ``images_root``, or absolute) and report text (``report``) column (aliases in
+            :data:`REPORT_COLUMNS`); optional ``split`` and ``subject_id``. One image per study:
+            later rows of a study already read are skipped.
         images_root: folder the image paths are relative to.
-        structure: report text -> findings (the structurer).
-        choose: report text -> the section to structure, as ``(name, content)`` or ``None`` when
-            the report has none (the study is skipped); None: the whole text, named "report".
+        structure: section text -> findings (the structurer); a ``ValueError`` (e.g.
+            ``ReportStructuringError``) skips the study with that reason.
+        choose: report text -> the section to structure (:func:`monailabel_xflow.ils.report.choose_section`):
+            an object with ``name`` and ``text``, or a ``(name, text)`` pair; ``None`` or a
+            ``ValueError`` (``SectionNotFound``) when the report has none, and the study is skipped
+            with that reason. None: the whole text, named "report".
         default_split: split of rows without a ``split`` cell.
 
     Returns:
@@ -492,23 +496,39 @@ def read_reports(table: str | Path, images_root: str | Path, structure: Callable
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise PipelineError(f"cannot read {table}: {err}") from err
     study_col, image_col, report_col = (_column(fields, k, table) for k in ("study", "image", "report"))
-    studies, skipped = [], []
+    studies, skipped, seen = [], [], set()
     for line, row in enumerate(rows, start=2):
         image_rel = (row.get(image_col) or "").strip()
         study = (row.get(study_col) or "").strip() if study_col else Path(image_rel).stem
         where = f"{table.name} line {line} ({study or '?'})"
+        if study and safe_study_id(study) in seen:
+            skipped.append(f"{where}: the study already has an image (one frontal image per study; "
+                           "list the frontal one first)")
+            continue
         image = images_root / image_rel
         if not image_rel or not image.is_file():
             skipped.append(f"{where}: image {image_rel!r} not found under {images_root}")
             continue
         text = row.get(report_col) or ""
-        section = ("report", text) if choose is None else choose(text)
+        try:
+            section = ("report", text) if choose is None else choose(text)
+        except ValueError as err:
+            skipped.append(f"{where}: {err}")
+            continue
+        if section is not None and not isinstance(section, tuple):
+            section = (section.name, section.text)
         if not section or not str(section[1]).strip():
             skipped.append(f"{where}: no findings, impression or last paragraph to structure")
             continue
         name, content = section[0], section[1]
         split = (row.get("split") or "").strip() or default_split
-        studies.append(StudyInput(safe_study_id(study), image, tuple(structure(content)), split,
+        try:
+            findings = tuple(structure(content))
+        except ValueError as err:  # e.g. an LLM structurer's answer that failed validation
+            skipped.append(f"{where}: the report could not be structured: {err}")
+            continue
+        seen.add(safe_study_id(study))
+        studies.append(StudyInput(safe_study_id(study), image, findings, split,
                                   (row.get("subject_id") or "").strip(), str(name), str(content)))
     return studies, skipped
 

@@ -520,9 +520,11 @@ REPORTS_CSV_COLUMNS: tuple[str, ...] = ("study_id", "image_path", "report")
 Schema: UTF-8, comma-separated, a header row naming at least these columns (others are kept and
 ignored), one row per image:
 
-* ``study_id``: the study the image belongs to (several images of one study repeat it and its
-  report); for phantoms the MIMIC-style key of ``mimic_ils.json`` (``s5...``).
-* ``image_path``: the image (PNG / JPEG / DICOM), relative to the CSV's folder or absolute.
+* ``study_id``: the study the image belongs to; for phantoms the MIMIC-style key of
+  ``mimic_ils.json`` (``s5...``). ``xflow ils build`` takes one (frontal) image per study: the
+  first row of a study; later rows of the same study are skipped with a message.
+* ``image_path``: the image (PNG / JPEG / DICOM), relative to the folder given as ``xflow ils
+  build --images`` (for ``xflow phantom`` sets, the CSV's own folder) or absolute.
 * ``report``: the whole free-text report, line breaks kept (CSV-quoted); the section is chosen
   by :func:`choose_section`.
 """
