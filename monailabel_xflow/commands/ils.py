@@ -198,7 +198,7 @@ def run_recall(args) -> int:
     except (PipelineError, OSError, KeyError, ValueError) as err:
         print(f"xflow ils recall: cannot read the reports: {err}", file=sys.stderr)
         return 2
-    how = "xflow " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["ils"] else ""
+    how = "xflow " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["ils"] else ""
     figures, text = recall_report(args.images, args.work or args.out / "work", sources, args.workers,
                                   progress=progress, structuring=structuring, how=how)
     args.out.mkdir(parents=True, exist_ok=True)
