@@ -123,3 +123,20 @@ def test_never_downloads():
 
 def test_prompt_numbers_sentences():
     assert build_prompt(["A.", "B."]).endswith("Sentences:\n1. A.\n2. B.")
+
+
+def test_xflow_ils_build_runs_the_llm_structurer(tiny_lm, tmp_path, capsys):
+    """`--structurer llm` loads the local model and structures every report with it: the random
+    model's answers fail validation, so each study is skipped with the reason, and nothing runs."""
+    from monailabel_xflow.cli import main
+    from monailabel_xflow.phantom_export import export_set
+
+    folder, _ = tiny_lm
+    export_set(tmp_path / "ph", 2, seed=3, size=128)
+    args = ["ils", "build", "--images", str(tmp_path / "ph"), "--reports", str(tmp_path / "ph" / "reports.csv"),
+            "--out", str(tmp_path / "out"), "--structurer", "llm"]
+    assert main(args + ["--llm-model", str(tmp_path / "no-such-model")]) == 2
+    assert "cannot read the reports" in capsys.readouterr().err
+    assert main(args + ["--llm-model", str(folder), "--llm-max-new-tokens", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("the report could not be structured") == 2 and "no study to process" in err

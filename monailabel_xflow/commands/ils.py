@@ -71,6 +71,8 @@ def _structurer_args(p) -> None:
                    help="report structurer: medspaCy rules (default) or a local instruction-tuned LLM (--llm-model)")
     p.add_argument("--llm-model", metavar="PATH", help="with --structurer llm: a local Hugging Face model folder "
                    "(never downloaded)")
+    p.add_argument("--llm-max-new-tokens", type=int, default=512, metavar="N",
+                   help="with --structurer llm: longest answer per report (default 512)")
 
 
 def _raw():
@@ -87,7 +89,7 @@ def _structurer(args):
     if args.structurer == "llm":
         if not args.llm_model:
             raise ValueError("--structurer llm needs --llm-model PATH (a local model folder)")
-        return report.structurer_from_name("llm", model=args.llm_model)
+        return report.structurer_from_name("llm", model=args.llm_model, max_new_tokens=args.llm_max_new_tokens)
     return report.structurer_from_name("rules")
 
 
