@@ -1,0 +1,410 @@
+"""Training ROSALIA with the paper's recipe (DESIGN §13), on one CPU or under accelerate.
+
+Recipe (ROSALIA / LISA ``train_ds.py``; :class:`RosaliaTrainConfig` holds the numbers):
+
+* loss = 0.5 text cross-entropy + 5 mask BCE (per-pixel mean, every row) + 1 Dice (sigmoid,
+  scale 1000, eps 1e-6; rows with a non-empty mask only) (:meth:`RosaliaModel.forward`);
+* 1:1 positives and negatives: an epoch is 2 x #positives indices; index ``i < #pos`` is positive
+  ``i``, any other index a random negative (:class:`RosaliaDataset`);
+* LoRA (r 128, alpha 256, dropout 0.05) on every linear layer of the language model (peft);
+  ``embed_tokens``, ``lm_head``, SAM's mask decoder and ``text_hidden_fcs`` fully trained; CLIP, the
+  projector and SAM's image and prompt encoders frozen;
+* AdamW (0.9, 0.95), weight decay 0, gradient clipping 1.0, peak lr 3e-4, 100 warm-up steps then
+  linear decay to 0;
+* histogram equalisation with p = 0.5 (inference always equalises);
+* questions phrased the builders' ways (:func:`monailabel_xflow.training.builders.phrasings`),
+  answers in ROSALIA's templates; input built by :class:`~monailabel_xflow.rosalia.model.RosaliaEncoder`,
+  the same code the predictor uses.
+
+Data come from the datasets the XFlow builders read (``mimic-ils:JSON[:ROOT]``, e.g. a phantom set
+written by ``xflow phantom``): :func:`examples_from_spec`.
+
+At the end the LoRA weights are merged (as LISA's release script does) and the model is saved as a
+ROSALIA folder with ``rosalia_training.json`` (config, loss history, held-out metrics if asked).
+
+Run: ``xflow train rosalia --model BASE --data SPEC --out DIR`` or, on more processes,
+``accelerate launch --config_file configs/accelerate/cpu.yaml -m monailabel_xflow.rosalia.training ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.rosalia.model import IGNORE_INDEX, RosaliaEncoder, RosaliaModel
+from monailabel_xflow.rosalia.templates import read_answer
+
+logger = logging.getLogger(__name__)
+
+LOG_NAME = "rosalia_training.json"
+LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+"""Every linear layer of the language model (not CLIP's, which also has ``q_proj``...)."""
+
+
+@dataclass
+class RosaliaTrainConfig:
+    """Hyperparameters; the defaults are the paper's, except ``steps`` / ``batch`` (CPU-sized).
+
+    Attributes:
+        steps: optimiser steps (the paper: 15 epochs at batch 256).
+        batch: rows per step.
+        lr, warmup, betas, weight_decay, clip: AdamW and schedule (peak lr, linear warm-up / decay).
+        lora_r, lora_alpha, lora_dropout: the language model's LoRA.
+        equalize_p: probability of histogram equalisation per training image.
+        phrase: ask the builders' phrasings (False: canonical instructions only).
+        train_vision: also train CLIP and the projector (not in the paper; for random-init sizes).
+        train_sam_encoder: also train SAM's image encoder (not in the paper; for random-init sizes,
+            whose encoder is not a pretrained SAM).
+        seed: data order, negatives, equalisation draws, LoRA init.
+    """
+
+    steps: int = 1000
+    batch: int = 8
+    lr: float = 3e-4
+    warmup: int = 100
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    lora_r: int = 128
+    lora_alpha: int = 256
+    lora_dropout: float = 0.05
+    equalize_p: float = 0.5
+    phrase: bool = True
+    train_vision: bool = False
+    train_sam_encoder: bool = False
+    seed: int = 0
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RosaliaExample:
+    """One question: the image, the instruction, ROSALIA's answer sentence, the mask (positives)."""
+
+    image_path: Path
+    instruction: Instruction
+    answer: str
+    mask_path: Path | None = None
+
+    @property
+    def positive(self) -> bool:
+        return self.mask_path is not None
+
+
+def examples_from_cases(cases: Iterable, answers: dict[str, str] | None = None) -> list[RosaliaExample]:
+    """ROSALIA examples from :class:`~monailabel_xflow.datasets.EvalCase` questions.
+
+    Args:
+        cases: questions read by :func:`~monailabel_xflow.datasets.read_dataset` or ``read_mimic_ils``.
+        answers: ``pair_id -> answer sentence`` (MIMIC-ILS ``answer`` fields); without one, a negative
+            gets the absent sentence and a basic positive ``""``; global / lesion-inference positives
+            without an answer are skipped (their sentence names what the data must say).
+    """
+    out = []
+    answers = answers or {}
+    for case in cases:
+        instr = case.instruction
+        sentence = answers.get(str(case.meta.get("pair_id")))
+        if sentence is None:
+            if not case.positive:
+                sentence = instr.absent_answer()
+            elif instr.kind == "basic":
+                sentence = ""
+            else:
+                continue
+        read = read_answer(f"[SEG] {sentence}", instr)
+        if read.says_present is None or read.says_present != case.positive:
+            logger.warning("skipping %s: answer %r does not fit the question", case.case_id, sentence)
+            continue
+        out.append(RosaliaExample(Path(case.image_path), instr, read.sentence,
+                                  Path(case.mask_path) if case.positive else None))
+    return out
+
+
+def examples_from_spec(spec: str, splits: Sequence[str] = ("train",),
+                       kinds: Sequence[str] = ("basic", "global", "lesion_inference")) -> list[RosaliaExample]:
+    """Examples of a dataset spec (``mimic-ils:JSON[:ROOT]``, ``folder:DIR``...) over ``splits``."""
+    from monailabel_xflow.datasets import read_dataset
+
+    answers: dict[str, str] = {}
+    if spec.startswith("mimic-ils:"):
+        json_path = Path(spec.split(":")[1])
+        for split in json.loads(json_path.read_text()).values():
+            for entry in split.values():
+                for key in ("positive_pairs", "negative_pairs"):
+                    for pair in entry["instruction_answer_pairs"].get(key) or []:
+                        if "pair_id" in pair and "answer" in pair:
+                            answers[str(pair["pair_id"])] = pair["answer"]
+    out: list[RosaliaExample] = []
+    for split in splits:
+        out += examples_from_cases(read_dataset(spec, split=split, kinds=kinds).cases, answers)
+    return out
+
+
+def load_example(example: RosaliaExample) -> tuple[np.ndarray, np.ndarray]:
+    """``(image (H, W) float in [0, 1], mask (H, W) bool)`` of an example (the loaders XFlow uses)."""
+    from monailabel_xflow.datasets import read_mask_png
+    from monailabel_xflow.geometry import resize_mask
+    from monailabel_xflow.transforms import load_cxr
+
+    image, _ = load_cxr(example.image_path)
+    if example.mask_path is None:
+        return image, np.zeros(image.shape, bool)
+    mask = read_mask_png(example.mask_path)
+    return image, (mask if mask.shape == image.shape else resize_mask(mask, image.shape))
+
+
+class RosaliaDataset(torch.utils.data.Dataset):
+    """The paper's 1:1 sampling: ``len = 2 x #positives``; index < #pos -> that positive, else a
+    random negative. Items are encoded by ``encoder`` (histogram equalisation with ``equalize_p``).
+
+    Raises:
+        ValueError: no positives or no negatives.
+    """
+
+    def __init__(self, examples: Sequence[RosaliaExample], encoder: RosaliaEncoder, equalize_p: float = 0.5,
+                 phrase: bool = True, seed: int = 0) -> None:
+        self.pos = [e for e in examples if e.positive]
+        self.neg = [e for e in examples if not e.positive]
+        if not self.pos or not self.neg:
+            raise ValueError(f"ROSALIA training needs positives and negatives (got {len(self.pos)} / {len(self.neg)})")
+        self.encoder = encoder
+        self.equalize_p = float(equalize_p)
+        self.phrase = phrase
+        self.rng = np.random.default_rng(seed)
+        self._images: dict[Path, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return 2 * len(self.pos)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        from monailabel_xflow.training.builders import phrasings
+
+        ex = self.pos[index] if index < len(self.pos) else self.neg[int(self.rng.integers(len(self.neg)))]
+        image, mask = load_example(ex)
+        question = self.rng.choice(phrasings(ex.instruction)) if self.phrase else ex.instruction.text
+        img = self.encoder.image(image, equalise=bool(self.rng.random() < self.equalize_p))
+        txt = self.encoder.text(str(question), ex.answer)
+        return {"input_ids": txt.input_ids, "labels": txt.labels, "seg_position": txt.prompt_length - 1,
+                "clip_pixels": img.clip_pixels, "sam_pixels": img.sam_pixels, "resized": img.resized,
+                "mask": torch.from_numpy(mask.astype(np.float32))}
+
+
+class RosaliaCollator:
+    """Right-pads a list of :class:`RosaliaDataset` items into :meth:`RosaliaModel.forward` kwargs."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = int(pad_id)
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        n = max(len(i["input_ids"]) for i in items)
+        ids = torch.full((len(items), n), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(items), n), IGNORE_INDEX, dtype=torch.long)
+        attn = torch.zeros((len(items), n), dtype=torch.long)
+        for r, item in enumerate(items):
+            k = len(item["input_ids"])
+            ids[r, :k], labels[r, :k], attn[r, :k] = item["input_ids"], item["labels"], 1
+        return {"input_ids": ids, "attention_mask": attn, "labels": labels,
+                "clip_pixels": torch.stack([i["clip_pixels"] for i in items]),
+                "sam_pixels": torch.stack([i["sam_pixels"] for i in items]),
+                "seg_positions": torch.tensor([i["seg_position"] for i in items]),
+                "masks": [i["mask"] for i in items], "resized": [i["resized"] for i in items]}
+
+
+# --- the recipe -------------------------------------------------------------------------------
+
+
+def apply_recipe(model: RosaliaModel, cfg: RosaliaTrainConfig) -> list[torch.nn.Parameter]:
+    """Wrap the language model with LoRA and set what trains; returns the trainable parameters."""
+    from peft import LoraConfig, get_peft_model
+
+    for p in model.parameters():
+        p.requires_grad_(False)
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=LORA_TARGET_MODULES, bias="none")
+    model.llava = get_peft_model(model.llava, lora)
+    for name, p in model.llava.named_parameters():
+        if "lora_" in name or name.endswith(("embed_tokens.weight", "lm_head.weight")):
+            p.requires_grad_(True)
+        if cfg.train_vision and ("vision_tower" in name or "multi_modal_projector" in name):
+            p.requires_grad_(True)
+    for p in model.sam.mask_decoder.parameters():
+        p.requires_grad_(True)
+    for p in model.text_hidden_fcs.parameters():
+        p.requires_grad_(True)
+    if cfg.train_sam_encoder:
+        for p in model.sam.vision_encoder.parameters():
+            p.requires_grad_(True)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def merge_recipe(model: RosaliaModel) -> RosaliaModel:
+    """Fold the LoRA weights into the language model (what LISA's release script does)."""
+    from peft import PeftModel
+
+    if isinstance(model.llava, PeftModel):
+        model.llava = model.llava.merge_and_unload()
+    return model
+
+
+def evaluate(model: RosaliaModel, examples: Sequence[RosaliaExample], max_new_tokens: int = 24) -> dict[str, Any]:
+    """The papers' metrics of ``model`` on ``examples`` (:func:`monailabel_xflow.metrics.summarize`)."""
+    from monailabel_xflow.metrics import sample_stats, summarize
+    from monailabel_xflow.rosalia.predictor import RosaliaPredictor
+
+    predictor = RosaliaPredictor(model, max_new_tokens=max_new_tokens)
+    stats = []
+    was_training = model.training
+    model.eval()
+    for ex in examples:
+        image, gt = load_example(ex)
+        predictor.set_image(image)
+        mask, _, _ = predictor.predict(ex.instruction)
+        stats.append(sample_stats(mask, gt if ex.positive else None))
+    model.train(was_training)
+    return summarize(stats)
+
+
+def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out: str | Path,
+                  cfg: RosaliaTrainConfig | None = None, heldout: Sequence[RosaliaExample] = (),
+                  progress: bool = True) -> dict[str, Any]:
+    """Train a ROSALIA folder on ``examples`` and save the merged model to ``out``.
+
+    Args:
+        model_dir: the starting ROSALIA folder (random sizes, or a converted release).
+        examples: training questions (positives and negatives).
+        out: output folder (a ROSALIA folder plus :data:`LOG_NAME`).
+        cfg: hyperparameters (default :class:`RosaliaTrainConfig`).
+        heldout: questions scored before and after training (``heldout_before`` / ``heldout_after``).
+        progress: tqdm bar.
+
+    Returns:
+        The log: config, ``losses`` (per step: loss, ce, bce, dice), held-out metrics, seconds.
+    """
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+    from transformers import get_linear_schedule_with_warmup
+
+    cfg = cfg or RosaliaTrainConfig()
+    accelerator = Accelerator()
+    torch.manual_seed(cfg.seed)
+    model = RosaliaModel.from_pretrained(model_dir)
+    log: dict[str, Any] = {"config": dataclasses.asdict(cfg), "base": str(model_dir), "examples": len(examples)}
+    if heldout and accelerator.is_main_process:
+        log["heldout_before"] = evaluate(model, heldout)
+    params = apply_recipe(model, cfg)
+    log["trainable_parameters"] = sum(p.numel() for p in params)
+    dataset = RosaliaDataset(examples, model.encoder, cfg.equalize_p, cfg.phrase, cfg.seed)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch, shuffle=True,
+                                         collate_fn=RosaliaCollator(model.tokenizer.pad_token_id),
+                                         generator=torch.Generator().manual_seed(cfg.seed))
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    schedule = get_linear_schedule_with_warmup(optimizer, min(cfg.warmup, cfg.steps // 2), cfg.steps)
+    model.train()
+    model.sam.vision_encoder.train(cfg.train_sam_encoder)
+    model, optimizer, loader, schedule = accelerator.prepare(model, optimizer, loader, schedule)
+    losses: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    bar = tqdm(total=cfg.steps, desc="ROSALIA", disable=not (progress and accelerator.is_main_process))
+    step = 0
+    while step < cfg.steps:
+        for batch in loader:
+            with accelerator.accumulate(model):
+                out_ = model(**batch)
+                accelerator.backward(out_["loss"])
+                accelerator.clip_grad_norm_(params, cfg.clip)
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad()
+            row = {k: float(out_[k]) for k in ("loss", "ce", "bce", "dice")}
+            losses.append(row)
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", ce=f"{row['ce']:.3f}", dice=f"{row['dice']:.3f}")
+            if step >= cfg.steps:
+                break
+    bar.close()
+    log["losses"] = losses
+    log["seconds"] = time.perf_counter() - t0
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        model = merge_recipe(accelerator.unwrap_model(model)).eval()
+        if heldout:
+            log["heldout_after"] = evaluate(model, heldout)
+        out = Path(out)
+        model.save_pretrained(out)
+        (out / LOG_NAME).write_text(json.dumps(_clean(log), indent=1) + "\n")
+    return log
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xflow train rosalia",
+        description="Train ROSALIA (LLaVA + SAM + [SEG]) with the paper's recipe on a dataset spec.")
+    parser.add_argument("--model", required=True, help="starting ROSALIA folder (see rosalia.configs / checkpoint)")
+    parser.add_argument("--data", required=True, help="dataset spec, e.g. mimic-ils:PHANTOMS/ground-truth/mimic_ils.json")
+    parser.add_argument("--split", action="append", default=None, help="split(s) to train on (default train)")
+    parser.add_argument("--out", required=True, type=Path)
+    defaults = RosaliaTrainConfig()
+    for f in dataclasses.fields(RosaliaTrainConfig):
+        if f.name in ("betas",):
+            continue
+        value = getattr(defaults, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = RosaliaTrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaTrainConfig)
+                                if f.name != "betas"})
+    try:
+        examples = examples_from_spec(args.data, args.split or ["train"])
+        log = train_rosalia(args.model, examples, args.out, cfg, progress=not args.no_progress)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"xflow train rosalia: {err}", file=sys.stderr)
+        return 2
+    losses = log["losses"]
+    print(json.dumps({"out": str(args.out), "steps": len(losses), "first_loss": losses[0]["loss"],
+                      "last_loss": losses[-1]["loss"], "seconds": round(log["seconds"], 1)}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+
+__all__ = ["RosaliaTrainConfig", "RosaliaExample", "RosaliaDataset", "RosaliaCollator", "examples_from_cases",
+           "examples_from_spec", "load_example", "apply_recipe", "merge_recipe", "evaluate", "train_rosalia",
+           "LORA_TARGET_MODULES", "main"]
