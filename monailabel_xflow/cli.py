@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         from monailabel_xflow.training.demo import main as train_demo
 
         return int(train_demo(argv[2:]) or 0)
+    if argv[:2] in (["train", "rosalia"], ["train", "rosalia-demo"]):  # ROSALIA's trainers (rosalia/)
+        from monailabel_xflow.rosalia import demo, training
+
+        return int((training.main if argv[1] == "rosalia" else demo.main)(argv[2:]) or 0)
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

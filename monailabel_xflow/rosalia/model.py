@@ -226,15 +226,25 @@ class RosaliaModel(nn.Module):
                 sam.shared_image_embedding.positional_embedding)
         return cls(llava, sam, tokenizer, meta=meta).eval()
 
-    def save_pretrained(self, path: str | Path) -> Path:
-        """Write the folder layout of the module docstring; returns the folder."""
+    def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
+        """Write the folder layout of the module docstring; returns the folder.
+
+        Args:
+            dtype: store the weights in this dtype (e.g. ``torch.float16`` halves a committed
+                demo); :meth:`from_pretrained` loads them as float32 unless told otherwise.
+        """
+        import copy
+
         from safetensors.torch import save_file
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.llava.save_pretrained(path / "llava")
-        self.sam.save_pretrained(path / "sam")
-        save_file({k: v.detach().contiguous() for k, v in self.text_hidden_fcs.state_dict().items()}, path / FCS_NAME)
+        llava, sam, fcs = self.llava, self.sam, self.text_hidden_fcs
+        if dtype is not None:
+            llava, sam, fcs = (copy.deepcopy(m).to(dtype) for m in (llava, sam, fcs))
+        llava.save_pretrained(path / "llava")
+        sam.save_pretrained(path / "sam")
+        save_file({k: v.detach().contiguous() for k, v in fcs.state_dict().items()}, path / FCS_NAME)
         self.tokenizer.save_pretrained(path)
         self.encoder.clip.save_pretrained(path)
         (path / CONFIG_NAME).write_text(json.dumps(

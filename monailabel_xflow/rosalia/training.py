@@ -185,7 +185,10 @@ class RosaliaDataset(torch.utils.data.Dataset):
         self.equalize_p = float(equalize_p)
         self.phrase = phrase
         self.rng = np.random.default_rng(seed)
-        self._images: dict[Path, tuple[np.ndarray, np.ndarray]] = {}
+        # Encoded images per (image, equalised) and masks per file: reading, equalising and
+        # resizing cost more than a small model's step (~1 MB an image at the demo size).
+        self._images: dict[tuple[Path, bool], Any] = {}
+        self._masks: dict[Path | None, np.ndarray] = {}
 
     def __len__(self) -> int:
         return 2 * len(self.pos)
@@ -194,9 +197,17 @@ class RosaliaDataset(torch.utils.data.Dataset):
         from monailabel_xflow.training.builders import phrasings
 
         ex = self.pos[index] if index < len(self.pos) else self.neg[int(self.rng.integers(len(self.neg)))]
-        image, mask = load_example(ex)
+        equalise = bool(self.rng.random() < self.equalize_p)
+        key = (ex.image_path, equalise)
+        if key not in self._images or ex.mask_path not in self._masks:
+            image, mask = load_example(ex)
+            self._images.setdefault(key, self.encoder.image(image, equalise=equalise))
+            if ex.mask_path is not None:
+                self._masks[ex.mask_path] = mask
+        img = self._images[key]
+        h, w = img.original
+        mask = self._masks[ex.mask_path] if ex.mask_path is not None else np.zeros((h, w), bool)
         question = self.rng.choice(phrasings(ex.instruction)) if self.phrase else ex.instruction.text
-        img = self.encoder.image(image, equalise=bool(self.rng.random() < self.equalize_p))
         txt = self.encoder.text(str(question), ex.answer)
         return {"input_ids": txt.input_ids, "labels": txt.labels, "seg_position": txt.prompt_length - 1,
                 "clip_pixels": img.clip_pixels, "sam_pixels": img.sam_pixels, "resized": img.resized,
@@ -278,9 +289,33 @@ def evaluate(model: RosaliaModel, examples: Sequence[RosaliaExample], max_new_to
     return summarize(stats)
 
 
+def heldout_loss(model: RosaliaModel, examples: Sequence[RosaliaExample], batch: int = 8) -> dict[str, float]:
+    """The training loss and its terms on ``examples``, as inference sees them (equalised,
+    canonical instructions, no dropout); means over the examples."""
+    collate = RosaliaCollator(model.tokenizer.pad_token_id)
+    was_training = model.training
+    model.eval()
+    sums: dict[str, float] = {"loss": 0.0, "ce": 0.0, "bce": 0.0, "dice": 0.0}
+    with torch.no_grad():
+        for start in range(0, len(examples), batch):
+            items = []
+            for ex in examples[start:start + batch]:
+                image, mask = load_example(ex)
+                img = model.encoder.image(image, equalise=True)
+                txt = model.encoder.text(ex.instruction.text, ex.answer)
+                items.append({"input_ids": txt.input_ids, "labels": txt.labels, "seg_position": txt.prompt_length - 1,
+                              "clip_pixels": img.clip_pixels, "sam_pixels": img.sam_pixels, "resized": img.resized,
+                              "mask": torch.from_numpy(mask.astype(np.float32))})
+            out = model(**collate(items))
+            for k in sums:
+                sums[k] += float(out[k]) * len(items)
+    model.train(was_training)
+    return {k: v / max(1, len(examples)) for k, v in sums.items()}
+
+
 def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out: str | Path,
                   cfg: RosaliaTrainConfig | None = None, heldout: Sequence[RosaliaExample] = (),
-                  progress: bool = True) -> dict[str, Any]:
+                  progress: bool = True, max_seconds: float | None = None) -> dict[str, Any]:
     """Train a ROSALIA folder on ``examples`` and save the merged model to ``out``.
 
     Args:
@@ -288,8 +323,10 @@ def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out
         examples: training questions (positives and negatives).
         out: output folder (a ROSALIA folder plus :data:`LOG_NAME`).
         cfg: hyperparameters (default :class:`RosaliaTrainConfig`).
-        heldout: questions scored before and after training (``heldout_before`` / ``heldout_after``).
+        heldout: questions scored before and after training: the papers' metrics
+            (``heldout_before`` / ``heldout_after``) and the loss (``heldout_loss_before`` / ``_after``).
         progress: tqdm bar.
+        max_seconds: stop early after this much training time (the schedule keeps ``cfg.steps``).
 
     Returns:
         The log: config, ``losses`` (per step: loss, ce, bce, dice), held-out metrics, seconds.
@@ -305,6 +342,7 @@ def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out
     log: dict[str, Any] = {"config": dataclasses.asdict(cfg), "base": str(model_dir), "examples": len(examples)}
     if heldout and accelerator.is_main_process:
         log["heldout_before"] = evaluate(model, heldout)
+        log["heldout_loss_before"] = heldout_loss(model, heldout)
     params = apply_recipe(model, cfg)
     log["trainable_parameters"] = sum(p.numel() for p in params)
     dataset = RosaliaDataset(examples, model.encoder, cfg.equalize_p, cfg.phrase, cfg.seed)
@@ -334,7 +372,8 @@ def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out
             step += 1
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", ce=f"{row['ce']:.3f}", dice=f"{row['dice']:.3f}")
-            if step >= cfg.steps:
+            if step >= cfg.steps or (max_seconds and time.perf_counter() - t0 > max_seconds):
+                step = cfg.steps
                 break
     bar.close()
     log["losses"] = losses
@@ -344,6 +383,7 @@ def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out
         model = merge_recipe(accelerator.unwrap_model(model)).eval()
         if heldout:
             log["heldout_after"] = evaluate(model, heldout)
+            log["heldout_loss_after"] = heldout_loss(model, heldout)
         out = Path(out)
         model.save_pretrained(out)
         (out / LOG_NAME).write_text(json.dumps(_clean(log), indent=1) + "\n")
@@ -406,5 +446,5 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 __all__ = ["RosaliaTrainConfig", "RosaliaExample", "RosaliaDataset", "RosaliaCollator", "examples_from_cases",
-           "examples_from_spec", "load_example", "apply_recipe", "merge_recipe", "evaluate", "train_rosalia",
+           "examples_from_spec", "load_example", "apply_recipe", "merge_recipe", "evaluate", "heldout_loss", "train_rosalia",
            "LORA_TARGET_MODULES", "main"]
