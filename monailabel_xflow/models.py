@@ -18,7 +18,7 @@ Sources of a configuration (see :meth:`ModelConfig.load`):
 * environment variables: ``XFLOW_MODELS`` (path of such a file) and, overriding it field by
   field, ``XFLOW_VLM_BASE``, ``XFLOW_INIT_ADAPTER``, ``XFLOW_REV_ADAPTER``, ``XFLOW_INIT_MODEL``,
   ``XFLOW_REV_MODEL``, ``XFLOW_SEGMENTER``, ``XFLOW_SEGMENTER_BACKEND``, ``XFLOW_DEVICE``,
-  ``XFLOW_DTYPE``, ``XFLOW_MAX_CLICKS``, ``XFLOW_MAX_NEW_TOKENS``.
+  ``XFLOW_DTYPE``, ``XFLOW_MAX_CLICKS``, ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
 
 Example ``models.yaml``::
 
@@ -28,6 +28,7 @@ Example ``models.yaml``::
     segmenter: ./sam3-cxr                   # Sam3TrackerModel folder, or an official sam3.pt
     device: cpu                             # "cuda", "cuda:1", "cpu"; default: cuda if available
     dtype: bfloat16                         # policy dtype: float32, bfloat16, float16; default per device
+    rosalia: ./rosalia                      # optional: the ROSALIA baseline (the app's `rosalia` task)
 
 A value that names an existing path (absolute, relative to the config file, or relative to the
 working folder) is local; any other value of the form ``org/name`` is a hub id. Start a value
@@ -41,6 +42,16 @@ trained on synthetic phantoms by ``xflow train demo``, so the app and ``xflow se
 the box. It is for trying the software only: every place that uses it says so with
 :data:`DEMO_NOTICE` (the log, traces via :meth:`ModelConfig.identities`, the app's ``/info``).
 Set ``XFLOW_NO_DEMO=1`` to turn the fallback off (nothing configured is then an error).
+
+ROSALIA beside XFlow
+--------------------
+``rosalia`` names the weights of the paper's baseline (a ROSALIA folder,
+:mod:`monailabel_xflow.rosalia`; a released LISA/ROSALIA checkpoint is converted to one by
+``python -m monailabel_xflow.rosalia.checkpoint``), served by the app's ``rosalia`` task. It is not
+one of XFlow's weights: a configuration naming only ``rosalia`` does not configure XFlow. Without
+it, :func:`rosalia_source` falls back to the **ROSALIA demo** committed in
+``monailabel_xflow/rosalia/demo/`` (:data:`ROSALIA_DEMO_NOTICE`; ``XFLOW_NO_DEMO=1`` turns that off
+too).
 """
 
 from __future__ import annotations
@@ -71,6 +82,12 @@ DEMO_NOTICE = (f"Using the XFlow demo model ({DEMO_NAME}): demo model trained on
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 """Folder of the committed demo weights (``models.yaml``, ``base/``, ``init/``, ``rev/``, ``segmenter/``)."""
 DEMO_MODELS_FILE = DEMO_DIR / "models.yaml"
+ROSALIA_DEMO_NAME = "rosalia-demo-phantoms"
+"""Name of the ROSALIA demo (``monailabel_xflow/rosalia/demo/``) in logs, traces and ``/info``."""
+ROSALIA_DEMO_NOTICE = (f"Using the ROSALIA demo model ({ROSALIA_DEMO_NAME}): demo model trained on synthetic "
+                       "phantoms; not for clinical images.")
+ROSALIA_DEMO_DIR = Path(__file__).resolve().parent / "rosalia" / "demo"
+"""Folder of the committed ROSALIA demo (a ROSALIA folder, ``xflow train rosalia-demo``)."""
 ENV_NO_DEMO = "XFLOW_NO_DEMO"
 """Environment variable that, set to a non-empty value other than ``0``, disables the demo fallback."""
 
@@ -108,6 +125,8 @@ class ModelConfig:
         max_clicks: Stage 2 budget T (default 4, as in the paper).
         max_new_tokens: cap on the tokens a policy generates per call (per Stage 2 turn);
             None keeps the policy's default.
+        rosalia: the ROSALIA baseline's folder or hub id (the app's ``rosalia`` task); not one
+            of XFlow's weights.
         base_dir: folder relative paths are resolved against (the config file's folder).
     """
 
@@ -122,6 +141,7 @@ class ModelConfig:
     dtype: str | None = None
     max_clicks: int = 4
     max_new_tokens: int | None = None
+    rosalia: str | None = None
     base_dir: str | None = None
 
     def __post_init__(self) -> None:
@@ -161,7 +181,7 @@ class ModelConfig:
         if unknown:
             raise ModelConfigError(f"unknown model configuration key(s) {unknown}; known: {', '.join(sorted(known))}")
         values = {k: v for k, v in data.items() if v is not None}
-        for key in _WEIGHT_FIELDS + ("device", "dtype", "segmenter_backend"):
+        for key in _WEIGHT_FIELDS + ("rosalia", "device", "dtype", "segmenter_backend"):
             if key in values:
                 values[key] = str(values[key])
         if base_dir is not None and "base_dir" not in values:
@@ -452,6 +472,24 @@ def load_models(config: ModelConfig) -> LoadedModels:
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 
 
+def rosalia_source(config: ModelConfig, environ: Mapping[str, str] | None = None) -> tuple[Path | None, str]:
+    """Where the ``rosalia`` task's weights come from.
+
+    Returns:
+        ``(path, source)``: the configured ``rosalia`` (resolved locally, ``source`` "config"), else
+        the committed ROSALIA demo (``"demo"``), else ``(None, "none")`` when the demo is disabled
+        (``XFLOW_NO_DEMO``) or not installed.
+
+    Raises:
+        ModelConfigError: a configured ``rosalia`` that is not available locally.
+    """
+    if config.rosalia:
+        return config.resolve("rosalia"), "config"
+    if demo_disabled(environ) or not (ROSALIA_DEMO_DIR / "rosalia.json").is_file():
+        return None, "none"
+    return ROSALIA_DEMO_DIR, "demo"
+
+
 __all__ = ["ModelConfig", "ModelConfigError", "LoadedModels", "load_models", "hub_ids", "is_hub_id", "split_hub_id",
            "DEMO_NAME", "DEMO_NOTICE", "DEMO_DIR", "DEMO_MODELS_FILE", "ENV_NO_DEMO", "demo_config", "demo_disabled",
-           "default_config"]
+           "default_config", "rosalia_source", "ROSALIA_DEMO_NAME", "ROSALIA_DEMO_NOTICE", "ROSALIA_DEMO_DIR"]

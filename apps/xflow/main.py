@@ -10,6 +10,7 @@ Start it with ``xflow serve --app apps/xflow --studies DIR_OR_DICOMWEB_URL [--co
 import logging
 import os
 
+from lib.configs.rosalia import RosaliaConfig
 from lib.configs.xflow import XFlowConfig
 from monailabel.interfaces.app import MONAILabelApp
 
@@ -25,6 +26,9 @@ class XFlowApp(MONAILabelApp):
         self.xflow = XFlowConfig()
         self.xflow.init("xflow", model_dir, conf, None)
         logger.info("XFlow models: %s", self.xflow.runtime.describe())
+        self.rosalia = RosaliaConfig()  # the papers' baseline, beside XFlow
+        self.rosalia.init("rosalia", model_dir, conf, None)
+        logger.info("ROSALIA: %s", self.rosalia.runtime.describe())
         super().__init__(app_dir=app_dir, studies=studies, conf=conf, name="XFlow",
                          description=app_description(self.xflow.runtime), version="0.1.0")
         install_guard()  # body limit, id checks, infer params confined (DESIGN §16)
@@ -38,7 +42,7 @@ class XFlowApp(MONAILabelApp):
         return make_dicomweb_datastore(self.studies, self.conf)  # no dcmqi download (DESIGN §10b)
 
     def init_infers(self):
-        return self.xflow.infer()
+        return {**self.xflow.infer(), **self.rosalia.infer()}
 
     def init_trainers(self):
         return {self.xflow.name: self.xflow.trainer()}
@@ -50,7 +54,8 @@ class XFlowApp(MONAILabelApp):
         return self.xflow.scoring_method()
 
     def info(self):
-        return {**super().info(), "xflow_models": self.xflow.runtime.status()}
+        return {**super().info(), "xflow_models": self.xflow.runtime.status(),
+                "rosalia_models": self.rosalia.runtime.status()}
 
     def infer(self, request, datastore=None):
         return checked_infer(self, super().infer, request, datastore)

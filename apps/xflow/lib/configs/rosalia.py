@@ -1,0 +1,27 @@
+"""Task configuration of ROSALIA, the papers' baseline, served beside XFlow as ``rosalia``.
+
+The task lives in the package (:mod:`monailabel_xflow.label.rosalia`); its weights are the models
+file's ``rosalia`` key, else the committed ROSALIA demo.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from monailabel.interfaces.config import TaskConfig
+
+from monailabel_xflow.label.rosalia import RosaliaInferTask, RosaliaRuntime
+
+
+class RosaliaConfig(TaskConfig):
+    """``rosalia`` (infer only: ROSALIA has no clicks and no train task in the app)."""
+
+    def init(self, name: str, model_dir: str, conf: Dict[str, str], planner: Any, **kwargs):
+        super().init(name, model_dir, conf, planner, **kwargs)
+        self.runtime = RosaliaRuntime(conf)
+
+    def infer(self) -> Dict[str, Any]:
+        return {self.name: RosaliaInferTask(self.runtime)}
+
+    def trainer(self):
+        return None
