@@ -209,6 +209,28 @@ def test_linear_projector_is_llava_v1s_single_linear(release, loaded):
     assert torch.allclose(got, want, atol=1e-5)
 
 
+def test_llava_15_mlp_projector_is_linear_gelu_linear(release, tmp_path):
+    """LLaVA-1.5 bases (llava_arch.py: ``nn.Sequential(Linear, GELU, Linear)``) save ``mm_projector.{0,2}``."""
+    lisa, _, state, _ = release
+    g = torch.Generator().manual_seed(5)
+    mlp = {k: v for k, v in state.items() if not k.startswith("model.mm_projector.")}
+    mlp["model.mm_projector.0.weight"], mlp["model.mm_projector.0.bias"] = torch.randn(H, CLIP_H, generator=g), torch.randn(H, generator=g)
+    mlp["model.mm_projector.2.weight"], mlp["model.mm_projector.2.bias"] = torch.randn(H, H, generator=g), torch.randn(H, generator=g)
+    folder = tmp_path / "lisa-15"
+    folder.mkdir()
+    for f in lisa.iterdir():
+        if f.name != "pytorch_model.bin":
+            (folder / f.name).write_bytes(f.read_bytes())
+    torch.save(mlp, folder / "pytorch_model.bin")
+    model = load_lisa_checkpoint(folder)
+    x = torch.randn(3, CLIP_H)
+    with torch.no_grad():
+        got = model.llava.model.multi_modal_projector(x)
+    hidden = torch.nn.functional.gelu(x @ mlp["model.mm_projector.0.weight"].T + mlp["model.mm_projector.0.bias"])
+    want = hidden @ mlp["model.mm_projector.2.weight"].T + mlp["model.mm_projector.2.bias"]
+    assert torch.allclose(got, want, atol=1e-4)
+
+
 def test_converted_release_answers_through_the_predictor(loaded, tmp_path):
     folder = loaded.save_pretrained(tmp_path / "converted")
     predictor = RosaliaPredictor.from_pretrained(folder, device="cpu")

@@ -21,8 +21,9 @@ LISA / ROSALIA release                                                 RosaliaMo
 ``model.layers.N.<...>``                                               ``llava.model.language_model.layers.N.<...>``
 ``model.norm.weight``                                                  ``llava.model.language_model.norm.weight``
 ``lm_head.weight``                                                     ``llava.lm_head.weight``
-``model.mm_projector.{weight,bias}``                                   ``llava.model.multi_modal_projector.linear_1.*``
+``model.mm_projector.{weight,bias}`` (LLaVA-v1: one ``nn.Linear``)     ``llava.model.multi_modal_projector.linear_1.*``
                                                                        (``linear_2`` set to the identity, activation ``linear``)
+``model.mm_projector.{0,2}.*`` (LLaVA-1.5 bases: Linear, GELU, Linear)  ``...multi_modal_projector.linear_{1,2}.*`` (activation ``gelu``)
 ``model.vision_tower.vision_tower.vision_model.<...>`` or the CLIP      ``llava.model.vision_tower.<...>``
 model's ``vision_model.<...>``
 ``model.visual_model.image_encoder.patch_embed.proj.*``                ``sam.vision_encoder.patch_embed.projection.*``
@@ -83,6 +84,8 @@ KEY_MAP: tuple[tuple[str, str], ...] = (
     (r"^lm_head\.(.*)$", r"llava.lm_head.\1"),
     # LLaVA
     (r"^model\.mm_projector\.(weight|bias)$", r"llava.model.multi_modal_projector.linear_1.\1"),
+    (r"^model\.mm_projector\.0\.(weight|bias)$", r"llava.model.multi_modal_projector.linear_1.\1"),
+    (r"^model\.mm_projector\.2\.(weight|bias)$", r"llava.model.multi_modal_projector.linear_2.\1"),
     (r"^model\.vision_tower\.vision_tower\.vision_model\.(.*)$", r"llava.model.vision_tower.\1"),
     # SAM image encoder
     (r"^model\.visual_model\.image_encoder\.patch_embed\.proj\.(.*)$", r"sam.vision_encoder.patch_embed.projection.\1"),
@@ -262,10 +265,11 @@ def load_lisa_checkpoint(lisa_dir: str | Path, clip: str | Path | None = None, *
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False)
     grid = vision_cfg["image_size"] // vision_cfg["patch_size"]
+    two_layer = "model.mm_projector.0.weight" in official  # LLaVA-1.5's MLP projector (llava_arch.py)
     llava_config = LlavaConfig(
         text_config=text_config.to_dict(), vision_config=vision_cfg,
         image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN), image_seq_length=grid * grid,
-        projector_hidden_act="linear", vision_feature_layer=cfg.get("mm_vision_select_layer", -2),
+        projector_hidden_act="gelu" if two_layer else "linear", vision_feature_layer=cfg.get("mm_vision_select_layer", -2),
         vision_feature_select_strategy="default", tie_word_embeddings=False)
     try:
         sam_config = _sam_geometry(official, sam_decoder_heads)
@@ -294,10 +298,12 @@ def load_lisa_checkpoint(lisa_dir: str | Path, clip: str | Path | None = None, *
             if name in ours and name not in filled:
                 ours[name].copy_(value)
                 filled.add(name)
-        lin2 = model.llava.model.multi_modal_projector.linear_2
-        lin2.weight.copy_(torch.eye(lin2.weight.shape[0]))
-        lin2.bias.zero_()
-        filled |= {"llava.model.multi_modal_projector.linear_2.weight", "llava.model.multi_modal_projector.linear_2.bias"}
+        if not two_layer:  # LLaVA-v1's single linear: linear_2 is the identity
+            lin2 = model.llava.model.multi_modal_projector.linear_2
+            lin2.weight.copy_(torch.eye(lin2.weight.shape[0]))
+            lin2.bias.zero_()
+            filled |= {"llava.model.multi_modal_projector.linear_2.weight",
+                       "llava.model.multi_modal_projector.linear_2.bias"}
     missing = sorted(set(ours) - filled)
     if missing:
         raise RosaliaError(f"the checkpoint leaves {len(missing)} tensor(s) unset, e.g. {missing[:5]}")
