@@ -8,7 +8,10 @@ Recipe (ROSALIA / LISA ``train_ds.py``; :class:`RosaliaTrainConfig` holds the nu
   ``i``, any other index a random negative (:class:`RosaliaDataset`);
 * LoRA (r 128, alpha 256, dropout 0.05) on every linear layer of the language model (peft);
   ``embed_tokens``, ``lm_head``, SAM's mask decoder and ``text_hidden_fcs`` fully trained; CLIP, the
-  projector and SAM's image and prompt encoders frozen;
+  projector and SAM's image and prompt encoders frozen
+  (the paper's text, §5-6.1; the public ``train.sh`` also passes ``--lora_sam_encoder``, LoRA on SAM's
+  image encoder merged into the release, which :mod:`~monailabel_xflow.rosalia.checkpoint` reads
+  the same way; not used here);
 * AdamW (0.9, 0.95), weight decay 0, gradient clipping 1.0, peak lr 3e-4, 100 warm-up steps then
   linear decay to 0;
 * histogram equalisation with p = 0.5 (inference always equalises);
