@@ -122,12 +122,19 @@ def model_card(info: dict[str, Any]) -> str:
     """The demo's README: what it is, how it was made, what it reaches on held-out phantoms."""
     r = info["recipe"]
     after = (info.get("heldout") or {}).get("heldout_after")
+    defaults = dataclasses.asdict(RosaliaDemoRecipe())
+    flags = "".join(f" --{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f" --{k.replace('_', '-')} {v}"
+                    for k, v in r.items() if k in defaults and defaults[k] != v)
+    empty = ("\n\n**At this budget its masks stayed empty**: it found no lesion in the held-out phantoms "
+             "(every question read as absent), so it exercises the `rosalia` task end to end but is no "
+             "baseline to compare accuracy with; train longer for that (the default 900 steps; not verified)."
+             if after and after.get("n_positive") and not after.get("tp") else "")
     return (
         "# ROSALIA demo model (rosalia-demo-phantoms)\n\n"
         "A demo-size ROSALIA (LLaVA + SAM joined by the [SEG] token, `monailabel_xflow.rosalia`) trained on "
         "synthetic phantom radiographs only. **Not for clinical images.** It lets the app's `rosalia` task run "
         "out of the box beside the XFlow demo.\n\n"
-        f"Rebuild: `nice -n 10 xflow train rosalia-demo --out DIR --install` (seed {r['seed']}, "
+        f"Rebuild: `nice -n 10 xflow train rosalia-demo --out DIR --install{flags}` (seed {r['seed']}, "
         f"{r['train_studies']} phantoms of {r['phantom_size']} px: the XFlow demo's; size `{r['size']}`, "
         f"{info['steps_done']} steps of batch {r['batch']}, lr {r['lr']}, LoRA r {r['lora_r']}; "
         f"{info['train_seconds']} s of training). Recipe: the paper's (loss 0.5 CE + 5 BCE + 1 Dice on positives, "
@@ -135,7 +142,7 @@ def model_card(info: dict[str, Any]) -> str:
         "projector and SAM's image encoder also trained (nothing here is pretrained).\n\n"
         f"Held-out phantom questions (n = {after['n'] if after else 0}): "
         f"gIoU {_metric(after, 'giou')}, cIoU {_metric(after, 'ciou')}, N-Acc {_metric(after, 'n_acc')}, "
-        f"F1 {_metric(after, 'f1')}.\n\nWeights are stored in float16 (loaded as float32). Details: `recipe.json`.\n"
+        f"F1 {_metric(after, 'f1')}.{empty}\n\nWeights are stored in float16 (loaded as float32). Details: `recipe.json`.\n"
     )
 
 
