@@ -1,0 +1,118 @@
+"""The ``rosalia`` task beside ``xflow`` in a real MONAI Label server, driven by Slicer's client.
+
+One server (``python -m monailabel.main start_server --app apps/xflow``) with tiny random XFlow
+models and no ``rosalia`` key: the task serves the committed ROSALIA demo, which ``/info`` names.
+Its labels are compared with the same demo run in this process. The ``rosalia`` key of a models
+file is checked on the runtime directly.
+"""
+
+from __future__ import annotations
+
+import shutil
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import requests
+from PIL import Image
+
+from monailabel_xflow.label.errors import ModelsNotConfiguredError
+from monailabel_xflow.label.rosalia import RosaliaRuntime
+from monailabel_xflow.models import ROSALIA_DEMO_DIR, ROSALIA_DEMO_NAME
+from servers import build_tiny_models, monailabel_server
+
+pytestmark = pytest.mark.timeout(900)
+
+WIDE = "wide_00000129"  # 1024 wide, 800 high
+IMAGE = "00001933_000"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, cxr_samples):
+    tmp = tmp_path_factory.mktemp("rosalia_app")
+    models = build_tiny_models(tmp / "models")
+    studies = tmp / "studies"
+    studies.mkdir()
+    shutil.copy(cxr_samples / "nih" / "images" / f"{IMAGE}.png", studies)
+    Image.open(cxr_samples / "nih" / "images" / "00000129_000.png").crop((0, 0, 1024, 800)).save(studies / f"{WIDE}.png")
+    with monailabel_server(studies, tmp / "server", conf={"models": str(models)}) as server:
+        yield SimpleNamespace(server=server, url=server.url, studies=studies, tmp=tmp, client=server.client(tmp))
+
+
+def in_process(app, image_id: str, instruction: str):
+    from monailabel_xflow.rosalia.predictor import RosaliaPredictor
+    from monailabel_xflow.transforms.loading import load_cxr
+
+    if not hasattr(app, "predictor"):
+        app.predictor = RosaliaPredictor.from_pretrained(ROSALIA_DEMO_DIR, device="cpu")
+    image, _ = load_cxr(app.studies / f"{image_id}.png")
+    app.predictor.set_image(image)
+    return app.predictor.predict(instruction)
+
+
+def test_info_lists_rosalia_beside_xflow_and_names_the_demo(app):
+    info = app.client.info()
+    task = info["models"]["rosalia"]
+    assert task["type"] == "segmentation" and task["dimension"] == 2 and task["labels"]["effusion"] == 7
+    assert {"instruction", "finding", "location", "overlay", "trace"} == set(task["config"])
+    assert "xflow" in info["models"] and "xflow_revise" in info["models"]
+    status = info["rosalia_models"]
+    assert status["source"] == "demo" and status["model_name"] == ROSALIA_DEMO_NAME and status["loaded"]
+    assert "not for clinical images" in status["demo"]
+    assert ROSALIA_DEMO_NAME in task["description"]
+
+
+def test_infer_matches_the_demo_in_this_process(app):
+    for image_id, shape in ((WIDE, (800, 1024)), (IMAGE, (1024, 1024))):
+        label, params = app.client.infer("rosalia", image_id, {"instruction": "Segment the effusion in the left lung."})
+        mask, answer, trace = in_process(app, image_id, "Segment the effusion in the left lung.")
+        with Image.open(label) as img:
+            got = np.asarray(img)
+        assert got.shape == shape and set(np.unique(got).tolist()) <= {0, 7}
+        np.testing.assert_array_equal(got == 7, mask)
+        record = params["findings"][0]
+        assert record["answer"] == answer and record["present"] == bool(mask.any())
+        assert "[SEG]" not in params["answer"]
+        assert params["traces"][0]["raw_text"] == trace["raw_text"] and params["traces"][0]["model"] == "rosalia"
+
+
+def test_pickers_and_several_findings_paint_one_label(app):
+    label, params = app.client.infer("rosalia", IMAGE, {"finding": "all findings", "location": "right lung",
+                                                        "trace": False, "overlay": True})
+    assert [r["finding"] for r in params["findings"]] == ["pneumonia", "atelectasis", "opacity", "consolidation",
+                                                            "edema", "effusion"]
+    assert "traces" not in params and params["overlay_png_base64"]
+    with Image.open(label) as img:
+        values = set(np.unique(np.asarray(img)).tolist())
+    assert values <= {0} | {r["label_value"] for r in params["findings"] if r["present"]}
+
+
+def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(app):
+    bad = requests.post(f"{app.url}/infer/rosalia", params={"image": IMAGE},
+                        data={"params": '{"instruction": "Segment the pneumothorax."}'}, timeout=120)
+    assert bad.status_code == 422 and "pneumothorax" in bad.json()["detail"]
+    missing = requests.post(f"{app.url}/infer/rosalia", params={"image": "no_such_image"},
+                            data={"params": '{"instruction": "Segment the edema."}'}, timeout=120)
+    assert missing.status_code == 404
+    wrong = requests.post(f"{app.url}/infer/rosalia", params={"image": IMAGE},
+                          data={"params": '{"instruction": "Segment the edema.", "trace": "maybe"}'}, timeout=120)
+    assert wrong.status_code == 422
+    _, params = app.client.infer("rosalia", IMAGE, {"instruction": "Segment the edema."})
+    assert params["findings"][0]["finding"] == "edema"
+
+
+def test_models_file_key_and_demo_switch(tmp_path):
+    from monailabel_xflow.rosalia.configs import build_random_rosalia
+
+    build_random_rosalia(tmp_path / "tiny", "tiny")
+    models = tmp_path / "models.yaml"
+    models.write_text("vlm_base: ./vlm\ninit_adapter: ./init\nsegmenter: ./sam3\nrosalia: ./tiny\ndevice: cpu\n")
+    runtime = RosaliaRuntime({"models": str(models)}, environ={}, preload=False)
+    assert runtime.status()["source"] == "config" and runtime.path == (tmp_path / "tiny").resolve()
+    assert runtime.get().model.meta["size"] == "tiny"
+    off = RosaliaRuntime({}, environ={"XFLOW_NO_DEMO": "1"}, preload=False)
+    assert not off.status()["configured"] and "rosalia:" in off.status()["message"]
+    with pytest.raises(ModelsNotConfiguredError):
+        off.get()
+    env_key = RosaliaRuntime({}, environ={"XFLOW_ROSALIA": str(tmp_path / "tiny")}, preload=False)
+    assert env_key.source == "config"
