@@ -18,7 +18,8 @@ task works out of the box, on synthetic phantoms only (**not** for clinical imag
 5. **Packaging**: ``OUT/model`` (a ROSALIA folder stored in float16, the model card ``README.md``,
    ``recipe.json``); ``--install`` copies it to :data:`monailabel_xflow.models.ROSALIA_DEMO_DIR`.
 
-Command (documented in the README; ~20 min on two busy CPU cores)::
+Command (documented in the README; the default 900 steps take 40-130 min on two shared CPU
+cores; the committed demo is 300 steps, see its README)::
 
     nice -n 10 xflow train rosalia-demo --out /tmp/rosalia-demo --install
 """
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RosaliaDemoRecipe:
-    """Sizes and steps of the demo (defaults: ~20 min of two CPU cores).
+    """Sizes and steps of the demo (defaults: 900 steps, 40-130 min of two shared CPU cores).
 
     Attributes:
         seed: phantoms (the XFlow demo's seed), weights, data order.
