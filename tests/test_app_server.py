@@ -213,7 +213,7 @@ def bad_requests(app, tmp: Path, cxr_samples: Path) -> list[tuple[str, requests.
         ("lateral view", infer("xflow", params={"instruction": "edema"}, file=lateral)),
         ("unknown finding", infer("xflow", img, {"instruction": "segment the pneumothorax"})),
         ("empty instruction", infer("xflow", img, {"instruction": "   "})),
-        ("nothing chosen", infer("xflow", img, {})),
+        ("bad result_extension", infer("xflow", img, {"result_extension": ".exe"})),
         ("over-long instruction", infer("xflow", img, {"instruction": "edema " * 400})),
         ("unknown picker finding", infer("xflow", img, {"finding": "banana"})),
         ("bad max_clicks", infer("xflow", img, {"instruction": "edema", "max_clicks": "lots"})),
@@ -237,7 +237,7 @@ def test_bad_input_gets_4xx_with_a_reason_and_nothing_is_lost(app, tmp_path, cxr
     assert len(answers) >= 15
     expected_words = {"unknown image id": "unknown image", "non-image upload": "cannot load", "truncated PNG": "cannot load",
                       "multi-slice volume": "volume", "lateral view": "lateral", "unknown finding": "pneumothorax",
-                      "empty instruction": "empty", "nothing chosen": "nothing to segment",
+                      "empty instruction": "empty", "bad result_extension": "result_extension",
                       "over-long instruction": "characters", "unknown picker finding": "banana",
                       "bad max_clicks": "max_clicks", "click outside": "outside", "click on slice 3": "slice",
                       "negative click index": "outside", "revise without finding": "which finding",

@@ -135,9 +135,11 @@ def test_pickers_text_and_defaults():
 
     got = instructions_from_request({"instruction": "", "finding": "effusion", "location": "left lung base"})
     assert [i.text for i in got] == ["Segment the effusion in the left lung base."]
-    # the option lists themselves (a client that never touched the pickers) mean "not chosen"
-    with pytest.raises(InstructionError, match="nothing to segment"):
-        instructions_from_request({"instruction": "", "finding": FINDING_CHOICES, "location": LOCATION_CHOICES})
+    # the option lists themselves (a client that never touched the pickers, e.g. OHIF's panel) mean
+    # "not chosen", and nothing chosen means every finding (the screening use)
+    everything = instructions_from_request({"instruction": "", "finding": FINDING_CHOICES, "location": LOCATION_CHOICES})
+    assert [i.finding for i in everything] == list(FINDINGS) and all(i.level == "chest" for i in everything)
+    assert [i.finding for i in instructions_from_request({})] == list(FINDINGS)
     assert len(instructions_from_request({"finding": "all findings"})) == 7
     assert instructions_from_request({"instruction": "edema", "finding": "effusion"})[0].finding == "edema"
     with pytest.raises(InstructionError):
@@ -306,7 +308,8 @@ def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, k
     if kind == "findings":
         label[100:180, 600:700] = 7
         label[300:320, 40:90] = 2
-    seg = pydicom.dcmread(write_seg(label, source, tmp_path / "seg.dcm"))
+    write_seg(label, source, tmp_path / "seg.dcm")
+    seg = pydicom.dcmread(tmp_path / "seg.dcm")
     assert seg.Modality == "SEG" and seg.ReferencedSeriesSequence[0].SeriesInstanceUID == ds.SeriesInstanceUID
     names = [s.SegmentLabel for s in seg.SegmentSequence]
     assert names == (["pneumonia", "effusion"] if kind == "findings" else [NO_FINDING])

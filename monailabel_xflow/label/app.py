@@ -100,7 +100,38 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
         save = as_bool(request.pop("save_label", False), "save_label")
         tag = check_id(str(request.pop("label_tag", "") or "original"), "label tag")
         result = upstream(request, datastore)
+        store_result_seg(store, image_id, result)
         if save and image_id is not None and result.get("file") and os.path.exists(result["file"]):
             result["label"] = store.save_label(image_id, result["file"], tag, {"model": request.get("model"),
                                                                                "params": result.get("params")})
         return result
+
+
+def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
+    """The ``store_seg`` option of the ``xflow`` task: the result's label map as a DICOM SEG in the
+    image's study (its ``params`` gain ``seg_series``). The task validated the option and left
+    ``params["store_seg"] = {"findings": [...]}``; only the app holds the datastore.
+
+    An uploaded image has no study to store into: ``seg_series`` is then None and
+    ``seg_not_stored`` says why.
+
+    Raises:
+        RequestError: ``store_seg`` asked of a datastore that is not a DICOMweb PACS.
+    """
+    params = result.get("params") if isinstance(result, dict) else None
+    wanted = params.pop("store_seg", None) if isinstance(params, dict) else None
+    if not wanted:
+        return
+    if not hasattr(datastore, "store_seg"):
+        raise RequestError("store_seg: the studies are not a DICOMweb PACS (start the server with "
+                           "--studies http://.../dicom-web to store results as DICOM SEG)")
+    if image_id is None:  # e.g. a client uploading its own image while the server stores by default
+        params["seg_series"] = None
+        params["seg_not_stored"] = "the image is an upload, not a series of the PACS; name it by its `image` id"
+        return
+    from monailabel_xflow.label import layout
+
+    _, ref = layout.load_image(datastore.get_image_uri(image_id), image_id)
+    label = layout.read_label(result["file"], ref.shape)
+    params["seg_series"] = datastore.store_seg(image_id, label, findings=wanted.get("findings", ()))
+    logger.info("stored XFlow's answer for %s as SEG %s", image_id, params["seg_series"])

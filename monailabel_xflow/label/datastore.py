@@ -13,23 +13,22 @@
       ``MONAILabelApp._init_dicomweb_datastore``);
     * the series filter defaults to ``{"Modality": "CR,DX"}`` (upstream: CT); ``--conf
       dicomweb_search_filter JSON`` or ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` override it;
-    * a final label is stored in the PACS as a DICOM SEG written with pydicom-seg from a
-      temporary copy of the image header given ``ImagePositionPatient [0, 0, 0]`` and an
-      identity ``ImageOrientationPatient`` (projection radiographs have neither, and both SEG
-      writers need them); the output is checked before it is sent;
-    * one segment per finding present, named after the finding, with codes of the private
-      coding scheme ``99XFLOW`` (``F1``..``F7`` = label values; the SNOMED codes upstream puts
-      there would claim "spleen");
-    * **"no finding"** (an all-zero label) is stored as a SEG with one segment labelled
-      ``no finding`` whose single frame is all zeros (DICOM allows empty frames; pydicom-seg
-      refuses to write a label without labels, so the frame is written and then cleared).
-      Reading it back gives the all-zero label, and the image counts as labeled;
-    * final labels come back from the PACS through pydicom-seg (upstream needs dcmqi), so
-      ``datalist()`` and training work against Orthanc.
+    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.label.seg`:
+      highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
+      radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
+      image counts as labeled;
+    * :meth:`XFlowDICOMwebDatastore.store_seg` stores XFlow's own answers (``store_seg`` infer
+      option, ``xflow preannotate``) as SEGs marked ``ContentLabel XFLOW_AUTO``: OHIF shows them,
+      the datastore does not count them as labels;
+    * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
+      saved from OHIF's Segmentation mode replaces XFlow's or an earlier one); segments map to
+      findings by code or name; labels are read without dcmqi, so ``datalist()``, training and
+      scoring work against Orthanc.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -42,13 +41,12 @@ import numpy as np
 from monailabel_xflow.label import layout
 from monailabel_xflow.label.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.label.requests import check_id
+from monailabel_xflow.label.seg import NO_FINDING, read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
 from monailabel_xflow.vocabulary import FINDINGS
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
-CODING_SCHEME = "99XFLOW"
-NO_FINDING = "no finding"
 
 
 def _local_base():
@@ -104,104 +102,19 @@ class XFlowLocalDatastore(_local_base()):
 
 # --- DICOM SEG ------------------------------------------------------------------------------
 
-def _segment(label_id: int, name: str, rgb: tuple[int, int, int]) -> dict[str, Any]:
-    return {
-        "labelID": int(label_id),
-        "SegmentLabel": name,
-        "SegmentDescription": name,
-        "SegmentAlgorithmType": "SEMIAUTOMATIC",
-        "SegmentAlgorithmName": "XFlow",
-        "SegmentedPropertyCategoryCodeSequence": {
-            "CodeValue": "F", "CodingSchemeDesignator": CODING_SCHEME, "CodeMeaning": "Chest radiograph finding"},
-        "SegmentedPropertyTypeCodeSequence": {
-            "CodeValue": f"F{label_id}" if name != NO_FINDING else "F0",
-            "CodingSchemeDesignator": CODING_SCHEME, "CodeMeaning": name},
-        "recommendedDisplayRGBValue": list(rgb),
-    }
+PREANNOTATION_CONTENT_LABEL = "XFLOW_AUTO"
+"""ContentLabel of SEGs that XFlow stored unreviewed (``store_seg``, ``xflow preannotate``): viewers
+show them, but the datastore does not count them as labels (training on the model's own answers
+would teach it nothing). A person who corrects one and stores it (3D Slicer, another SEG tool) makes a new
+SEG, which counts."""
+LABEL_CONTENT_LABEL = "XFLOW"
 
 
-def _seg_template(segments: list[dict[str, Any]], description: str) -> Any:
-    import pydicom_seg
-
-    return pydicom_seg.template.from_dcmqi_metainfo({
-        "ContentCreatorName": "XFlow",
-        "ClinicalTrialSeriesID": "XFlow",
-        "ClinicalTrialTimePointID": "1",
-        "SeriesDescription": description,
-        "SeriesNumber": "300",
-        "InstanceNumber": "1",
-        "segmentAttributes": [segments],
-        "ContentLabel": "XFLOW",
-        "ContentDescription": description,
-        "ClinicalTrialCoordinatingCenterName": "MONAI Label XFlow",
-        "BodyPartExamined": "CHEST",
-    })
-
-
-def _positioned_header(source: Path) -> Any:
-    """The source DICOM's header with the plane geometry a SEG writer needs (DESIGN §10b)."""
+def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
     import pydicom
 
-    ds = pydicom.dcmread(str(source), stop_before_pixels=True)
-    ds.ImagePositionPatient = [0.0, 0.0, 0.0]
-    ds.ImageOrientationPatient = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
-    if "PixelSpacing" not in ds:
-        ds.PixelSpacing = list(ds.get("ImagerPixelSpacing", [1.0, 1.0]))
-    return ds
-
-
-def write_seg(label_hw: np.ndarray, source: Path, out: Path) -> Path:
-    """Write an ``(H, W)`` label map as a DICOM SEG referencing ``source`` (one CR/DX file).
-
-    Raises:
-        LabelError: the label does not match the source's rows x columns.
-        RuntimeError: the writer produced no file.
-    """
-    import SimpleITK as sitk
-
-    from monailabel_xflow.label.errors import LabelError
-
-    header = _positioned_header(source)
-    if tuple(label_hw.shape) != (int(header.Rows), int(header.Columns)):
-        raise LabelError(f"label {label_hw.shape} does not match the image's rows x columns "
-                         f"({header.Rows}, {header.Columns})")
-    values = [int(v) for v in np.unique(label_hw) if v]
-    empty = not values
-    if empty:  # pydicom-seg needs a labelled pixel: write one, then clear the frame below
-        label_hw = np.zeros_like(label_hw)
-        label_hw.flat[0] = 1
-        segments = [_segment(1, NO_FINDING, (128, 128, 128))]
-    else:
-        segments = [_segment(v, FINDINGS[v - 1], layout.FINDING_COLOURS[v - 1]) for v in values]
-    description = "XFlow: " + (NO_FINDING if empty else ", ".join(FINDINGS[v - 1] for v in values))
-    image = sitk.GetImageFromArray(np.ascontiguousarray(label_hw.astype(np.uint16))[None])  # (1, H, W) -> W x H x 1
-    image.SetSpacing([float(header.PixelSpacing[1]), float(header.PixelSpacing[0]), 1.0])
-
-    import pydicom_seg
-
-    writer = pydicom_seg.MultiClassWriter(template=_seg_template(segments, description), inplane_cropping=False,
-                                          skip_empty_slices=False, skip_missing_segment=False)
-    seg = writer.write(image, [header])
-    if empty:
-        seg.PixelData = bytes(len(seg.PixelData))
-    seg.save_as(str(out))
-    if not out.is_file() or out.stat().st_size == 0:
-        raise RuntimeError(f"DICOM SEG writer produced no file at {out}")
-    return out
-
-
-def read_seg(dataset: Any) -> np.ndarray:
-    """A DICOM SEG written by :func:`write_seg` -> ``uint8 (H, W)`` label map."""
-    import pydicom_seg
-
-    names = {int(s.SegmentNumber): str(s.SegmentLabel) for s in dataset.SegmentSequence}
-    if list(names.values()) == [NO_FINDING]:
-        return np.zeros((int(dataset.Rows), int(dataset.Columns)), dtype=np.uint8)
-    result = pydicom_seg.MultiClassReader().read(dataset)
-    data = np.asarray(result.data)  # (1, H, W): numbers are the segment numbers = label values
-    if data.ndim != 3 or data.shape[0] != 1:
-        raise ValueError(f"SEG of shape {data.shape} is not a single-frame radiograph label")
-    return data[0].astype(np.uint8)
+    meta = client.retrieve_series_metadata(study_uid, series_uid)
+    return pydicom.Dataset.from_json(meta[0]) if meta else None
 
 
 class XFlowDICOMwebDatastore(_dicomweb_base()):
@@ -243,25 +156,115 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
             return self._save_final(image_id, label, label_filename, label_info)
 
     def _save_final(self, image_id: str, label: np.ndarray, label_filename: str, label_info: dict[str, Any]) -> str:
-        from monailabel.datastore.utils.dicom import dicom_web_upload_dcm
         from monailabel.interfaces.datastore import DefaultLabelTag
 
-        with tempfile.TemporaryDirectory() as tmp:
-            seg_file = write_seg(label, self._series_file(image_id), Path(tmp) / "seg.dcm")
-            series_uid = dicom_web_upload_dcm(str(seg_file), self._client)
+        series_uid = self.store_seg(image_id, label, content_label=LABEL_CONTENT_LABEL)
         info = self.get_image_info(image_id)
         label_info = dict(label_info or {})
         label_info.update({"SeriesInstanceUID": series_uid, "Modality": "SEG", "PatientID": info.get("PatientID"),
                            "StudyInstanceUID": info.get("StudyInstanceUID"),
                            "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING]})
-        clear = getattr(self.get_labeled_images, "cache_clear", None)
-        if clear is not None:  # list the new label now, not after MONAI_LABEL_DICOMWEB_CACHE_EXPIRY
-            clear()
         logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
         return _local_base().save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
 
+    def store_seg(self, image_id: str, label: np.ndarray, findings: tuple[str, ...] | list[str] = (),
+                  content_label: str = PREANNOTATION_CONTENT_LABEL, description: str = "") -> str:
+        """Store an ``(H, W)`` label map of an image as a DICOM SEG in its study (DICOMweb STOW).
+
+        Args:
+            image_id: the image's SeriesInstanceUID.
+            label: ``uint8 (H, W)`` label map (0..7).
+            findings: findings asked for (each a segment, empty when absent).
+            content_label: :data:`PREANNOTATION_CONTENT_LABEL` (XFlow's unreviewed answer, not a
+                training label) or :data:`LABEL_CONTENT_LABEL` (a saved final label).
+            description: the SEG's SeriesDescription.
+
+        Returns:
+            The new SEG's SeriesInstanceUID.
+        """
+        from monailabel.datastore.utils.dicom import dicom_web_upload_dcm
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "seg.dcm"
+            seg = write_seg(label, self._series_file(image_id), findings=findings, description=description)
+            seg.ContentLabel = content_label
+            seg.save_as(str(out))
+            series_uid = dicom_web_upload_dcm(str(out), self._client)
+        self._seg_index = None  # list the new SEG now, not after MONAI_LABEL_DICOMWEB_CACHE_EXPIRY
+        clear = getattr(self.get_labeled_images, "cache_clear", None)
+        if clear is not None:
+            clear()
+        return str(series_uid)
+
+    # --- which SEG is an image's label ---------------------------------------------------------
+
+    def label_series(self) -> dict[str, str]:
+        """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: each image's newest SEG that is a
+        label (XFlow's unreviewed pre-annotations are not; see :data:`PREANNOTATION_CONTENT_LABEL`).
+
+        "Newest" orders by the SEG's SeriesDate + SeriesTime, then ContentDate + ContentTime
+        (an OHIF correction stored after XFlow's SEG or an earlier label replaces it). Cached for
+        ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` seconds; storing a SEG through this datastore
+        clears the cache.
+        """
+        import time
+
+        import pydicom
+        from monailabel.config import settings
+
+        cached = getattr(self, "_seg_index", None)
+        if cached is not None and time.monotonic() - cached[0] < float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY):
+            return dict(cached[1])
+        images = set(self.list_images())
+        newest: dict[str, tuple[str, str]] = {}
+        for found in self._client.search_for_series(search_filters={"Modality": "SEG"}):
+            row = pydicom.Dataset.from_json(found)
+            meta = _seg_meta(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
+            if meta is None or not meta.get("ReferencedSeriesSequence"):
+                continue
+            if str(meta.get("ContentLabel", "")) == PREANNOTATION_CONTENT_LABEL:
+                continue
+            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
+            if image not in images:
+                continue
+            stamp = "".join(str(meta.get(k, "") or "") for k in ("SeriesDate", "SeriesTime", "ContentDate",
+                                                                  "ContentTime"))
+            if image not in newest or stamp >= newest[image][0]:
+                newest[image] = (stamp, str(row.SeriesInstanceUID))
+        index = {image: seg for image, (_, seg) in newest.items()}
+        self._seg_index = (time.monotonic(), index)
+        return dict(index)
+
+    def get_labeled_images(self, label_tag: str | None = None, labels: list[str] | None = None) -> list[str]:
+        return sorted(self.label_series())
+
+    def get_unlabeled_images(self, label_tag: str | None = None, labels: list[str] | None = None) -> list[str]:
+        labeled = set(self.label_series())
+        return [i for i in self.list_images() if i not in labeled]
+
+    def _download_labeled_data(self) -> None:
+        """Cache every image's current label (its newest label SEG) for ``datalist()``; drop
+        cached labels whose SEG is gone from the PACS."""
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        current = self.label_series()
+        stale = set(_local_base().get_labeled_images(self)) - set(current)
+        for image_id in stale:
+            cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
+            logger.info("label of %s no longer in the PACS: removed from the cache", image_id)
+            with contextlib.suppress(OSError):
+                os.unlink(cached)
+            with contextlib.suppress(KeyError, TypeError):
+                self._datastore.objects[image_id].labels.pop(DefaultLabelTag.FINAL, None)
+        if stale:
+            self._update_datastore_file()
+        for image_id, seg_series in current.items():
+            self.get_image_uri(image_id)
+            self.get_label_uri(seg_series, DefaultLabelTag.FINAL, image_id=image_id)
+
     def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
-        """Final labels: download the SEG series and convert it with pydicom-seg (no dcmqi)."""
+        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.label.seg.read_seg`
+        (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache."""
         from monailabel.datastore.utils.dicom import dicom_web_download_series
         from monailabel.interfaces.datastore import DefaultLabelTag
 
@@ -272,7 +275,8 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         if label_tag != DefaultLabelTag.FINAL or not image_id:
             return _local_base().get_label_uri(self, label_id, label_tag)
         cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
-        if os.path.exists(cached):
+        info = self._cached_label_info(image_id)
+        if os.path.exists(cached) and info.get("SeriesInstanceUID") in (label_id, None):
             return cached
         import pydicom
 
@@ -282,14 +286,24 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         seg_files = sorted(Path(label_dir).glob("*.dcm"))
         if not seg_files:
             return ""
-        label = read_seg(pydicom.dcmread(str(seg_files[0])))
         _, ref = layout.load_image(self.get_image_uri(image_id), image_id)
+        label = read_seg(pydicom.dcmread(str(seg_files[0])), ref.shape)
         tmp = layout.write_label(label, ref)
         try:
-            _local_base().save_label(self, image_id, tmp, DefaultLabelTag.FINAL, self._dicom_info(label_id))
+            info = {**self._dicom_info(label_id), "SeriesInstanceUID": label_id,
+                    "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING]}
+            _local_base().save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
         finally:
             os.unlink(tmp)
+        logger.info("label of %s from SEG %s: %s", image_id, label_id, info["findings"])
         return cached
+
+    def _cached_label_info(self, image_id: str) -> dict[str, Any]:
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        with contextlib.suppress(KeyError, AttributeError, TypeError):
+            return dict(self._datastore.objects[image_id].labels[DefaultLabelTag.FINAL].info or {})
+        return {}
 
 
 def search_filter(conf: Mapping[str, str] | None = None) -> dict[str, Any]:

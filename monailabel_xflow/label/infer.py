@@ -23,6 +23,19 @@ Every parameter is parsed by :mod:`monailabel_xflow.label.requests` (strict type
     base64-encoded in the result params (a server path would be useless to a remote client).
 ``trace`` (bool, default true)
     Include each instruction's full trace (``traces``) in the result params.
+``store_seg`` (bool; default ``--conf store_seg``, else false)
+    Also store the result as a DICOM SEG in the image's study (DICOMweb datastore only; one SEG
+    holding every finding asked, absent ones as empty segments), so OHIF users open it in the
+    viewer. The params then carry ``seg_series`` (its SeriesInstanceUID). Such SEGs are XFlow's
+    unreviewed answers: the datastore does not count them as labels (see
+    :mod:`monailabel_xflow.label.datastore`).
+``result_extension`` / ``result_dtype``
+    The label file's format, as MONAI Label clients ask it (OHIF's panel: ``.nrrd`` / ``uint8``):
+    one of :data:`RESULT_EXTENSIONS` / :data:`RESULT_DTYPES`; default the image's own label
+    format (NIfTI for DICOM/NIfTI images, PNG for PNG/JPEG). NRRD and NIfTI labels carry the
+    answer sentence in their header (``xflow_answer``), for clients that get only the file.
+
+With no ``instruction`` and no ``finding`` chosen, all seven findings are asked at chest level.
 
 Output: one label map for all instructions, each finding painted with its label value
 (1..7, :func:`~monailabel_xflow.vocabulary.label_value`); where two findings overlap the later
@@ -38,6 +51,8 @@ with the canonical ``answer`` and the readable ``message``), ``label_names``, ``
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any, Mapping, Sequence
@@ -72,14 +87,14 @@ def as_max_clicks(value: Any) -> int | None:
     return as_int(value, "max_clicks", 0, MAX_CLICKS_LIMIT)
 
 
-def _picked(value: Any, choices: Sequence[str]) -> list[str]:
-    """The picker value(s) a request chose. The option list itself (the default of
-    :meth:`config`, sent back unchanged by clients that did not touch it) means "none"."""
+def _picked(value: Any, choices: Sequence[str], name: str = "finding") -> list[str]:
+    """The picker value(s) a request chose for the option ``name``. The option list itself (the
+    default of :meth:`config`, sent back unchanged by clients that did not touch it) means "none"."""
     if value is None or (isinstance(value, (list, tuple)) and list(value) == list(choices)):
         return []
     values = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
     if values is None or not all(isinstance(v, str) for v in values):
-        raise RequestError(f"expected text or a list of text, got {value!r}")
+        raise RequestError(f"{name} must be text or a list of text, got {value!r}")
     return [v.strip() for v in values if v.strip()]
 
 
@@ -87,11 +102,12 @@ def instructions_from_request(data: Mapping[str, Any]) -> list:
     """The :class:`~monailabel_xflow.instructions.Instruction` list a request asks for.
 
     ``instruction`` (free text) wins when non-empty; otherwise the ``finding`` /
-    ``location`` pickers are turned into text and parsed the same way.
+    ``location`` pickers are turned into text and parsed the same way; with neither, all seven
+    findings at chest level (what a screening pass and OHIF's auto-segmentation ask).
 
     Raises:
         InstructionError: empty, over-long or unsupported text (the message lists what is
-            supported), or nothing chosen at all.
+            supported). Nothing chosen at all means every finding (``"all findings"``).
         RequestError: a picker of the wrong type.
     """
     from monailabel_xflow.instructions import InstructionError, parse_instructions
@@ -102,19 +118,117 @@ def instructions_from_request(data: Mapping[str, Any]) -> list:
     if text and text.strip():
         return parse_instructions(text)
     findings = _picked(data.get("finding"), FINDING_CHOICES)
-    locations = _picked(data.get("location"), LOCATION_CHOICES)
+    locations = _picked(data.get("location"), LOCATION_CHOICES, "location")
     if not findings:
         if text is not None and text != "":
             return parse_instructions(text)  # whitespace only: the parser's own "empty" message
-        raise InstructionError(
-            "nothing to segment: give an `instruction` (free text) or pick a `finding` "
-            f"({', '.join(FINDING_CHOICES[1:])}) and optionally a `location`"
-        )
+        findings = [ALL_FINDINGS]  # nothing chosen (OHIF's "auto segmentation"): screen for everything
     where = f" in the {' and '.join(locations)}" if locations else ""
     out = []
     for finding in findings:
         out.extend(parse_instructions(f"segment {finding}{where}"))
     return list(dict.fromkeys(out))  # "all findings" + "edema": edema once
+
+
+RESULT_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".png")
+RESULT_DTYPES = ("uint8", "uint16", "int16", "int32", "float32")
+
+
+def result_format(data: Mapping[str, Any]) -> tuple[str | None, str]:
+    """``result_extension`` / ``result_dtype`` of a request (what OHIF's panel and other MONAI
+    Label clients ask: OHIF sends ``.nrrd`` + ``uint8``). ``(None, "uint8")`` = the image's own
+    label format (:func:`~monailabel_xflow.label.layout.write_label`).
+
+    Raises:
+        RequestError: an extension or dtype outside :data:`RESULT_EXTENSIONS` / :data:`RESULT_DTYPES`.
+    """
+    ext, dtype = data.get("result_extension"), data.get("result_dtype")
+    if ext in (None, ""):
+        ext = None
+    elif not isinstance(ext, str) or ext.strip().lower() not in RESULT_EXTENSIONS:
+        raise RequestError(f"result_extension must be one of {', '.join(RESULT_EXTENSIONS)}, got {ext!r}")
+    else:
+        ext = ext.strip().lower()
+    if dtype in (None, ""):
+        dtype = "uint8"
+    elif not isinstance(dtype, str) or dtype.strip().lower() not in RESULT_DTYPES:
+        raise RequestError(f"result_dtype must be one of {', '.join(RESULT_DTYPES)}, got {dtype!r}")
+    return ext, str(dtype).strip().lower()
+
+
+def write_result(label: np.ndarray, ref: Any, extension: str | None, dtype: str, answer: str = "") -> str:
+    """The label file of a result in the format the client asked for.
+
+    NIfTI and NRRD carry the image geometry (``(W, H, 1)``, as MONAI Label holds the image);
+    NRRD also carries ``answer`` as the key/value field ``xflow_answer`` and NIfTI as a JSON
+    comment extension (so a client that only gets the file, e.g. with ``output=image``, still
+    has the sentence). PNG is ``W x H`` 8-bit (``dtype`` must then be ``uint8``).
+    """
+    if (extension or ref.label_suffix) == ref.label_suffix and dtype == "uint8":
+        return _with_answer(layout.write_label(label, ref), answer)
+    if extension == ".png":
+        if dtype != "uint8":
+            raise RequestError(f"result_dtype {dtype} cannot be written as PNG; use uint8 or .nii.gz / .nrrd")
+        return layout.write_label(label, dataclasses.replace(ref, format="PNG"))
+    import os
+    import tempfile
+
+    import nibabel as nib
+
+    nifti = layout.write_label(label, dataclasses.replace(ref, format="DICOM") if ref.format in ("PNG", "JPEG") else ref)
+    img = nib.load(nifti)
+    voxels = np.asarray(img.dataobj).astype(dtype)  # (W, H, 1)
+    fd, out = tempfile.mkstemp(suffix=extension)
+    os.close(fd)
+    try:
+        if extension == ".nrrd":
+            import nrrd
+
+            affine = img.affine.copy()
+            affine[:2] *= -1  # NIfTI RAS -> NRRD "left-posterior-superior"
+            header = {"space": "left-posterior-superior", "space directions": affine[:3, :3].T,
+                      "space origin": affine[:3, 3], "kinds": ["domain"] * 3, "encoding": "raw",
+                      "xflow_answer": answer.replace("\n", " ")}
+            nrrd.write(out, voxels, header=header, index_order="F")
+        else:
+            nib.save(nib.Nifti1Image(voxels, img.affine), out)
+            _with_answer(out, answer)
+    finally:
+        os.unlink(nifti)
+    return out
+
+
+def _with_answer(path: str, answer: str) -> str:
+    """Put ``answer`` into a NIfTI label's header (``descrip``, 80 bytes, and a comment extension)."""
+    if not answer or not path.endswith((".nii", ".nii.gz")):
+        return path
+    import json
+
+    import nibabel as nib
+
+    img = nib.load(path, mmap=False)  # rewritten in place: no memory map onto the file
+    img = nib.Nifti1Image(np.array(img.dataobj), img.affine, img.header)
+    img.header["descrip"] = answer.encode("utf-8")[:79]
+    img.header.extensions.append(nib.nifti1.Nifti1Extension(6, json.dumps({"xflow_answer": answer}).encode()))
+    nib.save(img, path)
+    return path
+
+
+def answer_of_file(path: str) -> str | None:
+    """The answer sentence :func:`write_result` put into a label file (NRRD or NIfTI), or None."""
+    import json
+
+    if path.endswith(".nrrd"):
+        import nrrd
+
+        return nrrd.read_header(path).get("xflow_answer")
+    import nibabel as nib
+
+    for ext in nib.load(path).header.extensions:
+        if ext.get_code() == 6:
+            with contextlib.suppress(ValueError):
+                return json.loads(ext.get_content()).get("xflow_answer")
+    return None
 
 
 # --- results --------------------------------------------------------------------------------
@@ -160,7 +274,7 @@ class XFlowInferTask(_base_infer_task()):
         description: shown in Slicer/OHIF (should name the models in use).
     """
 
-    def __init__(self, runtime: XFlowRuntime, description: str = ""):
+    def __init__(self, runtime: XFlowRuntime, description: str = "", store_seg: bool = False):
         from monailabel.interfaces.tasks.infer_v2 import InferType
 
         super().__init__(
@@ -176,6 +290,7 @@ class XFlowInferTask(_base_infer_task()):
                 "revise": True,
                 "overlay": False,
                 "trace": True,
+                "store_seg": bool(store_seg),
             },
         )
         self.runtime = runtime
@@ -201,6 +316,8 @@ class XFlowInferTask(_base_infer_task()):
         with_trace = as_bool(data.get("trace", True), "trace")
         check_work(len(instructions), (self.runtime.config.max_clicks if max_clicks is None else max_clicks)
                    if revise else 0)
+        store_seg = as_bool(data.get("store_seg", False), "store_seg")
+        extension, dtype = result_format(data)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
         t_pre = time.perf_counter()
 
@@ -213,10 +330,11 @@ class XFlowInferTask(_base_infer_task()):
         t_model = time.perf_counter()
 
         label, overlap = paint(results, ref.shape)
-        label_file = layout.write_label(label, ref)
+        answer = " ".join(r.message for r in results)
+        label_file = write_result(label, ref, extension, dtype, answer)
         records = [finding_record(r) for r in results]
         params: dict[str, Any] = {
-            "answer": " ".join(r.message for r in results),
+            "answer": answer,
             "findings": records,
             "empty": not bool(label.any()),
             "overlap_pixels": overlap,
@@ -225,6 +343,8 @@ class XFlowInferTask(_base_infer_task()):
         }
         if with_trace:
             params["traces"] = [r.trace.to_dict() for r in results]
+        if store_seg:  # done by the app, which holds the datastore (label.app.checked_infer)
+            params["store_seg"] = {"findings": list(dict.fromkeys(i.finding for i in instructions))}
         if overlay:
             params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()

@@ -166,15 +166,18 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
             if values.ndim == 3:
                 values = values[..., 0]
         elif suffix in _NIFTI or suffix == ".nrrd":
-            from monai.data import ITKReader, NibabelReader
+            if suffix == ".nrrd":  # pynrrd keeps the file's (W, H[, 1]); ITK drops or moves a size-1 axis
+                import nrrd
 
-            if suffix == ".nrrd":
                 check_pixel_count(_nrrd_sizes(path), path, "label")
-            reader = NibabelReader() if suffix in _NIFTI else ITKReader(reverse_indexing=True)
-            data = reader.read(str(path))
-            if suffix in _NIFTI:  # the header: refuse before a .nii.gz is decompressed
-                check_pixel_count(data.shape, path, "label")
-            voxels, _ = reader.get_data(data)  # (W, H[, 1])
+                voxels, _ = nrrd.read(str(path), index_order="F")
+            else:
+                from monai.data import NibabelReader
+
+                reader = NibabelReader()
+                data = reader.read(str(path))
+                check_pixel_count(data.shape, path, "label")  # the header: refuse before a .nii.gz is decompressed
+                voxels, _ = reader.get_data(data)  # (W, H[, 1])
             voxels = np.asarray(voxels)
             if voxels.ndim < 2 or any(n != 1 for n in voxels.shape[2:]):
                 raise LabelError(f"label of shape {voxels.shape} is not 2D (expected (W, H) or (W, H, 1))")

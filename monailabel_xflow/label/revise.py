@@ -9,6 +9,12 @@ prompts. Request keys (merged over :meth:`XFlowReviseTask.config`):
     :func:`monailabel_xflow.geometry.client_index_to_point`. A click outside the image or on
     another slice is refused (422). Clients resend all clicks of the session each time;
     positives are applied before negatives (the order between the two lists is not sent).
+``<finding>`` (list of ``[i, j, k]``)
+    OHIF's point prompts key a ``deepedit`` model's positive clicks by label name
+    (``{"edema": [[i, j, k]], "background": []}``): taken as ``foreground`` for that finding
+    (:func:`label_keyed_clicks`); clicks under several names need ``finding`` to say which.
+``result_extension`` / ``result_dtype``
+    As for ``xflow`` (OHIF asks ``.nrrd`` / ``uint8``).
 ``finding`` (str) or ``instruction`` (text naming one finding)
     Which finding is being revised; decides the label value written. Optional when the
     previous label holds exactly one finding.
@@ -35,7 +41,8 @@ import numpy as np
 
 from monailabel_xflow.label import layout
 from monailabel_xflow.label.errors import RequestError, http_errors
-from monailabel_xflow.label.infer import FINDING_CHOICES, LABELS, _base_infer_task, _picked, as_max_clicks
+from monailabel_xflow.label.infer import (FINDING_CHOICES, LABELS, _base_infer_task, _picked, as_max_clicks,
+                                          result_format, write_result)
 from monailabel_xflow.label.requests import as_bool, number_lists
 from monailabel_xflow.label.runtime import XFlowRuntime
 from monailabel_xflow.vocabulary import FINDINGS, label_value
@@ -62,6 +69,36 @@ def clicks_from_request(data: Mapping[str, Any], shape: tuple[int, int]) -> list
     if len(clicks) > MAX_CLICKS_PER_REQUEST:
         raise RequestError(f"{len(clicks)} clicks in one request; at most {MAX_CLICKS_PER_REQUEST}")
     return clicks
+
+
+def label_keyed_clicks(data: Mapping[str, Any]) -> dict[str, Any]:
+    """OHIF's point prompts: ``{"<finding>": [[i, j, k], ...], "background": [...]}`` (the panel
+    keys a ``deepedit`` model's positive clicks by label name) -> ``foreground`` / ``finding``.
+
+    Returns the request keys to merge: ``{}`` when no finding-named key holds clicks or when the
+    request already has ``foreground``; else ``{"foreground": points}`` plus ``finding`` when the
+    request names none.
+
+    Raises:
+        RequestError: clicks under several findings' names and no ``finding`` saying which one
+            is revised, or a ``finding`` other than the one clicked.
+    """
+    if data.get("foreground"):
+        return {}
+    keyed = {f: data[f] for f in FINDINGS if data.get(f)}
+    if not keyed:
+        return {}
+    picked = _picked(data.get("finding"), REVISE_FINDING_CHOICES)
+    if len(keyed) > 1 and len(picked) != 1:
+        raise RequestError(f"clicks for several findings ({', '.join(keyed)}); revise one at a time: set "
+                           "`finding` to the one to revise")
+    finding = picked[0] if picked else next(iter(keyed))
+    if finding not in keyed:
+        raise RequestError(f"finding is {finding!r} but the clicks are for {', '.join(keyed)}")
+    out = {"foreground": keyed[finding]}
+    if not picked and not (isinstance(data.get("instruction"), str) and data["instruction"].strip()):
+        out["finding"] = finding
+    return out
 
 
 def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -> tuple[str, Any | None]:
@@ -117,6 +154,8 @@ class XFlowReviseTask(_base_infer_task()):
 
     def _run(self, data: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         t0 = time.perf_counter()
+        data.update(label_keyed_clicks(data))
+        extension, dtype = result_format(data)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
         previous_label = layout.read_label(data["label"], ref.shape) if data.get("label") else None
         finding, instruction = finding_from_request(data, previous_label)
@@ -146,7 +185,7 @@ class XFlowReviseTask(_base_infer_task()):
         label = previous_label.copy() if previous_label is not None else np.zeros(ref.shape, np.uint8)
         label[label == value] = 0
         label[mask] = value
-        out = layout.write_label(label, ref)
+        out = write_result(label, ref, extension, dtype)
         params = {
             "finding": finding,
             "label_value": value,

@@ -27,7 +27,11 @@ class XFlowConfig(TaskConfig):
         self.runtime = XFlowRuntime(conf, model_dir=model_dir)
 
     def infer(self) -> Dict[str, Any]:
-        return {self.name: XFlowInferTask(self.runtime), f"{self.name}_revise": XFlowReviseTask(self.runtime)}
+        from monailabel_xflow.label.infer import as_bool
+
+        store_seg = as_bool(self.conf.get("store_seg", False), "--conf store_seg")
+        return {self.name: XFlowInferTask(self.runtime, store_seg=store_seg),
+                f"{self.name}_revise": XFlowReviseTask(self.runtime)}
 
     def trainer(self) -> XFlowSegmenterTrainTask:
         return XFlowSegmenterTrainTask(self.runtime, self.model_dir)
