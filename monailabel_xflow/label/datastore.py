@@ -198,6 +198,34 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
 
     # --- which SEG is an image's label ---------------------------------------------------------
 
+    def _seg_series(self):
+        """Every SEG series of the PACS: ``(row, metadata)`` pairs (metadata None if unreadable)."""
+        import pydicom
+
+        for found in self._client.search_for_series(search_filters={"Modality": "SEG"}):
+            row = pydicom.Dataset.from_json(found)
+            yield row, _seg_meta(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
+
+    def preannotated(self) -> dict[str, set[str]]:
+        """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
+        for ``xflow preannotate`` to resume."""
+        from monailabel_xflow.label.seg import finding_of_segment
+
+        out: dict[str, set[str]] = {}
+        for _, meta in self._seg_series():
+            if meta is None or str(meta.get("ContentLabel", "")) != PREANNOTATION_CONTENT_LABEL:
+                continue
+            if not meta.get("ReferencedSeriesSequence"):
+                continue
+            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
+            found = out.setdefault(image, set())
+            for segment in meta.get("SegmentSequence", []):
+                with contextlib.suppress(ValueError):
+                    finding = finding_of_segment(segment)
+                    if finding:
+                        found.add(finding)
+        return out
+
     def label_series(self) -> dict[str, str]:
         """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: each image's newest SEG that is a
         label (XFlow's unreviewed pre-annotations are not; see :data:`PREANNOTATION_CONTENT_LABEL`).
@@ -209,7 +237,6 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         """
         import time
 
-        import pydicom
         from monailabel.config import settings
 
         cached = getattr(self, "_seg_index", None)
@@ -217,9 +244,7 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
             return dict(cached[1])
         images = set(self.list_images())
         newest: dict[str, tuple[str, str]] = {}
-        for found in self._client.search_for_series(search_filters={"Modality": "SEG"}):
-            row = pydicom.Dataset.from_json(found)
-            meta = _seg_meta(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
+        for row, meta in self._seg_series():
             if meta is None or not meta.get("ReferencedSeriesSequence"):
                 continue
             if str(meta.get("ContentLabel", "")) == PREANNOTATION_CONTENT_LABEL:
@@ -324,7 +349,8 @@ def search_filter(conf: Mapping[str, str] | None = None) -> dict[str, Any]:
     return dict(DEFAULT_SEARCH_FILTER)
 
 
-def make_dicomweb_datastore(studies: str, conf: Mapping[str, str] | None = None) -> XFlowDICOMwebDatastore:
+def make_dicomweb_datastore(studies: str, conf: Mapping[str, str] | None = None,
+                            cache_path: str | None = None) -> XFlowDICOMwebDatastore:
     """The app's remote datastore: ``MONAILabelApp._init_dicomweb_datastore`` without the dcmqi
     download, with the CR/DX filter and our SEG handling."""
     from dicomweb_client.session_utils import create_session_from_user_pass
@@ -339,7 +365,8 @@ def make_dicomweb_datastore(studies: str, conf: Mapping[str, str] | None = None)
     client = DICOMwebClientX(url=studies, session=session, qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
                              wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
                              stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX)
-    cache = (settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or settings.MONAI_LABEL_DATASTORE_CACHE_PATH or "").strip()
+    cache = (cache_path or settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or settings.MONAI_LABEL_DATASTORE_CACHE_PATH
+             or "").strip()
     flt = search_filter(conf)
     logger.info("DICOMweb datastore %s, series filter %s, cache %s", studies, flt, cache or "~/.cache/monailabel")
     return XFlowDICOMwebDatastore(client=client, search_filter=flt, cache_path=cache or None,

@@ -93,16 +93,28 @@ NO_FINDING_CODE = Coded("17621005", "SCT", "Normal")
 assert tuple(FINDING_CODES) == FINDINGS
 
 
-def _segment(number: int, name: str, code: Coded, algorithm: str, version: str) -> Any:
+def dicom_lab(rgb: tuple[int, int, int]) -> list[int]:
+    """An sRGB colour as DICOM's RecommendedDisplayCIELabValue (CIELab, D65, scaled to 0..65535)."""
+    from highdicom.color import CIELabColor
+    from skimage.color import rgb2lab
+
+    lab = rgb2lab(np.asarray(rgb, dtype=float).reshape(1, 1, 3) / 255.0)[0, 0]
+    return [int(v) for v in CIELabColor(*(float(v) for v in lab)).value]
+
+
+def _segment(number: int, name: str, code: Coded, algorithm: str, version: str,
+             rgb: tuple[int, int, int] = (128, 128, 128)) -> Any:
     import highdicom as hd
     from pydicom.sr.codedict import codes
 
     algo = hd.AlgorithmIdentificationSequence(name=algorithm, family=codes.DCM.ArtificialIntelligence,
                                               version=version or "0")
-    return hd.seg.SegmentDescription(
+    segment = hd.seg.SegmentDescription(
         segment_number=number, segment_label=name, segmented_property_category=CATEGORY.concept(),
         segmented_property_type=code.concept(), algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
         algorithm_identification=algo)
+    segment.RecommendedDisplayCIELabValue = dicom_lab(rgb)  # viewers colour findings as our overlays do
+    return segment
 
 
 def segment_findings(label_hw: np.ndarray, findings: Sequence[str] = ()) -> list[str]:
@@ -147,7 +159,10 @@ def write_seg(label_hw: np.ndarray, source: Any, out: str | Path | None = None, 
         raise LabelError(f"label values must be 0..{len(FINDINGS)}, got {np.unique(label)[:10].tolist()}")
     names = segment_findings(label, findings)
     if names:
-        segments = [_segment(i, f, FINDING_CODES[f], algorithm, version) for i, f in enumerate(names, 1)]
+        from monailabel_xflow.label.layout import FINDING_COLOURS
+
+        segments = [_segment(i, f, FINDING_CODES[f], algorithm, version, FINDING_COLOURS[FINDINGS.index(f)])
+                    for i, f in enumerate(names, 1)]
         masks = np.stack([label == FINDINGS.index(f) + 1 for f in names], axis=-1)  # (H, W, N)
     else:
         segments = [_segment(1, NO_FINDING, NO_FINDING_CODE, algorithm, version)]

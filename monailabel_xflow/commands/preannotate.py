@@ -1,0 +1,119 @@
+"""``xflow preannotate``: run XFlow over the CR/DX studies of a PACS and store each answer as a DICOM SEG.
+
+Usage::
+
+    xflow preannotate --studies http://HOST:PORT/dicom-web [--finding F ...] [--location L]
+                      [--models CONFIG] [--limit N] [--cache DIR] [--no-revise] [--max-clicks N]
+
+For every CR/DX series the DICOMweb datastore lists (the same series filter as ``xflow serve``),
+XFlow answers the chosen findings (default: all seven, chest level) and the label map goes back
+into the image's study as one SEG (:mod:`monailabel_xflow.label.seg`: one segment per finding
+asked, empty when absent), marked ``ContentLabel XFLOW_AUTO`` so that OHIF shows it and the
+datastore does not mistake it for a reviewed label.
+
+**Resumable**: a series that already holds an ``XFLOW_AUTO`` SEG covering the findings asked is
+skipped, so an interrupted run continues where it stopped; ``--force`` redoes them. A series
+XFlow cannot read (a lateral view, a corrupt file) is reported and skipped; the others go on.
+Progress goes to stderr (tqdm), one JSON summary to stdout (``done``, ``skipped``, ``failed``
+with reasons, ``seconds``). Exit status 0 when nothing failed, 1 when some series failed, 2 for
+bad arguments or an unusable model configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+logger = logging.getLogger("xflow.preannotate")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "preannotate",
+        help="run XFlow over the CR/DX studies of a DICOMweb PACS and store the answers as DICOM SEG",
+        description="Batch pre-annotation: XFlow answers the chosen findings for every CR/DX series of "
+        "the PACS and stores one DICOM SEG per series in its study (resumable: series already done are "
+        "skipped). Prints a JSON summary.",
+    )
+    parser.add_argument("--studies", required=True, help="DICOMweb URL (http://host:port/dicom-web)")
+    parser.add_argument("--finding", "-f", action="append", default=[],
+                        help="a finding to look for (repeat; default: all seven findings)")
+    parser.add_argument("--location", default="", help="a lung or zone to restrict the question to")
+    parser.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* or the demo model")
+    parser.add_argument("--limit", type=int, default=0, help="stop after N series (0 = all)")
+    parser.add_argument("--cache", help="download cache folder (default: MONAI Label's DICOMweb cache)")
+    parser.add_argument("--max-clicks", type=int, default=None, help="Stage 2 click budget (default: the models')")
+    parser.add_argument("--no-revise", action="store_true", help="Stage 1 masks only (faster)")
+    parser.add_argument("--force", action="store_true", help="redo series that already hold XFlow's SEG")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from monailabel_xflow.instructions import InstructionError
+
+    if not args.studies.startswith(("http://", "https://")):
+        print(f"xflow preannotate: --studies must be a DICOMweb URL, got {args.studies!r}", file=sys.stderr)
+        return 2
+    if args.limit < 0:
+        print("xflow preannotate: --limit must be >= 0", file=sys.stderr)
+        return 2
+    from monailabel_xflow.label.datastore import make_dicomweb_datastore
+    from monailabel_xflow.label.infer import XFlowInferTask, instructions_from_request
+    from monailabel_xflow.label.runtime import XFlowRuntime
+
+    request = {"finding": args.finding or ["all findings"], "location": args.location, "revise": not args.no_revise,
+               "max_clicks": args.max_clicks, "trace": False}
+    try:
+        findings = list(dict.fromkeys(i.finding for i in instructions_from_request(request)))
+    except (InstructionError, ValueError) as exc:
+        print(f"xflow preannotate: {exc}", file=sys.stderr)
+        return 2
+    store = make_dicomweb_datastore(args.studies, cache_path=args.cache)
+    done_before = store.preannotated()
+    series = store.list_images()
+    todo = [s for s in series if args.force or not set(findings) <= done_before.get(s, set())]
+    if args.limit:
+        todo = todo[: args.limit]
+    summary: dict = {"findings": findings, "series": len(series), "skipped": len(series) - len(todo), "done": [],
+                     "failed": {}}
+    if todo:  # load the models only when there is work (a resumed, finished run returns at once)
+        runtime = XFlowRuntime({"models": args.models} if args.models else {}, preload=False)
+        try:
+            runtime.get()
+        except Exception as exc:  # ModelsNotConfiguredError / ModelConfigError: say it, exit 2
+            print(f"xflow preannotate: {exc}", file=sys.stderr)
+            return 2
+        task = XFlowInferTask(runtime)
+    t0 = time.perf_counter()
+    for image_id in tqdm(todo, desc="pre-annotating", unit="series", file=sys.stderr):
+        try:
+            seg_series = preannotate_one(store, task, image_id, request, findings)
+        except Exception as exc:  # one unreadable series must not stop the batch
+            logger.warning("series %s: %s", image_id, exc)
+            summary["failed"][image_id] = f"{type(exc).__name__}: {getattr(exc, 'detail', None) or exc}"
+            continue
+        summary["done"].append({"image": image_id, "seg_series": seg_series})
+    summary["seconds"] = round(time.perf_counter() - t0, 2)
+    print(json.dumps(summary, indent=1))
+    return 1 if summary["failed"] else 0
+
+
+def preannotate_one(store, task, image_id: str, request: dict, findings: list[str]) -> str:
+    """XFlow's answer for one series, stored as a SEG; returns the SEG's SeriesInstanceUID."""
+    import os
+
+    from monailabel_xflow.label import layout
+
+    uri = store.get_image_uri(image_id)
+    label_file, params = task({**request, "image": uri, "image_id": image_id})
+    try:
+        _, ref = layout.load_image(uri, image_id)
+        label = layout.read_label(label_file, ref.shape)
+    finally:
+        os.unlink(label_file)
+    return store.store_seg(image_id, label, findings=findings, description=f"XFlow: {params['answer']}"[:64])

@@ -1,0 +1,273 @@
+"""OHIF users see XFlow's masks on CR/DX studies and their corrections come back (issue 16).
+
+One Orthanc (DICOMweb) and one MONAI Label server with the committed demo model, on loopback,
+for the module. The PACS holds a CR phantom with an effusion (what the browser opens) and a
+non-square (1024 x 700) crop of the SIIM CR. A real headless Chromium opens OHIF v3 as MONAI
+Label serves it (``/ohif/``) and the checks read the screenshot's pixels and the console.
+Screenshots of the run are written to ``$XFLOW_OHIF_SCREENSHOTS`` when set (the README's come
+from there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pydicom
+import pytest
+import requests
+from pydicom.uid import generate_uid
+
+from browser import chromium, image_to_page, sample_page, screenshot, seg_errors, skip_without_chromium, tinted, wait_for
+from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
+
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.skipif(orthanc_binary() is None,
+                       reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"),
+]
+needs_browser = skip_without_chromium()
+
+
+def phantom_cr(path):
+    """A 512 px CR phantom with a bilateral effusion; returns the phantom (its lungs are the truth)."""
+    from monailabel_xflow.phantom import generate_phantom
+    from monailabel_xflow.phantom_export import DicomVariant, quantize, write_dicom
+
+    ph = generate_phantom(7, size=512, findings=("effusion",))
+    v12, v8 = quantize(ph.image)
+    write_dicom(path, ph, v12, v8, DicomVariant("MONOCHROME2", 8, "CR"), "19990001", "s59990001")
+    return ph
+
+
+def non_square_cr(cxr_samples, path):
+    """The SIIM CR cropped to 1024 x 700 (H x W), uncompressed, with its own UIDs."""
+    ds = pydicom.dcmread(next((cxr_samples / "dicom").glob("siim_*.dcm")))
+    pixels = ds.pixel_array[:, :700].copy()
+    ds.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
+    ds.Columns, ds.PixelData = 700, pixels.tobytes()
+    ds.LossyImageCompression = "01"  # it was JPEG once: say so
+    ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.SOPInstanceUID = generate_uid(), generate_uid(), generate_uid()
+    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+    ds.save_as(path, write_like_original=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pacs(tmp_path_factory, cxr_samples):
+    tmp = tmp_path_factory.mktemp("ohif")
+    phantom = phantom_cr(tmp / "phantom.dcm")
+    files = {"phantom": tmp / "phantom.dcm", "wide": non_square_cr(cxr_samples, tmp / "wide.dcm")}
+    headers = {k: pydicom.dcmread(f, stop_before_pixels=True) for k, f in files.items()}
+    with orthanc_server(tmp / "orthanc") as orthanc:
+        for f in files.values():
+            orthanc_upload(orthanc, f)
+        with monailabel_server(f"{orthanc}/dicom-web", tmp / "server") as server:  # the demo model
+            yield SimpleNamespace(orthanc=orthanc, server=server, client=server.client(tmp), tmp=tmp, files=files,
+                                  phantom=phantom, series={k: str(h.SeriesInstanceUID) for k, h in headers.items()},
+                                  study={k: str(h.StudyInstanceUID) for k, h in headers.items()})
+
+
+def segs_in_pacs(pacs) -> dict[str, pydicom.Dataset]:
+    """Every SEG instance in Orthanc, fetched through DICOMweb: {SEG SeriesInstanceUID: dataset}."""
+    from dicomweb_client import DICOMwebClient
+
+    web = DICOMwebClient(url=f"{pacs.orthanc}/dicom-web")
+    out = {}
+    for found in web.search_for_series(search_filters={"Modality": "SEG"}):
+        meta = pydicom.Dataset.from_json(found)
+        for ds in web.retrieve_series(str(meta.StudyInstanceUID), str(meta.SeriesInstanceUID)):
+            out[str(ds.SeriesInstanceUID)] = ds
+    return out
+
+
+def a_datastore(pacs, name: str):
+    """The app's DICOMweb datastore, in this process, on the same PACS (what train/scoring use)."""
+    from monailabel_xflow.label.datastore import make_dicomweb_datastore
+
+    return make_dicomweb_datastore(f"{pacs.orthanc}/dicom-web", cache_path=str(pacs.tmp / name))
+
+
+def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_square_image(pacs):
+    from monailabel_xflow.label import layout
+    from monailabel_xflow.label.seg import FINDING_CODES, read_seg
+
+    label = np.zeros((1024, 700), np.uint8)
+    label[100:400, 40:300] = 7  # effusion
+    label[500:800, 350:650] = 6  # edema
+    label[300:450, 200:260] = 2  # pneumonia, over the effusion
+    _, ref = layout.load_image(str(pacs.files["wide"]))  # (H, W) and spacing, as the server sees it
+    path = layout.write_label(label, ref)
+    pacs.client.save_label(pacs.series["wide"], path, tag="final")
+    segs = [ds for ds in segs_in_pacs(pacs).values()
+            if ds.ReferencedSeriesSequence[0].SeriesInstanceUID == pacs.series["wide"]]
+    assert len(segs) == 1
+    seg = segs[0]
+    assert (seg.Rows, seg.Columns) == (1024, 700) and seg.StudyInstanceUID == pacs.study["wide"]
+    assert [(int(s.SegmentNumber), str(s.SegmentLabel)) for s in seg.SegmentSequence] == [
+        (1, "pneumonia"), (2, "edema"), (3, "effusion")]
+    assert {s.SegmentedPropertyTypeCodeSequence[0].CodeValue for s in seg.SegmentSequence} == {
+        FINDING_CODES[f].value for f in ("pneumonia", "edema", "effusion")}
+    np.testing.assert_array_equal(read_seg(seg, (1024, 700)), label)
+
+
+@pytest.fixture(scope="module")
+def stored(pacs):
+    """XFlow run through the server on the phantom with ``store_seg``: the result and its SEG."""
+    from monailabel_xflow.label import layout
+    from monailabel_xflow.label.seg import read_seg
+
+    t0 = time.perf_counter()
+    label_file, params = pacs.client.infer("xflow", pacs.series["phantom"],
+                                           {"instruction": "effusion", "store_seg": True, "trace": False})
+    seconds = time.perf_counter() - t0
+    seg = segs_in_pacs(pacs)[params["seg_series"]]
+    mask = read_seg(seg, (512, 512))
+    np.testing.assert_array_equal(mask, layout.read_label(label_file, (512, 512)))  # the SEG is the answer
+    return SimpleNamespace(params=params, seg=seg, mask=mask, seconds=seconds)
+
+
+def test_store_seg_puts_one_seg_with_every_finding_asked_into_the_study(pacs, stored):
+    seg = stored.seg
+    assert seg.StudyInstanceUID == pacs.study["phantom"] and seg.ContentLabel == "XFLOW_AUTO"
+    assert [str(s.SegmentLabel) for s in seg.SegmentSequence] == ["effusion"]
+    present = stored.params["findings"][0]["present"]
+    assert stored.mask.any() == present and stored.params["findings"][0]["pixels"] == int((stored.mask == 7).sum())
+
+
+@needs_browser
+def test_ohif_viewer_shows_the_stored_seg_over_the_lungs(pacs, stored):
+    """The Basic Viewer opens the CR and the SEG XFlow stored; the mask is tinted where it lies in
+    the lung and nowhere else in the lung; no SEG error in the console."""
+    from scipy.ndimage import binary_dilation, binary_erosion
+
+    assert stored.mask.any(), f"XFlow (demo model) found no effusion: {stored.params['answer']}"
+    out = os.environ.get("XFLOW_OHIF_SCREENSHOTS")
+    t0 = time.perf_counter()
+    with chromium() as d:
+        d.get(f"{pacs.server.url}/ohif/viewer?StudyInstanceUIDs={pacs.study['phantom']}")
+        wait_for(d, lambda d: d.execute_script(
+            "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
+            "return e && e.getViewports().length && e.getViewports()[0].getImageData();"), 90, "the CR in the viewer")
+        for button in d.find_elements("xpath", "//button[contains(., 'Confirm and Hide')]"):
+            button.click()
+        time.sleep(1.5)
+        before = screenshot(d)
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
+                         30, "the SEG in the study panel")
+        ActionChains(d).double_click(thumb).perform()
+        wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Yes']"), 60,
+                 "OHIF's 'open this Segmentation?' prompt").click()
+        wait_for(d, lambda d: d.execute_script(
+            "return window.services.segmentationService.getSegmentations().length > 0"), 60, "the SEG to load")
+        time.sleep(3)  # the labelmap renders in chunks
+        after = screenshot(d)
+        mapping = image_to_page(d)
+        errors = seg_errors(d)
+        if out:
+            from PIL import Image
+
+            os.makedirs(out, exist_ok=True)
+            Image.fromarray(after).save(os.path.join(out, "ohif-viewer-seg.png"), optimize=True)
+    seconds = time.perf_counter() - t0
+    assert not errors, errors
+    assert mapping["dims"][:2] == [512, 512]
+    lung = pacs.phantom.lungs["right lung"] | pacs.phantom.lungs["left lung"]
+    mask = stored.mask > 0
+    inside = binary_erosion(mask & lung, iterations=3)
+    clear = binary_erosion(lung & ~binary_dilation(mask, iterations=6), iterations=3)
+    assert inside.sum() > 50, "too little of XFlow's mask lies in the lung to check"
+    tint_after = tinted(sample_page(after, mapping, inside)).mean()
+    tint_before = tinted(sample_page(before, mapping, inside)).mean()
+    tint_clear = tinted(sample_page(after, mapping, clear)).mean()
+    print(f"OHIF viewer check: {seconds:.1f} s in the browser; XFlow {stored.seconds:.1f} s; "
+          f"tinted in mask {tint_after:.3f} (before {tint_before:.3f}), elsewhere in the lung {tint_clear:.3f}")
+    assert tint_before < 0.02 and tint_after > 0.9 and tint_clear < 0.05
+
+
+def test_xflow_seg_is_not_a_label_but_an_ohif_correction_is(pacs, stored):
+    """XFlow's stored answer is not a training label; a corrected SEG stored the way OHIF's
+    Segmentation mode stores one (a new series of the study, its own segment names and codes) is
+    the image's label: listed as labeled, out of the scoring pool, in ``datalist()`` for training."""
+    from dicomweb_client import DICOMwebClient
+
+    from monailabel_xflow.label import layout
+
+    store = a_datastore(pacs, "cache-before")
+    assert pacs.series["phantom"] not in store.get_labeled_images()
+    assert pacs.series["phantom"] in store.get_unlabeled_images()
+    assert store.preannotated()[pacs.series["phantom"]] == {"effusion"}
+
+    corrected = np.zeros((512, 512), np.uint8)
+    corrected[300:420, 60:200] = 7  # the annotator redrew the effusion ...
+    corrected[150:250, 320:420] = 6  # ... and added edema
+    ohif_seg = _as_ohif_would_store(stored.seg, corrected)
+    DICOMwebClient(url=f"{pacs.orthanc}/dicom-web").store_instances([ohif_seg])
+
+    store = a_datastore(pacs, "cache-after")
+    assert pacs.series["phantom"] in store.get_labeled_images()
+    assert pacs.series["phantom"] not in store.get_unlabeled_images()  # scoring skips it
+    pairs = {os.path.basename(p["image"]).removesuffix(".nii.gz"): p["label"] for p in store.datalist()}
+    np.testing.assert_array_equal(layout.read_label(pairs[pacs.series["phantom"]], (512, 512)), corrected)
+
+
+def _as_ohif_would_store(seg: pydicom.Dataset, label: np.ndarray) -> pydicom.Dataset:
+    """A SEG like OHIF's "Export DICOM SEG": same source and geometry, a new series, segments named
+    by the annotator with OHIF's default code (SCT 85756007 "Tissue"), no XFlow content label."""
+    from monailabel_xflow.label.seg import write_seg
+
+    source = pydicom.Dataset()
+    for keyword in ("StudyInstanceUID", "SeriesInstanceUID", "PatientID", "PatientName", "PatientBirthDate",
+                    "PatientSex", "StudyDate", "StudyTime", "StudyID", "AccessionNumber", "ReferringPhysicianName"):
+        if keyword in seg:
+            setattr(source, keyword, seg.get(keyword))
+    ref = seg.ReferencedSeriesSequence[0]
+    source.SeriesInstanceUID = ref.SeriesInstanceUID
+    source.SOPInstanceUID = ref.ReferencedInstanceSequence[0].ReferencedSOPInstanceUID
+    source.SOPClassUID = ref.ReferencedInstanceSequence[0].ReferencedSOPClassUID
+    source.Modality, source.Rows, source.Columns = "CR", seg.Rows, seg.Columns
+    source.PixelSpacing = seg.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0].PixelSpacing
+    out = write_seg(label, source, algorithm="OHIF")
+    names = {"effusion": "Effusion (left base)", "edema": "pulmonary edema"}
+    for s in out.SegmentSequence:
+        s.SegmentLabel = names[str(s.SegmentLabel)]
+        s.SegmentedPropertyTypeCodeSequence[0].CodeValue = "85756007"
+        s.SegmentedPropertyTypeCodeSequence[0].CodeMeaning = "Tissue"
+        s.SegmentAlgorithmType = "MANUAL"
+    out.ContentLabel, out.Manufacturer, out.SeriesDescription = "SEGMENTATION", "dcmjs", "Segmentation"
+    return out
+
+
+def test_preannotate_stores_segs_for_every_series_and_resumes(pacs, capsys, monkeypatch):
+    from monailabel_xflow.cli import main
+
+    for key in [k for k in os.environ if k.startswith("XFLOW_")]:
+        monkeypatch.delenv(key)  # the demo model, as the server uses
+    argv = ["preannotate", "--studies", f"{pacs.orthanc}/dicom-web", "--finding", "edema", "--no-revise",
+            "--cache", str(pacs.tmp / "pre-cache")]
+    t0 = time.perf_counter()
+    assert main(argv) == 0
+    t1 = time.perf_counter()
+    first = capsys.readouterr()
+    summary = json.loads(first.out)
+    assert {d["image"] for d in summary["done"]} == set(pacs.series.values()) and not summary["failed"]
+    assert "pre-annotating" in first.err  # progress
+    segs = segs_in_pacs(pacs)
+    for done in summary["done"]:
+        seg = segs[done["seg_series"]]
+        assert seg.ContentLabel == "XFLOW_AUTO" and [s.SegmentLabel for s in seg.SegmentSequence] == ["edema"]
+    assert main(argv) == 0  # resumed: everything is done already
+    t2 = time.perf_counter()
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed["done"] == [] and resumed["skipped"] == len(pacs.series)
+    assert len(segs_in_pacs(pacs)) == len(segs)  # nothing stored twice
+    with capsys.disabled():
+        print(f"\npreannotate: first run {t1 - t0:.1f} s, resumed run {t2 - t1:.1f} s")
+    shutil.rmtree(pacs.tmp / "pre-cache", ignore_errors=True)
