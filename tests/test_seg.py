@@ -103,3 +103,15 @@ def test_another_tools_seg_maps_segments_by_name(source):
 def test_codes_cover_the_vocabulary():
     assert tuple(FINDING_CODES) == FINDINGS
     assert len({(c.value, c.scheme) for c in FINDING_CODES.values()}) == len(FINDINGS)
+
+
+def test_cardiomegaly_is_read_by_either_snomed_code(source):
+    """Written as SCT 8186001; a SEG coded as PS3.16 CID 12249 has it (SCT 287272002) reads the same."""
+    label = np.zeros((1024, 700), np.uint8)
+    label[400:800, 200:500] = label_value("cardiomegaly")
+    seg = write_seg(label, source)
+    code = seg.SegmentSequence[0].SegmentedPropertyTypeCodeSequence[0]
+    assert (code.CodeValue, code.CodingSchemeDesignator) == ("8186001", "SCT")
+    seg.SegmentSequence[0].SegmentLabel = "Segment 1"  # no help from the name
+    code.CodeValue = "287272002"
+    np.testing.assert_array_equal(read_seg(seg), label)

@@ -24,7 +24,7 @@ finding (DICOM PS3.16 CID 7150 "Segmentation Property Categories"); types, with 
 ==============  =====  =========  ===============================  ==========================================
 finding         value  scheme     code / meaning                   source
 ==============  =====  =========  ===============================  ==========================================
-cardiomegaly    1      SCT        287272002 Cardiomegaly           DICOM PS3.16 CID 12249
+cardiomegaly    1      SCT        8186001 Cardiomegaly             SNOMED CT International (see below)
 pneumonia       2      SCT        233604007 Pneumonia              SNOMED CT International (not in PS3.16)
 atelectasis     3      SCT        46621007 Atelectasis             SNOMED CT International (not in PS3.16)
 opacity         4      DCM        112001 Opacity                   DICOM PS3.16 CID 6104 (SNOMED CT has no
@@ -35,8 +35,11 @@ effusion        7      SCT        60046008 Pleural effusion        DICOM PS3.16 
 no finding      -      SCT        17621005 Normal                  DICOM PS3.16 CID 7151
 ==============  =====  =========  ===============================  ==========================================
 
-(PS3.16 codes as shipped in ``pydicom.sr``; the three SNOMED CT codes not in PS3.16 are the
-International Edition's disorder concepts of those names.)
+(PS3.16 codes as shipped in ``pydicom.sr``; the SNOMED CT codes not taken from PS3.16 are the
+International Edition's disorder concepts of those names. PS3.16 CID 12249 lists "Cardiomegaly"
+as SCT 287272002, but PS3.16's own SNOMED mapping gives 287272002 the fully specified name
+"Enlarged septal foramen of heart (disorder)"; SEGs are written with 8186001 and 287272002 is
+accepted as cardiomegaly when reading, see :data:`READ_ALIASES`.)
 
 Reading (:func:`read_seg`) accepts SEGs written here and SEGs written by other tools (OHIF's
 Segmentation mode, 3D Slicer): a segment is mapped to a finding by its type code, else by its
@@ -81,7 +84,7 @@ class Coded:
 
 CATEGORY = Coded("49755003", "SCT", "Morphologically Abnormal Structure")
 FINDING_CODES: dict[str, Coded] = {
-    "cardiomegaly": Coded("287272002", "SCT", "Cardiomegaly"),
+    "cardiomegaly": Coded("8186001", "SCT", "Cardiomegaly"),
     "pneumonia": Coded("233604007", "SCT", "Pneumonia"),
     "atelectasis": Coded("46621007", "SCT", "Atelectasis"),
     "opacity": Coded("112001", "DCM", "Opacity"),
@@ -90,6 +93,8 @@ FINDING_CODES: dict[str, Coded] = {
     "effusion": Coded("60046008", "SCT", "Pleural effusion"),
 }
 NO_FINDING_CODE = Coded("17621005", "SCT", "Normal")
+READ_ALIASES: dict[tuple[str, str], str] = {("287272002", "SCT"): "cardiomegaly"}
+"""Other tools' type codes read as a finding (PS3.16 CID 12249's "Cardiomegaly")."""
 assert tuple(FINDING_CODES) == FINDINGS
 
 
@@ -249,6 +254,8 @@ def finding_of_segment(segment: Any) -> str | None:
         for finding, code in FINDING_CODES.items():
             if (code.value, code.scheme) == (value, scheme):
                 return finding
+        if (value, scheme) in READ_ALIASES:
+            return READ_ALIASES[(value, scheme)]
         if (NO_FINDING_CODE.value, NO_FINDING_CODE.scheme) == (value, scheme):
             return None
     if label.lower() == NO_FINDING:
