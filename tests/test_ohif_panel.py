@@ -62,6 +62,19 @@ def test_panel_connects_and_lists_xflow(panel):
     models = [o.text.strip() for o in select.find_elements("tag name", "option")]
     assert models == ["xflow"]  # segmentation models only; xflow_revise is a point-prompt (deepedit) model
     assert any("GET:: " in e["message"] and "/info/" in e["message"] for e in console(d))
+    # the point-prompt (deepedit) model, with the findings as the labels to click for
+    d.find_element("xpath", "//*[normalize-space(text())='Point Prompts']").click()
+    wait_for(d, lambda d: d.find_element("xpath", "//select[option[normalize-space()='xflow_revise']]"), 30,
+             "xflow_revise under Point Prompts")
+    wait_for(d, lambda d: all(f in d.find_element("tag name", "body").text for f in ("edema", "effusion", "cardiomegaly")),
+             30, "the findings as the point prompts' labels")
+    # the options dialog offers xflow's options, store_seg among them (the README's workaround)
+    d.find_element("xpath", "//*[normalize-space(text())='Options / Configurations']").click()
+    wait_for(d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='store_seg']"), 30,
+             "store_seg in the options dialog")
+    for option in ("instruction", "finding", "location", "max_clicks", "result_extension"):
+        assert (option in d.find_element("tag name", "body").text) == (option != "result_extension"), option
+    d.find_element("xpath", "//button[normalize-space()='Cancel']").click()
 
 
 def test_panel_auto_segmentation_gets_a_file_it_parses(panel):
@@ -78,7 +91,11 @@ def test_panel_auto_segmentation_gets_a_file_it_parses(panel):
         "const e = window.cornerstone.getRenderingEngines()[0];"
         "return e.getViewports().length === 1 && e.getViewports()[0].getImageData();"), 90, "the CR in a 1x1 layout")
     t0 = time.perf_counter()
-    d.find_element("xpath", "//button[normalize-space()='Run']").click()
+    auto = d.find_element("xpath", "//select[option[normalize-space()='xflow'] and not(option[normalize-space()='xflow_revise'])]")
+    if not auto.is_displayed():  # the sections are an accordion: open Auto-Segmentation
+        d.find_element("xpath", "//*[normalize-space(text())='Auto-Segmentation']").click()
+        wait_for(d, lambda d: auto.is_displayed(), 10, "the Auto-Segmentation section")
+    auto.find_element("xpath", "following::button[normalize-space()='Run'][1]").click()
     text = wait_for(d, lambda d: next((t for t in ("Running Segmentation - Successful", "Failed to Run Segmentation")
                                        if t in d.find_element("tag name", "body").text), None), 300,
                     "the panel's answer")

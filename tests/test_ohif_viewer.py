@@ -192,6 +192,64 @@ def test_ohif_viewer_shows_the_stored_seg_over_the_lungs(pacs, stored):
     assert tint_before < 0.02 and tint_after > 0.9 and tint_clear < 0.05
 
 
+@needs_browser
+def test_ohif_segmentation_mode_opens_the_stored_seg_for_editing(pacs, stored):
+    """OHIF's Segmentation mode (valid for CR/DX) opens the CR and XFlow's SEG as an editable
+    segmentation: the segment table lists the finding, the mask is tinted in the lung, the brush
+    tools are there. Storing an edit back ("Export DICOM SEG") is upstream's dcmjs, which has no
+    normalizer for CR/DX images: recorded (printed), not asserted; the README says so."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    out = os.environ.get("XFLOW_OHIF_SCREENSHOTS")
+    t0 = time.perf_counter()
+    with chromium() as d:
+        d.get(f"{pacs.server.url}/ohif/segmentation?StudyInstanceUIDs={pacs.study['phantom']}")
+        wait_for(d, lambda d: d.execute_script(
+            "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
+            "return e && e.getViewports().length && e.getViewports()[0].getImageData();"), 90, "the CR")
+        for button in d.find_elements("xpath", "//button[contains(., 'Confirm and Hide')]"):
+            button.click()
+        thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
+                         30, "the SEG in the study panel")
+        ActionChains(d).double_click(thumb).perform()
+        wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Yes']"), 60,
+                 "OHIF's 'open this Segmentation?' prompt").click()
+        wait_for(d, lambda d: d.execute_script(
+            "return window.services.segmentationService.getSegmentations().length > 0"), 60, "the SEG to load")
+        time.sleep(3)
+        shot = screenshot(d)
+        mapping = image_to_page(d)
+        rows = [r.text.split("\n") for r in d.find_elements("xpath", "//*[@data-cy='data-row']")]
+        tools = {b.get_attribute("data-cy") for b in d.find_elements("xpath", "//button[@data-cy]")}
+        errors = seg_errors(d)
+        if out:
+            from PIL import Image
+
+            os.makedirs(out, exist_ok=True)
+            Image.fromarray(shot).save(os.path.join(out, "ohif-segmentation-mode.png"), optimize=True)
+        d.execute_script(  # what "Export DICOM SEG" runs; its name prompt is answered below
+            "const s = window.services.segmentationService.getSegmentations()[0];"
+            "window._stored = null; window.commandsManager.runCommand('storeSegmentation', {segmentationId:"
+            " s.segmentationId || s.id, dataSource: window.extensionManager.getActiveDataSource()[0]})"
+            ".then(() => window._stored = 'stored', e => window._stored = 'failed: ' + e);")
+        wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Save']"), 30, "the name prompt")
+        d.find_element("xpath", "//button[normalize-space()='Save']").click()
+        export = wait_for(d, lambda d: d.execute_script("return window._stored"), 60, "the export's outcome")
+    seconds = time.perf_counter() - t0
+    assert not errors, errors
+    assert ["1", "effusion"] in rows, rows
+    assert {"Brush", "Eraser"} <= tools
+    mask = stored.mask > 0
+    lung = pacs.phantom.lungs["right lung"] | pacs.phantom.lungs["left lung"]
+    from scipy.ndimage import binary_erosion
+
+    inside = binary_erosion(mask & lung, iterations=3)
+    tint = tinted(sample_page(shot, mapping, inside)).mean()
+    print(f"\nOHIF Segmentation mode: {seconds:.1f} s in the browser; tinted in mask {tint:.3f}; "
+          f"storing an edited SEG from a CR: {export}")
+    assert tint > 0.9
+
+
 def test_xflow_seg_is_not_a_label_but_an_ohif_correction_is(pacs, stored):
     """XFlow's stored answer is not a training label; a corrected SEG stored the way OHIF's
     Segmentation mode stores one (a new series of the study, its own segment names and codes) is

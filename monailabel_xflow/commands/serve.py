@@ -55,7 +55,7 @@ def register(subparsers) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--models", help="model configuration file (same as --conf models PATH)")
     parser.add_argument("--conf", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-                        help="app configuration, repeatable (models, model_dir, dicomweb_search_filter)")
+                        help="app configuration, repeatable (models, model_dir, dicomweb_search_filter, store_seg)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and environment, start nothing")
     parser.set_defaults(func=run)
 

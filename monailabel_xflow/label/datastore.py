@@ -21,7 +21,8 @@
       option, ``xflow preannotate``) as SEGs marked ``ContentLabel XFLOW_AUTO``: OHIF shows them,
       the datastore does not count them as labels;
     * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
-      saved from OHIF's Segmentation mode replaces XFlow's or an earlier one); segments map to
+      saved from 3D Slicer or another SEG tool replaces XFlow's or an earlier one; OHIF 3's own
+      export cannot write a SEG of a CR/DX image, see the README); segments map to
       findings by code or name; labels are read without dcmqi, so ``datalist()``, training and
       scoring work against Orthanc.
 """
