@@ -94,6 +94,29 @@ def wait_for(driver, condition, timeout: float = 60.0, what: str = "") -> Any:
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; page text:\n{body}")
 
 
+WATCH_TEXTS_JS = """
+const words = arguments[0];
+window._xflowSeen = [];
+const look = (node) => {
+  const text = (node && node.textContent) || '';
+  for (const w of words) if (text.includes(w) && !window._xflowSeen.includes(w)) window._xflowSeen.push(w);
+};
+new MutationObserver(ms => ms.forEach(m => { look(m.target); m.addedNodes.forEach(look); }))
+  .observe(document.body, {childList: true, subtree: true, characterData: true});
+"""
+
+
+def watch_texts(driver, words: list[str]) -> None:
+    """Record from now on which of ``words`` ever appear on the page (short-lived notifications
+    that a slow poll would miss); read them back with :func:`seen_texts`."""
+    driver.execute_script(WATCH_TEXTS_JS, list(words))
+
+
+def seen_texts(driver) -> list[str]:
+    """The words of :func:`watch_texts` that appeared, in order."""
+    return list(driver.execute_script("return window._xflowSeen || []"))
+
+
 def screenshot(driver) -> np.ndarray:
     """The page as ``uint8 (H, W, 3)`` RGB."""
     from PIL import Image

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from browser import chromium, console, screenshot, seg_errors, skip_without_chromium, wait_for
+from browser import (chromium, console, screenshot, seen_texts, seg_errors, skip_without_chromium, wait_for,
+                     watch_texts)
 from servers import build_tiny_models, monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [
@@ -95,10 +96,9 @@ def test_panel_auto_segmentation_gets_a_file_it_parses(panel):
     if not auto.is_displayed():  # the sections are an accordion: open Auto-Segmentation
         d.find_element("xpath", "//*[normalize-space(text())='Auto-Segmentation']").click()
         wait_for(d, lambda d: auto.is_displayed(), 10, "the Auto-Segmentation section")
+    watch_texts(d, ["Running Segmentation - Successful", "Failed to Run Segmentation"])  # 4 s notifications
     auto.find_element("xpath", "following::button[normalize-space()='Run'][1]").click()
-    text = wait_for(d, lambda d: next((t for t in ("Running Segmentation - Successful", "Failed to Run Segmentation")
-                                       if t in d.find_element("tag name", "body").text), None), 300,
-                    "the panel's answer")
+    text = wait_for(d, lambda d: next(iter(seen_texts(d)), None), 300, "the panel's answer")
     seconds = time.perf_counter() - t0
     time.sleep(2)
     shot = screenshot(d)
