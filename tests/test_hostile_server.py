@@ -182,7 +182,7 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     add("max_clicks as 40-char text", infer(srv, "xflow", img, {**ok, "max_clicks": "1" * 40}), "max_clicks")
     add("revise not a bool", infer(srv, "xflow", img, {**ok, "revise": "maybe"}), "revise")
     add("instruction not text", infer(srv, "xflow", img, {"instruction": 123}), "instruction")
-    add("finding an object", infer(srv, "xflow", img, {"finding": {"a": 1}}), "expected text")
+    add("finding an object", infer(srv, "xflow", img, {"finding": {"a": 1}}), "finding must be text")
     add("work over the bound", infer(srv, "xflow", img, {"instruction": "segment all findings", "max_clicks": 16}),
         "request too large")
     add("params not JSON", infer(srv, "xflow", img, raw_params="{instruction: edema"), "JSON")

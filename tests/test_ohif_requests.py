@@ -91,3 +91,37 @@ def test_point_prompts_for_several_findings_need_a_choice(png):
     with pytest.raises(RequestError, match="clicks are for edema"):
         label_keyed_clicks({"edema": [[70, 60, 0]], "finding": "effusion"})
     assert label_keyed_clicks({"foreground": [[1, 1, 0]], "edema": [[70, 60, 0]]}) == {}
+
+
+def test_store_seg_server_setting_is_the_default_of_the_option(tmp_path, monkeypatch):
+    """``--conf store_seg true`` makes ``store_seg`` default to true in the ``xflow`` options (what
+    ``/info`` lists and OHIF's panel sends back); a bad value names the setting."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "apps" / "xflow"))
+    monkeypatch.delitem(sys.modules, "lib.configs.xflow", raising=False)
+    from lib.configs.xflow import XFlowConfig
+
+    def tasks(conf):
+        cfg = XFlowConfig()
+        cfg.init("xflow", str(tmp_path / "model"), conf, None)
+        return cfg.infer()
+
+    assert tasks({"store_seg": "true"})["xflow"].config()["store_seg"] is True
+    assert tasks({})["xflow"].config()["store_seg"] is False
+    with pytest.raises(RequestError, match="--conf store_seg"):
+        tasks({"store_seg": "sometimes"})
+
+
+def test_store_seg_needs_a_pacs(tmp_path):
+    from monailabel_xflow.label.app import store_result_seg
+    from monailabel_xflow.label.datastore import XFlowLocalDatastore
+
+    store = XFlowLocalDatastore(str(tmp_path), extensions=["*.png"])
+    result = {"file": None, "params": {"store_seg": {"findings": ["edema"]}}}
+    with pytest.raises(RequestError, match="store_seg: the studies are not a DICOMweb PACS"):
+        store_result_seg(store, "image", result)
+    untouched = {"file": None, "params": {"answer": "There is no edema."}}
+    store_result_seg(store, "image", untouched)  # not asked: nothing to do, nothing added
+    assert untouched["params"] == {"answer": "There is no edema."}

@@ -140,6 +140,19 @@ def test_store_seg_puts_one_seg_with_every_finding_asked_into_the_study(pacs, st
     assert stored.mask.any() == present and stored.params["findings"][0]["pixels"] == int((stored.mask == 7).sum())
 
 
+def test_store_seg_of_an_uploaded_image_answers_and_says_why_nothing_was_stored(pacs):
+    """An uploaded image has no study to store into: the answer comes back, no SEG is stored, and
+    the params say why (a server with ``--conf store_seg true`` still serves uploads)."""
+    from monailabel_xflow.label import layout
+
+    before = set(segs_in_pacs(pacs))
+    label_file, params = pacs.client.infer("xflow", "", {"instruction": "effusion", "store_seg": True, "trace": False},
+                                           file=str(pacs.files["phantom"]))
+    assert params["seg_series"] is None and "upload" in params["seg_not_stored"]
+    assert layout.read_label(label_file, (512, 512)).shape == (512, 512)
+    assert set(segs_in_pacs(pacs)) == before
+
+
 @needs_browser
 def test_ohif_viewer_shows_the_stored_seg_over_the_lungs(pacs, stored):
     """The Basic Viewer opens the CR and the SEG XFlow stored; the mask is tinted where it lies in
