@@ -61,7 +61,7 @@ def test_panel_connects_and_lists_xflow(panel):
     select = wait_for(d, lambda d: d.find_element("xpath", "//select[option[normalize-space()='xflow']]"), 60,
                       "the model list with xflow")
     models = [o.text.strip() for o in select.find_elements("tag name", "option")]
-    assert models == ["xflow"]  # segmentation models only; xflow_revise is a point-prompt (deepedit) model
+    assert models[0] == "xflow" and "xflow_revise" not in models, models  # xflow_revise: a point-prompt model
     assert any("GET:: " in e["message"] and "/info/" in e["message"] for e in console(d))
     # the point-prompt (deepedit) model, with the findings as the labels to click for
     d.find_element("xpath", "//*[normalize-space(text())='Point Prompts']").click()
@@ -96,6 +96,9 @@ def test_panel_auto_segmentation_gets_a_file_it_parses(panel):
     if not auto.is_displayed():  # the sections are an accordion: open Auto-Segmentation
         d.find_element("xpath", "//*[normalize-space(text())='Auto-Segmentation']").click()
         wait_for(d, lambda d: auto.is_displayed(), 10, "the Auto-Segmentation section")
+    from selenium.webdriver.support.select import Select
+
+    Select(auto).select_by_visible_text("xflow")  # beside it: rosalia, the baseline
     watch_texts(d, ["Running Segmentation - Successful", "Failed to Run Segmentation"])  # 4 s notifications
     auto.find_element("xpath", "following::button[normalize-space()='Run'][1]").click()
     text = wait_for(d, lambda d: next(iter(seen_texts(d)), None), 300, "the panel's answer")
