@@ -203,3 +203,49 @@ def test_app_serves_the_demo_through_the_client(tmp_path):
         assert Path(label).is_file()
         assert isinstance(params["answer"], str) and params["answer"].endswith(".")
         assert DEMO_NOTICE in server.proc.tail(200_000)
+
+
+def test_presence_is_balanced_within_each_level_and_finding():
+    """Pooled balancing left chest questions ~58 % positive; strata make each kind 50/50."""
+    from collections import Counter
+
+    from datasets import Dataset
+
+    from monailabel_xflow.training.demo import balanced_presence
+
+    rows = Dataset.from_dict({
+        "positive": [True] * 2 + [False] * 8 + [True] * 3 + [False] * 3 + [False] * 4,
+        "level": ["chest"] * 10 + ["lung"] * 6 + ["zone"] * 4,
+        "finding": ["edema"] * 20,
+        "i": list(range(20)),
+    })
+    counts = Counter(zip(balanced_presence(rows, 0)["level"], balanced_presence(rows, 0)["positive"]))
+    assert counts == {("chest", True): 8, ("chest", False): 8, ("lung", True): 3, ("lung", False): 3,
+                      ("zone", False): 4}
+    pooled = Counter(zip(balanced_presence(rows, 0, by=())["level"], balanced_presence(rows, 0, by=())["positive"]))
+    assert pooled[("lung", True)] > pooled[("lung", False)]  # what stratifying corrects
+    assert set(balanced_presence(rows, 0)["i"]) == set(range(20))  # every row kept
+
+
+def test_recipe_reuses_trained_parts(quick_model, tmp_path):
+    """segmenter_from / init_from / rev_from: F_seg and π_rev copied as they are, π_init warm-started."""
+    from safetensors.numpy import load_file
+
+    from monailabel_xflow.training.demo import main
+
+    rc = main(["--quick", "--out", str(tmp_path), "--no-progress", "--set", "rl_steps_init=0",
+               "--set", f"segmenter_from={quick_model / 'segmenter'}", "--set", f"init_from={quick_model / 'init'}",
+               "--set", f"rev_from={quick_model / 'rev'}", "--set", "parallel=false", "--set", "threads=1"])
+    assert rc == 0
+    model = tmp_path / "model"
+    for rel in ("segmenter/model.safetensors", "rev/adapter_model.safetensors"):
+        a, b = load_file(str(model / rel)), load_file(str(quick_model / rel))
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), rel
+    a, b = load_file(str(model / "init/adapter_model.safetensors")), load_file(str(quick_model / "init/adapter_model.safetensors"))
+    assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # trained further
+    info = json.loads((model / "recipe.json").read_text())
+    assert info["segmenter"]["reused_from"] == str(quick_model / "segmenter")
+    assert "rev-sft" not in info["done"] and "build rev-sft" not in info["done"] and "init-sft" in info["done"]
+    # a folder that holds no weights is refused before anything trains
+    assert main(["--quick", "--out", str(tmp_path / "bad"), "--set", f"segmenter_from={tmp_path / 'nope'}"]) == 2
+    assert not (tmp_path / "bad").exists()

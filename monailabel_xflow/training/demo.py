@@ -103,6 +103,14 @@ class DemoRecipe:
         rl_generations / rl_batch / rl_lr: GRPO group size, completions per step, learning rate.
         max_clicks: Stage 2 budget at training and inference.
         parallel: train F_seg in a second process while π_init trains (one thread each).
+        init_from: a π_init adapter folder its SFT warm-starts from ("": from scratch), e.g. the
+            committed demo's ``init/`` to correct it with a few hundred steps on other data.
+        rev_from: a trained π_rev adapter folder reused as it is ("": π_rev SFT and GRPO run).
+        threads: torch threads of the policy phases (1 on a machine shared with other jobs: two
+            OpenMP threads on oversubscribed cores ran an SFT step ~10x slower than one).
+        segmenter_from: a trained F_seg folder (``save_pretrained``, e.g. the committed demo's
+            ``segmenter/``) to reuse instead of training one; "" trains it. F_seg does not depend
+            on the policies, so a policy-only change of the recipe need not pay its ~15 min.
     """
 
     seed: int = 0
@@ -129,6 +137,10 @@ class DemoRecipe:
     rl_lr: float = 2e-5
     max_clicks: int = 4
     parallel: bool = True
+    segmenter_from: str = ""
+    init_from: str = ""
+    rev_from: str = ""
+    threads: int = 2
 
 
 QUICK = DemoRecipe(train_studies=8, seg_steps=2, seg_batch=2, seg_eval=2,
@@ -174,23 +186,41 @@ def _export(out: Path, count: int, seed: int, size: int, progress: bool, desc: s
     return out / GT_DIR / JSON_NAME
 
 
-def balanced_presence(rows, seed: int = 0):
-    """``init-sft`` rows with the positives repeated until they are as many as the negatives.
+def balanced_presence(rows, seed: int = 0, by: Sequence[str] = ("level", "finding")):
+    """``init-sft`` rows with the positives repeated until they are as many as the negatives,
+    within each stratum of the ``by`` columns.
+
+    Balancing the pooled rows is not enough: phantom chest-level questions are ~18 % positive,
+    lung-level ~12 %, so pooled balancing left chest questions ~58 % positive in training and the
+    model answered "present" to 91 % of held-out chest negatives. Balancing per (level, finding)
+    makes every question kind a coin toss a priori, so presence has to come from the image.
 
     Args:
-        rows: a ``datasets.Dataset`` with a boolean ``positive`` column.
+        rows: a ``datasets.Dataset`` with a boolean ``positive`` column (and the ``by`` columns).
         seed: shuffles the result.
+        by: columns whose value combinations are balanced separately (empty: pooled). A stratum
+            without positives or negatives is kept as it is.
     """
     import numpy as np
-    from datasets import concatenate_datasets
-
     flags = np.asarray(rows["positive"], bool)
-    pos, neg = np.flatnonzero(flags), np.flatnonzero(~flags)
-    if len(pos) == 0 or len(neg) <= len(pos):
+    keys = list(zip(*(rows[c] for c in by))) if by else [()] * len(flags)
+    strata: dict[tuple, list[int]] = {}
+    for k, key in enumerate(keys):
+        strata.setdefault(tuple(key), []).append(k)
+    chosen: list[np.ndarray] = []
+    changed = False
+    for members in strata.values():
+        idx = np.asarray(members)
+        pos, neg = idx[flags[idx]], idx[~flags[idx]]
+        if len(pos) == 0 or len(neg) <= len(pos):
+            chosen.append(idx)
+            continue
+        changed = True
+        chosen += [neg, np.resize(pos, len(neg))]  # every positive, cycled to the negatives' count
+    if not changed:
         return rows
-    repeat = np.resize(pos, len(neg))  # every positive, cycled to the negatives' count
     # flatten_indices: a shuffled view is slow to read row by row during training
-    return concatenate_datasets([rows.select(neg), rows.select(repeat)]).shuffle(seed=seed).flatten_indices()
+    return rows.select(np.concatenate(chosen)).shuffle(seed=seed).flatten_indices()
 
 
 def training_cases(json_path: Path):
@@ -365,6 +395,29 @@ def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: b
             "box_prompted_iou_train": iou, "seconds": time.perf_counter() - start_time}
 
 
+def reuse_segmenter(source: str | Path, seg_dir: Path) -> dict[str, Any]:
+    """Copy a trained F_seg into ``seg_dir`` (recipe field ``segmenter_from``).
+
+    Returns:
+        The phase record: the source, and the source's own segmenter record when it sits in a
+        packaged demo (``../recipe.json``), so the model card keeps its training figures.
+
+    Raises:
+        FileNotFoundError: ``source`` holds no ``config.json`` / ``model.safetensors``.
+    """
+    source = Path(source)
+    for name in ("config.json", "model.safetensors"):
+        if not (source / name).is_file():
+            raise FileNotFoundError(f"segmenter_from: {source / name} does not exist")
+    _copy_files(source, seg_dir, ("config.json", "model.safetensors"))
+    info: dict[str, Any] = {}
+    recipe_json = source.parent / "recipe.json"
+    if recipe_json.is_file():
+        info = dict(json.loads(recipe_json.read_text()).get("segmenter", {}))
+    info.update(reused_from=str(source), seconds=0.0)
+    return info
+
+
 def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool = True) -> Path:
     """Run the whole recipe into ``out`` and return the packaged model folder ``out/model``.
 
@@ -385,7 +438,7 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     out = Path(out)
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    _set_threads()
+    _set_threads(recipe.threads)
     phases = _Phases(work, _fingerprint(recipe))
     seed = recipe.seed
     total_start = time.perf_counter()
@@ -400,6 +453,8 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     seg_dir = work / "segmenter"
     seg_future = None
     pool = None
+    if "segmenter" not in phases.state["done"] and recipe.segmenter_from:
+        phases.run("segmenter", reuse_segmenter, recipe.segmenter_from, seg_dir)
     if "segmenter" not in phases.state["done"]:
         if recipe.parallel:
             import multiprocessing
@@ -441,12 +496,13 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     runs = work / "runs"
     init_sft = runs / "init-sft"
     balanced = balanced_presence(builders.load_built(built / "init-sft"), seed)
-    phases.run("init-sft", sft, "init-sft", recipe.init_sft_steps, balanced, init_sft, None, recipe.aux_weight)
+    warm = Path(recipe.init_from) if recipe.init_from else None
+    phases.run("init-sft", sft, "init-sft", recipe.init_sft_steps, balanced, init_sft, warm, recipe.aux_weight)
 
     if seg_future is not None:
         phases.run("segmenter", seg_future.result)
         pool.shutdown()
-        _set_threads()
+        _set_threads(recipe.threads)
     seg_info = phases.state["done"]["segmenter"]["result"]
 
     # 5. π_rev SFT: oracle trajectories with the fine-tuned F_seg in the loop
@@ -463,16 +519,22 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
 
         return build("rev-sft", rev_cases, segmenter=load_segmenter(str(seg_dir)), clicker=clicker)
 
-    phases.run("build rev-sft", build_rev)
     rev_sft = runs / "rev-sft"
+    if recipe.rev_from:  # a trained π_rev is reused as it is (its own SFT and GRPO are not redone)
+        rev_sft = Path(recipe.rev_from)
+        log.info("demo: π_rev reused from %s", rev_sft)
+    else:
+        phases.run("build rev-sft", build_rev)
     try:
-        builders.load_built(built / "rev-sft")
+        if not recipe.rev_from:
+            builders.load_built(built / "rev-sft")
     except builders.BuildError:  # every trajectory discarded: an F_seg that clicks cannot improve
         log.warning("demo: no π_rev trajectory was kept (F_seg does not improve with clicks); "
                     "π_rev starts from π_init's SFT adapter without revision SFT")
         rev_sft = init_sft
     else:
-        phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, built / "rev-sft", rev_sft, init_sft, 0.0)
+        if not recipe.rev_from:
+            phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, built / "rev-sft", rev_sft, init_sft, 0.0)
 
     # 6. short GRPO
     def rl(stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path) -> dict:
@@ -492,7 +554,7 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
         rl_cases = [cases[k] for k in sorted(rng.permutation(len(cases))[: 4 * recipe.rl_batch * recipe.rl_steps_init])]
         phases.run("init-rl", rl, "init-rl", recipe.rl_steps_init, rl_cases, init_sft, runs / "init-rl")
         init_final = runs / "init-rl"
-    if recipe.rl_steps_rev > 0:
+    if recipe.rl_steps_rev > 0 and not recipe.rev_from:
         phases.run("rev-rl", rl, "rev-rl", recipe.rl_steps_rev, rev_cases, rev_sft, runs / "rev-rl")
         rev_final = runs / "rev-rl"
 
@@ -638,7 +700,15 @@ def _recipe_from_args(args: argparse.Namespace) -> DemoRecipe:
             values[key] = value.strip().lower() in ("1", "true", "yes", "on")
         else:
             values[key] = types[key](value)
-    return dataclasses.replace(base, **values)
+    recipe = dataclasses.replace(base, **values)
+    reused = {"segmenter_from": ("config.json", "model.safetensors"), "init_from": ("adapter_config.json",),
+              "rev_from": ("adapter_config.json",)}
+    for key, names in reused.items():  # fail now, not after minutes of training
+        folder = getattr(recipe, key)
+        missing = [n for n in names if folder and not (Path(folder) / n).is_file()]
+        if missing:
+            raise ValueError(f"--set {key}={folder}: no {missing[0]} there")
+    return recipe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
