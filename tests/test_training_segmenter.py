@@ -121,3 +121,60 @@ def test_learning_check_box_prompted_iou_rises(tmp_path):
     finetune_segmenter(base, train, tmp_path / "ft", cfg, progress=False)
     after = box_prompted_iou(load_segmenter(str(tmp_path / "ft")), held_out)
     assert after > before + 0.1, (before, after)
+
+
+def test_revision_aware_prompts_are_stage2s_prompts(tmp_path):
+    """Simulated Stage 2 turns: box-only first, then the oracle's clicks accumulate with the
+    previous single-mask logits as mask input, and the supervised last turn trains the mask-input
+    pathway (which plain box/click prompts never reach)."""
+    import torch
+
+    from monailabel_xflow.oracle import OracleClicker
+    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.segmenter import Sam3Segmenter, load_tracker_model
+    from monailabel_xflow.training.segmenter import _revision_loss, _target_grid
+
+    model = load_tracker_model(build_random_sam3(tmp_path / "base", "tiny"))
+    prep = Sam3Segmenter(model, device="cpu", dtype=torch.float32, cache_tag="test")
+    sample = _ellipse()
+    calls = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        calls.append({k: (tuple(v.shape) if hasattr(v, "shape") else None) for k, v in kwargs.items()
+                      if k.startswith("input_")} | {"grad": torch.is_grad_enabled()})
+        return forward(*args, **kwargs)
+
+    model.forward = spy
+    out = model(pixel_values=prep.preprocess(sample.image), input_boxes=torch.tensor([[[10.0, 10.0, 200.0, 200.0]]]),
+                multimask_output=True)
+    calls.clear()
+    target = _target_grid(sample.mask, out.pred_masks.shape[-2:])
+    cfg = SegmenterTrainConfig(revision_clicks=3)
+    loss = _revision_loss(model, out.image_embeddings, sample, np.random.default_rng(3), cfg, prep.input_size,
+                          target, OracleClicker())
+    assert calls[0].keys() == {"input_boxes", "grad"} and not calls[0]["grad"]  # M_0: the box alone
+    clicked = calls[1:]
+    assert clicked and clicked[-1]["grad"] and not any(c["grad"] for c in clicked[:-1])
+    low_res = tuple(out.pred_masks.shape[-2:])
+    for k, c in enumerate(clicked, start=1):  # turn k: k clicks, the previous turn's logits
+        assert c["input_points"] == (1, 1, k, 2) and c["input_labels"] == (1, 1, k)
+        assert c["input_masks"] == (1, 1) + low_res
+    assert torch.isfinite(loss) and loss > 0
+    model.zero_grad()
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if n.startswith("prompt_encoder.mask_embed.")}
+    assert grads and any(g is not None and g.abs().sum() > 0 for g in grads.values())
+
+
+def test_revision_aware_training_is_off_by_default_and_runs_when_asked(tmp_path):
+    from monailabel_xflow.sam3_configs import build_random_sam3
+
+    assert SegmenterTrainConfig().revision_clicks == 0  # the paper's Table 7 recipe is unchanged
+    base = build_random_sam3(tmp_path / "base", "tiny")
+    plain = SegmenterTrainConfig(effective_batch=1, max_steps=3, learning_rate=2e-3, points_per_prompt=0)
+    aware = SegmenterTrainConfig(effective_batch=1, max_steps=3, learning_rate=2e-3, points_per_prompt=0,
+                                 revision_clicks=2, revision_prob=1.0)
+    a = finetune_segmenter(base, [_ellipse()], tmp_path / "a", plain, progress=False)["losses"]
+    b = finetune_segmenter(base, [_ellipse()], tmp_path / "b", aware, progress=False)["losses"]
+    assert np.isfinite(b).all() and b[0] > a[0]  # the same first prompt plus a supervised revision turn

@@ -35,7 +35,15 @@ class SegmenterTrainConfig:
     iou_weight: float = 1.0
     points_per_prompt: int = 2  # clicks sampled per box prompt, like the revision policy produces
     box_jitter: float = 0.1  # box edges moved by up to this fraction of the box size
+    # Revision-aware prompts (0 = off, the paper's Table 7 recipe): with probability revision_prob a
+    # prompt also runs 1..revision_clicks simulated Stage 2 turns (Algorithm 1's corrective click on
+    # the current error, the box grown as in Stage 2, the previous low-res logits as mask input) and
+    # the last turn's single-mask output is supervised too, so F_seg learns the input it gets in Stage 2.
+    revision_clicks: int = 0
+    revision_prob: float = 0.5
+    revision_box_jitter: float = 0.25  # Stage 1 boxes are looser than the plain prompts' boxes
     max_steps: int = -1  # >0 caps the run (smoke tests, demos)
+    checkpoint_every: int = 0  # >0: also save OUT/checkpoint-<step> every this many steps
     seed: int = 0
 
 

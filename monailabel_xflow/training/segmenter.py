@@ -10,6 +10,16 @@ Prompts are sampled the way the policies produce them: a box around one ground-t
 each edge jittered by up to ``box_jitter`` of the box size, plus 0..``points_per_prompt`` clicks
 (positive inside the component, negative inside the box but outside it).
 
+Revision-aware prompts (``revision_clicks > 0``; off in the paper's defaults): Stage 2 calls F_seg
+with the box, every click so far and the previous turn's low-resolution logits as mask input, an
+input the plain prompts above never show it (a random mask-input pathway turned clicks into noise
+in the phantom demo). With probability ``revision_prob`` a prompt therefore also simulates 1..
+``revision_clicks`` Stage 2 turns from a box-only mask (box jittered by ``revision_box_jitter``):
+each turn Algorithm 1's oracle (:class:`~monailabel_xflow.oracle.OracleClicker`) clicks the
+deepest point of the larger error, a positive click outside the box grows it
+(:func:`~monailabel_xflow.geometry.grow_box`), and the decoder reruns with the previous logits; the
+turns before the last run without gradients, the last one's single-mask output adds its SAM 2 loss.
+
 Loss resolution: the decoder's low-resolution logits (288 x 288 for the 1008-px input) are
 compared with the ground truth resized to that grid, which keeps a CPU step cheap; the mask is
 upsampled for inference only.
@@ -147,6 +157,66 @@ def _target_grid(mask: np.ndarray, size: Sequence[int]) -> "torch.Tensor":
     return (F.interpolate(m, size=tuple(size), mode="area")[0, 0] >= 0.5).float()
 
 
+def _revision_loss(model: Any, embeddings: Any, sample: SegSample, rng: np.random.Generator,
+                   cfg: SegmenterTrainConfig, input_size: int, target: "torch.Tensor", clicker: Any) -> "torch.Tensor":
+    """SAM 2 loss of the last of 1..``cfg.revision_clicks`` simulated Stage 2 turns on one sample.
+
+    The prompts are built exactly as :meth:`~monailabel_xflow.segmenter.Sam3Segmenter.predict`
+    builds them in Stage 2 (``XFlow._revise_lesion``): box, all clicks so far, the previous
+    single-mask low-res logits ``(1, 1, h, w)`` as ``input_masks``.
+
+    Args:
+        model: the tracker being trained.
+        embeddings: the image embeddings of the prompt's forward pass (with their graph).
+        sample: the image and ground-truth component.
+        target: ``(h, w)`` ground truth on the logits' grid.
+        clicker: an :class:`~monailabel_xflow.oracle.OracleClicker`.
+
+    Returns:
+        A scalar loss (0 when the box-only mask leaves no admissible click).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from monailabel_xflow.geometry import grow_box
+
+    box, _ = sample_prompt(sample.mask, rng, cfg.revision_box_jitter, 0)
+    detached = [e.detach() for e in embeddings] if isinstance(embeddings, (list, tuple)) else embeddings.detach()
+    device = target.device
+
+    def decode(emb: Any, box: Box, clicks: Sequence[Click], previous: "torch.Tensor | None"):
+        kwargs: dict[str, Any] = {
+            "input_boxes": torch.tensor([[box_to_sam(box, input_size)]], dtype=torch.float32, device=device)}
+        if clicks:
+            kwargs["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y, input_size) for c in clicks]]],
+                                                  dtype=torch.float32, device=device)
+            kwargs["input_labels"] = torch.tensor([[[int(c.positive) for c in clicks]]], device=device)
+        if previous is not None:
+            kwargs["input_masks"] = previous
+        return model(image_embeddings=emb, multimask_output=False, **kwargs)
+
+    with torch.no_grad():
+        previous = decode(detached, box, [], None).pred_masks[:, 0].float()  # (1, 1, h, w)
+    clicks: list[Click] = []
+    given = previous  # the logits the last click's turn receives as mask input
+    turns = int(rng.integers(1, cfg.revision_clicks + 1))
+    for _ in range(turns):
+        if clicks:  # M_t of the clicks so far (no gradient: only the last turn is supervised)
+            with torch.no_grad():
+                previous = decode(detached, box, clicks, previous).pred_masks[:, 0].float()
+        mask = (F.interpolate(previous, size=sample.mask.shape, mode="bilinear", align_corners=False)[0, 0] > 0).cpu().numpy()
+        click = clicker.next_click(mask, sample.mask, clicks)
+        if click is None:
+            break
+        clicks.append(click)
+        box, given = grow_box(box, click), previous
+    if not clicks:
+        return torch.zeros((), device=device)
+    out = decode(embeddings, box, clicks, given)
+    loss, _ = sam2_loss(out.pred_masks[0, 0].float(), out.iou_scores[0, 0].float(), target, cfg)
+    return loss
+
+
 def finetune_segmenter(
     model_path: str | Path,
     samples: Sequence[SegSample],
@@ -190,6 +260,9 @@ def finetune_segmenter(
     model, optimizer = accelerator.prepare(model, optimizer)
 
     # Each process takes every world_size-th sample; one sample (one prompt) per micro-step.
+    from monailabel_xflow.oracle import OracleClicker
+
+    clicker = OracleClicker()
     mine = list(samples)[accelerator.process_index :: accelerator.num_processes]
     per_epoch = math.ceil(len(mine) / accumulation)
     total = per_epoch * cfg.epochs if cfg.max_steps <= 0 else cfg.max_steps
@@ -218,6 +291,8 @@ def finetune_segmenter(
                 single = model(image_embeddings=out.image_embeddings, multimask_output=False, **prompts)
                 single_loss, _ = sam2_loss(single.pred_masks[0, 0].float(), single.iou_scores[0, 0].float(), target, cfg)
                 loss = loss + single_loss
+                if cfg.revision_clicks > 0 and rng.random() < cfg.revision_prob:
+                    loss = loss + _revision_loss(model, out.image_embeddings, sample, rng, cfg, prep.input_size, target, clicker)
                 accelerator.backward(loss)
                 running.append(float(loss.detach()))
                 if accelerator.sync_gradients:
@@ -230,6 +305,10 @@ def finetune_segmenter(
                 step += 1
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.4f}")
+                if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < total \
+                        and accelerator.is_main_process:
+                    # no LR schedule: the checkpoint of step k is what a k-step run would save
+                    accelerator.unwrap_model(model).save_pretrained(Path(out_dir) / f"checkpoint-{step}")
                 if step >= total:
                     break
     bar.close()
