@@ -43,7 +43,7 @@ from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
 
 __all__ = [
-    "METHODS", "METHOD_TITLES", "SharedStage1", "GroundTruthReviser", "xflow_predictors", "run_benchmark",
+    "METHODS", "METHOD_TITLES", "SharedStage1", "stage1_identity", "GroundTruthReviser", "xflow_predictors", "run_benchmark",
     "write_summary", "stage2_effect", "interleaved",
 ]
 
@@ -224,6 +224,33 @@ class _Revisions:
                                 default=float) + "\n")
 
 
+def stage1_identity(cfg: Any) -> str:
+    """A content hash of what a Stage 1 text depends on: π_init's weights (base + adapter, or the
+    merged model) and the decoding length, not F_seg or π_rev.
+
+    The Stage 1 text cache (``OUT/stage1-texts.jsonl``) is keyed by it, so a benchmark rerun after
+    only F_seg or π_rev changed reuses the texts (greedy decoding gives the same text), while a
+    retrained π_init, even copied elsewhere, is recognised by its bytes.
+
+    Args:
+        cfg: a :class:`~monailabel_xflow.models.ModelConfig`.
+    """
+    digest = hashlib.sha256(f"max_new_tokens={getattr(cfg, 'max_new_tokens', None)}".encode())
+    for name in ("vlm_base", "init_adapter", "init_model"):
+        value = getattr(cfg, name, None)
+        if not value:
+            continue
+        _, path = cfg.locate(value)
+        digest.update(f"{name}={value if path is None else ''}".encode())
+        if path is None:  # a hub id: its text
+            continue
+        files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+        for f in files:
+            digest.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+            digest.update(hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
 def xflow_predictors(config: str | Path, out: Path, cases: Sequence[EvalCase] = ()) -> tuple[dict[str, Callable[[EvalCase], np.ndarray]], str]:
     """Predictors of the three XFlow methods on one loaded model, and the model's identity.
 
@@ -249,7 +276,7 @@ def xflow_predictors(config: str | Path, out: Path, cases: Sequence[EvalCase] = 
     cfg = ModelConfig.load(config)
     loaded = load_models(cfg)
     identity = _model_identity(str(config))
-    shared = SharedStage1(loaded.stage1, out / STAGE1_NAME, identity)
+    shared = SharedStage1(loaded.stage1, out / STAGE1_NAME, stage1_identity(cfg))
     flow = XFlow(shared, loaded.reviser, loaded.segmenter, max_clicks=cfg.max_clicks, models=loaded.identities)
     images: dict[Path, np.ndarray] = {}
     by_image: dict[Path, list[Instruction]] = {}

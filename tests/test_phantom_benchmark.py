@@ -175,3 +175,26 @@ def test_interleaved_order_keeps_every_prefix_balanced():
     # each stratum keeps its own order
     chest_pos = [c.k for c in order if c.level == "chest" and c.positive]
     assert chest_pos == sorted(chest_pos, reverse=True)
+
+
+def test_stage1_identity_follows_pi_init_bytes_only(tiny_models, tmp_path):
+    """The Stage 1 text cache key: the same for a copied model or another F_seg / π_rev, new for a
+    π_init whose bytes changed."""
+    import shutil
+
+    from monailabel_xflow.models import ModelConfig
+    from monailabel_xflow.phantom_benchmark import stage1_identity
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_models.parent, copy)
+    first = stage1_identity(ModelConfig.load(tiny_models))
+    assert stage1_identity(ModelConfig.load(copy / "models.yaml")) == first  # mtimes differ, bytes do not
+    cfg = ModelConfig.load(copy / "models.yaml")
+    for f in (copy / "sam3").rglob("*.safetensors"):  # another F_seg
+        f.write_bytes(f.read_bytes()[:-1] + b"\0")
+    assert stage1_identity(ModelConfig.load(copy / "models.yaml")) == first
+    adapter = next((cfg.resolve("init_adapter")).rglob("adapter_model.safetensors"))
+    data = bytearray(adapter.read_bytes())
+    data[-1] ^= 1
+    adapter.write_bytes(bytes(data))
+    assert stage1_identity(ModelConfig.load(copy / "models.yaml")) != first
