@@ -108,6 +108,10 @@ class DemoRecipe:
         rev_from: a trained π_rev adapter folder reused as it is ("": π_rev SFT and GRPO run).
         threads: torch threads of the policy phases (1 on a machine shared with other jobs: two
             OpenMP threads on oversubscribed cores ran an SFT step ~10x slower than one).
+        seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
+            (:class:`~monailabel_xflow.training.config.SegmenterTrainConfig` ``revision_clicks`` /
+            ``revision_prob``): simulated Stage 2 turns with the previous logits as mask input.
+        seg_init_from: a trained F_seg folder the segmenter phase fine-tunes ("": a random SAM3).
         segmenter_from: a trained F_seg folder (``save_pretrained``, e.g. the committed demo's
             ``segmenter/``) to reuse instead of training one; "" trains it. F_seg does not depend
             on the policies, so a policy-only change of the recipe need not pay its ~15 min.
@@ -137,6 +141,9 @@ class DemoRecipe:
     rl_lr: float = 2e-5
     max_clicks: int = 4
     parallel: bool = True
+    seg_revision_clicks: int = 0
+    seg_revision_prob: float = 0.5
+    seg_init_from: str = ""
     segmenter_from: str = ""
     init_from: str = ""
     rev_from: str = ""
@@ -382,10 +389,14 @@ def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: b
     for s in samples:
         unique.setdefault((s.image[::8, ::8].tobytes(), s.mask.tobytes()), s)
     samples = list(unique.values())
-    start = build_random_sam3(work_dir / "sam3-random", recipe.seg_size, seed, recipe.seg_image_size)
+    if recipe.seg_init_from:
+        start = Path(recipe.seg_init_from)
+    else:
+        start = build_random_sam3(work_dir / "sam3-random", recipe.seg_size, seed, recipe.seg_image_size)
     cfg = load_config("segmenter", max_steps=recipe.seg_steps, effective_batch=recipe.seg_batch,
                       learning_rate=recipe.seg_lr, focal_weight=recipe.seg_focal_weight,
-                      encoder_lr_scale=1.0, layer_decay=1.0, grad_clip=1.0, seed=seed)
+                      encoder_lr_scale=1.0, layer_decay=1.0, grad_clip=1.0, seed=seed,
+                      revision_clicks=recipe.seg_revision_clicks, revision_prob=recipe.seg_revision_prob)
     result = finetune_segmenter(start, samples, seg_dir, cfg, progress=progress)
     held = samples[:: max(1, len(samples) // recipe.seg_eval)][: recipe.seg_eval]
     iou = box_prompted_iou(load_segmenter(str(seg_dir)), held)
@@ -701,7 +712,8 @@ def _recipe_from_args(args: argparse.Namespace) -> DemoRecipe:
         else:
             values[key] = types[key](value)
     recipe = dataclasses.replace(base, **values)
-    reused = {"segmenter_from": ("config.json", "model.safetensors"), "init_from": ("adapter_config.json",),
+    reused = {"segmenter_from": ("config.json", "model.safetensors"), "seg_init_from": ("config.json", "model.safetensors"),
+              "init_from": ("adapter_config.json",),
               "rev_from": ("adapter_config.json",)}
     for key, names in reused.items():  # fail now, not after minutes of training
         folder = getattr(recipe, key)
