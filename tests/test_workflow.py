@@ -400,3 +400,48 @@ def test_real_tiny_models_on_a_phantom_all_findings(tiny_flow):
     assert len(results) == 7
     for result in results:
         _check_valid(result, phantom.image.shape)
+
+
+def test_stage2_drops_new_components_away_from_the_mask_and_the_click():
+    from monailabel_xflow.workflow import keep_connected_to
+
+    prev = np.zeros((40, 40), bool)
+    prev[10:20, 10:20] = True
+    revised = prev.copy()
+    revised[10:20, 20:24] = True  # grown from the previous mask: kept
+    revised[30:33, 30:33] = True  # a new blob away from both: dropped
+    revised[2:5, 34:37] = True  # a new blob under a positive click: kept for that click only
+    on_blob = Click(True, *pixel_to_point(3, 35, (40, 40)))
+    kept = keep_connected_to(revised, prev, on_blob)
+    assert kept[10:20, 10:24].all() and kept[2:5, 34:37].all() and not kept[30:33, 30:33].any()
+    negative = keep_connected_to(revised, prev, Click(False, *pixel_to_point(3, 35, (40, 40))))
+    assert not negative[2:5, 34:37].any() and not negative[30:33, 30:33].any() and negative[10:20, 10:24].all()
+    elsewhere = np.zeros_like(prev)
+    elsewhere[30:35, 0:5] = True  # the mask moved entirely: F_seg's answer is kept as it is
+    assert np.array_equal(keep_connected_to(elsewhere, prev, Click(False, 0.5, 0.5)), elsewhere)
+
+
+def test_revision_pruning_is_on_by_default_and_recorded_in_the_trace(image, target):
+    """A segmenter that sprouts a speck far from the lesion on every click: the workflow drops it
+    (and records the pruned mask); with pruning off the speck stays in the answer."""
+
+    class Sprouting(ScriptedSegmenter):
+        def predict(self, boxes, clicks=None, previous=None, multimask=False):
+            res = super().predict(boxes, clicks, previous, multimask)
+            if clicks:
+                res.masks[:, 20:24, 20:24] = True
+            return res
+
+    box = box_of(target)
+    click = click_text(True, *pixel_to_point(190, 230, (H, W)))
+    runs = {}
+    for prune in (True, False):
+        policy = ScriptedPolicy([stage1_text(True, [box])], [[click, STOP]])
+        flow = XFlow(policy, policy, Sprouting(target), prune_revisions=prune)
+        runs[prune] = flow.run(image, EFFUSION)
+    assert not runs[True].mask[20:24, 20:24].any() and runs[False].mask[20:24, 20:24].all()
+    step = runs[True].trace.lesions[0].steps[0]
+    assert not rle.decode(step.mask)[20:24, 20:24].any()
+    speck = np.zeros((H, W), bool)
+    speck[20:24, 20:24] = True
+    assert np.array_equal(runs[True].mask, runs[False].mask & ~speck)  # nothing else removed
