@@ -249,3 +249,25 @@ def test_recipe_reuses_trained_parts(quick_model, tmp_path):
     # a folder that holds no weights is refused before anything trains
     assert main(["--quick", "--out", str(tmp_path / "bad"), "--set", f"segmenter_from={tmp_path / 'nope'}"]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_recipe_fine_tunes_only_f_seg_when_asked(quick_model, tmp_path):
+    """An F_seg-only change: seg_init_from + revision-aware prompts train F_seg from the given one;
+    init_from with init_sft_steps=0, rl_steps_init=0 and rev_from keep both policies byte for byte."""
+    from safetensors.numpy import load_file
+
+    from monailabel_xflow.training.demo import main
+
+    rc = main(["--quick", "--out", str(tmp_path), "--no-progress", "--set", f"seg_init_from={quick_model / 'segmenter'}",
+               "--set", "seg_revision_clicks=2", "--set", "seg_revision_prob=1.0", "--set", "seg_eval=1",
+               "--set", f"init_from={quick_model / 'init'}", "--set", "init_sft_steps=0", "--set", "rl_steps_init=0",
+               "--set", f"rev_from={quick_model / 'rev'}", "--set", "parallel=false", "--set", "threads=1"])
+    assert rc == 0
+    model = tmp_path / "model"
+    for rel in ("init/adapter_model.safetensors", "rev/adapter_model.safetensors"):
+        a, b = load_file(str(model / rel)), load_file(str(quick_model / rel))
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), rel
+    a, b = load_file(str(model / "segmenter/model.safetensors")), load_file(str(quick_model / "segmenter/model.safetensors"))
+    assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # F_seg trained further
+    info = json.loads((model / "recipe.json").read_text())
+    assert "init-sft" not in info["done"] and info["recipe"]["seg_revision_clicks"] == 2

@@ -3,7 +3,7 @@
 Example (how ``reports/phantom-benchmark/`` was made)::
 
     xflow benchmark phantom --out reports/phantom-benchmark \\
-        --model monailabel_xflow/demo/models.yaml --rosalia monailabel_xflow/rosalia/demo/config.json
+        --rosalia monailabel_xflow/rosalia/demo
 """
 
 from __future__ import annotations

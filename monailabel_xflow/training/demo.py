@@ -104,7 +104,8 @@ class DemoRecipe:
         max_clicks: Stage 2 budget at training and inference.
         parallel: train F_seg in a second process while π_init trains (one thread each).
         init_from: a π_init adapter folder its SFT warm-starts from ("": from scratch), e.g. the
-            committed demo's ``init/`` to correct it with a few hundred steps on other data.
+            committed demo's ``init/`` to correct it with a few hundred steps on other data; with
+            ``init_sft_steps=0`` (and ``rl_steps_init=0``) the adapter is reused as it is.
         rev_from: a trained π_rev adapter folder reused as it is ("": π_rev SFT and GRPO run).
         threads: torch threads of the policy phases (1 on a machine shared with other jobs: two
             OpenMP threads on oversubscribed cores ran an SFT step ~10x slower than one).
@@ -508,7 +509,11 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     init_sft = runs / "init-sft"
     balanced = balanced_presence(builders.load_built(built / "init-sft"), seed)
     warm = Path(recipe.init_from) if recipe.init_from else None
-    phases.run("init-sft", sft, "init-sft", recipe.init_sft_steps, balanced, init_sft, warm, recipe.aux_weight)
+    if warm is not None and recipe.init_sft_steps == 0:  # π_init reused as it is (e.g. an F_seg-only change)
+        init_sft = warm
+        log.info("demo: π_init reused from %s", warm)
+    else:
+        phases.run("init-sft", sft, "init-sft", recipe.init_sft_steps, balanced, init_sft, warm, recipe.aux_weight)
 
     if seg_future is not None:
         phases.run("segmenter", seg_future.result)
