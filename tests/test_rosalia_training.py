@@ -25,6 +25,7 @@ from monailabel_xflow.rosalia.training import (
     RosaliaTrainConfig,
     apply_recipe,
     examples_from_spec,
+    pretrain_sam,
     train_rosalia,
 )
 
@@ -123,3 +124,19 @@ def test_cli_runs_under_accelerate_launch(data, tmp_path):
                           "--data", "mimic-ils:/no/such.json", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert bad.returncode == 2 and "no/such.json" in bad.stderr
+
+
+def test_sam_pretraining_learns_box_prompted_masks_and_trains_only_sam(data, tmp_path):
+    """The demo's stand-in for SAM's own pre-training: loss falls, only SAM's weights move."""
+    _, _, train, _, base = data
+    before = RosaliaModel.from_pretrained(base)
+    log = pretrain_sam(base, train, tmp_path / "sam", steps=40, batch=4, lr=3e-3, progress=False)
+    after = RosaliaModel.from_pretrained(tmp_path / "sam")
+    first, last = np.mean(log["losses"][:5]), np.mean(log["losses"][-5:])
+    assert last < 0.8 * first, (first, last)
+    moved = lambda a, b: any(not torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert moved(before.sam, after.sam)
+    assert not moved(before.llava, after.llava)
+    assert not moved(before.text_hidden_fcs, after.text_hidden_fcs)
+    with pytest.raises(ValueError, match="positive"):
+        pretrain_sam(base, [e for e in train if not e.positive], tmp_path / "none", steps=1, progress=False)

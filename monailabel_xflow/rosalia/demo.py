@@ -8,6 +8,10 @@ task works out of the box, on synthetic phantoms only (**not** for clinical imag
    lesion-inference questions with their MIMIC-ILS answers
    (:func:`~monailabel_xflow.rosalia.training.examples_from_spec`).
 2. **Model**: a random ROSALIA of the ``demo`` size (:mod:`monailabel_xflow.rosalia.configs`).
+   Its SAM half is first trained alone on box prompts of the training lesions
+   (:func:`~monailabel_xflow.rosalia.training.pretrain_sam`, ``sam_steps``): the stand-in for the
+   pretrained SAM ViT-H that LISA and ROSALIA start from. Without it the random mask decoder,
+   reached only through the ``[SEG]`` prompt, settled on empty masks (the first demo, 300 steps).
 3. **Training**: :func:`~monailabel_xflow.rosalia.training.train_rosalia`, the paper's recipe
    (loss 0.5/5/1, 1:1 positives/negatives, LoRA on the language model, equalisation p = 0.5,
    AdamW 0.9/0.95, linear warm-up/decay) with two deviations a random model needs: CLIP, the
@@ -50,6 +54,7 @@ class RosaliaDemoRecipe:
         steps, batch, lr, warmup, lora_r, lora_alpha: training (see :class:`RosaliaTrainConfig`).
         heldout_questions: held-out questions scored at the end (0: none).
         minutes: wall-clock cap on training (steps stop early when reached; 0: none).
+        sam_steps, sam_lr: box-prompted pre-training of the SAM half first (0: none).
     """
 
     seed: int = 0
@@ -64,10 +69,12 @@ class RosaliaDemoRecipe:
     lora_alpha: int = 64
     heldout_questions: int = 60
     minutes: float = 0.0
+    sam_steps: int = 600
+    sam_lr: float = 1e-3
 
 
 QUICK = RosaliaDemoRecipe(train_studies=6, size="tiny", steps=3, batch=2, warmup=1, lora_r=4, lora_alpha=8,
-                          heldout_questions=6, phantom_size=128)
+                          heldout_questions=6, phantom_size=128, sam_steps=2)
 """The whole recipe at toy scale (smoke checks): learns nothing."""
 
 
@@ -75,7 +82,8 @@ def train_rosalia_demo(out: str | Path, recipe: RosaliaDemoRecipe | None = None,
     """Run the recipe into ``out``; returns the packaged ROSALIA folder ``out/model``."""
     from monailabel_xflow.rosalia.configs import build_random_rosalia
     from monailabel_xflow.rosalia.model import RosaliaModel
-    from monailabel_xflow.rosalia.training import RosaliaTrainConfig, _clean, examples_from_spec, train_rosalia
+    from monailabel_xflow.rosalia.training import (RosaliaTrainConfig, _clean, examples_from_spec, pretrain_sam,
+                                                   train_rosalia)
     from monailabel_xflow.training.demo import _export, export_heldout
 
     recipe = recipe or RosaliaDemoRecipe()
@@ -92,6 +100,11 @@ def train_rosalia_demo(out: str | Path, recipe: RosaliaDemoRecipe | None = None,
                                    progress=progress)
         heldout = examples_from_spec(f"mimic-ils:{held_json}", ("test",), kinds=("basic", "global"))
     base = build_random_rosalia(work / "base", recipe.size, seed=recipe.seed)
+    sam_log = None
+    if recipe.sam_steps:
+        sam_log = pretrain_sam(base, examples, work / "base-sam", steps=recipe.sam_steps, batch=recipe.batch,
+                               lr=recipe.sam_lr, seed=recipe.seed, progress=progress)
+        base = work / "base-sam"
     cfg = RosaliaTrainConfig(steps=recipe.steps, batch=recipe.batch, lr=recipe.lr, warmup=recipe.warmup,
                              lora_r=recipe.lora_r, lora_alpha=recipe.lora_alpha, train_vision=True,
                              train_sam_encoder=True, seed=recipe.seed)
@@ -108,6 +121,8 @@ def train_rosalia_demo(out: str | Path, recipe: RosaliaDemoRecipe | None = None,
             "positives": sum(e.positive for e in examples), "steps_done": len(log["losses"]),
             "train_seconds": round(log["seconds"], 1), "total_seconds": round(time.perf_counter() - t0, 1),
             "first_loss": log["losses"][0], "last_loss": log["losses"][-1],
+            "sam_pretraining": sam_log and {"steps": len(sam_log["losses"]), "seconds": round(sam_log["seconds"], 1),
+                                            "first_loss": sam_log["losses"][0], "last_loss": sam_log["losses"][-1]},
             "heldout": {k: log.get(k) for k in ("heldout_before", "heldout_after")}}
     (model_dir / "recipe.json").write_text(json.dumps(_clean(info), indent=1, default=str) + "\n")
     (model_dir / "README.md").write_text(model_card(info))
@@ -140,7 +155,10 @@ def model_card(info: dict[str, Any]) -> str:
         f"{info['steps_done']} steps of batch {r['batch']}, lr {r['lr']}, LoRA r {r['lora_r']}; "
         f"{info['train_seconds']} s of training). Recipe: the paper's (loss 0.5 CE + 5 BCE + 1 Dice on positives, "
         "1:1 positives/negatives, LoRA on the language model, histogram equalisation p = 0.5) with CLIP, the "
-        "projector and SAM's image encoder also trained (nothing here is pretrained).\n\n"
+        "projector and SAM's image encoder also trained (nothing here is pretrained)"
+        + (f", after {info['sam_pretraining']['steps']} steps of box-prompted training of the SAM half alone "
+           "(the stand-in for the pretrained SAM ViT-H that ROSALIA starts from)" if info.get("sam_pretraining") else "")
+        + ".\n\n"
         f"Held-out phantom questions (n = {after['n'] if after else 0}): "
         f"gIoU {_metric(after, 'giou')}, cIoU {_metric(after, 'ciou')}, N-Acc {_metric(after, 'n_acc')}, "
         f"F1 {_metric(after, 'f1')}.{empty}\n\nWeights are stored in float16 (loaded as float32). Details: `recipe.json`.\n"
