@@ -154,6 +154,17 @@ def test_store_seg_of_an_uploaded_image_answers_and_says_why_nothing_was_stored(
 
 
 @needs_browser
+def open_cr(d, url: str) -> None:
+    """Open an OHIF mode at ``url``, wait until its first viewport shows the CR, dismiss the
+    'Confirm and Hide' notice OHIF shows for data it has not validated."""
+    d.get(url)
+    wait_for(d, lambda d: d.execute_script(
+        "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
+        "return e && e.getViewports().length && e.getViewports()[0].getImageData();"), 90, "the CR in the viewer")
+    for button in d.find_elements("xpath", "//button[contains(., 'Confirm and Hide')]"):
+        button.click()
+
+
 def test_ohif_viewer_shows_the_stored_seg_over_the_lungs(pacs, stored):
     """The Basic Viewer opens the CR and the SEG XFlow stored; the mask is tinted where it lies in
     the lung and nowhere else in the lung; no SEG error in the console."""
@@ -163,12 +174,7 @@ def test_ohif_viewer_shows_the_stored_seg_over_the_lungs(pacs, stored):
     out = os.environ.get("XFLOW_OHIF_SCREENSHOTS")
     t0 = time.perf_counter()
     with chromium() as d:
-        d.get(f"{pacs.server.url}/ohif/viewer?StudyInstanceUIDs={pacs.study['phantom']}")
-        wait_for(d, lambda d: d.execute_script(
-            "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
-            "return e && e.getViewports().length && e.getViewports()[0].getImageData();"), 90, "the CR in the viewer")
-        for button in d.find_elements("xpath", "//button[contains(., 'Confirm and Hide')]"):
-            button.click()
+        open_cr(d, f"{pacs.server.url}/ohif/viewer?StudyInstanceUIDs={pacs.study['phantom']}")
         time.sleep(1.5)
         before = screenshot(d)
         from selenium.webdriver.common.action_chains import ActionChains
@@ -216,12 +222,7 @@ def test_ohif_segmentation_mode_opens_the_stored_seg_for_editing(pacs, stored):
     out = os.environ.get("XFLOW_OHIF_SCREENSHOTS")
     t0 = time.perf_counter()
     with chromium() as d:
-        d.get(f"{pacs.server.url}/ohif/segmentation?StudyInstanceUIDs={pacs.study['phantom']}")
-        wait_for(d, lambda d: d.execute_script(
-            "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
-            "return e && e.getViewports().length && e.getViewports()[0].getImageData();"), 90, "the CR")
-        for button in d.find_elements("xpath", "//button[contains(., 'Confirm and Hide')]"):
-            button.click()
+        open_cr(d, f"{pacs.server.url}/ohif/segmentation?StudyInstanceUIDs={pacs.study['phantom']}")
         thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
                          30, "the SEG in the study panel")
         ActionChains(d).double_click(thumb).perform()
