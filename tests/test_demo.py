@@ -271,3 +271,21 @@ def test_recipe_fine_tunes_only_f_seg_when_asked(quick_model, tmp_path):
     assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # F_seg trained further
     info = json.loads((model / "recipe.json").read_text())
     assert "init-sft" not in info["done"] and info["recipe"]["seg_revision_clicks"] == 2
+
+
+def test_balanced_revisions_caps_stop_only_trajectories_and_keeps_every_clicking_one():
+    from datasets import Dataset
+
+    from monailabel_xflow.training.demo import balanced_revisions
+
+    stop = "<think>The mask fits the lesion.</think><stop/>"
+    click = "<think>Missed part.</think><click>+ 500 500</click>"
+    rows = Dataset.from_dict({"case_id": [f"c{k}" for k in range(10)],
+                              "targets": [[stop]] * 7 + [[click, stop], [click, click, stop], [click, stop]]})
+    kept = balanced_revisions(rows, 1.0, seed=0)
+    turns = [len(t) for t in kept["targets"]]
+    assert sorted(turns) == [1, 1, 1, 2, 2, 3]  # all 3 clicking, 3 of the 7 stop-only
+    assert kept["case_id"] == sorted(kept["case_id"], key=lambda c: int(c[1:]))  # original order kept
+    assert len(balanced_revisions(rows, 2.0)) == 3 + 6
+    assert len(balanced_revisions(rows, 0.0)) == 10  # 0: keep all
+    assert len(balanced_revisions(rows, 10.0)) == 10  # cannot keep more than there are

@@ -96,6 +96,8 @@ class DemoRecipe:
         aux_weight: weight of the auxiliary mask loss in π_init SFT (DESIGN §12 used 1.0 with one
             channel; the per-finding loss is a mean over seven mostly empty channels).
         rev_components: at most this many lesion components become π_rev trajectories.
+        rev_stop_ratio: at most this many stop-only trajectories per clicking one in π_rev SFT
+            (:func:`balanced_revisions`; 0: keep all).
         rev_box_noise: edge jitter of the oracle's starting boxes (the paper's 0.1 leaves ~3 in 4
             of this F_seg's first masks above the 0.7 stop threshold, so π_rev would learn
             "stop" and little else; the demo π_init's boxes are also coarser than the paper's).
@@ -143,6 +145,7 @@ class DemoRecipe:
     max_clicks: int = 4
     parallel: bool = True
     seg_revision_clicks: int = 0
+    rev_stop_ratio: float = 0.0
     seg_revision_prob: float = 0.5
     seg_init_from: str = ""
     segmenter_from: str = ""
@@ -192,6 +195,30 @@ def _export(out: Path, count: int, seed: int, size: int, progress: bool, desc: s
         export_set(out, count, seed, size=size, progress=lambda it: tqdm(it, desc=desc, disable=not progress))
         marker.write_text(json.dumps({"count": count, "seed": seed, "size": size}))
     return out / GT_DIR / JSON_NAME
+
+
+def balanced_revisions(rows, stop_ratio: float, seed: int = 0):
+    """``rev-sft`` trajectories with the stop-only ones capped at ``stop_ratio`` per clicking one.
+
+    With a segmenter whose box masks are already good, most oracle trajectories are a single
+    "stop" turn (225 of 298 with the revision-aware demo F_seg), and π_rev trained on them stops at
+    once on every question. Capping them keeps "stop" a learned decision (every clicking
+    trajectory still ends in one) while the click turns stop being a minority.
+
+    Args:
+        rows: a ``datasets.Dataset`` with a ``targets`` list column (one protocol text per turn).
+        stop_ratio: stop-only trajectories kept per trajectory with clicks (<= 0: keep all).
+        seed: which stop-only trajectories are kept.
+    """
+    import numpy as np
+
+    if stop_ratio <= 0:
+        return rows
+    turns = np.asarray([len(t) for t in rows["targets"]])
+    clicking, stop_only = np.flatnonzero(turns > 1), np.flatnonzero(turns == 1)
+    keep = min(len(stop_only), int(round(stop_ratio * len(clicking))))
+    chosen = np.random.default_rng(seed).permutation(stop_only)[:keep]
+    return rows.select(sorted(np.concatenate([clicking, chosen]).tolist()))
 
 
 def balanced_presence(rows, seed: int = 0, by: Sequence[str] = ("level", "finding")):
@@ -550,7 +577,8 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
         rev_sft = init_sft
     else:
         if not recipe.rev_from:
-            phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, built / "rev-sft", rev_sft, init_sft, 0.0)
+            rev_rows = balanced_revisions(builders.load_built(built / "rev-sft"), recipe.rev_stop_ratio, seed)
+            phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, rev_rows, rev_sft, init_sft, 0.0)
 
     # 6. short GRPO
     def rl(stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path) -> dict:
