@@ -165,6 +165,21 @@ def open_cr(d, url: str) -> None:
         button.click()
 
 
+def open_xflow_seg(d) -> None:
+    """Open XFlow's SEG from the study panel (double-click its thumbnail, accept OHIF's prompt) and
+    wait until the segmentation service holds it and the labelmap has rendered."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
+                     30, "the SEG in the study panel")
+    ActionChains(d).double_click(thumb).perform()
+    wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Yes']"), 60,
+             "OHIF's 'open this Segmentation?' prompt").click()
+    wait_for(d, lambda d: d.execute_script(
+        "return window.services.segmentationService.getSegmentations().length > 0"), 60, "the SEG to load")
+    time.sleep(3)  # the labelmap renders in chunks
+
+
 def test_ohif_viewer_shows_the_stored_seg_over_the_lungs(pacs, stored):
     """The Basic Viewer opens the CR and the SEG XFlow stored; the mask is tinted where it lies in
     the lung and nowhere else in the lung; no SEG error in the console."""
@@ -177,16 +192,7 @@ def test_ohif_viewer_shows_the_stored_seg_over_the_lungs(pacs, stored):
         open_cr(d, f"{pacs.server.url}/ohif/viewer?StudyInstanceUIDs={pacs.study['phantom']}")
         time.sleep(1.5)
         before = screenshot(d)
-        from selenium.webdriver.common.action_chains import ActionChains
-
-        thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
-                         30, "the SEG in the study panel")
-        ActionChains(d).double_click(thumb).perform()
-        wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Yes']"), 60,
-                 "OHIF's 'open this Segmentation?' prompt").click()
-        wait_for(d, lambda d: d.execute_script(
-            "return window.services.segmentationService.getSegmentations().length > 0"), 60, "the SEG to load")
-        time.sleep(3)  # the labelmap renders in chunks
+        open_xflow_seg(d)
         after = screenshot(d)
         mapping = image_to_page(d)
         errors = seg_errors(d)
@@ -217,20 +223,11 @@ def test_ohif_segmentation_mode_opens_the_stored_seg_for_editing(pacs, stored):
     segmentation: the segment table lists the finding, the mask is tinted in the lung, the brush
     tools are there. Storing an edit back ("Export DICOM SEG") is upstream's dcmjs, which has no
     normalizer for CR/DX images: recorded (printed), not asserted; the README says so."""
-    from selenium.webdriver.common.action_chains import ActionChains
-
     out = os.environ.get("XFLOW_OHIF_SCREENSHOTS")
     t0 = time.perf_counter()
     with chromium() as d:
         open_cr(d, f"{pacs.server.url}/ohif/segmentation?StudyInstanceUIDs={pacs.study['phantom']}")
-        thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
-                         30, "the SEG in the study panel")
-        ActionChains(d).double_click(thumb).perform()
-        wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Yes']"), 60,
-                 "OHIF's 'open this Segmentation?' prompt").click()
-        wait_for(d, lambda d: d.execute_script(
-            "return window.services.segmentationService.getSegmentations().length > 0"), 60, "the SEG to load")
-        time.sleep(3)
+        open_xflow_seg(d)
         shot = screenshot(d)
         mapping = image_to_page(d)
         rows = [r.text.split("\n") for r in d.find_elements("xpath", "//*[@data-cy='data-row']")]
