@@ -76,6 +76,22 @@ def test_infer_matches_the_demo_in_this_process(app):
         assert params["traces"][0]["raw_text"] == trace["raw_text"] and params["traces"][0]["model"] == "rosalia"
 
 
+def test_ohif_result_format_is_honoured_as_by_xflow(app):
+    """OHIF's panel asks for NRRD: the same voxels as the PNG label, the answer in the header."""
+    import nrrd
+
+    ask = {"instruction": "Segment the effusion in the left lung."}
+    png_label, _ = app.client.infer("rosalia", WIDE, ask)
+    label, params = app.client.infer("rosalia", WIDE, {**ask, "result_extension": ".nrrd", "result_dtype": "uint8"})
+    assert label.endswith(".nrrd")
+    data, header = nrrd.read(label)
+    with Image.open(png_label) as img:
+        np.testing.assert_array_equal(data[..., 0].T, np.asarray(img))  # (W, H, 1) as MONAI Label holds images
+    assert header["xflow_answer"] == params["answer"]
+    with pytest.raises(Exception, match="result_extension"):
+        app.client.infer("rosalia", WIDE, {**ask, "result_extension": ".exe"})
+
+
 def test_pickers_and_several_findings_paint_one_label(app):
     label, params = app.client.infer("rosalia", IMAGE, {"finding": "all findings", "location": "right lung",
                                                         "trace": False, "overlay": True})

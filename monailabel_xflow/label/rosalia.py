@@ -35,6 +35,8 @@ from monailabel_xflow.label.infer import (
     finding_record,
     instructions_from_request,
     paint,
+    result_format,
+    write_result,
 )
 
 logger = logging.getLogger(__name__)
@@ -184,6 +186,7 @@ class RosaliaInferTask(_base_infer_task()):
         instructions = instructions_from_request(data)
         overlay = as_bool(data.get("overlay", False), "overlay")
         with_trace = as_bool(data.get("trace", True), "trace")
+        extension, dtype = result_format(data)  # the same result files as `xflow` (NRRD/NIfTI for OHIF)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
         t_pre = time.perf_counter()
         predictor = self.runtime.get()
@@ -195,9 +198,10 @@ class RosaliaInferTask(_base_infer_task()):
                 results.append(RosaliaResult(instr, bool(mask.any()), mask, answer, trace))
         t_model = time.perf_counter()
         label, overlap = paint(results, ref.shape)
-        label_file = layout.write_label(label, ref)
+        answer = " ".join(r.message for r in results)
+        label_file = write_result(label, ref, extension, dtype, answer)
         params: dict[str, Any] = {
-            "answer": " ".join(r.message for r in results),
+            "answer": answer,
             "findings": [finding_record(r) for r in results],
             "empty": not bool(label.any()),
             "overlap_pixels": overlap,
