@@ -93,23 +93,27 @@ def test_point_prompts_for_several_findings_need_a_choice(png):
     assert label_keyed_clicks({"foreground": [[1, 1, 0]], "edema": [[70, 60, 0]]}) == {}
 
 
-def test_store_seg_server_setting_is_the_default_of_the_option(tmp_path, monkeypatch):
-    """``--conf store_seg true`` makes ``store_seg`` default to true in the ``xflow`` options (what
-    ``/info`` lists and OHIF's panel sends back); a bad value names the setting."""
+@pytest.mark.parametrize("module,config,task", [("xflow", "XFlowConfig", "xflow"),
+                                                 ("rosalia", "RosaliaConfig", "rosalia")])
+def test_store_seg_server_setting_is_the_default_of_the_option(tmp_path, monkeypatch, module, config, task):
+    """``--conf store_seg true`` makes ``store_seg`` default to true in the ``xflow`` and ``rosalia``
+    options (what ``/info`` lists and OHIF's panel sends back); a bad value names the setting."""
+    import importlib
     import sys
     from pathlib import Path
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "apps" / "xflow"))
-    monkeypatch.delitem(sys.modules, "lib.configs.xflow", raising=False)
-    from lib.configs.xflow import XFlowConfig
+    monkeypatch.delitem(sys.modules, f"lib.configs.{module}", raising=False)
+    monkeypatch.setenv("XFLOW_NO_DEMO", "1")  # the option, not the weights, is under test
+    cls = getattr(importlib.import_module(f"lib.configs.{module}"), config)
 
     def tasks(conf):
-        cfg = XFlowConfig()
-        cfg.init("xflow", str(tmp_path / "model"), conf, None)
+        cfg = cls()
+        cfg.init(task, str(tmp_path / "model"), conf, None)
         return cfg.infer()
 
-    assert tasks({"store_seg": "true"})["xflow"].config()["store_seg"] is True
-    assert tasks({})["xflow"].config()["store_seg"] is False
+    assert tasks({"store_seg": "true"})[task].config()["store_seg"] is True
+    assert tasks({})[task].config()["store_seg"] is False
     with pytest.raises(RequestError, match="--conf store_seg"):
         tasks({"store_seg": "sometimes"})
 

@@ -340,3 +340,31 @@ def test_preannotate_stores_segs_for_every_series_and_resumes(pacs, capsys, monk
     with capsys.disabled():
         print(f"\npreannotate: first run {t1 - t0:.1f} s, resumed run {t2 - t1:.1f} s")
     shutil.rmtree(pacs.tmp / "pre-cache", ignore_errors=True)
+
+
+def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs):
+    """The ``rosalia`` task's ``store_seg``, as ``xflow``'s: one SEG in the phantom's study, a segment
+    per finding asked (present or not), its pixels the label the request returned, named ROSALIA
+    (series description, model name, algorithm); an unreviewed answer (``XFLOW_AUTO``) that is not
+    one of XFlow's pre-annotations (``xflow preannotate`` would not skip the series for it)."""
+    from monailabel_xflow.label import layout
+    from monailabel_xflow.label.seg import read_seg
+
+    before = set(segs_in_pacs(pacs))
+    label_file, params = pacs.client.infer("rosalia", pacs.series["phantom"],
+                                           {"finding": ["effusion", "pneumonia"], "store_seg": True, "trace": False})
+    segs = segs_in_pacs(pacs)
+    assert set(segs) - before == {params["seg_series"]} and "store_seg" not in params
+    seg = segs[params["seg_series"]]
+    assert seg.StudyInstanceUID == pacs.study["phantom"] and seg.ContentLabel == "XFLOW_AUTO"
+    assert seg.SeriesDescription.startswith("ROSALIA: ") and "XFlow" not in seg.SeriesDescription
+    assert seg.ManufacturerModelName == "ROSALIA"
+    assert {str(s.SegmentAlgorithmName) for s in seg.SegmentSequence} == {"ROSALIA"}
+    assert [str(s.SegmentLabel) for s in seg.SegmentSequence] == ["pneumonia", "effusion"]  # FINDINGS order
+    label = layout.read_label(label_file, (512, 512))
+    np.testing.assert_array_equal(read_seg(seg, (512, 512)), label)  # the SEG is the answer
+    records = {r["finding"]: r for r in params["findings"]}
+    assert records["effusion"]["present"] and int((label == 7).sum()) == records["effusion"]["pixels"] > 0
+    # where both are found the later finding (effusion) wins, as in xflow's labels
+    assert int((label == 2).sum()) == records["pneumonia"]["pixels"] - params["overlap_pixels"]
+    assert "pneumonia" not in a_datastore(pacs, "cache-rosalia").preannotated().get(pacs.series["phantom"], set())

@@ -54,7 +54,9 @@ def test_info_lists_rosalia_beside_xflow_and_names_the_demo(app):
     info = app.client.info()
     task = info["models"]["rosalia"]
     assert task["type"] == "segmentation" and task["dimension"] == 2 and task["labels"]["effusion"] == 7
-    assert {"instruction", "finding", "location", "overlay", "trace"} == set(task["config"])
+    assert {"instruction", "finding", "location", "overlay", "trace", "store_seg"} == set(task["config"])
+    assert task["config"]["store_seg"] is False  # no --conf store_seg: off, as for xflow
+    assert task["config"]["store_seg"] == info["models"]["xflow"]["config"]["store_seg"]
     assert "xflow" in info["models"] and "xflow_revise" in info["models"]
     status = info["rosalia_models"]
     assert status["source"] == "demo" and status["model_name"] == ROSALIA_DEMO_NAME and status["loaded"]
@@ -115,6 +117,23 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(app):
     assert wrong.status_code == 422
     _, params = app.client.infer("rosalia", IMAGE, {"instruction": "Segment the edema."})
     assert params["findings"][0]["finding"] == "edema"
+
+
+def test_store_seg_on_a_studies_folder_answers_422_naming_the_problem(app):
+    """``store_seg`` needs a DICOMweb PACS (tested with Orthanc in ``test_ohif_viewer``): on a
+    studies folder the request answers 422 saying so, as ``xflow`` does, and nothing is written."""
+    before = sorted(p.name for p in app.studies.rglob("*"))
+    for task in ("rosalia", "xflow"):
+        r = requests.post(f"{app.url}/infer/{task}", params={"image": IMAGE},
+                          data={"params": '{"instruction": "Segment the edema.", "store_seg": true}'}, timeout=300)
+        assert r.status_code == 422, (task, r.text)
+        assert "store_seg: the studies are not a DICOMweb PACS" in r.json()["detail"]
+    r = requests.post(f"{app.url}/infer/rosalia", params={"image": IMAGE},
+                      data={"params": '{"instruction": "Segment the edema.", "store_seg": "maybe"}'}, timeout=120)
+    assert r.status_code == 422 and "store_seg" in r.json()["detail"]
+    assert sorted(p.name for p in app.studies.rglob("*")) == before
+    _, params = app.client.infer("rosalia", IMAGE, {"instruction": "Segment the edema.", "store_seg": False})
+    assert "seg_series" not in params and "store_seg" not in params
 
 
 def test_models_file_key_and_demo_switch(tmp_path):

@@ -4,8 +4,8 @@ Start it with ``xflow serve --app apps/xflow --studies DIR_OR_DICOMWEB_URL [--co
 (or ``python -m monailabel.main start_server --app apps/xflow --studies ... --conf models PATH``).
 ``--conf`` keys: ``models`` (model configuration file; else env ``XFLOW_MODELS``), ``model_dir``
 (where training writes the fine-tuned segmenter; default ``<app>/model``),
-``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (true: the ``xflow`` task stores
-every result as a DICOM SEG in the PACS unless a request says otherwise). The logic lives in ``monailabel_xflow.label``.
+``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (true: the ``xflow`` and ``rosalia`` tasks
+store every result as a DICOM SEG in the PACS unless a request says otherwise). The logic lives in ``monailabel_xflow.label``.
 """
 
 import logging

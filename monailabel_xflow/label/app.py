@@ -108,9 +108,10 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
 
 
 def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
-    """The ``store_seg`` option of the ``xflow`` task: the result's label map as a DICOM SEG in the
-    image's study (its ``params`` gain ``seg_series``). The task validated the option and left
-    ``params["store_seg"] = {"findings": [...]}``; only the app holds the datastore.
+    """The ``store_seg`` option of the ``xflow`` and ``rosalia`` tasks: the result's label map as a
+    DICOM SEG in the image's study (its ``params`` gain ``seg_series``). The task validated the
+    option and left ``params["store_seg"] = {"findings": [...], "algorithm": "XFlow" | "ROSALIA"}``
+    (:func:`~monailabel_xflow.label.infer.seg_request`); only the app holds the datastore.
 
     An uploaded image has no study to store into: ``seg_series`` is then None and
     ``seg_not_stored`` says why.
@@ -131,7 +132,9 @@ def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
         return
     from monailabel_xflow.label import layout
 
+    algorithm = str(wanted.get("algorithm") or "XFlow")
     _, ref = layout.load_image(datastore.get_image_uri(image_id), image_id)
     label = layout.read_label(result["file"], ref.shape)
-    params["seg_series"] = datastore.store_seg(image_id, label, findings=wanted.get("findings", ()))
-    logger.info("stored XFlow's answer for %s as SEG %s", image_id, params["seg_series"])
+    params["seg_series"] = datastore.store_seg(image_id, label, findings=wanted.get("findings", ()),
+                                               algorithm=algorithm)
+    logger.info("stored %s's answer for %s as SEG %s", algorithm, image_id, params["seg_series"])

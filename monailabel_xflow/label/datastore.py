@@ -17,9 +17,10 @@
       highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
       radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
       image counts as labeled;
-    * :meth:`XFlowDICOMwebDatastore.store_seg` stores XFlow's own answers (``store_seg`` infer
-      option, ``xflow preannotate``) as SEGs marked ``ContentLabel XFLOW_AUTO``: OHIF shows them,
-      the datastore does not count them as labels;
+    * :meth:`XFlowDICOMwebDatastore.store_seg` stores the models' own answers (the ``store_seg``
+      option of the ``xflow`` and ``rosalia`` tasks, ``xflow preannotate``) as SEGs marked
+      ``ContentLabel XFLOW_AUTO`` (ManufacturerModelName ``XFlow`` or ``ROSALIA``): OHIF shows
+      them, the datastore does not count them as labels;
     * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
       saved from 3D Slicer or another SEG tool replaces XFlow's or an earlier one; OHIF 3's own
       export cannot write a SEG of a CR/DX image, see the README); segments map to
@@ -169,7 +170,8 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         return _local_base().save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
 
     def store_seg(self, image_id: str, label: np.ndarray, findings: tuple[str, ...] | list[str] = (),
-                  content_label: str = PREANNOTATION_CONTENT_LABEL, description: str = "") -> str:
+                  content_label: str = PREANNOTATION_CONTENT_LABEL, description: str = "",
+                  algorithm: str = "XFlow") -> str:
         """Store an ``(H, W)`` label map of an image as a DICOM SEG in its study (DICOMweb STOW).
 
         Args:
@@ -178,7 +180,10 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
             findings: findings asked for (each a segment, empty when absent).
             content_label: :data:`PREANNOTATION_CONTENT_LABEL` (XFlow's unreviewed answer, not a
                 training label) or :data:`LABEL_CONTENT_LABEL` (a saved final label).
-            description: the SEG's SeriesDescription.
+            description: the SEG's SeriesDescription (default ``"<algorithm>: <findings>"``).
+            algorithm: the model whose answer this is (``"XFlow"``, or ``"ROSALIA"`` for the
+                ``rosalia`` task): the SEG's ManufacturerModelName and every segment's
+                Algorithm Identification.
 
         Returns:
             The new SEG's SeriesInstanceUID.
@@ -187,7 +192,8 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
 
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "seg.dcm"
-            seg = write_seg(label, self._series_file(image_id), findings=findings, description=description)
+            seg = write_seg(label, self._series_file(image_id), findings=findings, description=description,
+                            algorithm=algorithm)
             seg.ContentLabel = content_label
             seg.save_as(str(out))
             series_uid = dicom_web_upload_dcm(str(out), self._client)
@@ -209,13 +215,16 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
 
     def preannotated(self) -> dict[str, set[str]]:
         """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
-        for ``xflow preannotate`` to resume."""
+        for ``xflow preannotate`` to resume. ROSALIA's (ManufacturerModelName ``ROSALIA``, from the
+        ``rosalia`` task's ``store_seg``) are not XFlow's and do not count."""
         from monailabel_xflow.label.seg import finding_of_segment
 
         out: dict[str, set[str]] = {}
         for _, meta in self._seg_series():
             if meta is None or str(meta.get("ContentLabel", "")) != PREANNOTATION_CONTENT_LABEL:
                 continue
+            if str(meta.get("ManufacturerModelName", "") or "XFlow") != "XFlow":
+                continue  # another model's answer (ROSALIA)
             if not meta.get("ReferencedSeriesSequence"):
                 continue
             image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)

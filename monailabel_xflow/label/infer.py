@@ -26,9 +26,10 @@ Every parameter is parsed by :mod:`monailabel_xflow.label.requests` (strict type
 ``store_seg`` (bool; default ``--conf store_seg``, else false)
     Also store the result as a DICOM SEG in the image's study (DICOMweb datastore only; one SEG
     holding every finding asked, absent ones as empty segments), so OHIF users open it in the
-    viewer. The params then carry ``seg_series`` (its SeriesInstanceUID). Such SEGs are XFlow's
-    unreviewed answers: the datastore does not count them as labels (see
-    :mod:`monailabel_xflow.label.datastore`).
+    viewer. The params then carry ``seg_series`` (its SeriesInstanceUID). Such SEGs are the
+    model's unreviewed answers: the datastore does not count them as labels (see
+    :mod:`monailabel_xflow.label.datastore`). The ``rosalia`` task has the same option
+    (:func:`seg_request`, :func:`store_seg_default`); its SEGs name ROSALIA.
 ``result_extension`` / ``result_dtype``
     The label file's format, as MONAI Label clients ask it (OHIF's panel: ``.nrrd`` / ``uint8``):
     one of :data:`RESULT_EXTENSIONS` / :data:`RESULT_DTYPES`; default the image's own label
@@ -128,6 +129,36 @@ def instructions_from_request(data: Mapping[str, Any]) -> list:
     for finding in findings:
         out.extend(parse_instructions(f"segment {finding}{where}"))
     return list(dict.fromkeys(out))  # "all findings" + "edema": edema once
+
+
+def store_seg_default(conf: Mapping[str, Any] | None) -> bool:
+    """The server-wide default of the ``store_seg`` option (``--conf store_seg``; false when unset),
+    the same for every infer task that has the option (``xflow``, ``rosalia``).
+
+    Raises:
+        RequestError: a value that is not a boolean (the message names ``--conf store_seg``).
+    """
+    return as_bool((conf or {}).get("store_seg", False), "--conf store_seg")
+
+
+def seg_request(data: Mapping[str, Any], instructions: Sequence[Any], algorithm: str) -> dict[str, Any] | None:
+    """A request's ``store_seg`` option as the note a task leaves in its result params for the app,
+    which holds the datastore and stores the SEG (:func:`monailabel_xflow.label.app.store_result_seg`).
+
+    Args:
+        data: the request (the task's config merged under it).
+        instructions: the parsed instructions; each finding becomes a segment, present or not.
+        algorithm: the model named in the SEG (series description, algorithm identification).
+
+    Returns:
+        ``{"findings": [...], "algorithm": algorithm}``, or None when ``store_seg`` is false.
+
+    Raises:
+        RequestError: ``store_seg`` is not a boolean.
+    """
+    if not as_bool(data.get("store_seg", False), "store_seg"):
+        return None
+    return {"findings": list(dict.fromkeys(i.finding for i in instructions)), "algorithm": algorithm}
 
 
 RESULT_EXTENSIONS = (".nii.gz", ".nii", ".nrrd", ".png")
@@ -316,7 +347,7 @@ class XFlowInferTask(_base_infer_task()):
         with_trace = as_bool(data.get("trace", True), "trace")
         check_work(len(instructions), (self.runtime.config.max_clicks if max_clicks is None else max_clicks)
                    if revise else 0)
-        store_seg = as_bool(data.get("store_seg", False), "store_seg")
+        seg = seg_request(data, instructions, "XFlow")
         extension, dtype = result_format(data)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
         t_pre = time.perf_counter()
@@ -343,8 +374,8 @@ class XFlowInferTask(_base_infer_task()):
         }
         if with_trace:
             params["traces"] = [r.trace.to_dict() for r in results]
-        if store_seg:  # done by the app, which holds the datastore (label.app.checked_infer)
-            params["store_seg"] = {"findings": list(dict.fromkeys(i.finding for i in instructions))}
+        if seg:  # done by the app, which holds the datastore (label.app.checked_infer)
+            params["store_seg"] = seg
         if overlay:
             params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()

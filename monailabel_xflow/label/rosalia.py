@@ -1,11 +1,18 @@
 """The ``rosalia`` infer task: the papers' single-shot baseline beside ``xflow``.
 
 Same request keys as ``xflow`` (``instruction`` free text or the ``finding`` / ``location``
-pickers, ``overlay``, ``trace``; :func:`~monailabel_xflow.label.infer.instructions_from_request`
-reads them), same output: one label map painted with the findings' label values
-(:func:`~monailabel_xflow.label.infer.paint`), ``answer`` sentences and ``findings`` records in
-XFlow's words, ``traces`` (ROSALIA's: raw text with ``[SEG]``, decision, timings). ROSALIA has no
-clicks: ``max_clicks`` / ``revise`` are not options of this task.
+pickers, ``overlay``, ``trace``, ``result_extension`` / ``result_dtype``, ``store_seg``;
+:func:`~monailabel_xflow.label.infer.instructions_from_request` reads them), same output: one
+label map painted with the findings' label values (:func:`~monailabel_xflow.label.infer.paint`),
+``answer`` sentences and ``findings`` records in XFlow's words, ``traces`` (ROSALIA's: raw text
+with ``[SEG]``, decision, timings). ROSALIA has no clicks: ``max_clicks`` / ``revise`` are not
+options of this task.
+
+``store_seg`` works as for ``xflow`` (:func:`~monailabel_xflow.label.infer.seg_request`; default
+``--conf store_seg``, :func:`~monailabel_xflow.label.infer.store_seg_default`): with a DICOMweb
+datastore the app stores the label as a DICOM SEG in the image's study (``seg_series`` in the
+params; SeriesDescription ``"ROSALIA: <findings>"``, ManufacturerModelName ``ROSALIA``); with a
+studies folder the request answers 422 saying so.
 
 Weights: the ``rosalia`` key of the models configuration, else the committed ROSALIA demo
 (:func:`monailabel_xflow.models.rosalia_source`); ``/info`` names which (``rosalia_models``).
@@ -36,6 +43,7 @@ from monailabel_xflow.label.infer import (
     instructions_from_request,
     paint,
     result_format,
+    seg_request,
     write_result,
 )
 
@@ -157,7 +165,7 @@ class RosaliaRuntime:
 class RosaliaInferTask(_base_infer_task()):
     """``rosalia``: instruction -> label map + answer, by ROSALIA (one shot, no revision)."""
 
-    def __init__(self, runtime: RosaliaRuntime, description: str = ""):
+    def __init__(self, runtime: RosaliaRuntime, description: str = "", store_seg: bool = False):
         from monailabel.interfaces.tasks.infer_v2 import InferType
 
         super().__init__(
@@ -165,7 +173,7 @@ class RosaliaInferTask(_base_infer_task()):
             description=description or f"ROSALIA (the papers' baseline) instruction-guided CXR lesion "
                                        f"segmentation ({runtime.describe()})",
             config={"instruction": "", "finding": list(FINDING_CHOICES), "location": list(LOCATION_CHOICES),
-                    "overlay": False, "trace": True},
+                    "overlay": False, "trace": True, "store_seg": bool(store_seg)},
         )
         self.runtime = runtime
 
@@ -186,6 +194,7 @@ class RosaliaInferTask(_base_infer_task()):
         instructions = instructions_from_request(data)
         overlay = as_bool(data.get("overlay", False), "overlay")
         with_trace = as_bool(data.get("trace", True), "trace")
+        seg = seg_request(data, instructions, "ROSALIA")  # stored by the app, as for `xflow`
         extension, dtype = result_format(data)  # the same result files as `xflow` (NRRD/NIfTI for OHIF)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
         t_pre = time.perf_counter()
@@ -210,6 +219,8 @@ class RosaliaInferTask(_base_infer_task()):
         }
         if with_trace:
             params["traces"] = [r.trace for r in results]
+        if seg:  # done by the app, which holds the datastore (label.app.checked_infer)
+            params["store_seg"] = seg
         if overlay:
             params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()

@@ -21,7 +21,9 @@ class RosaliaConfig(TaskConfig):
         self.runtime = RosaliaRuntime(conf)
 
     def infer(self) -> Dict[str, Any]:
-        return {self.name: RosaliaInferTask(self.runtime)}
+        from monailabel_xflow.label.infer import store_seg_default
+
+        return {self.name: RosaliaInferTask(self.runtime, store_seg=store_seg_default(self.conf))}
 
     def trainer(self):
         return None

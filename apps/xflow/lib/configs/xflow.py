@@ -27,10 +27,9 @@ class XFlowConfig(TaskConfig):
         self.runtime = XFlowRuntime(conf, model_dir=model_dir)
 
     def infer(self) -> Dict[str, Any]:
-        from monailabel_xflow.label.infer import as_bool
+        from monailabel_xflow.label.infer import store_seg_default
 
-        store_seg = as_bool(self.conf.get("store_seg", False), "--conf store_seg")
-        return {self.name: XFlowInferTask(self.runtime, store_seg=store_seg),
+        return {self.name: XFlowInferTask(self.runtime, store_seg=store_seg_default(self.conf)),
                 f"{self.name}_revise": XFlowReviseTask(self.runtime)}
 
     def trainer(self) -> XFlowSegmenterTrainTask:
