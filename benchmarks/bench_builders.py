@@ -35,9 +35,9 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from monailabel_xflow.datasets import read_dataset
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.data.readers import read_dataset
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.testing import ScriptedSegmenter
     from monailabel_xflow.training.builders import LungBoxes, build
 

@@ -14,7 +14,7 @@ import time
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
-from monailabel_xflow.phantom import generate_phantom  # noqa: E402
+from monailabel_xflow.data.phantom import generate_phantom  # noqa: E402
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     import tempfile
     from pathlib import Path
 
-    from monailabel_xflow.phantom_export import export_set
+    from monailabel_xflow.data.export import export_set
 
     n = max(2, a.n // 3)
     with tempfile.TemporaryDirectory() as tmp:

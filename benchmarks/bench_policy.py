@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/bench_policy.py [--threads 2] [--new-tokens 1
 [--model-dir DIR] [--size mid|medgemma-4b] [--dtype float32|bfloat16]``.
 
 Model: the mid-size random ``Gemma3ForConditionalGeneration`` of
-:func:`monailabel_xflow.gemma3_configs.build_random_vlm` (~200 M parameters, 256 tokens per
+:func:`monailabel_xflow.policy.configs.build_random_vlm` (~200 M parameters, 256 tokens per
 image as MedGemma, LoRA adapters "init" and "rev" of rank 16; ``--size medgemma-4b`` for the
 full-size shapes), saved to a folder (a temporary one unless ``--model-dir`` is given; an
 existing folder is reused) and loaded through :meth:`VLMPolicy.from_pretrained`, the path
@@ -42,7 +42,7 @@ def _load_avg() -> str:
 
 def _states(image, instruction, n):
     from monailabel_xflow.geometry import Click, box_to_mask
-    from monailabel_xflow.policies import RevisionState
+    from monailabel_xflow.policy.vlm import RevisionState
     from monailabel_xflow.rendering import render_observation
 
     out, clicks = [], []
@@ -87,9 +87,9 @@ def main() -> None:
 
     import torch
 
-    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.policy.configs import build_random_vlm
     from monailabel_xflow.instructions import Instruction, all_findings
-    from monailabel_xflow.policies import GenerationSettings, VLMPolicy
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
 
     torch.set_num_threads(args.threads)
     print(f"threads {args.threads}, load average before: {_load_avg()}")

@@ -100,10 +100,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from monailabel_xflow.embedding_cache import EmbeddingCache
+    from monailabel_xflow.segmenter.cache import EmbeddingCache
     from monailabel_xflow.geometry import Click, grow_box
-    from monailabel_xflow.sam3_configs import build_sam3_tracker
-    from monailabel_xflow.segmenter import Sam3Segmenter
+    from monailabel_xflow.segmenter.configs import build_sam3_tracker
+    from monailabel_xflow.segmenter.sam3 import Sam3Segmenter
 
     figures: dict = {"machine": machine(), "size": args.size, "device": args.device}
     log.info("machine: %s", figures["machine"])

@@ -107,16 +107,16 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.policy.configs import build_random_vlm
     from monailabel_xflow.geometry import Click, grow_box
     from monailabel_xflow.instructions import all_findings, parse_instruction
-    from monailabel_xflow.policies import GenerationSettings, ScriptedPolicy, VLMPolicy, RevisionState
-    from monailabel_xflow.protocol import BoxRef, Stage1Output, format_stage1
+    from monailabel_xflow.policy.vlm import GenerationSettings, ScriptedPolicy, VLMPolicy, RevisionState
+    from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, format_stage1
     from monailabel_xflow.rendering import render_observation
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.transforms import load_cxr
-    from monailabel_xflow.workflow import XFlow
+    from monailabel_xflow.workflow.xflow import XFlow
 
     table = Table()
     tmp = tempfile.TemporaryDirectory(prefix="bench-workflow-") if args.workdir is None else None

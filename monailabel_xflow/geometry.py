@@ -221,3 +221,40 @@ def grow_box(box: Sequence[float], click: Click) -> Box:
     if not click.positive or inside:
         return (x1, y1, x2, y2)
     return (min(x1, click.x), min(y1, click.y), max(x2, click.x), max(y2, click.y))
+
+
+def connected_components(mask: np.ndarray, min_area_px: int = 1) -> list[np.ndarray]:
+    """Split a ground-truth mask into its 8-connected components.
+
+    Args:
+        mask: ``(H, W)`` mask, non-zero = foreground.
+        min_area_px: components with fewer pixels are left out.
+
+    Returns:
+        One bool ``(H, W)`` mask per component, in the order of their first pixel in row-major
+        order (so component ids are stable for a given mask).
+
+    Raises:
+        GeometryError: if ``mask`` is not 2-D.
+    """
+    from scipy import ndimage
+
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise GeometryError(f"mask must be a 2-D (H, W) mask, got shape {mask.shape}")
+    labels, n = ndimage.label(mask, structure=np.ones((3, 3), dtype=bool))
+    sizes = np.bincount(labels.ravel(), minlength=n + 1)  # sizes first: no full mask per speck
+    return [labels == i for i in range(1, n + 1) if sizes[i] >= min_area_px]
+
+
+MIN_COMPONENT_PX = 16
+"""Ground-truth components smaller than this (in mask pixels) get no box: specks, not lesions."""
+
+
+def lesion_boxes(mask: np.ndarray | None, min_px: int = MIN_COMPONENT_PX) -> list[Box]:
+    """One tight normalised box per ground-truth component (8-connectivity), specks skipped."""
+    if mask is None or not mask.any():
+        return []
+    from monailabel_xflow.geometry import connected_components
+
+    return [mask_to_box(c) for c in connected_components(mask, min_area_px=min_px)]

@@ -362,3 +362,30 @@ def parse_instruction(text: str) -> Instruction:
 def all_findings(regions: tuple[str, ...] = ()) -> list[Instruction]:
     """The "segment all findings" expansion: every finding that can be asked at ``regions``."""
     return parse_instructions("segment all findings" + (f" in the {join_regions(regions)}" if regions else ""))
+
+
+_BASIC = (
+    "{canonical}",
+    "Please segment the {finding} in the {location}.",
+    "Outline the {finding} in the {location}.",
+    "Is there {finding} in the {location}? Segment it.",
+    "Show the {finding} in the {location}.",
+)
+
+
+_GLOBAL = ("{canonical}", "Where is the {finding}? Segment it.", "Find and segment the {finding}.",
+           "Outline the {finding}.")
+
+
+_LESION = ("{canonical}", "What type is the opacity in the {location}? Segment it.",
+           "Segment the opacity in the {location} and classify it.")
+
+
+def phrasings(instruction: Instruction) -> list[str]:
+    """Ways of asking ``instruction``; every one parses back to it (tested)."""
+    if instruction.kind == "lesion_inference":
+        templates = _LESION if instruction.regions else (_LESION[0],)
+    else:
+        templates = _BASIC if instruction.kind == "basic" else _GLOBAL
+    return [t.format(canonical=instruction.text, finding=instruction.finding, location=instruction.location)
+            for t in templates]

@@ -7,7 +7,7 @@ benchmarks can time the code around the segmenter without paying for one.
 :class:`RecordingSegmenter` wraps a real segmenter and records what it was asked, so the same
 assertions can run against the tiny random SAM3. Helpers draw simple synthetic ground truths.
 
-All three implement the ``PromptableSegmenter`` interface of :mod:`monailabel_xflow.segmenter`
+All three implement the ``PromptableSegmenter`` interface of :mod:`monailabel_xflow.segmenter.sam3`
 (``set_image`` once, then ``predict``) and return its ``SegmentationResult``.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_mask, point_to_pixel
-from monailabel_xflow.segmenter import SegmentationResult
+from monailabel_xflow.segmenter.base import SegmentationResult
 
 __all__ = [
     "PredictCall",

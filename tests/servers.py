@@ -100,8 +100,8 @@ class ServerProcess:
 def build_tiny_models(folder: Path, seed: int = 0) -> Path:
     """Random tiny VLM (base + init/rev adapters) and SAM3 tracker, and a ``models.yaml`` naming
     them (paths relative to the file, as users write it). Returns the YAML path."""
-    from monailabel_xflow.gemma3_configs import build_random_vlm
-    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.policy.configs import build_random_vlm
+    from monailabel_xflow.segmenter.configs import build_random_sam3
 
     folder.mkdir(parents=True, exist_ok=True)
     vlm = build_random_vlm(folder / "vlm", size="tiny", seed=seed)

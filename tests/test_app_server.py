@@ -45,9 +45,9 @@ def app(tmp_path_factory, cxr_samples):
 
 def expected_revision(app, image_id: str, clicks):
     """The segmenter's answer to the same clicks, computed here from the same weights."""
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.transforms.loading import load_cxr
-    from monailabel_xflow.workflow import XFlow
+    from monailabel_xflow.workflow.xflow import XFlow
 
     if not hasattr(app, "flow"):
         app.flow = XFlow(None, None, load_segmenter(str(app.models.parent / "sam3"), device="cpu"))
@@ -299,7 +299,7 @@ def test_save_label_next_sample_scoring_and_train(app):
     out = Path(stats["output"])
     assert out == (trained if stats["promoted"] else trained.with_name("xflow_segmenter.rejected"))
 
-    from monailabel_xflow.segmenter import load_tracker_model
+    from monailabel_xflow.segmenter.sam3 import load_tracker_model
 
     new, old = load_tracker_model(out).state_dict(), load_tracker_model(app.models.parent / "sam3").state_dict()
     changed = {k.split(".")[0] for k in new if not np.array_equal(new[k].numpy(), old[k].numpy())}

@@ -20,13 +20,13 @@ from PIL import Image
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to_box, pixel_to_point
 from monailabel_xflow.instructions import Instruction, InstructionError
-from monailabel_xflow.label import layout
-from monailabel_xflow.label.errors import LabelError, RequestError, http_errors, status_of
-from monailabel_xflow.policies import ScriptedPolicy
-from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
+from monailabel_xflow.app import layout
+from monailabel_xflow.app.errors import LabelError, RequestError, http_errors, status_of
+from monailabel_xflow.policy.vlm import ScriptedPolicy
+from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.testing import ScriptedSegmenter, ellipse
 from monailabel_xflow.vocabulary import FINDINGS
-from monailabel_xflow.workflow import XFlow
+from monailabel_xflow.workflow.xflow import XFlow
 
 H, W = 256, 320  # asymmetric: a transpose anywhere moves masks off target
 LUNGS = [BoxRef("right lung", (0.10, 0.15, 0.45, 0.85)), BoxRef("left lung", (0.55, 0.15, 0.90, 0.85))]
@@ -79,7 +79,7 @@ def read_monai(path) -> np.ndarray:
 # --- infer ----------------------------------------------------------------------------------
 
 def infer_task(texts, segmenter=None):
-    from monailabel_xflow.label.infer import XFlowInferTask
+    from monailabel_xflow.app.infer import XFlowInferTask
 
     policy = ScriptedPolicy(texts)
     return XFlowInferTask(StubRuntime(XFlow(policy, None, segmenter or ScriptedSegmenter(BOTH_GT))))
@@ -131,7 +131,7 @@ def test_infer_on_nifti_keeps_the_image_affine(tmp_path):
 
 
 def test_pickers_text_and_defaults():
-    from monailabel_xflow.label.infer import FINDING_CHOICES, LOCATION_CHOICES, instructions_from_request
+    from monailabel_xflow.app.infer import FINDING_CHOICES, LOCATION_CHOICES, instructions_from_request
 
     got = instructions_from_request({"instruction": "", "finding": "effusion", "location": "left lung base"})
     assert [i.text for i in got] == ["Segment the effusion in the left lung base."]
@@ -163,7 +163,7 @@ def test_bad_options_are_request_errors(png, bad):
 # --- revise ---------------------------------------------------------------------------------
 
 def revise_task(segmenter):
-    from monailabel_xflow.label.revise import XFlowReviseTask
+    from monailabel_xflow.app.revise import XFlowReviseTask
 
     return XFlowReviseTask(StubRuntime(XFlow(ScriptedPolicy([]), None, segmenter)))
 
@@ -232,8 +232,8 @@ def test_error_mapping_is_one_table():
     from monailabel.interfaces.exception import ImageNotFoundException
 
     from monailabel_xflow.geometry import GeometryError
-    from monailabel_xflow.label.errors import ImageNotFoundError, ModelsNotConfiguredError
-    from monailabel_xflow.models import ModelConfigError
+    from monailabel_xflow.app.errors import ImageNotFoundError, ModelsNotConfiguredError
+    from monailabel_xflow.workflow.model_config import ModelConfigError
     from monailabel_xflow.transforms.loading import CXRLoadError
 
     cases = {InstructionError("x"): 422, GeometryError("x"): 422, CXRLoadError("f", "x"): 400,
@@ -249,7 +249,7 @@ def test_error_mapping_is_one_table():
 # --- scoring, strategy ----------------------------------------------------------------------
 
 def test_uncertainty_formula(png):
-    from monailabel_xflow.label.scoring import image_uncertainty
+    from monailabel_xflow.app.scoring import image_uncertainty
 
     image = layout.load_image(str(png))[0]
     box = box_of(EFFUSION_GT)
@@ -282,7 +282,7 @@ class FakeDatastore:
 
 
 def test_strategy_picks_most_uncertain_unlabeled_else_random():
-    from monailabel_xflow.label.strategy import XFlowUncertaintyStrategy
+    from monailabel_xflow.app.strategy import XFlowUncertaintyStrategy
 
     strategy = XFlowUncertaintyStrategy(seed=0)
     ds = FakeDatastore(["a", "b", "c"], {"a": {"xflow_uncertainty": 0.2}, "b": {"xflow_uncertainty": 0.7},
@@ -299,7 +299,7 @@ def test_strategy_picks_most_uncertain_unlabeled_else_random():
 def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, kind):
     import pydicom
 
-    from monailabel_xflow.label.datastore import NO_FINDING, read_seg, write_seg
+    from monailabel_xflow.app.datastore import NO_FINDING, read_seg, write_seg
 
     source = next((cxr_samples / "dicom").glob("siim_*.dcm"))
     ds = pydicom.dcmread(source, stop_before_pixels=True)
@@ -337,13 +337,13 @@ def test_serve_dry_run_prints_command_and_radiograph_environment(tmp_path, capsy
 
 
 def test_findings_order_matches_label_values():
-    from monailabel_xflow.label.infer import LABELS
+    from monailabel_xflow.app.infer import LABELS
 
     assert list(LABELS) == list(FINDINGS) and list(LABELS.values()) == list(range(1, 8))
 
 
 def test_component_prompts_skip_specks_and_keep_the_largest():
-    from monailabel_xflow.label.train import component_prompts
+    from monailabel_xflow.app.train import component_prompts
 
     label = np.zeros((H, W), np.uint8)
     label[EFFUSION_GT] = 7
@@ -359,7 +359,7 @@ def test_component_prompts_skip_specks_and_keep_the_largest():
 
 
 def test_revise_auto_lets_the_revision_policy_click(png):
-    from monailabel_xflow.label.revise import XFlowReviseTask
+    from monailabel_xflow.app.revise import XFlowReviseTask
 
     far = Click(True, *pixel_to_point(120, 300, (H, W)))
     policy = ScriptedPolicy([stage1(True, [box_of(EFFUSION_GT)])],
@@ -374,11 +374,11 @@ def test_revise_auto_lets_the_revision_policy_click(png):
 
 
 def test_runtime_without_or_with_a_broken_configuration_still_answers(tmp_path):
-    from monailabel_xflow.label.errors import ModelsNotConfiguredError
-    from monailabel_xflow.label.runtime import XFlowRuntime
-    from monailabel_xflow.models import ModelConfigError
+    from monailabel_xflow.app.errors import ModelsNotConfiguredError
+    from monailabel_xflow.app.runtime import XFlowRuntime
+    from monailabel_xflow.workflow.model_config import ModelConfigError
 
-    from monailabel_xflow.models import DEMO_NOTICE
+    from monailabel_xflow.workflow.model_config import DEMO_NOTICE
 
     demo = XFlowRuntime({}, environ={}, preload=False)  # nothing configured: the committed demo
     assert demo.status()["source"] == "demo" and demo.status()["demo"] == DEMO_NOTICE

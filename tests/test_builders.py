@@ -5,18 +5,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monailabel_xflow.datasets import read_mimic_ils
+from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.instructions import Instruction, parse_instruction
-from monailabel_xflow.protocol import parse_stage1, parse_stage2
-from monailabel_xflow.training.builders import (
-    BuildError,
-    LungBoxes,
-    build,
-    init_target,
-    lesion_boxes,
-    load_built,
-    phrasings,
-)
+from monailabel_xflow.policy.protocol import parse_stage1, parse_stage2
+from monailabel_xflow.policy.targets import BuildError, init_target
+from monailabel_xflow.training.builders import LungBoxes, build, load_built
+from monailabel_xflow.geometry import lesion_boxes
+from monailabel_xflow.instructions import phrasings
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample-data"
@@ -167,8 +162,8 @@ def test_rev_sft_trajectories_with_a_test_double(cases, tmp_path):
 
 
 def test_rev_builds_with_tiny_sam3(cases, tmp_path):
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
 
     positives = [c for c in cases if c.positive][:2]
     seg = load_segmenter(str(build_random_sam3(tmp_path / "sam", "tiny")))

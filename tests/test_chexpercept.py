@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from monailabel_xflow.chexpercept import (
+from monailabel_xflow.data.chexpercept import (
     CHEST,
     CheXperceptError,
     SplitItem,

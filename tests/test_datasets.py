@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from monailabel_xflow import rle
-from monailabel_xflow.datasets import (
+from monailabel_xflow.data.readers import (
     CHEXLOCALIZE_FINDINGS,
     DatasetError,
     read_chexlocalize,

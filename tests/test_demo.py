@@ -15,8 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monailabel_xflow.models import (DEMO_DIR, DEMO_MODELS_FILE, DEMO_NAME, DEMO_NOTICE, ModelConfig,
-                                     default_config, demo_config)
+from monailabel_xflow.workflow.model_config import (
+    DEMO_DIR,
+    DEMO_MODELS_FILE,
+    DEMO_NAME,
+    DEMO_NOTICE,
+    ModelConfig,
+    default_config,
+    demo_config,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample-data"
@@ -70,11 +77,11 @@ def test_demo_is_the_default_only_when_nothing_is_configured(tmp_path):
 @needs_demo
 def test_demo_answers_on_a_sample_image(monkeypatch, caplog):
     from monailabel_xflow.transforms import load_cxr
-    from monailabel_xflow.workflow import XFlow
+    from monailabel_xflow.workflow.xflow import XFlow
 
     for key in [k for k in os.environ if k.startswith("XFLOW_")]:
         monkeypatch.delenv(key)
-    with caplog.at_level("WARNING", logger="monailabel_xflow.models"):
+    with caplog.at_level("WARNING", logger="monailabel_xflow.workflow.model_config"):
         flow = XFlow.from_config(None)  # nothing configured: the demo
     assert DEMO_NOTICE in caplog.text
     image, _ = load_cxr(_sample_image())
@@ -111,7 +118,7 @@ def quick_model(tmp_path_factory):
 
 def test_quick_recipe_writes_a_loadable_model(quick_model):
     from monailabel_xflow.transforms import load_cxr
-    from monailabel_xflow.workflow import XFlow
+    from monailabel_xflow.workflow.xflow import XFlow
 
     for rel in ("models.yaml", "models-stage1.yaml", "recipe.json", "README.md", "base/config.json",
                 "init/adapter_config.json", "rev/adapter_config.json", "segmenter/config.json"):
@@ -149,7 +156,7 @@ def test_work_folder_phases_depend_on_the_tokenizer_too(monkeypatch):
     """Finished phases are reused only for the same recipe, policy size and tokenizer."""
     import dataclasses
 
-    from monailabel_xflow import gemma3_configs
+    from monailabel_xflow.policy import configs as gemma3_configs
     from monailabel_xflow.training.demo import QUICK, _fingerprint
 
     first = _fingerprint(QUICK)
@@ -168,7 +175,7 @@ def test_bad_recipe_override_is_refused(capsys):
 
 
 def test_heldout_set_is_balanced_over_levels_and_signs(tmp_path):
-    from monailabel_xflow.datasets import read_mimic_ils
+    from monailabel_xflow.data.readers import read_mimic_ils
     from monailabel_xflow.training.demo import export_heldout
 
     path = export_heldout(tmp_path / "heldout", seed=1000, questions=24, progress=False)

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from monailabel_xflow.cli import main
-from monailabel_xflow.datasets import read_folder
-from monailabel_xflow.evaluation import (
+from monailabel_xflow.data.readers import read_folder
+from monailabel_xflow.eval.evaluate import (
     RESULTS_NAME,
     EvaluationError,
     evaluate,
@@ -233,7 +233,7 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, monkeypatch):
     assert "bad dataset spec" in capsys.readouterr().err
     assert main(["eval", "--dataset", f"folder:{data}", "--predictions", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
     # --model without the workflow module: a clear message, exit 2
-    monkeypatch.setitem(sys.modules, "monailabel_xflow.workflow", None)
+    monkeypatch.setitem(sys.modules, "monailabel_xflow.workflow.xflow", None)
     assert main(["eval", "--dataset", f"folder:{data}", "--model", "cfg.yaml", "--out", str(tmp_path / "o")]) == 2
     assert "--predictions" in capsys.readouterr().err
 
@@ -277,9 +277,9 @@ def test_cli_model_hook_uses_workflow(tmp_path, monkeypatch, capsys):
             mask[4:12, 4:12] = instruction.finding == "effusion"
             return types.SimpleNamespace(mask=mask)
 
-    fake = types.ModuleType("monailabel_xflow.workflow")
+    fake = types.ModuleType("monailabel_xflow.workflow.xflow")
     fake.XFlow = FakeXFlow
-    monkeypatch.setitem(sys.modules, "monailabel_xflow.workflow", fake)
+    monkeypatch.setitem(sys.modules, "monailabel_xflow.workflow.xflow", fake)
     monkeypatch.setattr(loading, "load_cxr", lambda path: (np.zeros((SIZE, SIZE), np.float32), {}))
     out = tmp_path / "out"
     status = main(["eval", "--dataset", f"folder:{data}", "--model", "my.yaml", "--out", str(out),

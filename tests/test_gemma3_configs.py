@@ -1,4 +1,4 @@
-"""The offline tokenizer/processor and the random Gemma3 builder (gemma3_configs.py)."""
+"""The offline tokenizer/processor and the random Gemma3 builder (policy/configs.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from monailabel_xflow.gemma3_configs import (
+from monailabel_xflow.policy.configs import (
     PROTOCOL_TAGS,
     SIZES,
     SPECIAL_TOKENS,
@@ -17,7 +17,7 @@ from monailabel_xflow.gemma3_configs import (
     gemma3_config,
 )
 from monailabel_xflow.geometry import Click
-from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
+from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_digits_are_single_tokens(tok):
 
 def test_prompt_words_are_whole_tokens(tok):
     """Trained on the prompts, the tokenizer splits them about as Gemma's does (a word a token)."""
-    from monailabel_xflow.policies import STAGE2_FOLLOWUP
+    from monailabel_xflow.policy.vlm import STAGE2_FOLLOWUP
 
     assert len(tok.tokenize(STAGE2_FOLLOWUP)) <= len(STAGE2_FOLLOWUP.split()) + 4
 

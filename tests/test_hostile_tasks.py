@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from monailabel_xflow.label.errors import RequestError, RequestTooLargeError, UnsafeIdError, status_of
-from monailabel_xflow.label import requests as rq
+from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError, status_of
+from monailabel_xflow.app import requests as rq
 
 
 # --- the validation module ------------------------------------------------------------------------
@@ -82,14 +82,14 @@ def test_work_bound_and_click_lists():
                                        ("steps", 10 ** 9), ("steps", 0), ("steps", 2.5), ("batch", 0), ("batch", 1000),
                                        ("seed", -1), ("steps", "many")])
 def test_train_parameters_are_bounded(key, value):
-    from monailabel_xflow.label.train import train_params
+    from monailabel_xflow.app.train import train_params
 
     with pytest.raises(RequestError, match=key):
         train_params({key: value})
 
 
 def test_train_parameters_defaults():
-    from monailabel_xflow.label.train import train_params
+    from monailabel_xflow.app.train import train_params
 
     assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
     assert train_params({"steps": "20", "lr": "0.001"})["steps"] == 20
@@ -97,7 +97,7 @@ def test_train_parameters_defaults():
 
 @pytest.fixture(scope="module")
 def tiny_sam3(tmp_path_factory):
-    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.segmenter.configs import build_random_sam3
 
     return build_random_sam3(tmp_path_factory.mktemp("sam3") / "sam3", size="tiny", seed=0)
 
@@ -106,7 +106,7 @@ def tiny_sam3(tmp_path_factory):
 def held(cxr_samples):
     from PIL import Image
 
-    from monailabel_xflow.label.train import component_prompts
+    from monailabel_xflow.app.train import component_prompts
     from monailabel_xflow.transforms.loading import load_cxr
 
     image, _ = load_cxr(cxr_samples / "nih" / "images" / "00004296_000.png")
@@ -120,8 +120,8 @@ def held(cxr_samples):
 def test_a_fine_tuned_segmenter_serves_only_after_the_held_out_check(tiny_sam3, held, tmp_path):
     import torch
 
-    from monailabel_xflow.label.train import promotion_check
-    from monailabel_xflow.segmenter import load_tracker_model
+    from monailabel_xflow.app.train import promotion_check
+    from monailabel_xflow.segmenter.sam3 import load_tracker_model
 
     same = tmp_path / "same"
     shutil.copytree(tiny_sam3, same)
@@ -150,7 +150,7 @@ def test_a_fine_tuned_segmenter_serves_only_after_the_held_out_check(tiny_sam3, 
 
 
 def test_held_out_split():
-    from monailabel_xflow.label.train import MAX_HELDOUT, split_heldout
+    from monailabel_xflow.app.train import MAX_HELDOUT, split_heldout
 
     assert split_heldout(["a"]) == ([], ["a"])
     assert split_heldout(["a", "b"]) == (["b"], ["a"])
@@ -195,8 +195,8 @@ class FakeFlow:
 
 
 def scoring(monkeypatch, flow):
-    from monailabel_xflow.label import layout
-    from monailabel_xflow.label.scoring import XFlowUncertaintyScoring
+    from monailabel_xflow.app import layout
+    from monailabel_xflow.app.scoring import XFlowUncertaintyScoring
 
     monkeypatch.setattr(layout, "load_image", lambda uri, image_id=None: (np.zeros((8, 8), np.float32), None))
     runtime = SimpleNamespace(get=lambda: flow, lock=threading.RLock(), describe=lambda: "fake models")
@@ -235,9 +235,9 @@ def test_scoring_is_bounded_incremental_and_reports_unknown_ids(monkeypatch, tmp
 def test_a_failed_model_load_backs_off_and_answers_503(monkeypatch, tmp_path):
     import time
 
-    from monailabel_xflow.label import runtime as rt
-    from monailabel_xflow.label.errors import ModelUnavailableError
-    from monailabel_xflow.workflow import XFlow
+    from monailabel_xflow.app import runtime as rt
+    from monailabel_xflow.app.errors import ModelUnavailableError
+    from monailabel_xflow.workflow.xflow import XFlow
 
     calls = []
 
@@ -262,7 +262,7 @@ def test_a_failed_model_load_backs_off_and_answers_503(monkeypatch, tmp_path):
 def test_background_task_processes_are_recognised(monkeypatch):
     import sys
 
-    from monailabel_xflow.label import runtime as rt
+    from monailabel_xflow.app import runtime as rt
 
     assert rt.background_task() is None  # pytest is not a MONAI Label task subprocess
     main = SimpleNamespace(__spec__=SimpleNamespace(name="monailabel.interfaces.utils.app"))

@@ -10,18 +10,16 @@ import pytest
 
 pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
 
-from monailabel_xflow.ils.records import LOCATION_CATEGORIES, LUNG_LOBES, ReportedFinding  # noqa: E402
-from monailabel_xflow.ils.report import (  # noqa: E402
-    ReportsCsvError,
+from monailabel_xflow.data.mimic_ils import LOCATION_CATEGORIES, LUNG_LOBES, ReportedFinding  # noqa: E402
+from monailabel_xflow.data.mimic_ils import ReportsCsvError, read_reports_csv, write_reports_csv
+from monailabel_xflow.ils.report import (
     SectionNotFound,
     choose_section,
     finding_of,
     map_location,
-    read_reports_csv,
     split_sentences,
     structure_report,
     structure_section,
-    write_reports_csv,
 )
 from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS  # noqa: E402
 

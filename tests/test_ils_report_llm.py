@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
 
-from monailabel_xflow.ils.records import ReportedFinding  # noqa: E402
-from monailabel_xflow.ils.report import ReportStructuringError, structure_report, structurer_from_name  # noqa: E402
+from monailabel_xflow.data.mimic_ils import ReportedFinding  # noqa: E402
+from monailabel_xflow.ils.report import ReportStructuringError, structure_report
+from monailabel_xflow.ils.report_llm import structurer_from_name  # noqa: E402
 from monailabel_xflow.ils.report_llm import LLMStructurer, build_prompt, load_llm_structurer, parse_answer  # noqa: E402
 
 SECTION = "Right lower lobe opacity likely reflects pneumonia. No pneumothorax. Stable bibasilar atelectasis."
@@ -129,7 +130,7 @@ def test_xflow_ils_build_runs_the_llm_structurer(tiny_lm, tmp_path, capsys):
     """`--structurer llm` loads the local model and structures every report with it: the random
     model's answers fail validation, so each study is skipped with the reason, and nothing runs."""
     from monailabel_xflow.cli import main
-    from monailabel_xflow.phantom_export import export_set
+    from monailabel_xflow.data.export import export_set
 
     folder, _ = tiny_lm
     export_set(tmp_path / "ph", 2, seed=3, size=128)

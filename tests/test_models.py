@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from monailabel_xflow.models import ModelConfig, ModelConfigError, hub_ids, is_hub_id, split_hub_id
+from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError, hub_ids
+from monailabel_xflow.weights import is_hub_id, split_hub_id
 
 
 @pytest.fixture()
@@ -124,7 +125,7 @@ def test_hub_ids_are_read_from_the_local_cache_only(monkeypatch):
 
 
 def test_from_config_fails_fast_on_missing_weights(tmp_path):
-    from monailabel_xflow.workflow import XFlow
+    from monailabel_xflow.workflow.xflow import XFlow
 
     with pytest.raises(ModelConfigError, match="not an existing path"):
         XFlow.from_config({"vlm_base": str(tmp_path / "no-base"), "segmenter": str(tmp_path / "no-sam")})

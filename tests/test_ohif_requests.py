@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monailabel_xflow.label import layout
-from monailabel_xflow.label.errors import RequestError
+from monailabel_xflow.app import layout
+from monailabel_xflow.app.errors import RequestError
 from monailabel_xflow.vocabulary import FINDINGS
 from test_app_tasks import (BOTH_GT, EDEMA_GT, EFFUSION_GT, H, W, box_of, infer_task, png,  # noqa: F401
                             read_monai, revise_task, stage1)
@@ -45,7 +45,7 @@ def test_auto_segmentation_asks_every_finding_and_gets_a_parsable_nrrd(png):
 
 @pytest.mark.parametrize("ext,dtype", [(".nii.gz", "int16"), (".nii", "uint8"), (".nrrd", "float32"), (".png", "uint8")])
 def test_result_extension_and_dtype_are_honoured(png, ext, dtype):
-    from monailabel_xflow.label.infer import answer_of_file
+    from monailabel_xflow.app.infer import answer_of_file
 
     task = infer_task([stage1(True, [box_of(EFFUSION_GT)])])
     label_file, params = task({"image": str(png), "instruction": "effusion", "result_extension": ext,
@@ -82,7 +82,7 @@ def test_point_prompts_keyed_by_label_name_revise_that_finding(png):
 
 
 def test_point_prompts_for_several_findings_need_a_choice(png):
-    from monailabel_xflow.label.revise import label_keyed_clicks
+    from monailabel_xflow.app.revise import label_keyed_clicks
 
     two = {"edema": [[70, 60, 0]], "effusion": [[230, 190, 0]], "background": []}
     with pytest.raises(RequestError, match="several findings"):
@@ -119,8 +119,8 @@ def test_store_seg_server_setting_is_the_default_of_the_option(tmp_path, monkeyp
 
 
 def test_store_seg_needs_a_pacs(tmp_path):
-    from monailabel_xflow.label.app import store_result_seg
-    from monailabel_xflow.label.datastore import XFlowLocalDatastore
+    from monailabel_xflow.app.xflow_app import store_result_seg
+    from monailabel_xflow.app.datastore import XFlowLocalDatastore
 
     store = XFlowLocalDatastore(str(tmp_path), extensions=["*.png"])
     result = {"file": None, "params": {"store_seg": {"findings": ["edema"]}}}

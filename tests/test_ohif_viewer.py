@@ -36,8 +36,8 @@ needs_browser = skip_without_chromium()
 
 def phantom_cr(path):
     """A 512 px CR phantom with a bilateral effusion; returns the phantom (its lungs are the truth)."""
-    from monailabel_xflow.phantom import generate_phantom
-    from monailabel_xflow.phantom_export import DicomVariant, quantize, write_dicom
+    from monailabel_xflow.data.phantom import generate_phantom
+    from monailabel_xflow.data.export import DicomVariant, quantize, write_dicom
 
     ph = generate_phantom(7, size=512, findings=("effusion",))
     v12, v8 = quantize(ph.image)
@@ -88,14 +88,14 @@ def segs_in_pacs(pacs) -> dict[str, pydicom.Dataset]:
 
 def a_datastore(pacs, name: str):
     """The app's DICOMweb datastore, in this process, on the same PACS (what train/scoring use)."""
-    from monailabel_xflow.label.datastore import make_dicomweb_datastore
+    from monailabel_xflow.app.datastore import make_dicomweb_datastore
 
     return make_dicomweb_datastore(f"{pacs.orthanc}/dicom-web", cache_path=str(pacs.tmp / name))
 
 
 def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_square_image(pacs):
-    from monailabel_xflow.label import layout
-    from monailabel_xflow.label.seg import FINDING_CODES, read_seg
+    from monailabel_xflow.app import layout
+    from monailabel_xflow.app.seg import FINDING_CODES, read_seg
 
     label = np.zeros((1024, 700), np.uint8)
     label[100:400, 40:300] = 7  # effusion
@@ -119,8 +119,8 @@ def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_squa
 @pytest.fixture(scope="module")
 def stored(pacs):
     """XFlow run through the server on the phantom with ``store_seg``: the result and its SEG."""
-    from monailabel_xflow.label import layout
-    from monailabel_xflow.label.seg import read_seg
+    from monailabel_xflow.app import layout
+    from monailabel_xflow.app.seg import read_seg
 
     t0 = time.perf_counter()
     label_file, params = pacs.client.infer("xflow", pacs.series["phantom"],
@@ -143,7 +143,7 @@ def test_store_seg_puts_one_seg_with_every_finding_asked_into_the_study(pacs, st
 def test_store_seg_of_an_uploaded_image_answers_and_says_why_nothing_was_stored(pacs):
     """An uploaded image has no study to store into: the answer comes back, no SEG is stored, and
     the params say why (a server with ``--conf store_seg true`` still serves uploads)."""
-    from monailabel_xflow.label import layout
+    from monailabel_xflow.app import layout
 
     before = set(segs_in_pacs(pacs))
     label_file, params = pacs.client.infer("xflow", "", {"instruction": "effusion", "store_seg": True, "trace": False},
@@ -267,7 +267,7 @@ def test_xflow_seg_is_not_a_label_but_an_ohif_correction_is(pacs, stored):
     the image's label: listed as labeled, out of the scoring pool, in ``datalist()`` for training."""
     from dicomweb_client import DICOMwebClient
 
-    from monailabel_xflow.label import layout
+    from monailabel_xflow.app import layout
 
     store = a_datastore(pacs, "cache-before")
     assert pacs.series["phantom"] not in store.get_labeled_images()
@@ -290,7 +290,7 @@ def test_xflow_seg_is_not_a_label_but_an_ohif_correction_is(pacs, stored):
 def _as_ohif_would_store(seg: pydicom.Dataset, label: np.ndarray) -> pydicom.Dataset:
     """A SEG like OHIF's "Export DICOM SEG": same source and geometry, a new series, segments named
     by the annotator with OHIF's default code (SCT 85756007 "Tissue"), no XFlow content label."""
-    from monailabel_xflow.label.seg import write_seg
+    from monailabel_xflow.app.seg import write_seg
 
     source = pydicom.Dataset()
     for keyword in ("StudyInstanceUID", "SeriesInstanceUID", "PatientID", "PatientName", "PatientBirthDate",
@@ -347,8 +347,8 @@ def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs)
     per finding asked (present or not), its pixels the label the request returned, named ROSALIA
     (series description, model name, algorithm); an unreviewed answer (``XFLOW_AUTO``) that is not
     one of XFlow's pre-annotations (``xflow preannotate`` would not skip the series for it)."""
-    from monailabel_xflow.label import layout
-    from monailabel_xflow.label.seg import read_seg
+    from monailabel_xflow.app import layout
+    from monailabel_xflow.app.seg import read_seg
 
     before = set(segs_in_pacs(pacs))
     label_file, params = pacs.client.infer("rosalia", pacs.series["phantom"],

@@ -14,14 +14,14 @@ from scipy.ndimage import distance_transform_edt
 
 from monailabel_xflow.geometry import Click, grow_box, mask_to_box, point_to_pixel
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.oracle import (
+from monailabel_xflow.policy.oracle import (
     OracleClicker,
     OracleError,
     Trajectory,
-    connected_components,
     perturb_box,
     simulate_trajectories,
 )
+from monailabel_xflow.geometry import connected_components
 from monailabel_xflow.testing import ScriptedSegmenter, SequenceSegmenter, disk, ellipse
 
 S = 256
@@ -185,7 +185,7 @@ def _scene():
 
 
 def test_doubles_implement_the_segmenter_protocol():
-    from monailabel_xflow.segmenter import PromptableSegmenter
+    from monailabel_xflow.segmenter.base import PromptableSegmenter
     from monailabel_xflow.testing import RecordingSegmenter
 
     double = ScriptedSegmenter(np.zeros(SHAPE))
@@ -384,7 +384,7 @@ def test_to_dict_round_trip_through_json():
 # --- phantom lesions ------------------------------------------------------------------------
 
 def test_phantom_lesion_trajectories():
-    from monailabel_xflow.phantom import generate_phantom
+    from monailabel_xflow.data.phantom import generate_phantom
 
     ph = generate_phantom(5, size=S, findings=("pneumonia", "effusion"))
     oracle = OracleClicker(box_noise=0.2)
@@ -415,15 +415,15 @@ def test_phantom_lesion_trajectories():
 
 @pytest.fixture(scope="module")
 def tiny_sam3(tmp_path_factory):
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
 
     path = build_random_sam3(tmp_path_factory.mktemp("sam3") / "tiny", size="tiny")
     return load_segmenter(path, device="cpu")
 
 
 def test_trajectories_with_tiny_sam3(tiny_sam3):
-    from monailabel_xflow.phantom import generate_phantom
+    from monailabel_xflow.data.phantom import generate_phantom
     from monailabel_xflow.testing import RecordingSegmenter
 
     ph = generate_phantom(2, size=S, findings=("consolidation",))

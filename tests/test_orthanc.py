@@ -61,7 +61,7 @@ def seg_labels(pacs) -> dict[str, np.ndarray]:
     """Every SEG in Orthanc, read back through DICOMweb: {referenced image series: (H, W) label}."""
     from dicomweb_client import DICOMwebClient
 
-    from monailabel_xflow.label.datastore import read_seg
+    from monailabel_xflow.app.datastore import read_seg
 
     web = DICOMwebClient(url=f"{pacs.orthanc}/dicom-web")
     out = {}
@@ -99,7 +99,7 @@ def test_lateral_view_is_refused(pacs):
 
 
 def test_saved_labels_come_back_from_orthanc_unchanged(pacs):
-    from monailabel_xflow.label import layout
+    from monailabel_xflow.app import layout
 
     # a label with a finding, from the click tool
     label, _ = pacs.client.infer("xflow_revise", pacs.series["pa"],

@@ -11,11 +11,16 @@ import pytest
 from monailabel_xflow.cli import main
 from monailabel_xflow.geometry import mask_to_box
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.phantom_benchmark import GroundTruthReviser, SharedStage1, contact_cases, stage2_effect
-from monailabel_xflow.policies import ScriptedPolicy
-from monailabel_xflow.protocol import BoxRef, Stage1Output, format_stage1
+from monailabel_xflow.eval.phantom_benchmark import (
+    GroundTruthReviser,
+    SharedStage1,
+    contact_cases,
+    stage2_effect,
+)
+from monailabel_xflow.policy.vlm import ScriptedPolicy
+from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, format_stage1
 from monailabel_xflow.testing import ScriptedSegmenter, disk, ellipse
-from monailabel_xflow.workflow import XFlow
+from monailabel_xflow.workflow.xflow import XFlow
 
 H, W = 128, 160
 EDEMA = Instruction("edema", ("left lung",))
@@ -99,8 +104,8 @@ def test_stage2_effect_counts_changes_and_iou_moves():
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    from monailabel_xflow.gemma3_configs import build_random_vlm
-    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.policy.configs import build_random_vlm
+    from monailabel_xflow.segmenter.configs import build_random_sam3
 
     folder = tmp_path_factory.mktemp("tiny-models")
     vlm = build_random_vlm(folder / "vlm", size="tiny", seed=0)
@@ -160,7 +165,7 @@ def test_contact_cases_cover_every_level_and_a_negative_each():
 
 
 def test_interleaved_order_keeps_every_prefix_balanced():
-    from monailabel_xflow.phantom_benchmark import interleaved
+    from monailabel_xflow.eval.phantom_benchmark import interleaved
 
     class C:
         def __init__(self, k, level, positive):
@@ -182,8 +187,8 @@ def test_stage1_identity_follows_pi_init_bytes_only(tiny_models, tmp_path):
     π_init whose bytes changed."""
     import shutil
 
-    from monailabel_xflow.models import ModelConfig
-    from monailabel_xflow.phantom_benchmark import stage1_identity
+    from monailabel_xflow.workflow.model_config import ModelConfig
+    from monailabel_xflow.eval.phantom_benchmark import stage1_identity
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_models.parent, copy)

@@ -1,4 +1,4 @@
-"""The XFlow policies (policies.py) on tiny random Gemma3 models saved and loaded like real ones."""
+"""The XFlow policies (policy/vlm.py) on tiny random Gemma3 models saved and loaded like real ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from monailabel_xflow.geometry import Click, box_to_mask
 from monailabel_xflow.instructions import Instruction, all_findings
-from monailabel_xflow.policies import (
+from monailabel_xflow.policy.vlm import (
     STOP_TEXT,
     GenerationSettings,
     OracleRevisionPolicy,
@@ -21,7 +21,7 @@ from monailabel_xflow.policies import (
     stage1_request,
     stage2_followup_text,
 )
-from monailabel_xflow.protocol import parse_stage2
+from monailabel_xflow.policy.protocol import parse_stage2
 from monailabel_xflow.rendering import render_observation
 
 LEFT = Instruction("effusion", ("left lung",))
@@ -43,7 +43,7 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory):
-    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.policy.configs import build_random_vlm
 
     return build_random_vlm(tmp_path_factory.mktemp("tiny-vlm"), "tiny", seed=0, adapters=True)
 

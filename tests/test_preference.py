@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from monailabel_xflow import preference
-from monailabel_xflow.preference import PreferenceError, Ranking
+from monailabel_xflow.eval import reader_study as preference
+from monailabel_xflow.eval.reader_study import PreferenceError, Ranking
 
 
 def write_csv(path, rows):

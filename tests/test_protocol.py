@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from monailabel_xflow.geometry import Click
-from monailabel_xflow.protocol import (
+from monailabel_xflow.policy.protocol import (
     TAGS,
     BoxRef,
     ProtocolError,

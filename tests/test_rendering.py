@@ -6,9 +6,17 @@ import numpy as np
 import pytest
 
 from monailabel_xflow.geometry import Click, pixel_to_point
-from monailabel_xflow.rendering import (NEGATIVE_COLOR, OBSERVATION_MASK_COLOR, POSITIVE_COLOR,
-                                        RenderError, contact_sheet, draw_boxes, draw_clicks,
-                                        overlay, render_observation)
+from monailabel_xflow.rendering import (
+    NEGATIVE_COLOR,
+    OBSERVATION_MASK_COLOR,
+    POSITIVE_COLOR,
+    RenderError,
+    contact_sheet,
+    draw_boxes,
+    draw_clicks,
+    overlay,
+    render_observation,
+)
 
 H, W = 320, 256  # asymmetric on purpose
 

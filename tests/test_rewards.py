@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
+from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.geometry import Click
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.rewards import init_reward, matched_box_iou, revision_reward
+from monailabel_xflow.training.rewards import init_reward, matched_box_iou, revision_reward
 
 A = (0.1, 0.1, 0.3, 0.3)
 B = (0.6, 0.6, 0.8, 0.8)

@@ -16,9 +16,9 @@ import pytest
 import requests
 from PIL import Image
 
-from monailabel_xflow.label.errors import ModelsNotConfiguredError
-from monailabel_xflow.label.rosalia import RosaliaRuntime
-from monailabel_xflow.models import ROSALIA_DEMO_DIR, ROSALIA_DEMO_NAME
+from monailabel_xflow.app.errors import ModelsNotConfiguredError
+from monailabel_xflow.app.rosalia import RosaliaRuntime
+from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR, ROSALIA_DEMO_NAME
 from servers import build_tiny_models, monailabel_server
 
 pytestmark = pytest.mark.timeout(900)

@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from monailabel_xflow.instructions import Instruction, InstructionError
-from monailabel_xflow.rosalia.configs import SEG_TOKEN, SIZES, build_random_rosalia, build_tokenizer, llava_config, sam_config
+from monailabel_xflow.rosalia.templates import SEG_TOKEN
+from monailabel_xflow.rosalia.configs import (
+    SIZES,
+    build_random_rosalia,
+    build_tokenizer,
+    llava_config,
+    sam_config,
+)
 from monailabel_xflow.rosalia.model import RosaliaError, RosaliaModel, dice_loss, equalize
 from monailabel_xflow.rosalia.predictor import RosaliaPredictor
 from monailabel_xflow.rosalia.templates import SYSTEM, read_answer, rosalia_answer

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from monailabel_xflow.phantom_export import export_set
+    from monailabel_xflow.data.export import export_set
 
     root = tmp_path_factory.mktemp("rosalia_train")
     export_set(root / "train", 10, 7, size=128)

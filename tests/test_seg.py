@@ -1,4 +1,4 @@
-"""DICOM SEG for radiographs (monailabel_xflow.label.seg): structure, codes, geometry, round trips."""
+"""DICOM SEG for radiographs (monailabel_xflow.app.seg): structure, codes, geometry, round trips."""
 
 from __future__ import annotations
 
@@ -7,9 +7,15 @@ import pydicom
 import pytest
 from pydicom.uid import generate_uid
 
-from monailabel_xflow.label.errors import LabelError
-from monailabel_xflow.label.seg import (CATEGORY, FINDING_CODES, NO_FINDING, OHIF_ORIENTATION, read_seg,
-                                        write_seg)
+from monailabel_xflow.app.errors import LabelError
+from monailabel_xflow.app.seg import (
+    CATEGORY,
+    FINDING_CODES,
+    NO_FINDING,
+    OHIF_ORIENTATION,
+    read_seg,
+    write_seg,
+)
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # highdicom on single-component names

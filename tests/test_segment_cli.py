@@ -12,14 +12,14 @@ import pytest
 from PIL import Image
 
 from monailabel_xflow.cli import main
-from monailabel_xflow.trace import Trace
+from monailabel_xflow.workflow.trace import Trace
 
 
 @pytest.fixture(scope="module")
 def models_file(tmp_path_factory):
     """A YAML model configuration naming tiny random models saved to disk."""
-    from monailabel_xflow.gemma3_configs import build_random_vlm
-    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.policy.configs import build_random_vlm
+    from monailabel_xflow.segmenter.configs import build_random_sam3
 
     root = tmp_path_factory.mktemp("cli-models")
     build_random_vlm(root / "vlm", size="tiny", seed=1)

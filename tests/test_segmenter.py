@@ -11,17 +11,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from monailabel_xflow.embedding_cache import EmbeddingCache, default_cache  # noqa: E402
+from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache  # noqa: E402
 from monailabel_xflow.geometry import Click, GeometryError, pixel_to_point, pixels_to_box  # noqa: E402
-from monailabel_xflow.sam3_configs import build_random_sam3  # noqa: E402
-from monailabel_xflow.segmenter import (  # noqa: E402
+from monailabel_xflow.segmenter.configs import build_random_sam3  # noqa: E402
+from monailabel_xflow.segmenter.base import (
     PromptableSegmenter,
-    Sam3Segmenter,
     SegmentationResult,
     SegmenterInputError,
     image_key,
-    load_segmenter,
 )
+from monailabel_xflow.segmenter.sam3 import Sam3Segmenter
+from monailabel_xflow.segmenter.loading import load_segmenter
 
 H, W = 256, 320  # asymmetric on purpose: a transposition anywhere changes shapes or coordinates
 
@@ -111,7 +111,7 @@ def test_hub_id_passes_local_files_only_when_offline(monkeypatch, tiny_dir):
 
 
 def test_device_and_dtype_choice():
-    from monailabel_xflow.segmenter import choose_device, choose_dtype
+    from monailabel_xflow.weights import choose_device, choose_dtype
 
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert choose_device().type == expected
@@ -124,14 +124,14 @@ def test_device_and_dtype_choice():
 def test_official_backend_refuses_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the refusal is for CPU-only machines")
-    from monailabel_xflow.sam3_official import Sam3BackendUnavailable
+    from monailabel_xflow.segmenter.official import Sam3BackendUnavailable
 
     with pytest.raises(Sam3BackendUnavailable, match="CUDA"):
         load_segmenter("facebook/sam3", backend="official")
 
 
 def test_official_backend_refuses_a_cpu_device_even_with_cuda():
-    from monailabel_xflow.sam3_official import Sam3BackendUnavailable, require_official_backend
+    from monailabel_xflow.segmenter.official import Sam3BackendUnavailable, require_official_backend
 
     with pytest.raises(Sam3BackendUnavailable, match="CUDA only"):
         require_official_backend("cpu")

@@ -9,9 +9,9 @@ import pytest
 
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Click
-from monailabel_xflow.protocol import BoxRef
+from monailabel_xflow.policy.protocol import BoxRef
 from monailabel_xflow.testing import ellipse
-from monailabel_xflow.trace import (
+from monailabel_xflow.workflow.trace import (
     SCHEMA,
     LesionRecord,
     RevisionStep,

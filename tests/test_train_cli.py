@@ -38,7 +38,7 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
 def test_init_sft_plain_call_writes_an_adapter(tmp_path, capsys):
     from datasets import Dataset
 
-    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.policy.configs import build_random_vlm
 
     vlm = build_random_vlm(tmp_path / "vlm", adapters=False)
     data = tmp_path / "data"
@@ -55,7 +55,7 @@ def test_init_sft_plain_call_writes_an_adapter(tmp_path, capsys):
 
 
 def test_segmenter_plain_call_reads_a_dataset_spec(tmp_path, capsys):
-    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.segmenter.configs import build_random_sam3
 
     folder = tmp_path / "set"
     cases = phantom_cases(folder, 2)

@@ -1,5 +1,5 @@
 """GRPO of π_init / π_rev (training/grpo.py): rollouts through the inference code, rewards
-through rewards.py, F_seg in the π_rev loop. Tiny random models, two completions a step."""
+through training/rewards.py, F_seg in the π_rev loop. Tiny random models, two completions a step."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_training_sft import EFFUSION, phantom_cases
 
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory):
-    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.policy.configs import build_random_vlm
 
     return build_random_vlm(tmp_path_factory.mktemp("vlm"), size="tiny", adapters=True)
 
@@ -35,9 +35,9 @@ def _adapter_weights(folder):
 def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(vlm, tmp_path, monkeypatch):
     from datasets import Dataset
 
-    from monailabel_xflow import rewards
-    from monailabel_xflow.policies import GenerationSettings, VLMPolicy
-    from monailabel_xflow.training.builders import lesion_boxes
+    from monailabel_xflow.training import rewards
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+    from monailabel_xflow.geometry import lesion_boxes
     from monailabel_xflow.training.grpo import train_grpo
 
     rows = []
@@ -75,10 +75,11 @@ def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(vlm, tmp_pa
 def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(vlm, tmp_path, monkeypatch):
     from datasets import Dataset
 
-    from monailabel_xflow import protocol, rewards
+    from monailabel_xflow.policy import protocol
+    from monailabel_xflow.training import rewards
     from monailabel_xflow.geometry import Click, mask_to_box
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.training.grpo import train_grpo
 
     rows = []

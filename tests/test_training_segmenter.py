@@ -45,7 +45,7 @@ def test_sam2_loss_supervises_the_best_hypothesis():
 
 
 def test_layer_decay_groups():
-    from monailabel_xflow.sam3_configs import build_sam3_tracker
+    from monailabel_xflow.segmenter.configs import build_sam3_tracker
 
     model = build_sam3_tracker("tiny")
     cfg = SegmenterTrainConfig()
@@ -77,7 +77,7 @@ def test_prompts_are_sampled_around_the_mask():
 
 
 def test_samples_from_phantom_cases():
-    from monailabel_xflow.datasets import read_mimic_ils
+    from monailabel_xflow.data.readers import read_mimic_ils
 
     cases = read_mimic_ils(SAMPLE / "ground-truth" / "mimic_ils.json", split="val").cases
     samples = samples_from_cases(cases, progress=False)
@@ -87,8 +87,8 @@ def test_samples_from_phantom_cases():
 
 
 def test_finetune_smoke_loss_drops_and_checkpoint_loads(tmp_path):
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
 
     base = build_random_sam3(tmp_path / "base", "tiny")
     cfg = SegmenterTrainConfig(effective_batch=1, max_steps=8, learning_rate=2e-3, points_per_prompt=0, box_jitter=0.0)
@@ -105,8 +105,8 @@ def test_finetune_smoke_loss_drops_and_checkpoint_loads(tmp_path):
 @pytest.mark.timeout(1800)
 def test_learning_check_box_prompted_iou_rises(tmp_path):
     """Fine-tuning a random tiny F_seg must raise box-prompted IoU on held-out shapes."""
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
 
     rng = np.random.default_rng(0)
 
@@ -129,9 +129,9 @@ def test_revision_aware_prompts_are_stage2s_prompts(tmp_path):
     pathway (which plain box/click prompts never reach)."""
     import torch
 
-    from monailabel_xflow.oracle import OracleClicker
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import Sam3Segmenter, load_tracker_model
+    from monailabel_xflow.policy.oracle import OracleClicker
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.sam3 import Sam3Segmenter, load_tracker_model
     from monailabel_xflow.training.segmenter import _revision_loss, _target_grid
 
     model = load_tracker_model(build_random_sam3(tmp_path / "base", "tiny"))
@@ -168,7 +168,7 @@ def test_revision_aware_prompts_are_stage2s_prompts(tmp_path):
 
 
 def test_revision_aware_training_is_off_by_default_and_runs_when_asked(tmp_path):
-    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.segmenter.configs import build_random_sam3
 
     assert SegmenterTrainConfig().revision_clicks == 0  # the paper's Table 7 recipe is unchanged
     base = build_random_sam3(tmp_path / "base", "tiny")

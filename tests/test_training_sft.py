@@ -30,7 +30,7 @@ def _save_png(path: Path, array: np.ndarray) -> str:
 
 def phantom_cases(root: Path, n: int, size: int = 128, start: int = 0):
     """``n`` phantoms (effusion in even ones) saved as PNG: ``[(phantom, image_path, mask_path|None)]``."""
-    from monailabel_xflow.phantom import generate_phantom
+    from monailabel_xflow.data.phantom import generate_phantom
 
     root.mkdir(parents=True, exist_ok=True)
     out = []
@@ -45,7 +45,7 @@ def phantom_cases(root: Path, n: int, size: int = 128, start: int = 0):
 def init_sft_rows(root: Path, n: int = 2, size: int = 128, start: int = 0) -> list[dict]:
     """init-sft rows (the builder's schema) for phantoms, asking for effusion at chest level."""
     from monailabel_xflow.geometry import mask_to_box
-    from monailabel_xflow.training.builders import init_target
+    from monailabel_xflow.policy.targets import init_target
 
     rows = []
     for ph, img, mask in phantom_cases(root, n, size, start):
@@ -60,7 +60,7 @@ def init_sft_rows(root: Path, n: int = 2, size: int = 128, start: int = 0) -> li
 def rev_sft_rows(root: Path, n: int = 1) -> list[dict]:
     """rev-sft rows: a hand-made 3-turn trajectory (click, click, stop) per positive phantom."""
     from monailabel_xflow.geometry import Click, mask_to_box
-    from monailabel_xflow.protocol import Stage2Action, format_stage2
+    from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
     from monailabel_xflow.rendering import render_observation
 
     rows = []
@@ -84,7 +84,7 @@ def rev_sft_rows(root: Path, n: int = 1) -> list[dict]:
 @pytest.fixture(scope="module")
 def vlm(tmp_path_factory):
     """Tiny random Gemma3 base with a pretrained-like output scale (see :func:`_learnable_base`)."""
-    from monailabel_xflow.gemma3_configs import RandomVLM
+    from monailabel_xflow.policy.configs import RandomVLM
 
     return RandomVLM(_learnable_base(tmp_path_factory.mktemp("vlm")), None, None)
 
@@ -108,7 +108,7 @@ def sft_config(trainer: str = "init-sft", **kw):
 
 
 def test_stage1_labels_cover_only_the_assistant_turn(tmp_path, vlm, processor):
-    from monailabel_xflow.policies import VLMPolicy
+    from monailabel_xflow.policy.vlm import VLMPolicy
     from monailabel_xflow.training.sft import PolicyExampleEncoder, policy_image
 
     row = init_sft_rows(tmp_path, 1)[0]
@@ -246,8 +246,8 @@ def test_init_sft_adapter_loads_through_inference_code(init_sft, vlm, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from monailabel_xflow.phantom import generate_phantom
-    from monailabel_xflow.policies import GenerationSettings, VLMPolicy
+    from monailabel_xflow.data.phantom import generate_phantom
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
 
     out, _ = init_sft
     policy = VLMPolicy.from_pretrained(vlm.base, init_adapter=out,
@@ -270,8 +270,8 @@ def test_rev_sft_warm_starts_from_init_and_loads_as_rev(init_sft, vlm, tmp_path)
     from datasets import Dataset
     from safetensors.torch import load_file
 
-    from monailabel_xflow.phantom import generate_phantom
-    from monailabel_xflow.policies import GenerationSettings, RevisionState, VLMPolicy
+    from monailabel_xflow.data.phantom import generate_phantom
+    from monailabel_xflow.policy.vlm import GenerationSettings, RevisionState, VLMPolicy
     from monailabel_xflow.rendering import render_observation
     from monailabel_xflow.training.sft import load_policy_model, train_sft
 
@@ -317,9 +317,9 @@ def _placed_share(policy, cases) -> tuple[float, float, float, float]:
     (when present) a lesion box IoU > 0.3; then the share of positives called present and the
     mean matched IoU of the lung boxes (over well-formed answers)."""
     from monailabel_xflow.geometry import mask_to_box
-    from monailabel_xflow.protocol import parse_stage1
-    from monailabel_xflow.rewards import matched_box_iou
-    from monailabel_xflow.training.builders import lesion_boxes
+    from monailabel_xflow.policy.protocol import parse_stage1
+    from monailabel_xflow.training.rewards import matched_box_iou
+    from monailabel_xflow.geometry import lesion_boxes
 
     formed = placed = called = positives = 0
     lung_ious = []
@@ -351,7 +351,7 @@ def _learnable_base(folder: Path, scale: float = 25.0) -> Path:
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.policy.configs import build_random_vlm
 
     base = build_random_vlm(folder, adapters=False).base
     model = AutoModelForImageTextToText.from_pretrained(str(base))
@@ -367,7 +367,7 @@ def test_init_sft_learns_to_place_boxes(tmp_path):
     answers on held-out phantoms over the untrained model. Prints the figures."""
     from datasets import Dataset
 
-    from monailabel_xflow.policies import GenerationSettings, VLMPolicy
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.training.sft import train_sft
 
     base = _learnable_base(tmp_path / "vlm")

@@ -11,13 +11,21 @@ import numpy as np
 import pytest
 
 from monailabel_xflow import rle
-from monailabel_xflow.geometry import Click, box_from_text, box_to_mask, box_to_text, grow_box, mask_to_box, pixel_to_point
+from monailabel_xflow.geometry import (
+    Click,
+    box_from_text,
+    box_to_mask,
+    box_to_text,
+    grow_box,
+    mask_to_box,
+    pixel_to_point,
+)
 from monailabel_xflow.instructions import Instruction, all_findings
-from monailabel_xflow.policies import ScriptedPolicy
-from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
+from monailabel_xflow.policy.vlm import ScriptedPolicy
+from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.testing import ScriptedSegmenter, ellipse
-from monailabel_xflow.trace import Trace, json_schema
-from monailabel_xflow.workflow import XFlow, XFlowError, infer_lesion_type, locate_regions
+from monailabel_xflow.workflow.trace import Trace, json_schema
+from monailabel_xflow.workflow.xflow import XFlow, XFlowError, infer_lesion_type, locate_regions
 
 H, W = 256, 320
 RIGHT_LUNG_BOX = (0.10, 0.15, 0.45, 0.85)  # the patient's right lung is on the image's left
@@ -270,7 +278,7 @@ def test_lesion_inference_answer(image, target):
 
 
 def test_infer_lesion_type_mixed_labels_is_not_confident():
-    from monailabel_xflow.trace import Stage1Record
+    from monailabel_xflow.workflow.trace import Stage1Record
 
     rec = Stage1Record(raw="", lesions=[BoxRef("edema", (0, 0, 1, 1)), BoxRef("edema", (0, 0, 0.5, 0.5)),
                                         BoxRef("pneumonia", (0, 0, 0.2, 0.2))])
@@ -330,8 +338,8 @@ def test_free_text_instruction_is_parsed(image, target):
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory) -> dict:
     """Random tiny SAM3 + Gemma3 (two LoRA adapters) saved to disk, as a model configuration."""
-    from monailabel_xflow.gemma3_configs import build_random_vlm
-    from monailabel_xflow.sam3_configs import build_random_sam3
+    from monailabel_xflow.policy.configs import build_random_vlm
+    from monailabel_xflow.segmenter.configs import build_random_sam3
 
     root = tmp_path_factory.mktemp("tiny-models")
     vlm = build_random_vlm(root / "vlm", size="tiny", seed=0)
@@ -393,7 +401,7 @@ def test_real_tiny_models_on_a_radiograph(tiny_flow, tiny_config, cxr_samples):
 
 
 def test_real_tiny_models_on_a_phantom_all_findings(tiny_flow):
-    phantom = pytest.importorskip("monailabel_xflow.phantom").generate_phantom(3, size=256)
+    phantom = pytest.importorskip("monailabel_xflow.data.phantom").generate_phantom(3, size=256)
     before = tiny_flow.segmenter.set_image_calls
     results = tiny_flow.run_all(phantom.image, max_clicks=1)
     assert tiny_flow.segmenter.set_image_calls == before + 1
@@ -403,7 +411,7 @@ def test_real_tiny_models_on_a_phantom_all_findings(tiny_flow):
 
 
 def test_stage2_drops_new_components_away_from_the_mask_and_the_click():
-    from monailabel_xflow.workflow import keep_connected_to
+    from monailabel_xflow.workflow.xflow import keep_connected_to
 
     prev = np.zeros((40, 40), bool)
     prev[10:20, 10:20] = True

@@ -5,7 +5,7 @@ Start it with ``xflow serve --app apps/xflow --studies DIR_OR_DICOMWEB_URL [--co
 ``--conf`` keys: ``models`` (model configuration file; else env ``XFLOW_MODELS``), ``model_dir``
 (where training writes the fine-tuned segmenter; default ``<app>/model``),
 ``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (true: the ``xflow`` and ``rosalia`` tasks
-store every result as a DICOM SEG in the PACS unless a request says otherwise). The logic lives in ``monailabel_xflow.label``.
+store every result as a DICOM SEG in the PACS unless a request says otherwise). The logic lives in ``monailabel_xflow.app``.
 """
 
 import logging
@@ -15,8 +15,8 @@ from lib.configs.rosalia import RosaliaConfig
 from lib.configs.xflow import XFlowConfig
 from monailabel.interfaces.app import MONAILabelApp
 
-from monailabel_xflow.label.app import app_description, checked_infer, init_datastore
-from monailabel_xflow.label.guard import install as install_guard
+from monailabel_xflow.app.xflow_app import app_description, checked_infer, init_datastore
+from monailabel_xflow.app.guard import install as install_guard
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class XFlowApp(MONAILabelApp):
         return init_datastore(self, super().init_datastore)
 
     def init_remote_datastore(self):
-        from monailabel_xflow.label.datastore import make_dicomweb_datastore
+        from monailabel_xflow.app.datastore import make_dicomweb_datastore
 
         return make_dicomweb_datastore(self.studies, self.conf)  # no dcmqi download (DESIGN §10b)
 

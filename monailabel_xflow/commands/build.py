@@ -28,8 +28,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import logging
 
-    from monailabel_xflow.datasets import DatasetError, read_dataset
-    from monailabel_xflow.training.builders import BuildError, LungBoxes, build
+    from monailabel_xflow.data.readers import DatasetError, read_dataset
+    from monailabel_xflow.policy.targets import BuildError
+    from monailabel_xflow.training.builders import LungBoxes, build
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -48,7 +49,7 @@ def run(args) -> int:
     lungs = LungBoxes.for_dataset(Path(args.dataset.split(":")[1]).parent.parent, args.lung_boxes)
     segmenter = None
     if args.segmenter:
-        from monailabel_xflow.segmenter import load_segmenter
+        from monailabel_xflow.segmenter.loading import load_segmenter
 
         segmenter = load_segmenter(args.segmenter)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from monailabel_xflow.eval.evaluate import model_identity
 
 
 def register(subparsers) -> None:
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
 
 def _model_predictor(config: str):
     """``predict(case)`` running XFlow; raises ImportError when the workflow is not available."""
-    from monailabel_xflow.workflow import XFlow  # noqa: F401  (import error = no workflow)
+    from monailabel_xflow.workflow.xflow import XFlow  # noqa: F401  (import error = no workflow)
 
     model = XFlow.from_config(config)
     from monailabel_xflow.transforms.loading import load_cxr
@@ -51,25 +52,9 @@ def _model_predictor(config: str):
     return predict
 
 
-def _model_identity(config: str) -> str:
-    """Fingerprint of a model config file and the local weights it names (hub ids as text)."""
-    from monailabel_xflow.evaluation import files_fingerprint
-    from monailabel_xflow.models import ModelConfig
-
-    paths = [config]
-    try:
-        cfg = ModelConfig.load(config)
-        for value in cfg.weights().values():
-            _, path = cfg.locate(value)
-            paths.append(path if path is not None else value)  # a hub id enters as its text
-    except (ValueError, OSError):
-        return files_fingerprint(config)
-    return files_fingerprint(*paths)
-
-
 def run(args) -> int:
-    from monailabel_xflow.datasets import DatasetError, read_dataset
-    from monailabel_xflow.evaluation import evaluate, files_fingerprint, predictions_from_dir
+    from monailabel_xflow.data.readers import DatasetError, read_dataset
+    from monailabel_xflow.eval.evaluate import evaluate, files_fingerprint, predictions_from_dir
 
     kinds = ("basic", "global", "lesion_inference") if args.lesion_inference else ("basic", "global")
     try:
@@ -95,13 +80,13 @@ def run(args) -> int:
         try:
             predict = _model_predictor(args.model)
         except ImportError as err:
-            print(f"xflow eval: --model needs monailabel_xflow.workflow (XFlow.from_config), which is not "
+            print(f"xflow eval: --model needs monailabel_xflow.workflow.xflow (XFlow.from_config), which is not "
                   f"available here ({err}); save masks and use --predictions DIR instead", file=sys.stderr)
             return 2
         except (ValueError, OSError) as err:
             print(f"xflow eval: cannot load the model from {args.model}: {err}", file=sys.stderr)
             return 2
-        identity = _model_identity(args.model)
+        identity = model_identity(args.model)
     report = evaluate(
         cases, predict, args.out, connectivity=args.connectivity, resume=not args.no_resume,
         predictor_id=identity,

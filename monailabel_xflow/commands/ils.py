@@ -83,14 +83,14 @@ def _raw():
 
 def _structurer(args):
     try:
-        from monailabel_xflow.ils import report
+        from monailabel_xflow.ils import report_llm
     except ImportError as err:
-        raise ValueError(f"the report structurer (monailabel_xflow.ils.report) is not available: {err}") from err
+        raise ValueError(f"the report structurer (monailabel_xflow.ils.report_llm) is not available: {err}") from err
     if args.structurer == "llm":
         if not args.llm_model:
             raise ValueError("--structurer llm needs --llm-model PATH (a local model folder)")
-        return report.structurer_from_name("llm", model=args.llm_model, max_new_tokens=args.llm_max_new_tokens)
-    return report.structurer_from_name("rules")
+        return report_llm.structurer_from_name("llm", model=args.llm_model, max_new_tokens=args.llm_max_new_tokens)
+    return report_llm.structurer_from_name("rules")
 
 
 def _inputs(args, structure=None):
@@ -173,9 +173,10 @@ def run_recall(args) -> int:
 
     from monailabel_xflow.ils.phantom_truth import recall_report, truth_inputs
     from monailabel_xflow.ils.pipeline import PipelineError
-    from monailabel_xflow.ils.report_eval import TRUTH_NAME, evaluate_phantoms
+    from monailabel_xflow.data.mimic_ils import TRUTH_NAME
+    from monailabel_xflow.ils.report_eval import evaluate_phantoms
     from monailabel_xflow.ils.stages import PhantomSet
-    from monailabel_xflow.phantom_export import GT_DIR, REPORTS_CSV
+    from monailabel_xflow.data.export import GT_DIR, REPORTS_CSV
 
     if not PhantomSet.is_phantom_set(args.images):
         print(f"xflow ils recall: {args.images} is not a phantom set (no ground-truth/phantoms.json)", file=sys.stderr)

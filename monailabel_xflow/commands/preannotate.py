@@ -7,7 +7,7 @@ Usage::
 
 For every CR/DX series the DICOMweb datastore lists (the same series filter as ``xflow serve``),
 XFlow answers the chosen findings (default: all seven, chest level) and the label map goes back
-into the image's study as one SEG (:mod:`monailabel_xflow.label.seg`: one segment per finding
+into the image's study as one SEG (:mod:`monailabel_xflow.app.seg`: one segment per finding
 asked, empty when absent), marked ``ContentLabel XFLOW_AUTO`` so that OHIF shows it and the
 datastore does not mistake it for a reviewed label.
 
@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         print("xflow preannotate: --limit must be >= 0", file=sys.stderr)
         return 2
-    from monailabel_xflow.label.datastore import make_dicomweb_datastore
-    from monailabel_xflow.label.infer import XFlowInferTask, instructions_from_request
-    from monailabel_xflow.label.runtime import XFlowRuntime
+    from monailabel_xflow.app.datastore import make_dicomweb_datastore
+    from monailabel_xflow.app.infer import XFlowInferTask, instructions_from_request
+    from monailabel_xflow.app.runtime import XFlowRuntime
 
     request = {"finding": args.finding or ["all findings"], "location": args.location, "revise": not args.no_revise,
                "max_clicks": args.max_clicks, "trace": False}
@@ -107,7 +107,7 @@ def preannotate_one(store, task, image_id: str, request: dict, findings: list[st
     """XFlow's answer for one series, stored as a SEG; returns the SEG's SeriesInstanceUID."""
     import os
 
-    from monailabel_xflow.label import layout
+    from monailabel_xflow.app import layout
 
     uri = store.get_image_uri(image_id)
     label_file, params = task({**request, "image": uri, "image_id": image_id})

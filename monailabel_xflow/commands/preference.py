@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from monailabel_xflow.preference import PreferenceError, analyse, format_table, read_rankings
+    from monailabel_xflow.eval.reader_study import PreferenceError, analyse, format_table, read_rankings
 
     if args.bootstrap < 0 or not 0 < args.level < 1:
         print("xflow preference: --bootstrap must be >= 0 and --level in (0, 1)", file=sys.stderr)

@@ -8,14 +8,14 @@ Usage::
 ``IMAGE`` is a PNG, JPEG or DICOM (anything ``transforms.load_cxr`` reads). ``--instruction``
 is free text ("Segment the effusion in the left lung.", "is there fluid on the left?"); text
 naming several findings, or ``--all-findings`` (the seven at chest level), gives one answer each.
-Models come from ``--models`` (YAML/JSON, see :mod:`monailabel_xflow.models`), else from the
+Models come from ``--models`` (YAML/JSON, see :mod:`monailabel_xflow.workflow.model_config`), else from the
 ``XFLOW_*`` environment variables; nothing is downloaded.
 
 Output, for one instruction in ``DIR`` itself, for several in ``DIR/NN_<finding>[_<regions>]/``:
 
 * ``mask.png`` (8-bit, 0/255, the image's size) and ``mask.nii.gz`` (``save_nifti_2d``, the
   image's pixel spacing when the file has one);
-* ``trace.json`` (schema ``xflow-trace/1``, :mod:`monailabel_xflow.trace`);
+* ``trace.json`` (schema ``xflow-trace/1``, :mod:`monailabel_xflow.workflow.trace`);
 * ``overlays/<NN>_<step>.png`` (one picture per decision) and ``contact_sheet.png``;
 
 and ``DIR/summary.json`` (one entry per instruction: instruction, present, answer, folder).
@@ -67,7 +67,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     _setup_logging(args.quiet)
     from monailabel_xflow.instructions import InstructionError, all_findings, parse_instructions
-    from monailabel_xflow.models import ModelConfigError
+    from monailabel_xflow.workflow.model_config import ModelConfigError
     from monailabel_xflow.transforms import CXRLoadError, load_cxr
 
     if args.max_clicks is not None and args.max_clicks < 0:
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return _bad_input(f"--out {args.out} exists and is not a folder")
     logger.info("loaded %s: %d x %d (%s)", args.image, image.shape[0], image.shape[1], meta.get("format"))
 
-    from monailabel_xflow.workflow import XFlow
+    from monailabel_xflow.workflow.xflow import XFlow
 
     try:
         flow = XFlow.from_config(args.models)
@@ -121,7 +121,7 @@ def write_result(result, image, folder: Path, spacing=None) -> None:
     import numpy as np
     from PIL import Image
 
-    from monailabel_xflow.trace import render_contact_sheet, render_trace
+    from monailabel_xflow.workflow.trace import render_contact_sheet, render_trace
     from monailabel_xflow.transforms import save_nifti_2d
 
     folder.mkdir(parents=True, exist_ok=True)

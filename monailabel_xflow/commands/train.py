@@ -104,7 +104,7 @@ def _check_paths(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace, cfg) -> dict:
     progress = not args.no_progress
     if args.trainer == "segmenter":
-        from monailabel_xflow.datasets import read_dataset
+        from monailabel_xflow.data.readers import read_dataset
         from monailabel_xflow.training.segmenter import finetune_segmenter, samples_from_cases
 
         read = read_dataset(args.data, split=args.split)

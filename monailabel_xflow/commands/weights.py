@@ -39,7 +39,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from monailabel_xflow.models import ModelConfig, ModelConfigError
+    from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
 
     try:
         config = ModelConfig.load(args.models) if (args.models or args.weights_action == "show" or not args.repo_ids) else None
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(config) -> int:
-    from monailabel_xflow.models import ModelConfigError
+    from monailabel_xflow.workflow.model_config import ModelConfigError
 
     weights = config.weights()
     if not weights:
@@ -67,7 +67,8 @@ def _show(config) -> int:
 
 
 def _pull(args: argparse.Namespace, config) -> int:
-    from monailabel_xflow.models import ModelConfigError, hub_ids, is_hub_id, split_hub_id
+    from monailabel_xflow.workflow.model_config import ModelConfigError, hub_ids
+    from monailabel_xflow.weights import is_hub_id, split_hub_id
 
     if args.repo_ids:
         wanted = {f"argument {k + 1}": value for k, value in enumerate(args.repo_ids)}

@@ -41,10 +41,18 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from monailabel_xflow.ils.masks import LesionResult
-from monailabel_xflow.ils.records import LUNG_LOBES, ReportedFinding
+from monailabel_xflow.data.mimic_ils import LUNG_LOBES, ReportedFinding
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.phantom import CTR_NORMAL_MAX, cardiothoracic_ratio
-from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, HEART, LESION_INFERENCE_TARGETS, LUNGS, REGIONS, ZONES, lung_of
+from monailabel_xflow.data.phantom import CTR_NORMAL_MAX, cardiothoracic_ratio
+from monailabel_xflow.vocabulary import (
+    ALL_ZONES,
+    FINDINGS,
+    HEART,
+    LESION_INFERENCE_TARGETS,
+    LUNGS,
+    REGIONS,
+    lung_of,
+)
 
 LUNG_FINDINGS: tuple[str, ...] = tuple(f for f in FINDINGS if f != "cardiomegaly")
 OPACITY_LIKE: frozenset[str] = frozenset({"opacity", "pneumonia", "atelectasis", "consolidation", "edema"})
@@ -95,7 +103,7 @@ def empty_regions(occupied: np.ndarray, masks: Mapping[str, np.ndarray]) -> tupl
 
 
 def ctr(right_lung: np.ndarray, left_lung: np.ndarray, heart: np.ndarray) -> float | None:
-    """Cardiothoracic ratio on the masks (:func:`monailabel_xflow.phantom.cardiothoracic_ratio`);
+    """Cardiothoracic ratio on the masks (:func:`monailabel_xflow.data.phantom.cardiothoracic_ratio`);
     None when a mask is empty."""
     if not (right_lung.any() and left_lung.any() and heart.any()):
         return None

@@ -37,10 +37,10 @@ from PIL import Image
 
 from monailabel_xflow.ils import masks as alg
 from monailabel_xflow.ils import pairs as rules
-from monailabel_xflow.ils.records import ReportedFinding
+from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.ils.stages import EXCLUDED_DETECTOR_LABELS, StageError, Stages, StudyImage, load_stages
-from monailabel_xflow.phantom_export import GT_DIR, JSON_NAME, MASK_DIR, save_mask
-from monailabel_xflow.vocabulary import ALL_ZONES, HEART, LUNGS
+from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR
+from monailabel_xflow.vocabulary import ALL_ZONES, HEART
 
 SPLITS = ("train", "val", "test")
 WORK_DIR = "work/studies"
@@ -534,7 +534,7 @@ def read_reports(table: str | Path, images_root: str | Path, structure: Callable
 
 
 def safe_study_id(text: str) -> str:
-    """A study id usable as a file name (:func:`monailabel_xflow.datasets.safe_case_id`)."""
-    from monailabel_xflow.datasets import safe_case_id
+    """A study id usable as a file name (:func:`monailabel_xflow.data.readers.safe_case_id`)."""
+    from monailabel_xflow.data.readers import safe_case_id
 
     return safe_case_id(text)

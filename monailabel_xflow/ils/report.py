@@ -1,6 +1,6 @@
 """The report side of the MIMIC-ILS pipeline: section choice and structuring into 6-tuples.
 
-A report becomes :class:`~monailabel_xflow.ils.records.ReportedFinding` tuples in two steps
+A report becomes :class:`~monailabel_xflow.data.mimic_ils.ReportedFinding` tuples in two steps
 (MIMIC-ILS §3.1 / DESIGN §14):
 
 1. :func:`choose_section`: the findings section, else the impression, else the last paragraph;
@@ -31,10 +31,10 @@ import functools
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from monailabel_xflow.ils import report_rules as R
-from monailabel_xflow.ils.records import ReportedFinding
+from monailabel_xflow.data.mimic_ils import ReportedFinding
 
 SECTION_NAMES: tuple[str, ...] = ("findings", "impression", "last_paragraph")
 """What :attr:`ReportSection.name` can be, in order of preference."""
@@ -249,10 +249,10 @@ def _is_lobe(tokens: list[str], i: int) -> bool:
 def map_location(phrase: str) -> tuple[str, ...]:
     """Map a location phrase to MIMIC-ILS labels (the paper's two-step location mapping).
 
-    Step 1 picks the categories of :data:`~monailabel_xflow.ils.records.LOCATION_CATEGORIES`;
+    Step 1 picks the categories of :data:`~monailabel_xflow.data.mimic_ils.LOCATION_CATEGORIES`;
     for lung, step 2 picks fine labels: the eight zones and two lungs of
     :mod:`~monailabel_xflow.vocabulary` and the five lobes of
-    :data:`~monailabel_xflow.ils.records.LUNG_LOBES`. Overlapping terms give several labels.
+    :data:`~monailabel_xflow.data.mimic_ils.LUNG_LOBES`. Overlapping terms give several labels.
 
     Examples: "bibasilar" -> (right lung base, left lung base); "retrocardiac" -> (left lung
     base,); "left" -> (left lung,); "bilateral" -> (right lung, left lung); "right upper and
@@ -473,13 +473,13 @@ class RuleStructurer:
 # --- entry points --------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _default() -> RuleStructurer:
+def default_structurer() -> RuleStructurer:
     return RuleStructurer()
 
 
 def structure_section(section: str, structurer: Structurer | None = None) -> list[ReportedFinding]:
     """Tuples of one section's text (sentence indices over :func:`split_sentences`)."""
-    return (structurer or _default())(section)
+    return (structurer or default_structurer())(section)
 
 
 def structure_report(report: str, structurer: Structurer | None = None) -> list[ReportedFinding]:
@@ -498,84 +498,3 @@ def structure_report(report: str, structurer: Structurer | None = None) -> list[
         SectionNotFound: nothing to structure (the message is the skip reason).
     """
     return structure_section(choose_section(report).text, structurer)
-
-
-def structurer_from_name(name: str, **kwargs) -> Callable[[str], list[ReportedFinding]]:
-    """``"rules"`` (default) or ``"llm"`` (``model=`` a local folder or hub id; see
-    :func:`~monailabel_xflow.ils.report_llm.load_llm_structurer`)."""
-    if name == "rules":
-        return _default()
-    if name == "llm":
-        from monailabel_xflow.ils.report_llm import load_llm_structurer
-
-        return load_llm_structurer(**kwargs)
-    raise ValueError(f"unknown structurer {name!r}; supported: rules, llm")
-
-
-# --- reports.csv ---------------------------------------------------------------------------
-
-REPORTS_CSV_COLUMNS: tuple[str, ...] = ("study_id", "image_path", "report")
-"""Columns of a reports CSV (``xflow phantom`` writes one; ``xflow ils build --reports`` reads it).
-
-Schema: UTF-8, comma-separated, a header row naming at least these columns (others are kept and
-ignored), one row per image:
-
-* ``study_id``: the study the image belongs to; for phantoms the MIMIC-style key of
-  ``mimic_ils.json`` (``s5...``). ``xflow ils build`` takes one (frontal) image per study: the
-  first row of a study; later rows of the same study are skipped with a message.
-* ``image_path``: the image (PNG / JPEG / DICOM), relative to the folder given as ``xflow ils
-  build --images`` (for ``xflow phantom`` sets, the CSV's own folder) or absolute.
-* ``report``: the whole free-text report, line breaks kept (CSV-quoted); the section is chosen
-  by :func:`choose_section`.
-"""
-
-
-class ReportsCsvError(ValueError):
-    """A reports CSV that does not follow :data:`REPORTS_CSV_COLUMNS`; the message says where."""
-
-
-def write_reports_csv(path, rows) -> None:
-    """Write ``rows`` (mappings with the :data:`REPORTS_CSV_COLUMNS` keys) to ``path``."""
-    import csv
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(REPORTS_CSV_COLUMNS), extrasaction="ignore")
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: row[k] for k in REPORTS_CSV_COLUMNS})
-
-
-def read_reports_csv(path) -> list[dict[str, str]]:
-    """Read a reports CSV (schema: :data:`REPORTS_CSV_COLUMNS`).
-
-    Returns:
-        One dict per row with at least ``study_id``, ``image_path`` (as written) and ``report``.
-
-    Raises:
-        ReportsCsvError: missing file or column, or a row with an empty ``study_id`` /
-            ``image_path`` (the message names the row).
-    """
-    import csv
-    from pathlib import Path
-
-    path = Path(path)
-    if not path.is_file():
-        raise ReportsCsvError(f"reports CSV {path} does not exist")
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in REPORTS_CSV_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ReportsCsvError(
-                f"{path}: missing column(s) {missing}; a reports CSV has the columns {list(REPORTS_CSV_COLUMNS)}"
-            )
-        rows = []
-        for n, row in enumerate(reader, start=2):
-            for c in ("study_id", "image_path"):
-                if not (row.get(c) or "").strip():
-                    raise ReportsCsvError(f"{path}, line {n}: empty {c}")
-            row["report"] = row.get("report") or ""
-            rows.append(row)
-    return rows

@@ -19,17 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable
 
-from monailabel_xflow.ils.records import ReportedFinding
+from monailabel_xflow.data.mimic_ils import ReportedFinding
+from monailabel_xflow.data.mimic_ils import TRUTH_NAME
 
 FIELDS: tuple[str, ...] = ("entity", "presence", "certainty", "location")
-
-TRUTH_NAME = "report_findings.json"
-"""Truth file ``xflow phantom`` writes under ``ground-truth/``: ``{study_id: {section_name,
-section_text, findings: [ReportedFinding as dict]}}``."""
 
 
 def _key(t: ReportedFinding) -> str:
@@ -82,12 +78,6 @@ def tuple_from_dict(d: dict) -> ReportedFinding:
                            tuple(d.get("locations") or ()), d.get("finding"))
 
 
-def tuple_to_dict(t: ReportedFinding) -> dict:
-    d = asdict(t)
-    d["locations"] = list(t.locations)
-    return d
-
-
 def evaluate_phantoms(folder: Path, structurer=None) -> dict:
     """Structure every report of a phantom set and score it against its truth.
 
@@ -100,7 +90,8 @@ def evaluate_phantoms(folder: Path, structurer=None) -> dict:
         ``{"scores": score(...), "studies": n, "section_correct": k, "errors": [...]}`` where
         ``errors`` lists per study the facts missed / extra (for reading, capped at 50).
     """
-    from monailabel_xflow.ils.report import choose_section, read_reports_csv, structure_section
+    from monailabel_xflow.ils.report import choose_section, structure_section
+    from monailabel_xflow.data.mimic_ils import read_reports_csv
 
     folder = Path(folder)
     truth = json.loads((folder / "ground-truth" / TRUTH_NAME).read_text())

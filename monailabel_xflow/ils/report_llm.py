@@ -21,7 +21,8 @@ import json
 import re
 from typing import Callable
 
-from monailabel_xflow.ils.records import ReportedFinding
+from monailabel_xflow.data.mimic_ils import ReportedFinding
+from monailabel_xflow.ils.report import default_structurer
 
 TUPLE_SCHEMA: dict = {
     "$schema": "http://json-schema.org/draft-07/schema#",
@@ -200,13 +201,13 @@ def load_llm_structurer(model: str, allow_download: bool = False, device: str = 
 
 def save_random_llm(folder, seed: int = 0):
     """Save a tiny random Gemma3 text model (the ``tiny`` text size of
-    :mod:`~monailabel_xflow.gemma3_configs`) and the offline tokenizer to ``folder``, in Hugging
+    :mod:`~monailabel_xflow.policy.configs`) and the offline tokenizer to ``folder``, in Hugging
     Face format: what tests and benchmarks load through :func:`load_llm_structurer` in place of a
     real instruction-tuned model. Returns ``folder``."""
     import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from monailabel_xflow.gemma3_configs import SIZES, build_tokenizer
+    from monailabel_xflow.policy.configs import SIZES, build_tokenizer
 
     tok = build_tokenizer()
     cfg = Gemma3TextConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
@@ -215,3 +216,15 @@ def save_random_llm(folder, seed: int = 0):
     Gemma3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def structurer_from_name(name: str, **kwargs) -> Callable[[str], list[ReportedFinding]]:
+    """``"rules"`` (default) or ``"llm"`` (``model=`` a local folder or hub id; see
+    :func:`~monailabel_xflow.ils.report_llm.load_llm_structurer`)."""
+    if name == "rules":
+        return default_structurer()
+    if name == "llm":
+        from monailabel_xflow.ils.report_llm import load_llm_structurer
+
+        return load_llm_structurer(**kwargs)
+    raise ValueError(f"unknown structurer {name!r}; supported: rules, llm")

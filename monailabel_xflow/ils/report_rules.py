@@ -35,7 +35,7 @@ they can be argued with):
 
 from __future__ import annotations
 
-from monailabel_xflow.ils.records import LUNG_LOBES
+from monailabel_xflow.data.mimic_ils import LUNG_LOBES
 from monailabel_xflow.vocabulary import ZONES
 
 # --- findings (TargetMatcher) ----------------------------------------------------------------

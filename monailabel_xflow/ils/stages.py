@@ -44,7 +44,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from monailabel_xflow.ils.masks import Detection
-from monailabel_xflow.ils.records import LUNG_LOBES
+from monailabel_xflow.data.mimic_ils import LUNG_LOBES
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
 
 STAGE_ROLES: dict[str, str] = {
@@ -172,7 +172,7 @@ class PhantomSet:
     """
 
     def __init__(self, root: str | Path) -> None:
-        from monailabel_xflow.phantom_export import GT_DIR, META_NAME
+        from monailabel_xflow.data.export import GT_DIR, META_NAME
 
         self.root = Path(root)
         meta = self.root / GT_DIR / META_NAME
@@ -183,7 +183,7 @@ class PhantomSet:
 
     @staticmethod
     def is_phantom_set(root: str | Path) -> bool:
-        from monailabel_xflow.phantom_export import GT_DIR, META_NAME
+        from monailabel_xflow.data.export import GT_DIR, META_NAME
 
         return (Path(root) / GT_DIR / META_NAME).is_file()
 
@@ -194,9 +194,9 @@ class PhantomSet:
         return rec
 
     def phantom(self, image: StudyImage, healthy: bool = False):
-        """The :class:`~monailabel_xflow.phantom.Phantom` drawn for ``image`` (or its healthy twin)."""
-        from monailabel_xflow.phantom import generate_phantom
-        from monailabel_xflow.phantom_export import scheduled_findings
+        """The :class:`~monailabel_xflow.data.phantom.Phantom` drawn for ``image`` (or its healthy twin)."""
+        from monailabel_xflow.data.phantom import generate_phantom
+        from monailabel_xflow.data.export import scheduled_findings
 
         key = (str(image.path), healthy)
         if key in self._cache:
@@ -231,7 +231,7 @@ class PhantomHealthy:
         self.phantoms = phantoms
 
     def healthy(self, image: StudyImage, edit_region: np.ndarray) -> np.ndarray:
-        from monailabel_xflow.phantom_export import quantize
+        from monailabel_xflow.data.export import quantize
 
         _, v8 = quantize(self.phantoms.phantom(image, healthy=True).image)
         return np.where(edit_region, v8, image.pixels)
@@ -280,7 +280,7 @@ class PhantomDetector:
         self.false_rate, self.miss_rate, self.min_area = false_rate, miss_rate, min_area
 
     def detect(self, image: StudyImage) -> list[Detection]:
-        from monailabel_xflow.oracle import connected_components
+        from monailabel_xflow.geometry import connected_components
 
         ph = self.phantoms.phantom(image)
         h, w = image.pixels.shape

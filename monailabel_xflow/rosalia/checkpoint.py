@@ -69,7 +69,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from monailabel_xflow.rosalia.configs import IMAGE_TOKEN
+from monailabel_xflow.rosalia.templates import IMAGE_TOKEN
 from monailabel_xflow.rosalia.model import RosaliaError, RosaliaModel
 
 logger = logging.getLogger(__name__)

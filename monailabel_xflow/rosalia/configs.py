@@ -10,7 +10,7 @@ sizes (:data:`SIZES`):
 * ``lisa-7b``: the real geometry (Llama-7B, CLIP ViT-L/14 at 224 px: 256 image tokens, SAM
   ViT-H at 1024 px), for configs and for loading the released checkpoint; never built in tests.
 
-The tokenizer is trained offline (``tokenizers``), as in :mod:`monailabel_xflow.gemma3_configs`,
+The tokenizer is trained offline (``tokenizers``), as in :mod:`monailabel_xflow.policy.configs`,
 with Llama's special tokens (``<unk>`` 0, ``<s>`` 1, ``</s>`` 2) and LISA's added tokens
 (:data:`ADDED_TOKENS`: ``[SEG]``, ``<im_start>``, ``<im_end>``, plus ``<image>``, the placeholder
 transformers' LLaVA replaces by image features).
@@ -27,16 +27,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN
 
 __all__ = [
     "SEG_TOKEN", "IM_START", "IM_END", "IMAGE_TOKEN", "ADDED_TOKENS", "SPECIAL_TOKENS", "SIZES",
     "build_tokenizer", "llava_config", "sam_config", "build_random_rosalia",
 ]
 
-SEG_TOKEN = "[SEG]"
-IM_START = "<im_start>"
-IM_END = "<im_end>"
-IMAGE_TOKEN = "<image>"
 ADDED_TOKENS: tuple[str, ...] = (SEG_TOKEN, IM_START, IM_END, IMAGE_TOKEN)
 """Tokens LISA adds to Llama's vocabulary, in its order (``[SEG]`` first, then the image start /
 end), then the image placeholder transformers' LLaVA needs."""
@@ -96,7 +93,7 @@ def _corpus() -> list[str]:
     from monailabel_xflow import vocabulary as v
     from monailabel_xflow.instructions import Instruction
     from monailabel_xflow.rosalia.templates import SEG, SYSTEM, rosalia_answer
-    from monailabel_xflow.training.builders import phrasings
+    from monailabel_xflow.instructions import phrasings
 
     questions = [Instruction(f, kind="global") for f in v.FINDINGS]
     questions += [Instruction(f, (r,)) for f in v.FINDINGS if f != "cardiomegaly" for r in v.LUNGS + v.ALL_ZONES]

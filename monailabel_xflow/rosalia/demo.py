@@ -20,7 +20,7 @@ task works out of the box, on synthetic phantoms only (**not** for clinical imag
 4. **Held-out check**: questions of :func:`~monailabel_xflow.training.demo.export_heldout`
    (phantoms of seed 1000, never trained on), scored with the papers' metrics.
 5. **Packaging**: ``OUT/model`` (a ROSALIA folder stored in float16, the model card ``README.md``,
-   ``recipe.json``); ``--install`` copies it to :data:`monailabel_xflow.models.ROSALIA_DEMO_DIR`.
+   ``recipe.json``); ``--install`` copies it to :data:`monailabel_xflow.workflow.model_config.ROSALIA_DEMO_DIR`.
 
 Command (documented in the README; the committed demo is this default recipe: 1,200 SAM steps
 and 1,500 ROSALIA steps, 17 min on two CPU cores when nothing else runs)::
@@ -82,8 +82,13 @@ def train_rosalia_demo(out: str | Path, recipe: RosaliaDemoRecipe | None = None,
     """Run the recipe into ``out``; returns the packaged ROSALIA folder ``out/model``."""
     from monailabel_xflow.rosalia.configs import build_random_rosalia
     from monailabel_xflow.rosalia.model import RosaliaModel
-    from monailabel_xflow.rosalia.training import (RosaliaTrainConfig, _clean, examples_from_spec, pretrain_sam,
-                                                   train_rosalia)
+    from monailabel_xflow.rosalia.training import (
+        RosaliaTrainConfig,
+        _clean,
+        examples_from_spec,
+        pretrain_sam,
+        train_rosalia,
+    )
     from monailabel_xflow.training.demo import _export, export_heldout
 
     recipe = recipe or RosaliaDemoRecipe()
@@ -169,8 +174,8 @@ def model_card(info: dict[str, Any]) -> str:
 
 
 def install(model_dir: str | Path) -> Path:
-    """Copy a packaged demo to :data:`monailabel_xflow.models.ROSALIA_DEMO_DIR` (replacing it)."""
-    from monailabel_xflow.models import ROSALIA_DEMO_DIR
+    """Copy a packaged demo to :data:`monailabel_xflow.workflow.model_config.ROSALIA_DEMO_DIR` (replacing it)."""
+    from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR
 
     if ROSALIA_DEMO_DIR.exists():
         shutil.rmtree(ROSALIA_DEMO_DIR)

@@ -31,7 +31,7 @@ import torch
 from monailabel_xflow.instructions import Instruction, parse_instruction
 from monailabel_xflow.rosalia.model import EncodedImage, RosaliaError, RosaliaModel
 from monailabel_xflow.rosalia.templates import canonical_sentence, read_answer
-from monailabel_xflow.segmenter import choose_device
+from monailabel_xflow.weights import choose_device
 
 logger = logging.getLogger(__name__)
 

@@ -127,3 +127,15 @@ def read_answer(text: str, instruction: Instruction) -> ReadAnswer:
                 pass
     problems.append(f"answer {sentence!r} fits no template of a {instruction.kind} instruction")
     return ReadAnswer(has_seg, None, "", problems=problems)
+
+
+SEG_TOKEN = "[SEG]"
+
+
+IM_START = "<im_start>"
+
+
+IM_END = "<im_end>"
+
+
+IMAGE_TOKEN = "<image>"

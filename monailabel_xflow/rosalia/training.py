@@ -47,8 +47,14 @@ import torch
 import torch.nn.functional as F
 
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.rosalia.model import (BCE_WEIGHT, DICE_WEIGHT, IGNORE_INDEX, RosaliaEncoder, RosaliaModel,
-                                            dice_loss)
+from monailabel_xflow.rosalia.model import (
+    BCE_WEIGHT,
+    DICE_WEIGHT,
+    IGNORE_INDEX,
+    RosaliaEncoder,
+    RosaliaModel,
+    dice_loss,
+)
 from monailabel_xflow.rosalia.templates import read_answer
 
 logger = logging.getLogger(__name__)
@@ -110,10 +116,10 @@ class RosaliaExample:
 
 
 def examples_from_cases(cases: Iterable, answers: dict[str, str] | None = None) -> list[RosaliaExample]:
-    """ROSALIA examples from :class:`~monailabel_xflow.datasets.EvalCase` questions.
+    """ROSALIA examples from :class:`~monailabel_xflow.data.readers.EvalCase` questions.
 
     Args:
-        cases: questions read by :func:`~monailabel_xflow.datasets.read_dataset` or ``read_mimic_ils``.
+        cases: questions read by :func:`~monailabel_xflow.data.readers.read_dataset` or ``read_mimic_ils``.
         answers: ``pair_id -> answer sentence`` (MIMIC-ILS ``answer`` fields); without one, a negative
             gets the absent sentence and a basic positive ``""``; global / lesion-inference positives
             without an answer are skipped (their sentence names what the data must say).
@@ -142,7 +148,7 @@ def examples_from_cases(cases: Iterable, answers: dict[str, str] | None = None) 
 def examples_from_spec(spec: str, splits: Sequence[str] = ("train",),
                        kinds: Sequence[str] = ("basic", "global", "lesion_inference")) -> list[RosaliaExample]:
     """Examples of a dataset spec (``mimic-ils:JSON[:ROOT]``, ``folder:DIR``...) over ``splits``."""
-    from monailabel_xflow.datasets import read_dataset
+    from monailabel_xflow.data.readers import read_dataset
 
     answers: dict[str, str] = {}
     if spec.startswith("mimic-ils:"):
@@ -161,7 +167,7 @@ def examples_from_spec(spec: str, splits: Sequence[str] = ("train",),
 
 def load_example(example: RosaliaExample) -> tuple[np.ndarray, np.ndarray]:
     """``(image (H, W) float in [0, 1], mask (H, W) bool)`` of an example (the loaders XFlow uses)."""
-    from monailabel_xflow.datasets import read_mask_png
+    from monailabel_xflow.data.readers import read_mask_png
     from monailabel_xflow.geometry import resize_mask
     from monailabel_xflow.transforms import load_cxr
 
@@ -199,7 +205,7 @@ class RosaliaDataset(torch.utils.data.Dataset):
         return 2 * len(self.pos)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        from monailabel_xflow.training.builders import phrasings
+        from monailabel_xflow.instructions import phrasings
 
         ex = self.pos[index] if index < len(self.pos) else self.neg[int(self.rng.integers(len(self.neg)))]
         equalise = bool(self.rng.random() < self.equalize_p)

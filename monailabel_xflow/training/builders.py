@@ -1,7 +1,7 @@
 """Data builders: training examples for both policies, from MIMIC-ILS or phantoms alike.
 
-Input is any list of :class:`~monailabel_xflow.datasets.EvalCase` (the readers of
-:mod:`monailabel_xflow.datasets` turn MIMIC-ILS, CheXlocalize, folders and phantom sets into
+Input is any list of :class:`~monailabel_xflow.data.readers.EvalCase` (the readers of
+:mod:`monailabel_xflow.data.readers` turn MIMIC-ILS, CheXlocalize, folders and phantom sets into
 them). Output is a Hugging Face ``datasets`` folder per kind, written in chunks so an
 interrupted build resumes where it stopped, and sharded (``shard=(i, N)`` takes every N-th case
 from the i-th) so N processes or machines build one set together. Rows (images by path):
@@ -36,87 +36,20 @@ import numpy as np
 
 from monailabel_xflow.geometry import Box, mask_to_box, resize_mask
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
-from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS, ZONES, join_regions
+from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS, ZONES
+from monailabel_xflow.geometry import MIN_COMPONENT_PX, lesion_boxes
+from monailabel_xflow.instructions import phrasings
+from monailabel_xflow.policy.targets import BuildError, init_target, revision_target
 
 logger = logging.getLogger(__name__)
 
 KINDS = ("init-sft", "rev-sft", "init-rl", "rev-rl")
-MIN_COMPONENT_PX = 16
-"""Ground-truth components smaller than this (in mask pixels) get no box: specks, not lesions."""
-
-
-class BuildError(ValueError):
-    """A build that cannot start: unknown kind, bad shard, missing lung boxes or segmenter."""
 
 
 # --- phrasing -----------------------------------------------------------------------------------
 
-_BASIC = (
-    "{canonical}",
-    "Please segment the {finding} in the {location}.",
-    "Outline the {finding} in the {location}.",
-    "Is there {finding} in the {location}? Segment it.",
-    "Show the {finding} in the {location}.",
-)
-_GLOBAL = ("{canonical}", "Where is the {finding}? Segment it.", "Find and segment the {finding}.",
-           "Outline the {finding}.")
-_LESION = ("{canonical}", "What type is the opacity in the {location}? Segment it.",
-           "Segment the opacity in the {location} and classify it.")
-
-
-def phrasings(instruction: Instruction) -> list[str]:
-    """Ways of asking ``instruction``; every one parses back to it (tested)."""
-    if instruction.kind == "lesion_inference":
-        templates = _LESION if instruction.regions else (_LESION[0],)
-    else:
-        templates = _BASIC if instruction.kind == "basic" else _GLOBAL
-    return [t.format(canonical=instruction.text, finding=instruction.finding, location=instruction.location)
-            for t in templates]
-
 
 # --- targets ------------------------------------------------------------------------------------
-
-def lesion_boxes(mask: np.ndarray | None, min_px: int = MIN_COMPONENT_PX) -> list[Box]:
-    """One tight normalised box per ground-truth component (8-connectivity), specks skipped."""
-    if mask is None or not mask.any():
-        return []
-    from monailabel_xflow.oracle import connected_components
-
-    return [mask_to_box(c) for c in connected_components(mask, min_area_px=min_px)]
-
-
-def init_target(instruction: Instruction, mask: np.ndarray | None, lungs: dict[str, Box]) -> str:
-    """The Stage 1 protocol text π_init is taught for one question.
-
-    Raises:
-        BuildError: a lung the question grounds has no box.
-    """
-    missing = [lung for lung in instruction.lungs if lung not in lungs]
-    if missing:
-        raise BuildError(f"no box for {', '.join(missing)}")
-    boxes = lesion_boxes(mask)
-    where = f"the {instruction.location}" if instruction.regions else "the chest"
-    grounded = join_regions(instruction.lungs)
-    if boxes:
-        think = f"I locate the {grounded}, then look for {instruction.finding} in {where}: {len(boxes)} region(s)."
-    else:
-        think = f"I locate the {grounded}, then look for {instruction.finding} in {where}: none."
-    out = Stage1Output(
-        lungs=[BoxRef(lung, lungs[lung]) for lung in instruction.lungs],
-        present=bool(boxes),
-        lesions=[BoxRef(instruction.finding, b) for b in boxes],
-        think=think,
-    )
-    return format_stage1(out)
-
-
-def revision_target(click, over: bool | None = None) -> str:
-    """The Stage 2 protocol text of one oracle action (``click`` None: stop)."""
-    if click is None:
-        return format_stage2(Stage2Action(None, "The mask fits the lesion."))
-    why = "The mask misses part of the lesion." if click.positive else "The mask spills beyond the lesion."
-    return format_stage2(Stage2Action(click, why))
 
 
 # --- lung boxes -------------------------------------------------------------------------------
@@ -157,7 +90,7 @@ class LungBoxes:
 
                 label = np.asarray(Image.open(label_file))
                 boxes = {}
-                for lung in LUNGS:  # label k + 1 is zone ALL_ZONES[k] (phantom_export's layout)
+                for lung in LUNGS:  # label k + 1 is zone ALL_ZONES[k] (data.export's layout)
                     box = mask_to_box(np.isin(label, [ALL_ZONES.index(z) + 1 for z in ZONES[lung]]))
                     if box is not None:
                         boxes[lung] = box
@@ -253,7 +186,8 @@ def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segment
     if mask is None or not mask.any():
         report.reject("negative case (no mask to revise)")
         return []
-    from monailabel_xflow.oracle import connected_components, perturb_box
+    from monailabel_xflow.geometry import connected_components
+    from monailabel_xflow.policy.oracle import perturb_box
     from monailabel_xflow.transforms import load_cxr
 
     image, _ = load_cxr(case.image_path)
@@ -296,7 +230,7 @@ def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callab
         out_dir: the set's folder; chunks go to ``out_dir/shard-i-of-N/chunk-KKKKK``.
         lung_boxes: image path -> lung boxes (``init-sft``); see :class:`LungBoxes`.
         segmenter: a ``PromptableSegmenter`` (``rev-sft``: F_seg in the oracle loop).
-        clicker: an :class:`~monailabel_xflow.oracle.OracleClicker` (defaults to the paper's).
+        clicker: an :class:`~monailabel_xflow.policy.oracle.OracleClicker` (defaults to the paper's).
         shard: ``(i, N)``.
         seed: phrasing and box perturbations are drawn per chunk from ``(seed, shard, chunk)``,
             so a resumed build writes the same rows as an uninterrupted one.
@@ -309,7 +243,7 @@ def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callab
     from datasets import Dataset
     from tqdm.auto import tqdm
 
-    from monailabel_xflow.oracle import OracleClicker
+    from monailabel_xflow.policy.oracle import OracleClicker
 
     datasets.disable_progress_bars()  # one bar per build (ours), not one per chunk write
 

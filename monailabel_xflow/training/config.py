@@ -11,7 +11,7 @@ per-device batch is derived at run time from the number of processes accelerate 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 

@@ -5,18 +5,18 @@ their job out of the box, on synthetic phantoms only (it is **not** for clinical
 recipe (``xflow train demo``, or ``python -m monailabel_xflow.training.demo``) runs every step a
 real training runs, at a size two CPU cores manage in about half an hour:
 
-1. **Data**: a phantom training set (:func:`~monailabel_xflow.phantom_export.export_set`, 256 px)
+1. **Data**: a phantom training set (:func:`~monailabel_xflow.data.export.export_set`, 256 px)
    read as MIMIC-ILS questions; every split of it is training data (the held-out evaluation set
    is drawn with a different seed, :func:`export_heldout`).
 2. **F_seg** (in a second process, while π_init trains): a randomly initialised
    ``Sam3TrackerModel`` of reduced size and a 336 px input
-   (:func:`~monailabel_xflow.sam3_configs.build_random_sam3`), trained end to end with the project
+   (:func:`~monailabel_xflow.segmenter.configs.build_random_sam3`), trained end to end with the project
    trainer (:func:`~monailabel_xflow.training.segmenter.finetune_segmenter`: SAM 2 loss, jittered
    box + click prompts). At 336 px a step costs ~1/10 of one at SAM3's 1008 px, which is what
    makes a from-scratch encoder trainable on a CPU.
 3. **Base VLM**: a randomly initialised ``Gemma3ForConditionalGeneration`` of DESIGN §12's size
    (128 px images, patch 16, 16 image tokens; 128-wide vision and text) with the offline
-   tokenizer of :mod:`~monailabel_xflow.gemma3_configs` (single-digit tokens, protocol tags).
+   tokenizer of :mod:`~monailabel_xflow.policy.configs` (single-digit tokens, protocol tags).
 4. **π_init SFT** on ``init-sft`` rows (:mod:`~monailabel_xflow.training.builders`),
    presence-balanced (:func:`balanced_presence`: phantom questions are ~13 % positive), with
    :func:`~monailabel_xflow.training.sft.train_sft` and the auxiliary mask loss **on**, one
@@ -29,7 +29,7 @@ real training runs, at a size two CPU cores manage in about half an hour:
 7. **Packaging**: ``OUT/model/`` holds ``base/`` (model + processor), ``init/`` and ``rev/``
    (peft adapters), ``segmenter/`` (Hugging Face ``save_pretrained``), ``models.yaml`` (Stage 1 + 2),
    ``models-stage1.yaml`` (Stage 1 only, for the ablation), ``recipe.json`` and the model card
-   ``README.md``. ``--install`` copies it to :data:`monailabel_xflow.models.DEMO_DIR`.
+   ``README.md``. ``--install`` copies it to :data:`monailabel_xflow.workflow.model_config.DEMO_DIR`.
 
 Everything is drawn from ``--seed``: phantoms, initial weights, prompts, data order.
 Intermediate outputs live under ``OUT/work`` and are reused when the recipe is rerun with the
@@ -67,10 +67,10 @@ DEMO_VLM_SPEC: dict[str, Any] = dict(
               num_key_value_heads=4, head_dim=32, sliding_window=4096,
               layer_types=["full_attention", "full_attention"]),
     lora_r=128,
-    # output logits can then reach a margin of ~0.1 * 128 = 13 (see gemma3_configs.build_random_vlm)
+    # output logits can then reach a margin of ~0.1 * 128 = 13 (see policy.configs.build_random_vlm)
     embedding_std=0.1,
 )
-"""The demo's Gemma3 size, registered as ``gemma3_configs.SIZES["demo"]`` when the recipe runs."""
+"""The demo's Gemma3 size, registered as ``policy.configs.SIZES["demo"]`` when the recipe runs."""
 
 
 @dataclass
@@ -164,7 +164,7 @@ QUICK = DemoRecipe(train_studies=8, seg_steps=2, seg_batch=2, seg_eval=2,
 
 
 def _register_demo_size() -> None:
-    from monailabel_xflow import gemma3_configs
+    from monailabel_xflow.policy import configs as gemma3_configs
 
     gemma3_configs.SIZES.setdefault(DEMO_VLM_SIZE, DEMO_VLM_SPEC)
 
@@ -175,7 +175,7 @@ def build_demo_vlm(path: str | Path, seed: int = 0) -> Path:
     Returns:
         The ``base`` folder.
     """
-    from monailabel_xflow.gemma3_configs import build_random_vlm
+    from monailabel_xflow.policy.configs import build_random_vlm
 
     _register_demo_size()
     return build_random_vlm(path, size=DEMO_VLM_SIZE, seed=seed, adapters=False).base
@@ -188,7 +188,7 @@ def _export(out: Path, count: int, seed: int, size: int, progress: bool, desc: s
     """Export a phantom set once (a ``done`` marker makes reruns reuse it); returns its JSON."""
     from tqdm.auto import tqdm
 
-    from monailabel_xflow.phantom_export import GT_DIR, JSON_NAME, export_set
+    from monailabel_xflow.data.export import GT_DIR, JSON_NAME, export_set
 
     marker = out / ".done"
     if not marker.is_file():
@@ -260,7 +260,7 @@ def balanced_presence(rows, seed: int = 0, by: Sequence[str] = ("level", "findin
 
 def training_cases(json_path: Path):
     """Every basic and global question of every split of a phantom set (all of it is training)."""
-    from monailabel_xflow.datasets import read_mimic_ils
+    from monailabel_xflow.data.readers import read_mimic_ils
 
     cases = []
     for split in ("train", "val", "test"):
@@ -328,7 +328,7 @@ def _fingerprint(recipe: DemoRecipe) -> dict[str, Any]:
     tokenizer (which the code builds, so an edited prompt corpus must not reuse old phases)."""
     import hashlib
 
-    from monailabel_xflow.gemma3_configs import build_tokenizer
+    from monailabel_xflow.policy.configs import build_tokenizer
 
     tokenizer = build_tokenizer().backend_tokenizer.to_str()
     fingerprint = {"recipe": dataclasses.asdict(recipe), "vlm": DEMO_VLM_SPEC,
@@ -395,8 +395,8 @@ def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: b
     """
     import numpy as np
 
-    from monailabel_xflow.sam3_configs import build_random_sam3
-    from monailabel_xflow.segmenter import load_segmenter
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.training.config import load_config
     from monailabel_xflow.training.segmenter import box_prompted_iou, finetune_segmenter, samples_from_cases
 
@@ -553,12 +553,12 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     rng = np.random.default_rng(seed)
     rev_cases = [positives[k] for k in sorted(rng.permutation(len(positives))[: recipe.rev_components])]
 
-    from monailabel_xflow.oracle import OracleClicker
+    from monailabel_xflow.policy.oracle import OracleClicker
 
     clicker = OracleClicker(box_noise=recipe.rev_box_noise)
 
     def build_rev() -> dict:
-        from monailabel_xflow.segmenter import load_segmenter
+        from monailabel_xflow.segmenter.loading import load_segmenter
 
         return build("rev-sft", rev_cases, segmenter=load_segmenter(str(seg_dir)), clicker=clicker)
 
@@ -669,7 +669,7 @@ available. Its answers on real radiographs are meaningless.
 | `segmenter/` | `Sam3TrackerModel`, size "{recipe.seg_size}" of `sam3_configs`, {recipe.seg_image_size} px input | random initialisation; {recipe.seg_steps} steps × {recipe.seg_batch} prompts of the project trainer, end to end, lr {recipe.seg_lr}, focal weight {recipe.seg_focal_weight} (box-prompted IoU on training lesions: {seg.get('box_prompted_iou_train', float('nan')):.3f}) |
 
 Training data: {recipe.train_studies} phantom studies ({recipe.phantom_size} px) drawn with seed {recipe.seed}
-(`monailabel_xflow.phantom_export.export_set`). Rebuild: `xflow train demo --seed {recipe.seed} --out DIR`.
+(`monailabel_xflow.data.export.export_set`). Rebuild: `xflow train demo --seed {recipe.seed} --out DIR`.
 
 Minutes per phase (as measured on the machine that built it):
 
@@ -772,7 +772,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = export_heldout(args.heldout, seed=recipe.seed + 1000, progress=not args.no_progress)
         print(f"held-out set: mimic-ils:{path}")
     if args.install:
-        from monailabel_xflow.models import DEMO_DIR
+        from monailabel_xflow.workflow.model_config import DEMO_DIR
 
         if DEMO_DIR.exists():
             shutil.rmtree(DEMO_DIR)

@@ -7,13 +7,13 @@ become *tools* the model calls through the chat template's tool-calling format, 
 come back as tool turns) and ``rollout_func`` (a function that returns the prompt and completion
 token ids itself). XFlow's policies do not call tools: π_rev answers ``<click>…</click>`` or
 ``<stop/>`` and the next observation comes back as a *user* turn (``stage2_followup_text``), the
-conversation that :class:`~monailabel_xflow.policies.VLMRevisionSession` holds at inference. An
+conversation that :class:`~monailabel_xflow.policy.vlm.VLMRevisionSession` holds at inference. An
 environment would train a different conversation from the one inference asks, so both stages use
 **``rollout_func``**, and the rollouts run through the inference code itself:
-:class:`~monailabel_xflow.policies.VLMPolicy` wraps the model being trained (sampling settings
+:class:`~monailabel_xflow.policy.vlm.VLMPolicy` wraps the model being trained (sampling settings
 from the config), Stage 1 encodes its prompt with ``VLMPolicy.stage1_inputs`` and Stage 2 runs a
 real ``VLMRevisionSession`` with F_seg in the loop, turn by turn as
-:class:`~monailabel_xflow.workflow` does (box growth, all clicks so far, previous logits), for at
+:class:`~monailabel_xflow.workflow.xflow` does (box growth, all clicks so far, previous logits), for at
 most ``max_clicks`` turns.
 
 One thing ``rollout_func`` does not carry is the images: trl builds the pixel inputs of the
@@ -25,7 +25,7 @@ to trl keeps the image path under ``image_path`` so trl does not load it a secon
 tokens of the user turns between π_rev's answers are masked out of the loss with trl's
 ``env_mask``.
 
-Rewards are the pure functions of :mod:`monailabel_xflow.rewards` (``init_reward``,
+Rewards are the pure functions of :mod:`monailabel_xflow.training.rewards` (``init_reward``,
 ``revision_reward``) wrapped as trl reward functions, one per term so trl logs each term; their
 sum is R_init / R_rev. F_seg stays frozen throughout; the adapters train on the language layers
 only and the vision tower (trained in SFT, carried by the adapter) is frozen (paper A.4). The KL
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow import rewards
+from monailabel_xflow.training import rewards
 from monailabel_xflow.training.config import ConfigError, PolicyGRPOConfig, to_dict
-from monailabel_xflow.training.sft import SFTDataError, check_columns, load_rows
+from monailabel_xflow.training.sft import check_columns, load_rows
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def init_reward_funcs() -> list:
     """trl reward functions for the three terms of R_init (box, format, repetition).
 
     Each receives the completions (``[{"role": "assistant", "content": text}]`` or text) and the
-    ``gt_boxes`` column, and calls :func:`monailabel_xflow.rewards.init_reward`.
+    ``gt_boxes`` column, and calls :func:`monailabel_xflow.training.rewards.init_reward`.
     """
 
     def term(key: str):
@@ -86,7 +86,7 @@ def revision_reward_funcs() -> list:
 
     They read what :class:`RevisionRollout` returns beside the ids: ``turn_texts`` (raw text of
     every turn), ``first_mask``, ``final_mask`` and ``gt`` (bool arrays), and call
-    :func:`monailabel_xflow.rewards.revision_reward`.
+    :func:`monailabel_xflow.training.rewards.revision_reward`.
     """
 
     def term(key: str):
@@ -117,7 +117,7 @@ class _Rollout:
     """Shared plumbing: a sampling :class:`VLMPolicy` around the model being trained."""
 
     def __init__(self, processor, temperature: float, top_p: float, max_new_tokens: int) -> None:
-        from monailabel_xflow.policies import GenerationSettings
+        from monailabel_xflow.policy.vlm import GenerationSettings
 
         self.processor = processor
         self.settings = GenerationSettings(do_sample=True, temperature=temperature, top_p=top_p,
@@ -125,7 +125,7 @@ class _Rollout:
 
     def policy(self, trainer):
         """The inference policy on the trainer's (unwrapped) model, with its active adapter."""
-        from monailabel_xflow.policies import VLMPolicy
+        from monailabel_xflow.policy.vlm import VLMPolicy
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         policy = VLMPolicy(model, self.processor, generation=self.settings)
@@ -164,7 +164,6 @@ class InitRollout(_Rollout):
     """π_init rollouts: one sampled Stage 1 answer per row, encoded exactly as ``VLMPolicy.stage1``."""
 
     def episode(self, policy, row: dict[str, Any]) -> dict[str, Any]:
-        import torch
 
         from monailabel_xflow.instructions import parse_instruction
         from monailabel_xflow.transforms import load_cxr
@@ -187,7 +186,7 @@ class RevisionRollout(_Rollout):
     """π_rev rollouts: a Stage 2 episode with F_seg in the loop, as the workflow runs it.
 
     Args:
-        segmenter: F_seg (frozen), a :class:`~monailabel_xflow.segmenter.PromptableSegmenter`.
+        segmenter: F_seg (frozen), a :class:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter`.
         max_clicks: the turn budget T.
     """
 
@@ -201,8 +200,8 @@ class RevisionRollout(_Rollout):
 
         from monailabel_xflow.geometry import grow_box
         from monailabel_xflow.instructions import parse_instruction
-        from monailabel_xflow.policies import RevisionState, stage2_followup_text, stage2_messages
-        from monailabel_xflow.protocol import ProtocolError, parse_stage2
+        from monailabel_xflow.policy.vlm import RevisionState, stage2_followup_text, stage2_messages
+        from monailabel_xflow.policy.protocol import ProtocolError, parse_stage2
         from monailabel_xflow.rendering import render_observation
         from monailabel_xflow.transforms import load_cxr
 
@@ -351,7 +350,7 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
             fresh LoRA (tests, ablations).
         cfg: hyperparameters (Table 7 defaults for the stage).
         segmenter: F_seg for ``rev-rl`` (a ``PromptableSegmenter``, or a path for
-            :func:`~monailabel_xflow.segmenter.load_segmenter`).
+            :func:`~monailabel_xflow.segmenter.sam3.load_segmenter`).
         max_new_tokens: per completion (π_init) or per turn (π_rev).
         per_device_batch: completions per device and step; default: one step's share of the
             effective batch (Table 7 counts it in completions), capped at 16, the rest being
@@ -385,7 +384,7 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
     if stage == "rev-rl" and segmenter is None:
         raise ConfigError("rev-rl runs F_seg in the loop: give a segmenter")
     if isinstance(segmenter, (str, Path)):
-        from monailabel_xflow.segmenter import load_segmenter
+        from monailabel_xflow.segmenter.loading import load_segmenter
 
         segmenter = load_segmenter(segmenter)
     state = PartialState()

@@ -3,7 +3,7 @@
 The recipe is the XFlow paper's (Appendix A.4, Table 7): the SAM 2 loss
 ``20 * focal + dice + IoU-prediction MSE`` over three mask hypotheses per prompt, supervising only
 the hypothesis with the lowest mask loss (plus the same loss on the single-mask output, which is
-what :class:`~monailabel_xflow.segmenter.Sam3Segmenter` returns for a box prompt); AdamW with the image encoder unfrozen at 0.6x the
+what :class:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter` returns for a box prompt); AdamW with the image encoder unfrozen at 0.6x the
 decoder rate and a layer-wise decay of 0.9 along the trunk; weight decay 0.1; gradient clip 0.1.
 
 Prompts are sampled the way the policies produce them: a box around one ground-truth component,
@@ -15,7 +15,7 @@ with the box, every click so far and the previous turn's low-resolution logits a
 input the plain prompts above never show it (a random mask-input pathway turned clicks into noise
 in the phantom demo). With probability ``revision_prob`` a prompt therefore also simulates 1..
 ``revision_clicks`` Stage 2 turns from a box-only mask (box jittered by ``revision_box_jitter``):
-each turn Algorithm 1's oracle (:class:`~monailabel_xflow.oracle.OracleClicker`) clicks the
+each turn Algorithm 1's oracle (:class:`~monailabel_xflow.policy.oracle.OracleClicker`) clicks the
 deepest point of the larger error, a positive click outside the box grows it
 (:func:`~monailabel_xflow.geometry.grow_box`), and the decoder reruns with the previous logits; the
 turns before the last run without gradients, the last one's single-mask output adds its SAM 2 loss.
@@ -24,7 +24,7 @@ Loss resolution: the decoder's low-resolution logits (288 x 288 for the 1008-px 
 compared with the ground truth resized to that grid, which keeps a CPU step cheap; the mask is
 upsampled for inference only.
 
-The result is a Hugging Face folder that :func:`monailabel_xflow.segmenter.load_segmenter` reads.
+The result is a Hugging Face folder that :func:`monailabel_xflow.segmenter.sam3.load_segmenter` reads.
 Under ``accelerate launch`` the same loop runs data-parallel (gradients all-reduced by accelerate).
 """
 
@@ -38,8 +38,21 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, Click, box_to_sam, resize_mask, make_box, mask_to_box, point_to_sam, pixel_to_point
+from monailabel_xflow.geometry import (
+    Box,
+    Click,
+    box_to_sam,
+    resize_mask,
+    make_box,
+    mask_to_box,
+    point_to_sam,
+    pixel_to_point,
+)
 from monailabel_xflow.training.config import SegmenterTrainConfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +69,12 @@ def samples_from_cases(cases: Iterable, min_px: int = 16, progress: bool = True)
     """One :class:`SegSample` per ground-truth component of every positive case.
 
     Args:
-        cases: ``EvalCase`` objects (:mod:`monailabel_xflow.datasets`); negatives are skipped.
+        cases: ``EvalCase`` objects (:mod:`monailabel_xflow.data.readers`); negatives are skipped.
         min_px: components smaller than this (mask pixels) are specks, not lesions.
     """
     from tqdm.auto import tqdm
 
-    from monailabel_xflow.oracle import connected_components
+    from monailabel_xflow.geometry import connected_components
     from monailabel_xflow.transforms import load_cxr
 
     samples = []
@@ -161,7 +174,7 @@ def _revision_loss(model: Any, embeddings: Any, sample: SegSample, rng: np.rando
                    cfg: SegmenterTrainConfig, input_size: int, target: "torch.Tensor", clicker: Any) -> "torch.Tensor":
     """SAM 2 loss of the last of 1..``cfg.revision_clicks`` simulated Stage 2 turns on one sample.
 
-    The prompts are built exactly as :meth:`~monailabel_xflow.segmenter.Sam3Segmenter.predict`
+    The prompts are built exactly as :meth:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter.predict`
     builds them in Stage 2 (``XFlow._revise_lesion``): box, all clicks so far, the previous
     single-mask low-res logits ``(1, 1, h, w)`` as ``input_masks``.
 
@@ -170,7 +183,7 @@ def _revision_loss(model: Any, embeddings: Any, sample: SegSample, rng: np.rando
         embeddings: the image embeddings of the prompt's forward pass (with their graph).
         sample: the image and ground-truth component.
         target: ``(h, w)`` ground truth on the logits' grid.
-        clicker: an :class:`~monailabel_xflow.oracle.OracleClicker`.
+        clicker: an :class:`~monailabel_xflow.policy.oracle.OracleClicker`.
 
     Returns:
         A scalar loss (0 when the box-only mask leaves no admissible click).
@@ -240,7 +253,7 @@ def finetune_segmenter(
     from accelerate import Accelerator
     from tqdm.auto import tqdm
 
-    from monailabel_xflow.segmenter import Sam3Segmenter, load_tracker_model
+    from monailabel_xflow.segmenter.sam3 import Sam3Segmenter, load_tracker_model
 
     cfg = cfg or SegmenterTrainConfig()
     if not samples:
@@ -260,7 +273,7 @@ def finetune_segmenter(
     model, optimizer = accelerator.prepare(model, optimizer)
 
     # Each process takes every world_size-th sample; one sample (one prompt) per micro-step.
-    from monailabel_xflow.oracle import OracleClicker
+    from monailabel_xflow.policy.oracle import OracleClicker
 
     clicker = OracleClicker()
     mine = list(samples)[accelerator.process_index :: accelerator.num_processes]

@@ -2,7 +2,7 @@
 
 What is trained is exactly what inference asks
 ------------------------------------------------
-Every example is encoded segment by segment the way :class:`~monailabel_xflow.policies.VLMPolicy`
+Every example is encoded segment by segment the way :class:`~monailabel_xflow.policy.vlm.VLMPolicy`
 encodes a conversation at inference, with the same prompt functions and the processor's chat
 template:
 
@@ -23,7 +23,7 @@ learns to stop); prompts, images and user turns carry label ``-100``.
 What is adapted, and how it is saved
 ------------------------------------
 LoRA (r/α from the config) on every linear layer of the *language model* only
-(:data:`~monailabel_xflow.gemma3_configs.LORA_TARGET_MODULES`, a regex on ``language_model`` so
+(:data:`~monailabel_xflow.policy.configs.LORA_TARGET_MODULES`, a regex on ``language_model`` so
 SigLIP's ``q_proj``… are not caught, DESIGN §6). The vision tower and the multimodal projector
 are unfrozen (paper A.4) as peft ``modules_to_save``: each adapter folder then carries its own
 trained copy of them, and ``PeftModel.from_pretrained`` / ``load_adapter`` (what
@@ -111,7 +111,7 @@ def check_columns(rows, needed: Sequence[str], trainer: str) -> None:
 
 def policy_image(path: str | Path):
     """The radiograph as the policy sees it at inference: ``load_cxr`` then 8-bit grey RGB PIL."""
-    from monailabel_xflow.policies import image_to_pil  # one conversion for training and inference
+    from monailabel_xflow.policy.vlm import image_to_pil  # one conversion for training and inference
     from monailabel_xflow.transforms import load_cxr
 
     image, _ = load_cxr(path)
@@ -176,7 +176,7 @@ class PolicyExampleEncoder:
     def segments(self, row: dict[str, Any]) -> list[tuple[str, Any]]:
         """The conversation as ``[("prompt", (text, [PIL])), ("answer", text), ...]``."""
         from monailabel_xflow.instructions import parse_instruction
-        from monailabel_xflow.policies import stage1_messages, stage2_followup_text, stage2_messages
+        from monailabel_xflow.policy.vlm import stage1_messages, stage2_followup_text, stage2_messages
 
         instruction = parse_instruction(row["instruction"])
         chat = self.processor.apply_chat_template
@@ -267,7 +267,7 @@ def policy_lora_config(r: int, alpha: int, train_vision: bool):
     """LoRA on the language model's linear layers; tower and projector saved with it if trained."""
     from peft import LoraConfig
 
-    from monailabel_xflow.gemma3_configs import LORA_TARGET_MODULES
+    from monailabel_xflow.policy.configs import LORA_TARGET_MODULES
 
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=LORA_TARGET_MODULES,
                       modules_to_save=list(VISION_MODULES) if train_vision else None)

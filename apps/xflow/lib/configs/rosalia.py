@@ -1,6 +1,6 @@
 """Task configuration of ROSALIA, the papers' baseline, served beside XFlow as ``rosalia``.
 
-The task lives in the package (:mod:`monailabel_xflow.label.rosalia`); its weights are the models
+The task lives in the package (:mod:`monailabel_xflow.app.rosalia`); its weights are the models
 file's ``rosalia`` key, else the committed ROSALIA demo.
 """
 
@@ -10,7 +10,7 @@ from typing import Any, Dict
 
 from monailabel.interfaces.config import TaskConfig
 
-from monailabel_xflow.label.rosalia import RosaliaInferTask, RosaliaRuntime
+from monailabel_xflow.app.rosalia import RosaliaInferTask, RosaliaRuntime
 
 
 class RosaliaConfig(TaskConfig):
@@ -21,7 +21,7 @@ class RosaliaConfig(TaskConfig):
         self.runtime = RosaliaRuntime(conf)
 
     def infer(self) -> Dict[str, Any]:
-        from monailabel_xflow.label.infer import store_seg_default
+        from monailabel_xflow.app.infer import store_seg_default
 
         return {self.name: RosaliaInferTask(self.runtime, store_seg=store_seg_default(self.conf))}
 

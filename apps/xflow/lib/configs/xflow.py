@@ -1,7 +1,7 @@
 """Task configuration of the XFlow app: which MONAI Label tasks it registers, under which names.
 
-The tasks themselves live in the package (:mod:`monailabel_xflow.label`); this file only wires
-them to one shared :class:`~monailabel_xflow.label.runtime.XFlowRuntime`.
+The tasks themselves live in the package (:mod:`monailabel_xflow.app`); this file only wires
+them to one shared :class:`~monailabel_xflow.app.runtime.XFlowRuntime`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any, Dict
 from monailabel.interfaces.config import TaskConfig
 from monailabel.tasks.activelearning.random import Random
 
-from monailabel_xflow.label.infer import XFlowInferTask
-from monailabel_xflow.label.revise import XFlowReviseTask
-from monailabel_xflow.label.runtime import XFlowRuntime
-from monailabel_xflow.label.scoring import XFlowUncertaintyScoring
-from monailabel_xflow.label.strategy import XFlowUncertaintyStrategy
-from monailabel_xflow.label.train import XFlowSegmenterTrainTask
+from monailabel_xflow.app.infer import XFlowInferTask
+from monailabel_xflow.app.revise import XFlowReviseTask
+from monailabel_xflow.app.runtime import XFlowRuntime
+from monailabel_xflow.app.scoring import XFlowUncertaintyScoring
+from monailabel_xflow.app.strategy import XFlowUncertaintyStrategy
+from monailabel_xflow.app.train import XFlowSegmenterTrainTask
 
 
 class XFlowConfig(TaskConfig):
@@ -27,7 +27,7 @@ class XFlowConfig(TaskConfig):
         self.runtime = XFlowRuntime(conf, model_dir=model_dir)
 
     def infer(self) -> Dict[str, Any]:
-        from monailabel_xflow.label.infer import store_seg_default
+        from monailabel_xflow.app.infer import store_seg_default
 
         return {self.name: XFlowInferTask(self.runtime, store_seg=store_seg_default(self.conf)),
                 f"{self.name}_revise": XFlowReviseTask(self.runtime)}

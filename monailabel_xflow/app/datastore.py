@@ -1,0 +1,383 @@
+"""Datastores for radiographs: checked local folders and a DICOMweb PACS that takes CR/DX labels.
+
+:class:`XFlowLocalDatastore` (a studies folder)
+    MONAI Label's ``LocalDatastore`` that refuses, before anything is written, images XFlow
+    cannot load (corrupt, non-image, multi-slice, lateral: 400) and labels that do not fit
+    their image (wrong size, values outside 0..7: 422; unknown image: 404). A refused request
+    leaves ``datastore_v2.json``, the images and ``labels/`` untouched.
+
+:class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``)
+    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes DESIGN §10b found necessary:
+
+    * start-up never downloads dcmqi (:func:`make_dicomweb_datastore` replaces
+      ``MONAILabelApp._init_dicomweb_datastore``);
+    * the series filter defaults to ``{"Modality": "CR,DX"}`` (upstream: CT); ``--conf
+      dicomweb_search_filter JSON`` or ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` override it;
+    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.app.seg`:
+      highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
+      radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
+      image counts as labeled;
+    * :meth:`XFlowDICOMwebDatastore.store_seg` stores the models' own answers (the ``store_seg``
+      option of the ``xflow`` and ``rosalia`` tasks, ``xflow preannotate``) as SEGs marked
+      ``ContentLabel XFLOW_AUTO`` (ManufacturerModelName ``XFlow`` or ``ROSALIA``): OHIF shows
+      them, the datastore does not count them as labels;
+    * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
+      saved from 3D Slicer or another SEG tool replaces XFlow's or an earlier one; OHIF 3's own
+      export cannot write a SEG of a CR/DX image, see the README); segments map to
+      findings by code or name; labels are read without dcmqi, so ``datalist()``, training and
+      scoring work against Orthanc.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from monailabel_xflow.app import layout
+from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
+from monailabel_xflow.app.requests import check_id
+from monailabel_xflow.app.seg import NO_FINDING, read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
+from monailabel_xflow.vocabulary import FINDINGS
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
+
+
+def _local_base():
+    from monailabel.datastore.local import LocalDatastore
+
+    return LocalDatastore
+
+
+def _dicomweb_base():
+    from monailabel.datastore.dicom import DICOMWebDatastore
+
+    return DICOMWebDatastore
+
+
+def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None:
+    """Refuse a label for an unknown image, or one that does not fit the image."""
+    uri = datastore.get_image_uri(image_id)
+    if not uri or not os.path.exists(uri):
+        raise ImageNotFoundError(f"unknown image {image_id!r}: cannot save a label for it")
+    _, ref = layout.load_image(uri, image_id)
+    layout.read_label(label_filename, ref.shape)
+
+
+class XFlowLocalDatastore(_local_base()):
+    """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
+    is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
+    it read or write outside its folder."""
+
+    def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
+        with http_errors("add image"):
+            from monailabel_xflow.transforms.loading import load_cxr
+
+            check_id(image_id, "image")
+            load_cxr(image_filename)
+            return super().add_image(image_id, image_filename, image_info)
+
+    def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
+        with http_errors("save label"):
+            check_id(image_id, "image")
+            check_id(label_tag, "label tag")
+            _check_label_for(self, image_id, label_filename)
+            return super().save_label(image_id, label_filename, label_tag, label_info)
+
+    def get_image_uri(self, image_id: str) -> str:
+        check_id(image_id, "image")
+        return super().get_image_uri(image_id)
+
+    def get_label_uri(self, label_id: str, label_tag: str) -> str:
+        check_id(label_id, "label")
+        check_id(label_tag, "label tag")
+        return super().get_label_uri(label_id, label_tag)
+
+
+# --- DICOM SEG ------------------------------------------------------------------------------
+
+PREANNOTATION_CONTENT_LABEL = "XFLOW_AUTO"
+"""ContentLabel of SEGs that XFlow stored unreviewed (``store_seg``, ``xflow preannotate``): viewers
+show them, but the datastore does not count them as labels (training on the model's own answers
+would teach it nothing). A person who corrects one and stores it (3D Slicer, another SEG tool) makes a new
+SEG, which counts."""
+LABEL_CONTENT_LABEL = "XFLOW"
+
+
+def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
+    import pydicom
+
+    meta = client.retrieve_series_metadata(study_uid, series_uid)
+    return pydicom.Dataset.from_json(meta[0]) if meta else None
+
+
+class XFlowDICOMwebDatastore(_dicomweb_base()):
+    """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
+
+    def get_image_uri(self, image_id: str) -> str:
+        """The cached NIfTI beside its series folder (upstream returns a temporary copy the first
+        time, which loses the way back to the DICOM tags, e.g. the lateral-view check). The id is a
+        plain name (it becomes a cache folder) of a series the PACS lists."""
+        check_id(image_id, "image")
+        if image_id not in self.list_images():
+            raise ImageNotFoundError(f"unknown image {image_id!r}: no such CR/DX series in the PACS")
+        uri = super().get_image_uri(image_id)
+        cached = os.path.realpath(os.path.join(self._datastore.image_path(), f"{image_id}.nii.gz"))
+        return cached if os.path.exists(cached) else uri
+
+    def _series_file(self, image_id: str) -> Path:
+        self.get_image_uri(image_id)  # downloads the series into the cache if needed
+        folder = Path(self._datastore.image_path()) / image_id
+        files = sorted(folder.glob("*.dcm")) or sorted(p for p in folder.iterdir() if p.is_file())
+        if len(files) != 1:
+            raise ImageNotFoundError(f"series {image_id!r} holds {len(files)} instances; a radiograph has one")
+        return files[0]
+
+    def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any],
+                   label_id: str = "") -> str:
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        with http_errors("save label"):
+            check_id(image_id, "image")
+            check_id(label_tag, "label tag")
+            if image_id not in self.list_images():
+                raise ImageNotFoundError(f"unknown image {image_id!r}: no such CR/DX series in the PACS")
+            uri = self.get_image_uri(image_id)
+            _, ref = layout.load_image(uri, image_id)
+            label = layout.read_label(label_filename, ref.shape)
+            if label_tag != DefaultLabelTag.FINAL:
+                return _local_base().save_label(self, image_id, label_filename, label_tag, label_info)
+            return self._save_final(image_id, label, label_filename, label_info)
+
+    def _save_final(self, image_id: str, label: np.ndarray, label_filename: str, label_info: dict[str, Any]) -> str:
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        series_uid = self.store_seg(image_id, label, content_label=LABEL_CONTENT_LABEL)
+        info = self.get_image_info(image_id)
+        label_info = dict(label_info or {})
+        label_info.update({"SeriesInstanceUID": series_uid, "Modality": "SEG", "PatientID": info.get("PatientID"),
+                           "StudyInstanceUID": info.get("StudyInstanceUID"),
+                           "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING]})
+        logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
+        return _local_base().save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
+
+    def store_seg(self, image_id: str, label: np.ndarray, findings: tuple[str, ...] | list[str] = (),
+                  content_label: str = PREANNOTATION_CONTENT_LABEL, description: str = "",
+                  algorithm: str = "XFlow") -> str:
+        """Store an ``(H, W)`` label map of an image as a DICOM SEG in its study (DICOMweb STOW).
+
+        Args:
+            image_id: the image's SeriesInstanceUID.
+            label: ``uint8 (H, W)`` label map (0..7).
+            findings: findings asked for (each a segment, empty when absent).
+            content_label: :data:`PREANNOTATION_CONTENT_LABEL` (XFlow's unreviewed answer, not a
+                training label) or :data:`LABEL_CONTENT_LABEL` (a saved final label).
+            description: the SEG's SeriesDescription (default ``"<algorithm>: <findings>"``).
+            algorithm: the model whose answer this is (``"XFlow"``, or ``"ROSALIA"`` for the
+                ``rosalia`` task): the SEG's ManufacturerModelName and every segment's
+                Algorithm Identification.
+
+        Returns:
+            The new SEG's SeriesInstanceUID.
+        """
+        from monailabel.datastore.utils.dicom import dicom_web_upload_dcm
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "seg.dcm"
+            seg = write_seg(label, self._series_file(image_id), findings=findings, description=description,
+                            algorithm=algorithm)
+            seg.ContentLabel = content_label
+            seg.save_as(str(out))
+            series_uid = dicom_web_upload_dcm(str(out), self._client)
+        self._seg_index = None  # list the new SEG now, not after MONAI_LABEL_DICOMWEB_CACHE_EXPIRY
+        clear = getattr(self.get_labeled_images, "cache_clear", None)
+        if clear is not None:
+            clear()
+        return str(series_uid)
+
+    # --- which SEG is an image's label ---------------------------------------------------------
+
+    def _seg_series(self):
+        """Every SEG series of the PACS: ``(row, metadata)`` pairs (metadata None if unreadable)."""
+        import pydicom
+
+        for found in self._client.search_for_series(search_filters={"Modality": "SEG"}):
+            row = pydicom.Dataset.from_json(found)
+            yield row, _seg_meta(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
+
+    def preannotated(self) -> dict[str, set[str]]:
+        """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
+        for ``xflow preannotate`` to resume. ROSALIA's (ManufacturerModelName ``ROSALIA``, from the
+        ``rosalia`` task's ``store_seg``) are not XFlow's and do not count."""
+        from monailabel_xflow.app.seg import finding_of_segment
+
+        out: dict[str, set[str]] = {}
+        for _, meta in self._seg_series():
+            if meta is None or str(meta.get("ContentLabel", "")) != PREANNOTATION_CONTENT_LABEL:
+                continue
+            if str(meta.get("ManufacturerModelName", "") or "XFlow") != "XFlow":
+                continue  # another model's answer (ROSALIA)
+            if not meta.get("ReferencedSeriesSequence"):
+                continue
+            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
+            found = out.setdefault(image, set())
+            for segment in meta.get("SegmentSequence", []):
+                with contextlib.suppress(ValueError):
+                    finding = finding_of_segment(segment)
+                    if finding:
+                        found.add(finding)
+        return out
+
+    def label_series(self) -> dict[str, str]:
+        """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: each image's newest SEG that is a
+        label (XFlow's unreviewed pre-annotations are not; see :data:`PREANNOTATION_CONTENT_LABEL`).
+
+        "Newest" orders by the SEG's SeriesDate + SeriesTime, then ContentDate + ContentTime
+        (an OHIF correction stored after XFlow's SEG or an earlier label replaces it). Cached for
+        ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` seconds; storing a SEG through this datastore
+        clears the cache.
+        """
+        import time
+
+        from monailabel.config import settings
+
+        cached = getattr(self, "_seg_index", None)
+        if cached is not None and time.monotonic() - cached[0] < float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY):
+            return dict(cached[1])
+        images = set(self.list_images())
+        newest: dict[str, tuple[str, str]] = {}
+        for row, meta in self._seg_series():
+            if meta is None or not meta.get("ReferencedSeriesSequence"):
+                continue
+            if str(meta.get("ContentLabel", "")) == PREANNOTATION_CONTENT_LABEL:
+                continue
+            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
+            if image not in images:
+                continue
+            stamp = "".join(str(meta.get(k, "") or "") for k in ("SeriesDate", "SeriesTime", "ContentDate",
+                                                                  "ContentTime"))
+            if image not in newest or stamp >= newest[image][0]:
+                newest[image] = (stamp, str(row.SeriesInstanceUID))
+        index = {image: seg for image, (_, seg) in newest.items()}
+        self._seg_index = (time.monotonic(), index)
+        return dict(index)
+
+    def get_labeled_images(self, label_tag: str | None = None, labels: list[str] | None = None) -> list[str]:
+        return sorted(self.label_series())
+
+    def get_unlabeled_images(self, label_tag: str | None = None, labels: list[str] | None = None) -> list[str]:
+        labeled = set(self.label_series())
+        return [i for i in self.list_images() if i not in labeled]
+
+    def _download_labeled_data(self) -> None:
+        """Cache every image's current label (its newest label SEG) for ``datalist()``; drop
+        cached labels whose SEG is gone from the PACS."""
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        current = self.label_series()
+        stale = set(_local_base().get_labeled_images(self)) - set(current)
+        for image_id in stale:
+            cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
+            logger.info("label of %s no longer in the PACS: removed from the cache", image_id)
+            with contextlib.suppress(OSError):
+                os.unlink(cached)
+            with contextlib.suppress(KeyError, TypeError):
+                self._datastore.objects[image_id].labels.pop(DefaultLabelTag.FINAL, None)
+        if stale:
+            self._update_datastore_file()
+        for image_id, seg_series in current.items():
+            self.get_image_uri(image_id)
+            self.get_label_uri(seg_series, DefaultLabelTag.FINAL, image_id=image_id)
+
+    def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
+        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.app.seg.read_seg`
+        (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache."""
+        from monailabel.datastore.utils.dicom import dicom_web_download_series
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        check_id(label_id, "label")
+        check_id(label_tag, "label tag")
+        if image_id:
+            check_id(image_id, "image")
+        if label_tag != DefaultLabelTag.FINAL or not image_id:
+            return _local_base().get_label_uri(self, label_id, label_tag)
+        cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
+        info = self._cached_label_info(image_id)
+        if os.path.exists(cached) and info.get("SeriesInstanceUID") in (label_id, None):
+            return cached
+        import pydicom
+
+        label_dir = os.path.join(self._datastore.label_path(label_tag), label_id)
+        if not os.path.isdir(label_dir) or not os.listdir(label_dir):
+            dicom_web_download_series(None, label_id, label_dir, self._client, self._fetch_by_frame)
+        seg_files = sorted(Path(label_dir).glob("*.dcm"))
+        if not seg_files:
+            return ""
+        _, ref = layout.load_image(self.get_image_uri(image_id), image_id)
+        label = read_seg(pydicom.dcmread(str(seg_files[0])), ref.shape)
+        tmp = layout.write_label(label, ref)
+        try:
+            info = {**self._dicom_info(label_id), "SeriesInstanceUID": label_id,
+                    "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING]}
+            _local_base().save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
+        finally:
+            os.unlink(tmp)
+        logger.info("label of %s from SEG %s: %s", image_id, label_id, info["findings"])
+        return cached
+
+    def _cached_label_info(self, image_id: str) -> dict[str, Any]:
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        with contextlib.suppress(KeyError, AttributeError, TypeError):
+            return dict(self._datastore.objects[image_id].labels[DefaultLabelTag.FINAL].info or {})
+        return {}
+
+
+def search_filter(conf: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``--conf dicomweb_search_filter`` > ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` > CR/DX."""
+    from monailabel.config import settings
+
+    from monailabel_xflow.app.errors import RequestError
+
+    text = (conf or {}).get("dicomweb_search_filter")
+    if text:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RequestError(f"--conf dicomweb_search_filter is not JSON: {exc}") from exc
+        return dict(value)
+    if "MONAI_LABEL_DICOMWEB_SEARCH_FILTER" in os.environ:
+        return dict(settings.MONAI_LABEL_DICOMWEB_SEARCH_FILTER)
+    return dict(DEFAULT_SEARCH_FILTER)
+
+
+def make_dicomweb_datastore(studies: str, conf: Mapping[str, str] | None = None,
+                            cache_path: str | None = None) -> XFlowDICOMwebDatastore:
+    """The app's remote datastore: ``MONAILabelApp._init_dicomweb_datastore`` without the dcmqi
+    download, with the CR/DX filter and our SEG handling."""
+    from dicomweb_client.session_utils import create_session_from_user_pass
+    from monailabel.config import settings
+    from monailabel.datastore.dicom import DICOMwebClientX
+
+    session = None
+    user = settings.MONAI_LABEL_DATASTORE_USERNAME or settings.MONAI_LABEL_DICOMWEB_USERNAME
+    password = settings.MONAI_LABEL_DATASTORE_PASSWORD or settings.MONAI_LABEL_DICOMWEB_PASSWORD
+    if user and password:
+        session = create_session_from_user_pass(user, password)
+    client = DICOMwebClientX(url=studies, session=session, qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
+                             wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
+                             stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX)
+    cache = (cache_path or settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or settings.MONAI_LABEL_DATASTORE_CACHE_PATH
+             or "").strip()
+    flt = search_filter(conf)
+    logger.info("DICOMweb datastore %s, series filter %s, cache %s", studies, flt, cache or "~/.cache/monailabel")
+    return XFlowDICOMwebDatastore(client=client, search_filter=flt, cache_path=cache or None,
+                                  fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME, convert_to_nifti=True)

@@ -1,0 +1,52 @@
+"""``xflow_uncertainty`` active-learning strategy: the unlabeled image XFlow is least sure about.
+
+Reads the ``xflow_uncertainty`` image info written by
+:class:`~monailabel_xflow.app.scoring.XFlowUncertaintyScoring` and returns
+``{"id": image_id, "xflow_uncertainty": u, "fallback": False}`` for the highest score among
+images without a ``final`` label. When no unlabeled image has a score yet (scoring not run),
+it falls back to a random unlabeled image (``"fallback": True``); with none left, ``None``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Mapping
+
+from monailabel_xflow.app.scoring import INFO_KEY
+
+logger = logging.getLogger(__name__)
+
+
+def _base_strategy():
+    from monailabel.interfaces.tasks.strategy import Strategy
+
+    return Strategy
+
+
+class XFlowUncertaintyStrategy(_base_strategy()):
+    """Most uncertain unlabeled image first (see module docstring)."""
+
+    def __init__(self, seed: int | None = None):
+        super().__init__("XFlow uncertainty: most uncertain unlabeled image (random until scored)")
+        self._random = random.Random(seed)
+
+    def __call__(self, request: Mapping[str, Any], datastore: Any) -> dict[str, Any] | None:
+        from monailabel.interfaces.datastore import DefaultLabelTag
+
+        unlabeled = sorted(datastore.get_unlabeled_images(DefaultLabelTag.FINAL))
+        if not unlabeled:
+            logger.info("xflow_uncertainty: no unlabeled image left")
+            return None
+        scored = {}
+        for image_id in unlabeled:
+            value = datastore.get_image_info(image_id).get(INFO_KEY)
+            if isinstance(value, (int, float)):
+                scored[image_id] = float(value)
+        if not scored:
+            choice = self._random.choice(unlabeled)
+            logger.info("xflow_uncertainty: no scores yet; random unlabeled image %s", choice)
+            return {"id": choice, INFO_KEY: None, "fallback": True}
+        choice = max(scored, key=lambda k: (scored[k], k))
+        logger.info("xflow_uncertainty: %s (u = %.4f of %d scored)", choice, scored[choice], len(scored))
+        return {"id": choice, INFO_KEY: scored[choice], "fallback": False}

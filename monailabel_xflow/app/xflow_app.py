@@ -1,0 +1,140 @@
+"""What ``apps/xflow/main.py`` delegates to, so the app folder stays thin."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Mapping
+
+from monailabel_xflow.app.errors import ImageNotFoundError, RequestError, http_errors
+from monailabel_xflow.app.runtime import XFlowRuntime
+
+logger = logging.getLogger(__name__)
+
+EXTRA_EXTENSIONS = ("*.dcm", "*.jpeg")
+"""Radiograph files a studies folder may hold besides MONAI Label's defaults (png, jpg, nii ...)."""
+
+
+def app_description(runtime: XFlowRuntime) -> str:
+    base = "XFlow: instruction-guided chest X-ray lesion segmentation (Stage 1 grounding + Stage 2 click revision)"
+    return f"{base}. Models: {runtime.describe()}"
+
+
+def init_datastore(app: Any, upstream: Callable[[], Any]) -> Any:
+    """A DICOMweb URL goes through ``upstream`` (which calls the app's ``init_remote_datastore``);
+    a folder gets :class:`~monailabel_xflow.app.datastore.XFlowLocalDatastore`."""
+    if app.studies.startswith(("http://", "https://")):
+        return upstream()
+    from monailabel.config import settings
+
+    from monailabel_xflow.app.datastore import XFlowLocalDatastore
+
+    extensions = list(dict.fromkeys([*settings.MONAI_LABEL_DATASTORE_FILE_EXT, *EXTRA_EXTENSIONS]))
+    return XFlowLocalDatastore(app.studies, extensions=extensions, auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
+                               read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY)
+
+
+def _under(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder and path != folder
+
+
+def server_upload_folders() -> list[str]:
+    """Where MONAI Label itself puts uploaded files (temporary files) and sessions."""
+    import tempfile
+
+    from monailabel.config import settings
+
+    sessions = settings.MONAI_LABEL_SESSION_PATH or os.path.join(os.path.expanduser("~"), ".cache", "monailabel",
+                                                                 "sessions")
+    return [tempfile.gettempdir(), sessions]
+
+
+def confined_image(image: Any, datastore: Any) -> tuple[str, str | None]:
+    """The file an infer request may read, and its datastore id (None for an upload).
+
+    Inside the guarded infer route (:func:`~monailabel_xflow.app.guard.upload_paths_allowed`)
+    the server's own upload or session path is accepted; otherwise ``image`` is an id
+    (:func:`~monailabel_xflow.app.requests.check_id`) that the datastore resolves.
+
+    Raises:
+        UnsafeIdError: not a plain id (400, the same answer whether or not such a file exists).
+        ImageNotFoundError: a plain id the datastore does not hold (404).
+    """
+    from monailabel_xflow.app.guard import upload_paths_allowed
+    from monailabel_xflow.app.requests import check_id
+
+    if upload_paths_allowed() and isinstance(image, str) and os.path.isabs(image) \
+            and any(_under(image, folder) for folder in server_upload_folders()):
+        return image, None
+    image_id = check_id(image, "image")
+    if image_id not in datastore.list_images():
+        raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
+    uri = datastore.get_image_uri(image_id)
+    if not uri:
+        raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
+    return uri, image_id
+
+
+def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, Any], datastore: Any = None) -> Any:
+    """``MONAILabelApp.infer`` confined to the datastore (DESIGN §16) with every documented error
+    type mapped to its HTTP status (:mod:`.errors`).
+
+    The image is resolved by :func:`confined_image` (upstream would read any existing path a
+    client names); a previous ``label`` is only ever the server's own upload; with
+    ``save_label`` (batch infer) the result is saved under a checked tag through the datastore.
+    """
+    from monailabel_xflow.app.guard import upload_paths_allowed
+    from monailabel_xflow.app.requests import as_bool, check_id
+
+    with http_errors("infer"):
+        request = dict(request)
+        store = datastore or app.datastore()
+        request["image"], image_id = confined_image(request.get("image"), store)
+        if image_id is not None:
+            request["image_id"] = image_id
+        label = request.get("label")
+        if label not in (None, "") and not (upload_paths_allowed() and isinstance(label, str) and os.path.isabs(label)
+                                            and any(_under(label, f) for f in server_upload_folders())):
+            raise RequestError("a previous label is uploaded as the `label` file of the request, never named")
+        save = as_bool(request.pop("save_label", False), "save_label")
+        tag = check_id(str(request.pop("label_tag", "") or "original"), "label tag")
+        result = upstream(request, datastore)
+        store_result_seg(store, image_id, result)
+        if save and image_id is not None and result.get("file") and os.path.exists(result["file"]):
+            result["label"] = store.save_label(image_id, result["file"], tag, {"model": request.get("model"),
+                                                                               "params": result.get("params")})
+        return result
+
+
+def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
+    """The ``store_seg`` option of the ``xflow`` and ``rosalia`` tasks: the result's label map as a
+    DICOM SEG in the image's study (its ``params`` gain ``seg_series``). The task validated the
+    option and left ``params["store_seg"] = {"findings": [...], "algorithm": "XFlow" | "ROSALIA"}``
+    (:func:`~monailabel_xflow.app.infer.seg_request`); only the app holds the datastore.
+
+    An uploaded image has no study to store into: ``seg_series`` is then None and
+    ``seg_not_stored`` says why.
+
+    Raises:
+        RequestError: ``store_seg`` asked of a datastore that is not a DICOMweb PACS.
+    """
+    params = result.get("params") if isinstance(result, dict) else None
+    wanted = params.pop("store_seg", None) if isinstance(params, dict) else None
+    if not wanted:
+        return
+    if not hasattr(datastore, "store_seg"):
+        raise RequestError("store_seg: the studies are not a DICOMweb PACS (start the server with "
+                           "--studies http://.../dicom-web to store results as DICOM SEG)")
+    if image_id is None:  # e.g. a client uploading its own image while the server stores by default
+        params["seg_series"] = None
+        params["seg_not_stored"] = "the image is an upload, not a series of the PACS; name it by its `image` id"
+        return
+    from monailabel_xflow.app import layout
+
+    algorithm = str(wanted.get("algorithm") or "XFlow")
+    _, ref = layout.load_image(datastore.get_image_uri(image_id), image_id)
+    label = layout.read_label(result["file"], ref.shape)
+    params["seg_series"] = datastore.store_seg(image_id, label, findings=wanted.get("findings", ()),
+                                               algorithm=algorithm)
+    logger.info("stored %s's answer for %s as SEG %s", algorithm, image_id, params["seg_series"])

@@ -1,0 +1,3 @@
+"""Datasets: procedural phantom radiographs and their reports (``phantom``, ``phantom_reports``),
+written in the MIMIC-ILS release format (``export``, ``mimic_ils``); evaluation-set readers
+(``readers``) and the CheXpercept set (``chexpercept``)."""

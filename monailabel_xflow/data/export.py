@@ -1,0 +1,410 @@
+"""Writing phantoms to disk: PNG, DICOM, ground-truth masks and MIMIC-ILS JSON (DESIGN §9).
+
+Layout of a set written by :func:`export_set` (``DIR`` is ``--out``; images at the top level so a
+MONAI Label local datastore lists them, everything else in sub-folders)::
+
+    DIR/<stem>.png                            8-bit grey, MONOCHROME2 (what a datastore serves)
+    DIR/dicom/<stem>.dcm                      the same pixels as DICOM (with --dicom)
+    DIR/ground-truth/mimic_ils.json           MIMIC-ILS release format (splits -> studies -> pairs)
+    DIR/ground-truth/phantoms.json            per image: seed, view, CTR, lesions, DICOM variant
+    DIR/ground-truth/lesion_mask/<study>/*.png  8-bit 0/255 masks; ``seg_mask_path`` is relative
+                                              to ``DIR/ground-truth/lesion_mask/``
+    DIR/ground-truth/anatomy/<stem>.png       8-bit label map: 1..8 the zones in
+                                              ``vocabulary.ALL_ZONES`` order, 9 the heart, 0 else
+    DIR/reports.csv                           a radiology-style report per image (schema:
+                                              ``mimic_ils.REPORTS_CSV_COLUMNS``)
+    DIR/ground-truth/report_findings.json     per study: the section a reader must choose and
+                                              the 6-tuples it states (``data.phantom_reports``)
+
+``image_path`` in the JSON is relative to ``DIR``.
+
+How instruction-answer pairs are chosen (after MIMIC-ILS §3.2, with exact ground truth). Strings
+always come from :class:`~monailabel_xflow.instructions.Instruction`; a positive ``basic`` answer
+is ``""`` (MIMIC-ILS answers it with ``[SEG]`` alone, and we do not write the token).
+
+* Present lung finding F:
+  - global positive "Segment the F." answered with its location: per lung, the lung name when F
+    occupies all four of its zones, else the occupied zones; mask = union of F's lesions;
+  - lung positive "Segment the F in the <lung>." for each lung F is in; mask = F within that lung;
+  - zone positive naming exactly the zones F occupies in that lung (unless all four); the same
+    mask, which lies inside those zones and touches each;
+  - lung negative for a lung F is absent from; zone negatives for every *empty* zone (no lesion of
+    any finding in it: the MIMIC-ILS "empty location").
+* Absent lung finding: global negative, a negative for each lung, and one negative in a randomly
+  chosen empty zone (MIMIC-ILS caps absent findings at one pair; we keep one per level so every
+  XFlow question level has negatives).
+* Cardiomegaly: global only. Present: located in "heart", mask = the heart. Absent (the phantom's
+  CTR is always <= 0.45 then): global negative.
+* Lesion inference: for each pneumonia / atelectasis / edema lesion whose zones hold no lesion of
+  another finding, "Segment the opacity in <its zones> and predict its type." answered "highly
+  suggestive of" (confident lesion) or "possibly reflects"; mask = that lesion. One negative per
+  study in a random empty zone, when there is one.
+* ``section_content`` is the chosen section of the study's report (``reports.csv``); ``sent_idx``
+  is the 0-based index of the sentence stating a present finding in it, ``None`` for absent
+  findings; ``seg`` is True for positives.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+from PIL import Image
+
+from monailabel_xflow.data.mimic_ils import write_reports_csv
+from monailabel_xflow.data.mimic_ils import TRUTH_NAME as REPORT_TRUTH_NAME
+from monailabel_xflow.data.mimic_ils import tuple_to_dict
+from monailabel_xflow.data.phantom_reports import phantom_report
+from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.data.phantom import Phantom, generate_phantom
+from monailabel_xflow.vocabulary import (
+    ALL_ZONES,
+    FINDINGS,
+    LESION_INFERENCE_TARGETS,
+    LUNGS,
+    ZONES,
+    join_regions,
+)
+
+GT_DIR = "ground-truth"
+MASK_DIR = "lesion_mask"
+DICOM_DIR = "dicom"
+JSON_NAME = "mimic_ils.json"
+META_NAME = "phantoms.json"
+REPORTS_CSV = "reports.csv"
+
+DX_STORAGE = "1.2.840.10008.5.1.4.1.1.1.1"  # Digital X-Ray Image Storage - For Presentation
+CR_STORAGE = "1.2.840.10008.5.1.4.1.1.1"  # Computed Radiography Image Storage
+
+
+@dataclass(frozen=True)
+class DicomVariant:
+    """How one image is written as DICOM."""
+
+    photometric: str  # MONOCHROME1 (inverted: air bright) or MONOCHROME2
+    bits: int  # 8 (BitsStored 8) or 16 (BitsStored 12)
+    modality: str  # CR or DX
+
+
+def dicom_variant(index: int) -> DicomVariant:
+    """The variant of study ``index``: cycles MONOCHROME2/1 x 8/16-bit x CR/DX so small sets cover all."""
+    return DicomVariant(
+        photometric="MONOCHROME1" if index % 2 else "MONOCHROME2",
+        bits=16 if (index // 2) % 2 else 8,
+        modality="DX" if (index // 4) % 2 == 0 else "CR",
+    )
+
+
+def quantize(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """12-bit and 8-bit versions of a ``[0, 1]`` image, the 8-bit derived from the 12-bit.
+
+    Returns:
+        ``(v12 uint16 in 0..4095, v8 uint8)`` with ``v8 = (v12 * 255 + 2047) // 4095`` (rounded),
+        so a 16-bit DICOM and the PNG hold the same picture exactly.
+    """
+    v12 = np.round(np.clip(image, 0, 1) * 4095).astype(np.uint16)
+    v8 = ((v12.astype(np.uint32) * 255 + 2047) // 4095).astype(np.uint8)
+    return v12, v8
+
+
+def save_mask(path: Path, mask: np.ndarray) -> None:
+    """An 8-bit PNG with 0 / 255."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.where(mask, 255, 0).astype(np.uint8)).save(path)
+
+
+def write_dicom(path: Path, phantom: Phantom, v12: np.ndarray, v8: np.ndarray, variant: DicomVariant,
+                subject_id: str, study_id: str) -> None:
+    """One single-frame CR/DX DICOM of the phantom, with fresh UIDs.
+
+    Pixels: 8-bit variants store ``v8``, 16-bit ones ``v12`` (BitsStored 12); MONOCHROME1 stores
+    ``max - value``, so a reader that honours the photometric interpretation gets the PNG back.
+    """
+    import pydicom
+    from pydicom.dataset import FileDataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+    sop_class = DX_STORAGE if variant.modality == "DX" else CR_STORAGE
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = sop_class
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    meta.ImplementationClassUID = pydicom.uid.PYDICOM_IMPLEMENTATION_UID
+    ds = FileDataset(str(path), {}, file_meta=meta, preamble=b"\0" * 128)
+    ds.is_little_endian, ds.is_implicit_VR = True, False
+    ds.SOPClassUID, ds.SOPInstanceUID = sop_class, meta.MediaStorageSOPInstanceUID
+    ds.StudyInstanceUID, ds.SeriesInstanceUID = generate_uid(), generate_uid()
+    ds.Modality = variant.modality
+    ds.PatientName = f"Phantom^{subject_id}"
+    ds.PatientID = subject_id
+    ds.PatientSex = "O"
+    ds.PatientBirthDate = ""
+    ds.StudyDate = ds.SeriesDate = ds.ContentDate = "20260101"
+    ds.StudyTime = ds.SeriesTime = ds.ContentTime = "120000"
+    ds.StudyID = study_id[:16]
+    ds.AccessionNumber = study_id[:16]
+    ds.StudyDescription = "Synthetic chest radiograph (monailabel-xflow phantom)"
+    ds.SeriesDescription = f"CHEST {phantom.view}"
+    ds.SeriesNumber, ds.InstanceNumber = 1, 1
+    ds.Manufacturer = "monailabel-xflow phantom"
+    ds.BodyPartExamined = "CHEST"
+    ds.ViewPosition = phantom.view
+    ds.PatientOrientation = ["L", "F"]  # rows run to the patient's left, columns to the feet
+    ds.ImageType = ["DERIVED", "PRIMARY"]
+    if variant.modality == "DX":
+        ds.PresentationIntentType = "FOR PRESENTATION"
+    spacing = [f"{phantom.pixel_spacing_mm:.6g}"] * 2
+    ds.PixelSpacing = spacing
+    ds.ImagerPixelSpacing = spacing
+    values = v8 if variant.bits == 8 else v12
+    stored = 8 if variant.bits == 8 else 12
+    top = (1 << stored) - 1
+    if variant.photometric == "MONOCHROME1":
+        values = (top - values.astype(np.int32)).astype(values.dtype)
+    ds.Rows, ds.Columns = values.shape
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = variant.photometric
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = variant.bits, stored, stored - 1
+    ds.PixelRepresentation = 0
+    ds.WindowCenter, ds.WindowWidth = (top + 1) // 2, top + 1
+    ds.PixelData = values.astype(np.uint8 if variant.bits == 8 else np.uint16).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ds.save_as(str(path), write_like_original=False)
+
+
+# --- pairs ----------------------------------------------------------------------------------
+
+def _location(phantom: Phantom, finding: str) -> tuple[str, ...]:
+    """Where a finding is, as a global answer names it: whole lungs or their occupied zones."""
+    occupied = set(phantom.occupied_zones(finding))
+    out: list[str] = []
+    for lung in LUNGS:
+        zs = [z for z in ZONES[lung] if z in occupied]
+        out += [lung] if len(zs) == 4 else zs
+    return tuple(out)
+
+
+def report_sentences(phantom: Phantom) -> list[tuple[str, str]]:
+    """Synthetic findings section: ``(finding, sentence)`` per present finding, or one normal line."""
+    out = []
+    for f in phantom.findings:
+        if f == "cardiomegaly":
+            out.append((f, f"The heart is enlarged (cardiothoracic ratio {phantom.ctr:.2f})."))
+        else:
+            where = join_regions(_location(phantom, f))
+            out.append((f, f"{f.capitalize()} is seen in the {where}."))
+    return out or [("", "The lungs are clear. The heart size is normal.")]
+
+
+def build_pairs(phantom: Phantom, study: str, rng: np.random.Generator, sent_of: dict[str, int] | None = None):
+    """MIMIC-ILS pairs of one phantom (rules in the module docstring).
+
+    Args:
+        sent_of: finding -> 0-based sentence index for ``sent_idx``; default the sentences of
+            :func:`report_sentences`.
+
+    Returns:
+        ``(positive_pairs, negative_pairs, masks)`` where ``masks`` maps each ``seg_mask_path``
+        (relative to ``lesion_mask/``) to its bool mask.
+    """
+    if sent_of is None:
+        sent_of = {f: i for i, (f, _) in enumerate(report_sentences(phantom)) if f}
+    empty_zones = [z for z in ALL_ZONES if z not in phantom.occupied_zones()]
+    pos, neg, masks = [], [], {}
+
+    def add(ins: Instruction, answer: str, finding: str, location, mask=None, mask_name=None):
+        pair = {
+            "pair_id": "",
+            "instruction": ins.text,
+            "answer": answer,
+            "type": ins.kind,
+            "target": finding,
+            "location": list(location),
+            "sent_idx": sent_of.get(finding),
+            "seg": mask is not None,
+            "seg_mask_path": None,
+        }
+        if mask is not None:
+            rel = f"{study}/{mask_name}.png"
+            masks[rel] = mask
+            pair["seg_mask_path"] = rel
+            pos.append(pair)
+        else:
+            neg.append(pair)
+
+    for finding in FINDINGS:
+        present = finding in phantom.findings
+        if finding == "cardiomegaly":
+            ins = Instruction(finding, (), "global")
+            if present:
+                add(ins, ins.located_answer(("heart",)), finding, ["heart"], phantom.heart, "cardiomegaly")
+            else:
+                add(ins, ins.absent_answer(), finding, [])
+            continue
+        ins = Instruction(finding, (), "global")
+        if present:
+            loc = _location(phantom, finding)
+            add(ins, ins.located_answer(loc), finding, loc, phantom.finding_mask(finding), finding)
+        else:
+            add(ins, ins.absent_answer(), finding, [])
+        for lung in LUNGS:
+            zones = [z for z in ZONES[lung] if z in phantom.occupied_zones(finding)]
+            ins = Instruction(finding, (lung,))
+            if zones:
+                m = phantom.finding_mask(finding, lung)
+                tag = lung.replace(" ", "_")
+                add(ins, "", finding, [lung], m, f"{finding}_{tag}")
+                if len(zones) < 4:
+                    zi = Instruction(finding, tuple(zones))
+                    add(zi, "", finding, zones, m, f"{finding}_{tag}")
+            else:
+                add(ins, ins.absent_answer(), finding, [lung])
+        candidates = empty_zones
+        if not present and candidates:  # absent finding: one zone-level negative
+            candidates = [candidates[int(rng.integers(len(candidates)))]]
+        for z in candidates:
+            zi = Instruction(finding, (z,))
+            add(zi, zi.absent_answer(), finding, [z])
+
+    for k, les in enumerate(phantom.lesions):
+        if les.finding not in LESION_INFERENCE_TARGETS:
+            continue
+        others = {z for o in phantom.lesions if o.finding != les.finding for z in o.zones}
+        if others & set(les.zones):
+            continue
+        ins = Instruction("opacity", les.zones, "lesion_inference")
+        add(ins, ins.lesion_answer(les.finding, les.confident), les.finding, les.zones, les.mask,
+            f"lesion{k}_{les.finding}")
+    if empty_zones:
+        z = empty_zones[int(rng.integers(len(empty_zones)))]
+        ins = Instruction("opacity", (z,), "lesion_inference")
+        add(ins, ins.absent_answer(), "opacity", [z])
+
+    for i, pair in enumerate(pos + neg):
+        pair["pair_id"] = f"{study}_{i:03d}"
+    return pos, neg, masks
+
+
+# --- a whole set ----------------------------------------------------------------------------
+
+def scheduled_findings(index: int, rng: np.random.Generator) -> tuple[str, ...]:
+    """Findings of study ``index``: every 8th study is normal, the others cycle through the seven
+    findings (so any 8 consecutive studies cover all) plus, 40 % of the time, one random extra."""
+    slot = index % 8
+    if slot == 7:
+        return ()
+    out = [FINDINGS[slot]]
+    if rng.random() < 0.4:
+        out.append(str(rng.choice([f for f in FINDINGS if f != FINDINGS[slot]])))
+    return tuple(out)
+
+
+def image_seed(seed: int, index: int) -> int:
+    """Seed of the ``index``-th phantom of a set drawn with ``seed`` (independent streams)."""
+    return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1)[0])
+
+
+def split_of(index: int) -> str:
+    """train / val / test, 8:1:1 by index."""
+    return {8: "val", 9: "test"}.get(index % 10, "train")
+
+
+def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool = False,
+               progress: Callable[[Iterable], Iterable] = lambda it: it) -> tuple[dict, list[Phantom]]:
+    """Generate and write ``count`` phantoms under ``out`` (layout in the module docstring).
+
+    Args:
+        out: destination folder (created).
+        count: number of studies (>= 1).
+        seed: set seed; study ``i`` uses :func:`image_seed` ``(seed, i)``.
+        size: image side in pixels.
+        dicom: also write ``dicom/<stem>.dcm`` in the :func:`dicom_variant` of each study.
+        progress: wraps the study iterator (e.g. ``tqdm``).
+
+    Returns:
+        ``(mimic_ils_json_dict, phantoms)``.
+    """
+    out = Path(out)
+    gt = out / GT_DIR
+    release: dict = {"train": {}, "val": {}, "test": {}}
+    meta = []
+    phantoms = []
+    reports, truth = [], {}
+    for i in progress(range(count)):
+        s = image_seed(seed, i)
+        rng = np.random.default_rng(s)
+        ph = generate_phantom(s, size=size, findings=scheduled_findings(i, rng))
+        phantoms.append(ph)
+        stem = f"phantom_{seed}_{i:05d}"
+        study = f"s{50000000 + (seed % 1000) * 10000 + i}"
+        subject = str(19000000 + (seed % 1000) * 10000 + i)
+        v12, v8 = quantize(ph.image)
+        out.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(v8).save(out / f"{stem}.png", compress_level=3)  # 3x faster than 6, ~15 % larger
+        variant = dicom_variant(i)
+        if dicom:
+            write_dicom(out / DICOM_DIR / f"{stem}.dcm", ph, v12, v8, variant, subject, study)
+        label = np.zeros(ph.image.shape, np.uint8)
+        for k, z in enumerate(ALL_ZONES):
+            label[ph.zones[z]] = k + 1
+        label[ph.heart] = 9
+        (gt / "anatomy").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(label).save(gt / "anatomy" / f"{stem}.png")
+
+        report = phantom_report(ph, np.random.default_rng([s, 0x5E907]))  # own stream: images unchanged
+        reports.append({"study_id": study, "image_path": f"{stem}.png", "report": report.text})
+        truth[study] = {"section_name": report.section_name, "section_text": report.section_text,
+                        "findings": [tuple_to_dict(t) for t in report.truth]}
+        sent_of = {f: report.sentence_of(f) - 1 for f in ph.findings if report.sentence_of(f)}
+        pos, neg, masks = build_pairs(ph, study, rng, sent_of)
+        lesion_meta = []
+        for k, les in enumerate(ph.lesions):
+            rel = f"{study}/lesion{k}_{les.finding}.png"
+            masks[rel] = les.mask
+            lesion_meta.append({"finding": les.finding, "lung": les.lung, "zones": list(les.zones),
+                                "confident": les.confident, "mask": rel})
+        for rel, m in masks.items():
+            save_mask(gt / MASK_DIR / rel, m)
+        release[split_of(i)][study] = {
+            "subject_id": subject,
+            "dicom_id": stem,
+            "image_path": f"{stem}.png",
+            "section_name": report.section_name,
+            "section_content": report.section_text,
+            "instruction_answer_pairs": {"positive_pairs": pos, "negative_pairs": neg},
+        }
+        meta.append({
+            "study": study, "image": f"{stem}.png", "seed": s, "size": size, "view": ph.view,
+            "ctr": round(ph.ctr, 4), "pixel_spacing_mm": ph.pixel_spacing_mm,
+            "findings": list(ph.findings), "lesions": lesion_meta,
+            "anatomy": f"anatomy/{stem}.png",
+            "dicom": ({"path": f"{DICOM_DIR}/{stem}.dcm", "photometric": variant.photometric,
+                       "bits": variant.bits, "modality": variant.modality} if dicom else None),
+        })
+    gt.mkdir(parents=True, exist_ok=True)
+    (gt / JSON_NAME).write_text(json.dumps(release, indent=1))
+    (gt / META_NAME).write_text(json.dumps(meta, indent=1))
+    (gt / REPORT_TRUTH_NAME).write_text(json.dumps(truth, indent=1))
+    write_reports_csv(out / REPORTS_CSV, reports)
+    return release, phantoms
+
+
+FINDING_COLORS = {f: c for f, c in zip(FINDINGS, (
+    (255, 200, 0), (255, 64, 64), (64, 160, 255), (220, 80, 255), (255, 128, 0), (0, 230, 230), (0, 220, 120)))}
+"""Colour of each finding on contact sheets."""
+
+
+def phantom_contact_sheet(phantoms: list[Phantom], titles: list[str], ncols: int = 4, tile_size: int = 320) -> np.ndarray:
+    """Each phantom with its lesion masks outlined in their finding's colour, and a legend."""
+    from monailabel_xflow.rendering import contact_sheet, overlay
+
+    tiles = []
+    for ph in phantoms:
+        masks = [les.mask for les in ph.lesions]
+        colors = [FINDING_COLORS[les.finding] for les in ph.lesions]
+        tiles.append(overlay(ph.image, masks, colors=colors, outline=True, alpha=0.12))
+    return contact_sheet(tiles, titles, ncols=ncols, tile_size=tile_size,
+                         legend=list(FINDING_COLORS.items()))

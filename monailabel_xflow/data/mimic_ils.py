@@ -1,0 +1,143 @@
+"""The records that pass between the report side and the image side of the MIMIC-ILS pipeline.
+
+Only plain data lives here, so both sides (and tests) can build them without importing either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import asdict
+
+LOCATION_CATEGORIES: tuple[str, ...] = (
+    "thoracic spine",
+    "cervical spine",
+    "lumbar spine",
+    "clavicle",
+    "scapula",
+    "rib",
+    "sternum",
+    "diaphragm",
+    "mediastinum",
+    "abdomen",
+    "heart",
+    "breast",
+    "trachea",
+    "vessels",
+    "lung",
+    "pleura",
+    "lateral view location",
+)
+"""The 17 location categories of MIMIC-ILS (DESIGN §14)."""
+
+LUNG_LOBES: tuple[str, ...] = (
+    "right upper lobe",
+    "right middle lobe",
+    "right lower lobe",
+    "left upper lobe",
+    "left lower lobe",
+)
+"""The five lobes; the eight zones and two lungs are :data:`monailabel_xflow.vocabulary.REGIONS`."""
+
+
+@dataclass(frozen=True)
+class ReportedFinding:
+    """One finding of a report: the paper's 6-tuple (entity, sentence, presence, certainty,
+    location, predicted type).
+
+    Attributes:
+        entity: the finding as written, anatomy words moved out ("hilar adenopathy" ->
+            "adenopathy").
+        sentence: 1-based index of the sentence in the chosen report section.
+        present: True for present or stable, False for absent or resolved.
+        tentative: True for hedged statements ("possible", "suggests", "cannot exclude").
+        locations: fine location labels: lung / zone strings of ``vocabulary`` ("left lung base"),
+            lobes of :data:`LUNG_LOBES`, or one of :data:`LOCATION_CATEGORIES`; empty when the
+            report names no location.
+        finding: the predicted type as one of ``vocabulary.FINDINGS`` ("opacity reflects
+            pneumonia" -> "pneumonia"), or None when the entity is none of them.
+    """
+
+    entity: str
+    sentence: int
+    present: bool
+    tentative: bool
+    locations: tuple[str, ...] = ()
+    finding: str | None = None
+
+
+REPORTS_CSV_COLUMNS: tuple[str, ...] = ("study_id", "image_path", "report")
+"""Columns of a reports CSV (``xflow phantom`` writes one; ``xflow ils build --reports`` reads it).
+
+Schema: UTF-8, comma-separated, a header row naming at least these columns (others are kept and
+ignored), one row per image:
+
+* ``study_id``: the study the image belongs to; for phantoms the MIMIC-style key of
+  ``mimic_ils.json`` (``s5...``). ``xflow ils build`` takes one (frontal) image per study: the
+  first row of a study; later rows of the same study are skipped with a message.
+* ``image_path``: the image (PNG / JPEG / DICOM), relative to the folder given as ``xflow ils
+  build --images`` (for ``xflow phantom`` sets, the CSV's own folder) or absolute.
+* ``report``: the whole free-text report, line breaks kept (CSV-quoted); the section is chosen
+  by :func:`choose_section`.
+"""
+
+
+class ReportsCsvError(ValueError):
+    """A reports CSV that does not follow :data:`REPORTS_CSV_COLUMNS`; the message says where."""
+
+
+def write_reports_csv(path, rows) -> None:
+    """Write ``rows`` (mappings with the :data:`REPORTS_CSV_COLUMNS` keys) to ``path``."""
+    import csv
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(REPORTS_CSV_COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: row[k] for k in REPORTS_CSV_COLUMNS})
+
+
+def read_reports_csv(path) -> list[dict[str, str]]:
+    """Read a reports CSV (schema: :data:`REPORTS_CSV_COLUMNS`).
+
+    Returns:
+        One dict per row with at least ``study_id``, ``image_path`` (as written) and ``report``.
+
+    Raises:
+        ReportsCsvError: missing file or column, or a row with an empty ``study_id`` /
+            ``image_path`` (the message names the row).
+    """
+    import csv
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise ReportsCsvError(f"reports CSV {path} does not exist")
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in REPORTS_CSV_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ReportsCsvError(
+                f"{path}: missing column(s) {missing}; a reports CSV has the columns {list(REPORTS_CSV_COLUMNS)}"
+            )
+        rows = []
+        for n, row in enumerate(reader, start=2):
+            for c in ("study_id", "image_path"):
+                if not (row.get(c) or "").strip():
+                    raise ReportsCsvError(f"{path}, line {n}: empty {c}")
+            row["report"] = row.get("report") or ""
+            rows.append(row)
+    return rows
+
+
+TRUTH_NAME = "report_findings.json"
+"""Truth file ``xflow phantom`` writes under ``ground-truth/``: ``{study_id: {section_name,
+section_text, findings: [ReportedFinding as dict]}}``."""
+
+
+def tuple_to_dict(t: ReportedFinding) -> dict:
+    d = asdict(t)
+    d["locations"] = list(t.locations)
+    return d

@@ -1,0 +1,556 @@
+"""The simulated user of XFlow (paper Appendix A.3, Algorithm 1; DESIGN §7).
+
+The oracle clicker builds the revision trajectories π_rev is fine-tuned on, evaluates revision,
+and drives active learning from saved labels. For one ground-truth component ``G``:
+
+1. ``b = perturb(box(G))`` stands in for a first-stage box; ``M = F_seg(I, b)``.
+2. For ``t = 0 … T``: stop if ``IoU(M, G) >= τ`` (reason ``"tau"``) or ``t = T`` (reason ``"T"``).
+   Otherwise take the Euclidean distance transforms of the missed region ``G∖M`` and of the
+   over-segmented region ``M∖G``; click **positive** at the deepest missed pixel if its depth is
+   ``>=`` the deepest over-segmented pixel's, else **negative** there; grow ``b`` to contain the
+   positive clicks (:func:`monailabel_xflow.geometry.grow_box`); ``M = F_seg(I, b, clicks, M)``,
+   the previous mask entering as the segmenter's previous low-resolution logits.
+
+Choices where the paper is silent (all configurable on :class:`OracleClicker`):
+
+* **Box perturbation** (:func:`perturb_box`): the paper gives no magnitude. Each edge of the tight
+  box moves independently by ``u * side``, ``u ~ U[-p, p]`` with ``p = 0.1`` by default (the 10 %
+  of side length SAM uses as box noise), then the whole box optionally shifts by
+  ``U[-s, s] * side`` per axis (``s = 0`` by default); the result is clipped to the image and kept
+  at least one pixel wide and high. Randomness comes only from the ``numpy.random.Generator``
+  passed in, so a seed fixes a trajectory.
+* **Distance transform**: each region is zero-padded by one pixel before
+  ``scipy.ndimage.distance_transform_edt``, so the image border counts as region boundary and
+  clicks keep away from it, as in the reference oracle of Sofiiuk et al. (RITM,
+  ``isegm/inference/clicker.py``). Depth is in pixels of the mask grid. Ties go to the first
+  pixel in row-major order (smallest row, then smallest column), which makes the oracle
+  deterministic. The transform runs on the region's bounding box plus that one-pixel ring, which
+  gives exactly the full-image result at a fraction of the cost.
+* **25-px guard**: pixels whose centre lies at Euclidean distance ``< min_click_distance_px``
+  (25, in pixels of the mask grid) from an earlier click of the same polarity are removed from
+  that polarity's candidates *before* the two maxima are compared, so the oracle takes the
+  next-best admissible location, possibly of the other polarity (RITM likewise masks clicked
+  pixels before comparing). When neither region has an admissible pixel the trajectory stops
+  with reason ``"no-click"``.
+* **Discard guard**: a trajectory that clicked at least once and whose final IoU is not strictly
+  above its initial IoU is *returned* with ``discarded=True`` (and ``discard_reason``), never
+  silently dropped; :func:`simulate_trajectories` leaves such trajectories out unless
+  ``keep_discarded=True``. ``discard_rule="every-click"`` is a stricter option that also
+  discards a trajectory in which any single click failed to raise the IoU. A trajectory that
+  stops before its first click (initial IoU already ``>= τ``) is kept: it demonstrates ``<stop/>``.
+* **Components**: :func:`connected_components` uses 8-connectivity (pixels touching at a corner
+  belong to one lesion), the 2-D default of ``skimage.measure.label``.
+* **Serialisation**: :meth:`Trajectory.to_dict` stores masks as COCO compressed RLE
+  (:mod:`monailabel_xflow.rle`), boxes and clicks as normalised floats.
+
+The segmenter is any object with the ``PromptableSegmenter`` interface of
+:mod:`monailabel_xflow.segmenter.sam3` (``set_image(image)`` once, then ``predict(boxes, clicks,
+previous, multimask)`` returning a result with ``masks (N, H, W)`` and ``low_res_logits
+(N, 1, h, w)``). This module never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from scipy import ndimage
+
+from monailabel_xflow import rle
+from monailabel_xflow.geometry import Box, Click, grow_box, mask_to_box, pixel_to_point, point_to_pixel
+from monailabel_xflow.metrics import mask_iou
+from monailabel_xflow.geometry import connected_components
+
+if TYPE_CHECKING:  # pragma: no cover
+    from monailabel_xflow.segmenter.base import PromptableSegmenter
+
+__all__ = [
+    "OracleError",
+    "StopReason",
+    "OracleStep",
+    "Trajectory",
+    "OracleClicker",
+    "perturb_box",
+    "simulate_trajectories",
+]
+
+StopReason = Literal["tau", "T", "no-click"]
+"""Why a trajectory ended: IoU reached τ, the click budget T was spent, or no admissible click."""
+
+DiscardRule = Literal["net", "every-click"]
+
+TAU = 0.70
+"""Stop threshold τ of Algorithm 1."""
+
+MAX_CLICKS = 4
+"""Click budget T of Algorithm 1."""
+
+MIN_CLICK_DISTANCE_PX = 25.0
+"""Same-polarity exclusion radius of the paper's first guard, in mask pixels."""
+
+BOX_NOISE = 0.1
+"""Default edge jitter p of :func:`perturb_box`, as a fraction of box width/height."""
+
+
+class OracleError(ValueError):
+    """Bad input to the oracle: a mask that is not a 2-D array, an empty ground-truth component,
+    shapes that disagree, an out-of-range parameter, or a malformed trajectory dict."""
+
+
+# --- masks ----------------------------------------------------------------------------------
+
+def _as_mask(mask: np.ndarray, name: str) -> np.ndarray:
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise OracleError(f"{name} must be a 2-D (H, W) mask, got shape {mask.shape}")
+    return mask.astype(bool, copy=False)
+
+
+# --- the oracle's geometry ------------------------------------------------------------------
+
+def perturb_box(
+    box: Sequence[float],
+    shape: Sequence[int],
+    rng: np.random.Generator,
+    noise: float = BOX_NOISE,
+    shift: float = 0.0,
+) -> Box:
+    """Randomly perturb a normalised box, standing in for a first-stage box.
+
+    Each edge moves by ``u * side`` with ``u ~ U[-noise, noise]`` drawn independently per edge
+    (``side`` = box width for x1/x2, height for y1/y2); then the box shifts by
+    ``U[-shift, shift] * side`` per axis. The result is clipped to ``[0, 1]`` and widened around
+    its centre to at least one pixel of the ``(H, W)`` grid if clipping made it thinner.
+
+    Args:
+        box: normalised ``(x1, y1, x2, y2)``.
+        shape: ``(H, W)`` of the image the box lives on (for the one-pixel minimum).
+        rng: the only source of randomness.
+        noise: edge jitter ``p`` in ``[0, 0.5)`` (below 0.5 the edges cannot cross).
+        shift: whole-box shift ``s`` in ``[0, 1]``.
+
+    Returns:
+        The perturbed normalised box.
+
+    Raises:
+        OracleError: ``noise`` or ``shift`` out of range.
+    """
+    _check_perturbation(noise, shift)
+    x1, y1, x2, y2 = (float(v) for v in box)
+    w, h = x2 - x1, y2 - y1
+    dx1, dy1, dx2, dy2 = rng.uniform(-noise, noise, size=4)
+    sx, sy = rng.uniform(-shift, shift, size=2)
+    x1, x2 = x1 + dx1 * w + sx * w, x2 + dx2 * w + sx * w
+    y1, y2 = y1 + dy1 * h + sy * h, y2 + dy2 * h + sy * h
+    min_w, min_h = 1.0 / shape[1], 1.0 / shape[0]
+    x1, x2 = _clip_span(x1, x2, min_w)
+    y1, y2 = _clip_span(y1, y2, min_h)
+    return (x1, y1, x2, y2)
+
+
+def _check_perturbation(noise: float, shift: float) -> None:
+    if not 0.0 <= noise < 0.5:
+        raise OracleError(f"box noise must lie in [0, 0.5), got {noise}")
+    if not 0.0 <= shift <= 1.0:
+        raise OracleError(f"box shift must lie in [0, 1], got {shift}")
+
+
+def _clip_span(lo: float, hi: float, min_len: float) -> tuple[float, float]:
+    lo, hi = min(max(lo, 0.0), 1.0), min(max(hi, 0.0), 1.0)
+    if hi - lo < min_len:
+        centre = min(max((lo + hi) / 2, min_len / 2), 1.0 - min_len / 2)
+        lo, hi = centre - min_len / 2, centre + min_len / 2
+    return lo, hi
+
+
+def _deepest_admissible(
+    region: np.ndarray, excluded: Sequence[tuple[int, int]], radius: float
+) -> tuple[float, int, int]:
+    """Deepest pixel of ``region`` by padded EDT, outside discs around ``excluded`` pixels.
+
+    Returns ``(depth, row, col)``; depth 0.0 (and row = col = -1) when no pixel is admissible.
+    """
+    rows = np.flatnonzero(region.any(axis=1))
+    if rows.size == 0:
+        return 0.0, -1, -1
+    cols = np.flatnonzero(region.any(axis=0))
+    r0, c0 = rows[0], cols[0]
+    crop = region[r0 : rows[-1] + 1, c0 : cols[-1] + 1]
+    # The one-pixel zero ring stands for everything outside the crop, image border included
+    # (exact: clamping any outside background pixel onto the ring never increases its distance).
+    depth = ndimage.distance_transform_edt(np.pad(crop, 1))[1:-1, 1:-1]
+    if excluded:
+        rr, cc = np.ogrid[r0 : r0 + crop.shape[0], c0 : c0 + crop.shape[1]]
+        for er, ec in excluded:
+            depth[(rr - er) ** 2 + (cc - ec) ** 2 < radius**2] = 0.0
+    flat = int(np.argmax(depth))  # first maximum in row-major order
+    r, c = divmod(flat, crop.shape[1])
+    best = float(depth[r, c])
+    return (best, int(r0 + r), int(c0 + c)) if best > 0 else (0.0, -1, -1)
+
+
+# --- trajectories ---------------------------------------------------------------------------
+
+@dataclass
+class OracleStep:
+    """One click of a trajectory and what it produced.
+
+    Attributes:
+        click: the oracle's click (normalised, at the centre of the chosen pixel).
+        box: the box after growth, prompted together with all clicks so far.
+        mask: bool ``(H, W)`` mask the segmenter returned.
+        iou: ``IoU(mask, G)``.
+    """
+
+    click: Click
+    box: Box
+    mask: np.ndarray
+    iou: float
+
+
+@dataclass
+class Trajectory:
+    """One revision trajectory of Algorithm 1, as plain data.
+
+    The trajectory's turns are ``(M_0, a_1), (M_1, a_2), …, (M_k, <stop/>)`` (see :meth:`turns`):
+    each observation mask is followed by the action taken on it.
+
+    Attributes:
+        component_id: index of the ground-truth component (:func:`connected_components` order).
+        gt_box: tight normalised box of the component.
+        initial_box: the perturbed box that produced ``initial_mask``.
+        initial_mask: bool ``(H, W)`` ``M_0 = F_seg(I, initial_box)``.
+        initial_iou: ``IoU(M_0, G)``.
+        steps: one :class:`OracleStep` per click, in order.
+        stop_reason: ``"tau"``, ``"T"`` or ``"no-click"``.
+        discarded: True when the discard guard rejected the trajectory (see ``discard_reason``).
+        discard_reason: why, or ``""``.
+    """
+
+    component_id: int
+    gt_box: Box
+    initial_box: Box
+    initial_mask: np.ndarray
+    initial_iou: float
+    steps: list[OracleStep] = field(default_factory=list)
+    stop_reason: StopReason = "T"
+    discarded: bool = False
+    discard_reason: str = ""
+
+    @property
+    def clicks(self) -> list[Click]:
+        return [s.click for s in self.steps]
+
+    @property
+    def masks(self) -> list[np.ndarray]:
+        """``[M_0, M_1, …, M_k]``."""
+        return [self.initial_mask] + [s.mask for s in self.steps]
+
+    @property
+    def ious(self) -> list[float]:
+        """``[IoU(M_0, G), …, IoU(M_k, G)]``."""
+        return [self.initial_iou] + [s.iou for s in self.steps]
+
+    @property
+    def final_mask(self) -> np.ndarray:
+        return self.masks[-1]
+
+    @property
+    def final_iou(self) -> float:
+        return self.ious[-1]
+
+    @property
+    def gain(self) -> float:
+        """``IoU(M_final, G) - IoU(M_0, G)`` (the paper's R_gain for this trajectory)."""
+        return self.final_iou - self.initial_iou
+
+    def turns(self) -> list[tuple[np.ndarray, Click | None]]:
+        """Algorithm 1's output: ``(observation mask, action)`` pairs, the last action None (stop)."""
+        masks = self.masks
+        return [(masks[i], self.steps[i].click) for i in range(len(self.steps))] + [(masks[-1], None)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; masks as COCO compressed RLE (:func:`monailabel_xflow.rle.encode`)."""
+        return {
+            "component_id": int(self.component_id),
+            "gt_box": [float(v) for v in self.gt_box],
+            "initial_box": [float(v) for v in self.initial_box],
+            "initial_mask": rle.encode(self.initial_mask),
+            "initial_iou": float(self.initial_iou),
+            "steps": [
+                {
+                    "click": {"positive": bool(s.click.positive), "x": float(s.click.x), "y": float(s.click.y)},
+                    "box": [float(v) for v in s.box],
+                    "mask": rle.encode(s.mask),
+                    "iou": float(s.iou),
+                }
+                for s in self.steps
+            ],
+            "stop_reason": self.stop_reason,
+            "discarded": bool(self.discarded),
+            "discard_reason": self.discard_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            OracleError: a missing key, a malformed value, or an unknown stop reason.
+        """
+        try:
+            steps = [
+                OracleStep(
+                    click=Click(bool(s["click"]["positive"]), float(s["click"]["x"]), float(s["click"]["y"])),
+                    box=_box(s["box"]),
+                    mask=rle.decode(s["mask"]),
+                    iou=float(s["iou"]),
+                )
+                for s in data["steps"]
+            ]
+            traj = cls(
+                component_id=int(data["component_id"]),
+                gt_box=_box(data["gt_box"]),
+                initial_box=_box(data["initial_box"]),
+                initial_mask=rle.decode(data["initial_mask"]),
+                initial_iou=float(data["initial_iou"]),
+                steps=steps,
+                stop_reason=data["stop_reason"],
+                discarded=bool(data["discarded"]),
+                discard_reason=str(data.get("discard_reason", "")),
+            )
+        except (KeyError, TypeError, ValueError) as err:  # rle.RLEError is a ValueError
+            raise OracleError(f"malformed trajectory dict: {err!r}") from err
+        if traj.stop_reason not in ("tau", "T", "no-click"):
+            raise OracleError(f"malformed trajectory dict: unknown stop_reason {traj.stop_reason!r}")
+        return traj
+
+
+def _box(values: Sequence[float]) -> Box:
+    if len(values) != 4:
+        raise ValueError(f"a box needs 4 numbers, got {list(values)}")
+    return tuple(float(v) for v in values)  # type: ignore[return-value]
+
+
+class OracleClicker:
+    """The simulated user of Algorithm 1, usable step by step or for a whole trajectory.
+
+    Args:
+        tau: stop threshold τ on ``IoU(M, G)``.
+        max_clicks: click budget T.
+        min_click_distance_px: same-polarity exclusion radius, in mask pixels.
+        box_noise: edge jitter ``p`` of :func:`perturb_box`.
+        box_shift: whole-box shift ``s`` of :func:`perturb_box`.
+        discard_rule: ``"net"`` (final IoU must beat the initial IoU) or ``"every-click"``
+            (additionally, every click must raise the IoU).
+
+    Raises:
+        OracleError: a parameter out of range.
+    """
+
+    def __init__(
+        self,
+        tau: float = TAU,
+        max_clicks: int = MAX_CLICKS,
+        min_click_distance_px: float = MIN_CLICK_DISTANCE_PX,
+        box_noise: float = BOX_NOISE,
+        box_shift: float = 0.0,
+        discard_rule: DiscardRule = "net",
+    ) -> None:
+        if not 0.0 < tau <= 1.0:
+            raise OracleError(f"tau must lie in (0, 1], got {tau}")
+        if max_clicks < 0:
+            raise OracleError(f"max_clicks must be >= 0, got {max_clicks}")
+        if min_click_distance_px < 0:
+            raise OracleError(f"min_click_distance_px must be >= 0, got {min_click_distance_px}")
+        if discard_rule not in ("net", "every-click"):
+            raise OracleError(f"discard_rule must be 'net' or 'every-click', got {discard_rule!r}")
+        _check_perturbation(box_noise, box_shift)
+        self.tau = float(tau)
+        self.max_clicks = int(max_clicks)
+        self.min_click_distance_px = float(min_click_distance_px)
+        self.box_noise = float(box_noise)
+        self.box_shift = float(box_shift)
+        self.discard_rule = discard_rule
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def next_click(self, mask: np.ndarray, gt: np.ndarray, previous_clicks: Sequence[Click] = ()) -> Click | None:
+        """The oracle's click on ``mask`` (lines 8–14 of Algorithm 1 plus the 25-px guard).
+
+        Ignores τ and T (see :meth:`decide`).
+
+        Args:
+            mask: current ``(H, W)`` prediction M.
+            gt: ``(H, W)`` ground-truth component G.
+            previous_clicks: clicks already issued (normalised), for the exclusion guard.
+
+        Returns:
+            A positive click at the deepest admissible pixel of ``G∖M`` if that depth is ``>=``
+            the deepest admissible depth of ``M∖G``, else a negative click there; None when
+            neither region has an admissible pixel. The click sits at the pixel centre.
+
+        Raises:
+            OracleError: masks not 2-D or of different shapes.
+        """
+        mask, gt = self._check(mask, gt)
+        shape = gt.shape
+        taken = {True: [], False: []}
+        for c in previous_clicks:
+            taken[bool(c.positive)].append(point_to_pixel(c.x, c.y, shape))
+        radius = self.min_click_distance_px
+        miss = _deepest_admissible(gt & ~mask, taken[True], radius)
+        over = _deepest_admissible(mask & ~gt, taken[False], radius)
+        if miss[0] == 0.0 and over[0] == 0.0:
+            return None
+        positive = miss[0] >= over[0]
+        _, row, col = miss if positive else over
+        x, y = pixel_to_point(row, col, shape)
+        return Click(positive, x, y)
+
+    def decide(
+        self, mask: np.ndarray, gt: np.ndarray, previous_clicks: Sequence[Click] = ()
+    ) -> tuple[Click | None, StopReason | None]:
+        """One turn of the revision policy: stop, or the next click (lines 5–14 of Algorithm 1).
+
+        Args:
+            mask: current ``(H, W)`` prediction M.
+            gt: ``(H, W)`` ground-truth component G.
+            previous_clicks: clicks already issued in this trajectory (they count against T).
+
+        Returns:
+            ``(None, "tau")`` if ``IoU(mask, gt) >= τ`` (checked first), ``(None, "T")`` if
+            ``len(previous_clicks) >= T``, ``(None, "no-click")`` if :meth:`next_click` finds
+            no admissible click, else ``(click, None)``.
+        """
+        mask, gt = self._check(mask, gt)
+        if mask_iou(mask, gt) >= self.tau:
+            return None, "tau"
+        if len(previous_clicks) >= self.max_clicks:
+            return None, "T"
+        click = self.next_click(mask, gt, previous_clicks)
+        return (click, None) if click is not None else (None, "no-click")
+
+    # -- a whole trajectory ------------------------------------------------------------------
+
+    def run(
+        self,
+        segmenter: PromptableSegmenter,
+        gt: np.ndarray,
+        rng: np.random.Generator | int | None = None,
+        component_id: int = 0,
+    ) -> Trajectory:
+        """Algorithm 1 for one ground-truth component, with both guards.
+
+        The segmenter must already hold the image (``segmenter.set_image(image)``): the oracle
+        only prompts it, once for the perturbed box and once per click, each time with the
+        grown box, every click so far and the previous call's low-resolution logits.
+
+        Args:
+            segmenter: a ``PromptableSegmenter`` whose image is set.
+            gt: ``(H, W)`` ground-truth component G (non-empty), same size as the image.
+            rng: generator or seed for the box perturbation.
+            component_id: stored in the trajectory.
+
+        Returns:
+            The trajectory, with ``discarded=True`` if the discard guard rejected it.
+
+        Raises:
+            OracleError: ``gt`` not 2-D or empty, or the segmenter's mask of another shape.
+        """
+        gt = _as_mask(gt, "gt")
+        gt_box = mask_to_box(gt)
+        if gt_box is None:
+            raise OracleError("gt is empty: a trajectory needs a non-empty ground-truth component")
+        rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+        box = perturb_box(gt_box, gt.shape, rng, self.box_noise, self.box_shift)
+        result = segmenter.predict([box], None, None, False)
+        mask, _ = self._check(result.masks[0], gt)
+        traj = Trajectory(component_id, gt_box, box, mask, mask_iou(mask, gt))
+
+        clicks: list[Click] = []
+        while True:
+            click, reason = self.decide(mask, gt, clicks)
+            if click is None:
+                traj.stop_reason = reason
+                break
+            clicks.append(click)
+            box = grow_box(box, click)
+            result = segmenter.predict([box], [list(clicks)], result.low_res_logits, False)
+            mask, _ = self._check(result.masks[0], gt)
+            traj.steps.append(OracleStep(click, box, mask, mask_iou(mask, gt)))
+
+        traj.discard_reason = self._discard_reason(traj)
+        traj.discarded = bool(traj.discard_reason)
+        return traj
+
+    def _discard_reason(self, traj: Trajectory) -> str:
+        if not traj.steps:
+            return ""
+        if traj.final_iou <= traj.initial_iou:
+            return (f"clicked {len(traj.steps)} times without improving IoU "
+                    f"({traj.initial_iou:.4f} -> {traj.final_iou:.4f})")
+        if self.discard_rule == "every-click":
+            ious = traj.ious
+            for t in range(1, len(ious)):
+                if ious[t] <= ious[t - 1]:
+                    return f"click {t} did not improve IoU ({ious[t - 1]:.4f} -> {ious[t]:.4f})"
+        return ""
+
+    @staticmethod
+    def _check(mask: np.ndarray, gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mask, gt = _as_mask(mask, "mask"), _as_mask(gt, "gt")
+        if mask.shape != gt.shape:
+            raise OracleError(f"mask shape {mask.shape} differs from ground-truth shape {gt.shape}")
+        return mask, gt
+
+
+def simulate_trajectories(
+    segmenter: PromptableSegmenter,
+    image: np.ndarray,
+    gt_mask: np.ndarray,
+    oracle: OracleClicker | None = None,
+    seed: int | None = 0,
+    min_area_px: int = 1,
+    keep_discarded: bool = False,
+) -> list[Trajectory]:
+    """One trajectory per connected component of a finding's mask (components revised independently).
+
+    Sets the image on the segmenter once, then runs :meth:`OracleClicker.run` per component.
+    Component ``i`` draws its perturbation from ``SeedSequence(seed).spawn(n)[i]``, so a
+    component's trajectory does not depend on what the other components drew.
+
+    Args:
+        segmenter: a ``PromptableSegmenter``.
+        image: ``(H, W)`` float image in ``[0, 1]`` for ``segmenter.set_image``.
+        gt_mask: ``(H, W)`` ground-truth mask of one finding (any number of components).
+        oracle: the clicker (default parameters if None).
+        seed: seed of the box perturbations (None = fresh entropy).
+        min_area_px: components smaller than this are skipped.
+        keep_discarded: also return trajectories the discard guard rejected.
+
+    Returns:
+        Trajectories in component order; ``component_id`` indexes
+        ``connected_components(gt_mask, min_area_px)``.
+
+    Raises:
+        OracleError: ``gt_mask`` not 2-D or of another size than ``image``.
+    """
+    oracle = oracle or OracleClicker()
+    gt_mask = _as_mask(gt_mask, "gt_mask")
+    if tuple(np.shape(image)[:2]) != gt_mask.shape:
+        raise OracleError(f"image shape {np.shape(image)} differs from gt_mask shape {gt_mask.shape}")
+    components = connected_components(gt_mask, min_area_px)
+    if not components:
+        return []
+    segmenter.set_image(image)
+    seeds = np.random.SeedSequence(seed).spawn(len(components))
+    out = []
+    for i, (component, ss) in enumerate(zip(components, seeds)):
+        traj = oracle.run(segmenter, component, np.random.default_rng(ss), component_id=i)
+        if keep_discarded or not traj.discarded:
+            out.append(traj)
+    return out

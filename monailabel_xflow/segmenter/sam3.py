@@ -1,0 +1,297 @@
+"""F_seg: the promptable SAM3 segmenter shared by both policies (DESIGN §5, XFlow §4.1).
+
+Contract (segment-anything style: set the image once, prompt many times):
+
+* :meth:`PromptableSegmenter.set_image` takes an ``(H, W)`` float image in ``[0, 1]`` (or uint8),
+  or an ``(H, W, 3)`` uint8/float RGB image, and computes -- or fetches from the shared
+  :class:`~monailabel_xflow.segmenter.cache.EmbeddingCache` -- its embedding. Setting an image
+  whose *content* was seen before encodes nothing.
+* :meth:`PromptableSegmenter.predict` takes ``N`` normalised xyxy boxes (``geometry.Box``), an
+  optional list of clicks per box and optionally the ``low_res_logits`` of an earlier call, and
+  runs all ``N`` prompts through the mask decoder in **one** batched call. Masks come back at the
+  original ``(H, W)``, row 0 at the top, as XFlow's Eq. 4.4 needs:
+  ``M_t = F_seg(I, b_t, {(s_i, p_i)}_{i<=t}, M_{t-1})``.
+
+Model input (hand-written, no AutoProcessor and no torchvision): grey -> 3 channels, bilinear
+antialiased resize to the model's square input, ``S = prompt_encoder_config.image_size`` (1008
+for SAM3; reduced models such as the demo's may use less), aspect ratio *not* kept, as in SAM3;
+``x/255`` then ``(x - 0.5) / 0.5``; prompts scaled to the ``S`` grid by
+``geometry.box_to_sam``/``point_to_sam`` (x by S/W, y by S/H). Logits of ``pred_masks``
+(``4S/14`` square: 288 x 288 for SAM3) are upsampled bilinearly to ``(H, W)`` and thresholded at 0.
+
+A :class:`Sam3Segmenter` holds the current image, so one instance serves one caller at a time
+(like ``SamPredictor``); threads share the model and the cache through :meth:`Sam3Segmenter.fork`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
+from monailabel_xflow.geometry import Box, Click, box_to_sam, point_to_sam
+from monailabel_xflow.segmenter.base import (
+    NEGATIVE_LABEL,
+    PAD_LABEL,
+    POSITIVE_LABEL,
+    SegmentationResult,
+    SegmenterInputError,
+    empty_result,
+    image_key,
+    to_rgb01,
+    validate_box,
+    validate_click,
+)
+from monailabel_xflow.weights import CHECKPOINT_SUFFIXES, choose_device, choose_dtype, looks_like_local_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+logger = logging.getLogger(__name__)
+
+
+# --- the transformers backend -------------------------------------------------------------------
+
+
+class Sam3Segmenter:
+    """:class:`PromptableSegmenter` on ``transformers.Sam3TrackerModel``.
+
+    Args:
+        model: a ``Sam3TrackerModel`` (moved to ``device``/``dtype`` and set to eval mode).
+        device: defaults to CUDA when available, else CPU.
+        dtype: defaults to bfloat16 on CUDA, float32 on CPU.
+        cache: embedding cache; defaults to the process-wide :func:`default_cache`.
+        cache_tag: identifies the weights in cache keys, so two models never share an entry.
+            Defaults to a fresh id per model object (``load_segmenter`` passes the checkpoint
+            name, so segmenters loaded twice from the same weights share embeddings).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        device: "str | torch.device | None" = None,
+        dtype: "torch.dtype | None" = None,
+        cache: EmbeddingCache | None = None,
+        cache_tag: str | None = None,
+    ) -> None:
+        self.device = choose_device(device)
+        self.dtype = choose_dtype(self.device, dtype)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.cache = cache if cache is not None else default_cache()
+        if cache_tag is None:
+            cache_tag = _model_tags.setdefault(model, uuid.uuid4().hex)
+        self.cache_tag = f"sam3:{cache_tag}:{self.device}:{self.dtype}"
+        prompt = self.model.config.prompt_encoder_config
+        self.input_size = int(prompt.image_size)
+        if self.input_size % prompt.patch_size:
+            raise ValueError(f"SAM3 tracker input {self.input_size} px is not a multiple of its "
+                             f"{prompt.patch_size}-px patches")
+        side = 4 * prompt.image_size // prompt.patch_size
+        self.low_res_size = (side, side)
+        self._embeddings: list[torch.Tensor] | None = None
+        self._shape: tuple[int, int] | None = None
+
+    def fork(self) -> "Sam3Segmenter":
+        """A new predictor sharing this one's model, device, dtype and cache (for another thread)."""
+        twin = object.__new__(Sam3Segmenter)
+        twin.__dict__.update(self.__dict__)
+        twin._embeddings, twin._shape = None, None
+        return twin
+
+    # --- image --------------------------------------------------------------------------------
+
+    def preprocess(self, image: np.ndarray) -> "torch.Tensor":
+        """``(1, 3, S, S)`` model input of an image (``S = input_size``, see the module docstring)."""
+        return self._model_input(to_rgb01(image))
+
+    def _model_input(self, rgb01: np.ndarray) -> "torch.Tensor":
+        import torch
+        import torch.nn.functional as F
+
+        rgb = torch.from_numpy(rgb01).permute(2, 0, 1)[None]  # (1, 3, H, W) in [0, 1]
+        resized = F.interpolate(rgb, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False, antialias=True)
+        return ((resized - 0.5) / 0.5).to(device=self.device, dtype=self.dtype)
+
+    def set_image(self, image: np.ndarray) -> None:
+        """Make ``image`` current, encoding it unless the cache already holds its embedding.
+
+        Raises:
+            SegmenterInputError: see :func:`to_rgb01`.
+        """
+        import torch
+
+        rgb01 = to_rgb01(image)  # validate first: bad input fails before anything is cached
+        key = f"{self.cache_tag}:{image_key(image)}"
+
+        def encode() -> list[torch.Tensor]:
+            # the one slow step (~100 s for the full model on a 2-core CPU): say so
+            logger.info("SAM3: encoding a %dx%d image on %s ...", image.shape[1], image.shape[0], self.device)
+            start = time.perf_counter()
+            with torch.no_grad():
+                embeddings = list(self.model.get_image_embeddings(self._model_input(rgb01)))
+            logger.info("SAM3: image encoded in %.1f s", time.perf_counter() - start)
+            return embeddings
+
+        self._embeddings = self.cache.get_or_compute(key, encode)
+        self._shape = (int(image.shape[0]), int(image.shape[1]))
+
+    # --- prompts ------------------------------------------------------------------------------
+
+    def _prompt_tensors(
+        self, boxes: Sequence[Box], clicks: Sequence[Sequence[Click]] | None, previous: np.ndarray | None
+    ) -> dict[str, Any]:
+        """Model keyword arguments for ``N`` prompts laid out as a batch of ``N`` single prompts.
+
+        Each box is its own batch element with one prompt (``(N, 1, ...)``), so a box never
+        attends to another box's tokens and a batched call equals ``N`` single calls.
+        """
+        import torch
+
+        n = len(boxes)
+        sam_boxes = [box_to_sam(validate_box(b, i), self.input_size) for i, b in enumerate(boxes)]
+        kwargs: dict[str, Any] = {"input_boxes": torch.tensor(sam_boxes, dtype=torch.float32, device=self.device)[:, None, :]}
+        if clicks is not None:
+            if len(clicks) != n:
+                raise SegmenterInputError(f"clicks must hold one list per box: {n} boxes, {len(clicks)} click lists")
+            checked = [[validate_click(c, i) for c in per_box] for i, per_box in enumerate(clicks)]
+            k = max((len(c) for c in checked), default=0)
+            if k > 0:
+                points = torch.zeros((n, 1, k, 2), dtype=torch.float32)
+                labels = torch.full((n, 1, k), PAD_LABEL, dtype=torch.int64)
+                for i, per_box in enumerate(checked):
+                    for j, click in enumerate(per_box):
+                        points[i, 0, j] = torch.tensor(point_to_sam(click.x, click.y, self.input_size))
+                        labels[i, 0, j] = POSITIVE_LABEL if click.positive else NEGATIVE_LABEL
+                kwargs["input_points"] = points.to(self.device)
+                kwargs["input_labels"] = labels.to(self.device)
+        if previous is not None:
+            prev = np.asarray(previous)
+            if prev.ndim != 4 or prev.shape[0] != n or prev.shape[1] != 1:
+                raise SegmenterInputError(f"previous must be (N={n}, 1, h, w) low-res logits, got shape {prev.shape}")
+            if not np.isfinite(prev).all():
+                raise SegmenterInputError("previous logits contain NaN or infinite values")
+            kwargs["input_masks"] = torch.from_numpy(prev.astype(np.float32)).to(device=self.device, dtype=self.dtype)
+        return kwargs
+
+    def predict(
+        self,
+        boxes: Sequence[Box],
+        clicks: Sequence[Sequence[Click]] | None = None,
+        previous: np.ndarray | None = None,
+        multimask: bool = False,
+    ) -> SegmentationResult:
+        """See :meth:`PromptableSegmenter.predict`.
+
+        With ``multimask`` the decoder returns three hypotheses per box and the one with the
+        highest predicted IoU is kept (SAM's own choice for ambiguous single clicks); without it
+        the single-mask token is used, falling back to that best hypothesis when its stability
+        score is low (transformers' ``dynamic_multimask_via_stability``, as in SAM2/SAM3).
+
+        Boxes with fewer clicks than others are padded with label -10, which the prompt encoder
+        embeds as zeros. Zero tokens still take part in the decoder's attention, so a box padded
+        in a batch can differ slightly from the same box alone; boxes with equal click counts
+        give identical results batched or one at a time.
+
+        Raises:
+            RuntimeError: :meth:`set_image` was not called.
+            GeometryError: a box or click outside ``[0, 1]``, unordered, or malformed.
+            SegmenterInputError: ``clicks``/``previous`` that do not match the boxes.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        if self._embeddings is None or self._shape is None:
+            raise RuntimeError("call set_image(image) before predict()")
+        if len(boxes) == 0:
+            if clicks:
+                raise SegmenterInputError("clicks given without boxes")
+            return empty_result(self._shape, self.low_res_size)
+        kwargs = self._prompt_tensors(boxes, clicks, previous)
+        n = len(boxes)
+        embeddings = [e.expand(n, *e.shape[1:]) for e in self._embeddings]
+        with torch.no_grad():
+            out = self.model(image_embeddings=embeddings, multimask_output=multimask, **kwargs)
+        low_res = out.pred_masks[:, 0].float()  # (N, M, 288, 288)
+        iou = out.iou_scores[:, 0].float()  # (N, M)
+        best = iou.argmax(dim=1)  # M == 1 without multimask
+        rows = torch.arange(n, device=low_res.device)
+        low_res = low_res[rows, best][:, None]  # (N, 1, 288, 288)
+        iou = iou[rows, best]
+        logits = F.interpolate(low_res, size=self._shape, mode="bilinear", align_corners=False)[:, 0]
+        logits_np = logits.cpu().numpy().astype(np.float32, copy=False)
+        return SegmentationResult(
+            logits=logits_np,
+            masks=logits_np > 0,
+            iou=iou.cpu().numpy().astype(np.float32, copy=False),
+            low_res_logits=low_res.cpu().numpy().astype(np.float32, copy=False),
+        )
+
+
+# model -> tag, so re-wrapping one model object keeps its cached embeddings (weak: no leak)
+_model_tags: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def _tracker_config_beside(checkpoint: Path):
+    """A ``sam3_tracker`` ``config.json`` in the checkpoint's folder, else the full SAM3 config."""
+    import json
+
+    from monailabel_xflow.segmenter.configs import sam3_tracker_config
+
+    config_file = checkpoint.parent / "config.json"
+    if config_file.is_file():
+        try:
+            model_type = json.loads(config_file.read_text()).get("model_type")
+        except (OSError, ValueError):
+            model_type = None
+        if model_type == "sam3_tracker":
+            from transformers import Sam3TrackerConfig
+
+            return Sam3TrackerConfig.from_pretrained(checkpoint.parent)
+    return sam3_tracker_config("full")
+
+
+def load_tracker_model(name_or_path: str | Path, config: Any = None) -> Any:
+    """A ``Sam3TrackerModel`` from a local HF folder, a hub id or an official ``.pt`` checkpoint.
+
+    Args:
+        name_or_path: folder written by ``save_pretrained``; ``owner/name`` on the Hugging Face hub
+            (downloaded only here, when asked; with ``HF_HUB_OFFLINE`` set, only the local hub cache
+            is read); or ``sam3.pt``-style file (mapped by :mod:`.sam3_checkpoint`).
+        config: for a ``.pt`` file, the ``Sam3TrackerConfig`` to build; defaults to a
+            ``sam3_tracker`` ``config.json`` beside the file, else the full SAM3 tracker.
+
+    Raises:
+        FileNotFoundError: a local path that does not exist.
+        Sam3CheckpointError: a ``.pt`` file that does not fill the model.
+    """
+    from transformers import Sam3TrackerModel
+
+    from monailabel_xflow.segmenter.checkpoint import load_official_checkpoint
+
+    path = Path(os.path.expanduser(str(name_or_path)))
+    if path.is_file():
+        if path.suffix not in CHECKPOINT_SUFFIXES:
+            raise SegmenterInputError(f"{path}: expected a folder saved by save_pretrained or a .pt/.pth checkpoint")
+        model = Sam3TrackerModel(config if config is not None else _tracker_config_beside(path))
+        report = load_official_checkpoint(model, path, strict=True)
+        logger.info("loaded %s: %s", path, report.summary())
+        return model.eval()
+    if path.is_dir():
+        return Sam3TrackerModel.from_pretrained(path).eval()
+    name = str(name_or_path)
+    if looks_like_local_path(name):
+        raise FileNotFoundError(f"SAM3 weights not found: {name}")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("", "0", "false", "no")
+    return Sam3TrackerModel.from_pretrained(name, local_files_only=offline).eval()
+
+
