@@ -42,7 +42,7 @@ def _load_avg() -> str:
 
 def _states(image, instruction, n):
     from monailabel_xflow.geometry import Click, box_to_mask
-    from monailabel_xflow.policy.vlm import RevisionState
+    from monailabel_xflow.policy.base import RevisionState
     from monailabel_xflow.rendering import render_observation
 
     out, clicks = [], []

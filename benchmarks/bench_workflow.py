@@ -110,7 +110,9 @@ def main() -> int:
     from monailabel_xflow.policy.configs import build_random_vlm
     from monailabel_xflow.geometry import Click, grow_box
     from monailabel_xflow.instructions import all_findings, parse_instruction
-    from monailabel_xflow.policy.vlm import GenerationSettings, ScriptedPolicy, VLMPolicy, RevisionState
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+    from monailabel_xflow.testing import ScriptedPolicy
+    from monailabel_xflow.policy.base import RevisionState
     from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, format_stage1
     from monailabel_xflow.rendering import render_observation
     from monailabel_xflow.segmenter.configs import build_random_sam3

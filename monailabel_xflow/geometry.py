@@ -20,6 +20,7 @@ import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
+from monailabel_xflow.errors import InputError
 
 TEXT_SCALE = 1000
 """Text coordinates run 0..TEXT_SCALE inclusive."""
@@ -30,7 +31,7 @@ SAM_SIZE = 1008
 Box = tuple[float, float, float, float]
 
 
-class GeometryError(ValueError):
+class GeometryError(InputError):
     """A coordinate that cannot be mapped: outside the image, wrong arity, not finite."""
 
 

@@ -46,12 +46,13 @@ from monailabel_xflow.vocabulary import (
     join_regions,
     lung_of,
 )
+from monailabel_xflow.errors import InputError
 
 MAX_INSTRUCTION_CHARS = 300
 """Longest free-text instruction accepted (the canonical ones are under 80 characters)."""
 
 
-class InstructionError(ValueError):
+class InstructionError(InputError):
     """Free text that cannot be mapped to a supported instruction; the message says why."""
 
 

@@ -43,6 +43,7 @@ import numpy as np
 from scipy import ndimage
 
 from monailabel_xflow.vocabulary import LEVELS
+from monailabel_xflow.errors import InputError
 
 __all__ = [
     "CONNECTIVITY",
@@ -68,7 +69,7 @@ RATE_KEYS: tuple[str, ...] = ("giou", "ciou", "n_acc", "precision", "recall", "f
 _STRUCTURES = {4: ndimage.generate_binary_structure(2, 1), 8: ndimage.generate_binary_structure(2, 2)}
 
 
-class MetricsError(ValueError):
+class MetricsError(InputError):
     """Masks that cannot be compared (shape mismatch, not 2-D) or a bad parameter."""
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from monailabel_xflow.geometry import Click, box_to_pixels, point_to_pixel
+from monailabel_xflow.errors import InputError
 
 PALETTE: tuple[tuple[int, int, int], ...] = (
     (255, 64, 64), (64, 160, 255), (255, 200, 0), (0, 220, 120),
@@ -27,7 +28,7 @@ OBSERVATION_MASK_COLOR = (255, 64, 64)
 OBSERVATION_ALPHA = 0.35
 
 
-class RenderError(ValueError):
+class RenderError(InputError):
     """Inputs that cannot be drawn together: wrong dtype, rank or mismatched shapes."""
 
 

@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from monailabel_xflow.errors import InputError
 
 __all__ = ["RLEError", "encode", "decode", "encode_counts", "decode_counts", "area", "validate"]
 
 
-class RLEError(ValueError):
+class RLEError(InputError):
     """An RLE object is malformed (bad size, bad counts, counts not summing to H*W)."""
 
 

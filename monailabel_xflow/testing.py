@@ -21,6 +21,9 @@ import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_mask, point_to_pixel
 from monailabel_xflow.segmenter.base import SegmentationResult
+from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.policy.base import PolicyError, RevisionState
+from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
 
 __all__ = [
     "PredictCall",
@@ -253,3 +256,66 @@ def _record(boxes, clicks, previous, multimask, result) -> PredictCall:
         multimask=bool(multimask),
         result=result,
     )
+
+
+class ScriptExhausted(PolicyError):
+    """A :class:`ScriptedPolicy` was asked for more Stage 1 answers than it was given."""
+
+
+
+class ScriptedPolicy:
+    """Replays given protocol text, as π_init and π_rev (both protocols).
+
+    Args:
+        stage1_texts: Stage 1 answers, returned in order, one per instruction asked (across
+            :meth:`stage1` and :meth:`stage1_many` calls).
+        revision_texts: one list of turn texts per revision session, in the order sessions
+            are started; session ``k`` returns ``revision_texts[k][t]`` at step ``t``.
+
+    When the script runs out: a revision session with no text left (or a session beyond the
+    given lists) returns a stop action (``format_stage2(Stage2Action(None))``), so a replayed
+    trace always terminates; Stage 1 raises :class:`ScriptExhausted`, because there is no
+    neutral Stage 1 answer to invent.
+    """
+
+    def __init__(self, stage1_texts: Sequence[str] = (),
+                 revision_texts: Sequence[Sequence[str]] = ()) -> None:
+        self._stage1 = list(stage1_texts)
+        self._revisions = [list(t) for t in revision_texts]
+        self._stage1_used = 0
+        self._sessions = 0
+        self.calls: list[tuple[str, Any]] = []  # ("stage1", instruction) / ("start", (instruction, box))
+
+    def stage1(self, image: np.ndarray, instruction: Instruction) -> str:
+        self.calls.append(("stage1", instruction))
+        if self._stage1_used >= len(self._stage1):
+            raise ScriptExhausted(f"script holds {len(self._stage1)} Stage 1 answer(s), all used")
+        text = self._stage1[self._stage1_used]
+        self._stage1_used += 1
+        return text
+
+    def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]:
+        return [self.stage1(image, i) for i in instructions]
+
+    def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> _ScriptedSession:
+        self.calls.append(("start", (instruction, tuple(box))))
+        k = self._sessions
+        self._sessions += 1
+        return _ScriptedSession(self._revisions[k] if k < len(self._revisions) else [])
+
+
+
+STOP_TEXT = format_stage2(Stage2Action(None))
+"""What a revision session returns when it has nothing scripted: a plain stop."""
+
+
+
+@dataclass
+class _ScriptedSession:
+    texts: list[str]
+    steps: list[int] = field(default_factory=list)
+
+    def step(self, state: RevisionState) -> str:
+        self.steps.append(state.step)
+        t = len(self.steps) - 1
+        return self.texts[t] if t < len(self.texts) else STOP_TEXT

@@ -22,7 +22,7 @@ from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to
 from monailabel_xflow.instructions import Instruction, InstructionError
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import LabelError, RequestError, http_errors, status_of
-from monailabel_xflow.policy.vlm import ScriptedPolicy
+from monailabel_xflow.testing import ScriptedPolicy
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.testing import ScriptedSegmenter, ellipse
 from monailabel_xflow.vocabulary import FINDINGS

@@ -214,17 +214,17 @@ def test_files_fingerprint_follows_the_files(tmp_path):
 
 
 def test_cli_model_identity_covers_the_weights_it_names(tmp_path):
-    from monailabel_xflow.commands.eval import _model_identity
+    from monailabel_xflow.eval.evaluate import model_identity
 
     for name in ("base", "init", "segmenter"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "weights.bin").write_bytes(b"0")
     config = tmp_path / "models.yaml"
     config.write_text("vlm_base: ./base\ninit_adapter: ./init\nsegmenter: ./segmenter\n")
-    before = _model_identity(str(config))
-    assert _model_identity(str(config)) == before
+    before = model_identity(str(config))
+    assert model_identity(str(config)) == before
     (tmp_path / "init" / "weights.bin").write_bytes(b"01")  # a retrained adapter
-    assert _model_identity(str(config)) != before
+    assert model_identity(str(config)) != before
 
 
 def test_cli_bad_input_exits_2(tmp_path, capsys, monkeypatch):

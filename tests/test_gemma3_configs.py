@@ -42,7 +42,7 @@ def test_digits_are_single_tokens(tok):
 
 def test_prompt_words_are_whole_tokens(tok):
     """Trained on the prompts, the tokenizer splits them about as Gemma's does (a word a token)."""
-    from monailabel_xflow.policy.vlm import STAGE2_FOLLOWUP
+    from monailabel_xflow.policy.prompts import STAGE2_FOLLOWUP
 
     assert len(tok.tokenize(STAGE2_FOLLOWUP)) <= len(STAGE2_FOLLOWUP.split()) + 4
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import filecmp
 import json
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 from PIL import Image
 
 from monailabel_xflow.cli import main
-from monailabel_xflow.data.readers import read_mimic_ils, read_mask_png
+from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.ils import masks as alg
 from monailabel_xflow.ils.masks import Detection
 from monailabel_xflow.ils.phantom_truth import mask_iou_by_finding, truth_inputs

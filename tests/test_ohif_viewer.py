@@ -19,7 +19,6 @@ from types import SimpleNamespace
 import numpy as np
 import pydicom
 import pytest
-import requests
 from pydicom.uid import generate_uid
 
 from browser import chromium, image_to_page, sample_page, screenshot, seg_errors, skip_without_chromium, tinted, wait_for

@@ -14,13 +14,8 @@ from scipy.ndimage import distance_transform_edt
 
 from monailabel_xflow.geometry import Click, grow_box, mask_to_box, point_to_pixel
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.policy.oracle import (
-    OracleClicker,
-    OracleError,
-    Trajectory,
-    perturb_box,
-    simulate_trajectories,
-)
+from monailabel_xflow.policy.oracle import OracleClicker, OracleError, Trajectory, perturb_box
+from monailabel_xflow.workflow.revision import oracle_trajectory, simulate_trajectories
 from monailabel_xflow.geometry import connected_components
 from monailabel_xflow.testing import ScriptedSegmenter, SequenceSegmenter, disk, ellipse
 
@@ -147,7 +142,7 @@ def test_bad_input_raises_oracle_error():
     with pytest.raises(OracleError, match="shape"):
         oracle.next_click(np.zeros((4, 4)), np.zeros((4, 5)))
     with pytest.raises(OracleError, match="empty"):
-        oracle.run(ScriptedSegmenter(np.zeros(SHAPE)), np.zeros(SHAPE, bool))
+        oracle_trajectory(ScriptedSegmenter(np.zeros(SHAPE)), np.zeros(SHAPE, bool), oracle)
     with pytest.raises(OracleError, match="noise"):
         OracleClicker(box_noise=0.5)
     with pytest.raises(OracleError, match="tau"):
@@ -203,7 +198,7 @@ def test_trajectory_follows_algorithm_1_call_by_call():
     for seed in range(12):
         seg = ScriptedSegmenter(obj)
         seg.set_image(np.zeros(SHAPE))
-        traj = oracle.run(seg, gt, seed)
+        traj = oracle_trajectory(seg, gt, oracle, seed)
         calls = seg.calls
         assert len(calls) == len(traj.steps) + 1 <= 5
         # M_0 from the perturbed box alone
@@ -252,7 +247,7 @@ def test_positive_click_outside_box_grows_it():
     for seed in range(20):
         seg = ScriptedSegmenter(gt, positive_radius_px=15)
         seg.set_image(np.zeros(SHAPE))
-        traj = oracle.run(seg, gt, seed)
+        traj = oracle_trajectory(seg, gt, oracle, seed)
         box = traj.initial_box
         for step in traj.steps:
             c = step.click
@@ -298,7 +293,7 @@ def test_every_click_rule_discards_a_dip():
     masks = [part(60), part(40), part(100), part(120), part(130)]  # IoU .30 .20 .50 .60 .65
     for rule, discarded in (("net", False), ("every-click", True)):
         seg = SequenceSegmenter(masks, reference=gt)
-        traj = OracleClicker(discard_rule=rule).run(seg, gt, 0)
+        traj = oracle_trajectory(seg, gt, OracleClicker(discard_rule=rule), 0)
         assert traj.ious == pytest.approx([0.3, 0.2, 0.5, 0.6, 0.65])
         assert traj.stop_reason == "T" and traj.discarded is discarded
     assert "click 1" in traj.discard_reason

@@ -17,7 +17,7 @@ from monailabel_xflow.eval.phantom_benchmark import (
     contact_cases,
     stage2_effect,
 )
-from monailabel_xflow.policy.vlm import ScriptedPolicy
+from monailabel_xflow.testing import ScriptedPolicy
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, format_stage1
 from monailabel_xflow.testing import ScriptedSegmenter, disk, ellipse
 from monailabel_xflow.workflow.xflow import XFlow

@@ -7,20 +7,11 @@ import pytest
 
 from monailabel_xflow.geometry import Click, box_to_mask
 from monailabel_xflow.instructions import Instruction, all_findings
-from monailabel_xflow.policy.vlm import (
-    STOP_TEXT,
-    GenerationSettings,
-    OracleRevisionPolicy,
-    PolicyError,
-    RevisionPolicy,
-    RevisionState,
-    ScriptedPolicy,
-    ScriptExhausted,
-    Stage1Policy,
-    VLMPolicy,
-    stage1_request,
-    stage2_followup_text,
-)
+from monailabel_xflow.testing import STOP_TEXT, ScriptedPolicy, ScriptExhausted
+from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+from monailabel_xflow.policy.oracle import OracleError, OracleRevisionPolicy
+from monailabel_xflow.policy.base import PolicyError, RevisionPolicy, RevisionState, Stage1Policy
+from monailabel_xflow.policy.prompts import stage1_request, stage2_followup_text
 from monailabel_xflow.policy.protocol import parse_stage2
 from monailabel_xflow.rendering import render_observation
 
@@ -206,12 +197,12 @@ def test_observations_change_the_stage2_logits(policy):
     st = states(image, 1)[0]
     session = policy.start(image, LEFT, BOX)
     session.step(st)
-    n = int(torch.nonzero(session.input_ids[0] == policy._end_of_turn)[0]) + 1  # end of user turn
-    ids, tti = session.input_ids[:, :n], session._token_type_ids[:, :n]
+    n = int(torch.nonzero(session.input_ids[0] == policy.encoder.end_of_turn)[0]) + 1  # end of user turn
+    ids, tti = session.input_ids[:, :n], session.token_type_ids[:, :n]
     other = render_observation(radiograph(5), st.mask, [])
 
     def last_logits(observation):
-        pix = policy._encode("<start_of_image>", [observation]).pixel_values
+        pix = policy.encoder.prompt("<start_of_image>", [observation]).pixel_values
         with policy._adapter("rev"), torch.inference_mode():
             return policy.model(input_ids=ids, token_type_ids=tti, pixel_values=pix).logits[0, -1].numpy()
 
@@ -285,7 +276,7 @@ def assert_greedy_up_to_ties(policy, enc, new_ids, tol: float = 1e-3):
     import torch
 
     new_ids = new_ids.tolist()
-    ends = [k for k, t in enumerate(new_ids) if t in policy._eos_ids]
+    ends = [k for k, t in enumerate(new_ids) if t in policy.encoder.stop_ids]
     new_ids = new_ids[: ends[0] + 1] if ends else new_ids
     n = enc.input_ids.shape[1]
     ids = torch.cat([enc.input_ids, torch.tensor([new_ids])], dim=1)
@@ -351,8 +342,8 @@ def test_max_new_tokens_caps_each_turn(tiny_vlm):
     added = []
     for s in states(image, 3):
         before = 0 if session.input_ids is None else session.input_ids.shape[1]
-        prompt = pol._encode(
-            stage2_followup_text(pol._image_token, True), [s.observation]).input_ids.shape[1]
+        prompt = pol.encoder.prompt(
+            stage2_followup_text(pol.encoder.image_token, True), [s.observation]).input_ids.shape[1]
         session.step(s)
         added.append(session.input_ids.shape[1] - before - prompt)
     # later turns: the follow-up prompt (one token shorter if <end_of_turn> was generated)
@@ -396,5 +387,5 @@ def test_oracle_revision_policy_clicks_then_stops():
     done = RevisionState(image, LEFT, BOX, gt, [c], render_observation(image, gt, [c]), 1)
     parsed = parse_stage2(session.step(done))
     assert parsed.ok and parsed.value.stop
-    with pytest.raises(PolicyError, match="shape"):
+    with pytest.raises(OracleError, match="shape"):
         session.step(RevisionState(image, LEFT, BOX, gt[:10], [], done.observation, 2))

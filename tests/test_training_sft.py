@@ -271,7 +271,8 @@ def test_rev_sft_warm_starts_from_init_and_loads_as_rev(init_sft, vlm, tmp_path)
     from safetensors.torch import load_file
 
     from monailabel_xflow.data.phantom import generate_phantom
-    from monailabel_xflow.policy.vlm import GenerationSettings, RevisionState, VLMPolicy
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+    from monailabel_xflow.policy.base import RevisionState
     from monailabel_xflow.rendering import render_observation
     from monailabel_xflow.training.sft import load_policy_model, train_sft
 

@@ -21,11 +21,11 @@ from monailabel_xflow.geometry import (
     pixel_to_point,
 )
 from monailabel_xflow.instructions import Instruction, all_findings
-from monailabel_xflow.policy.vlm import ScriptedPolicy
+from monailabel_xflow.testing import ScriptedPolicy
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.testing import ScriptedSegmenter, ellipse
 from monailabel_xflow.workflow.trace import Trace, json_schema
-from monailabel_xflow.workflow.xflow import XFlow, XFlowError, infer_lesion_type, locate_regions
+from monailabel_xflow.workflow.xflow import XFlow, WorkflowError, infer_lesion_type, locate_regions
 
 H, W = 256, 320
 RIGHT_LUNG_BOX = (0.10, 0.15, 0.45, 0.85)  # the patient's right lung is on the image's left
@@ -300,9 +300,9 @@ def test_human_revise_uses_mask_box_grown_by_clicks(image, target):
     assert seg.calls[-1].boxes == [pytest.approx((0.6, 0.7, 0.8, 0.8))]
     flow.revise(image, [], previous_mask=previous, box=(0.1, 0.1, 0.2, 0.2))
     assert seg.calls[-1].boxes == [pytest.approx((0.1, 0.1, 0.2, 0.2))] and seg.calls[-1].clicks is None
-    with pytest.raises(XFlowError, match="nothing to revise"):
+    with pytest.raises(WorkflowError, match="nothing to revise"):
         flow.revise(image, [])
-    with pytest.raises(XFlowError, match="outside the image"):
+    with pytest.raises(WorkflowError, match="outside the image"):
         flow.revise(image, [Click(True, 1.5, 0.2)])
 
 
@@ -323,7 +323,7 @@ def test_human_revise_uses_a_fork_of_the_segmenter_when_offered(image, target):
 @pytest.mark.parametrize("bad", [np.zeros((4, 4, 3)), np.full((8, 8), 2.0), np.full((8, 8), np.nan)])
 def test_bad_images_raise(bad):
     flow = XFlow(ScriptedPolicy(), None, ScriptedSegmenter(np.zeros((8, 8), bool)))
-    with pytest.raises(XFlowError):
+    with pytest.raises(WorkflowError):
         flow.run(bad, EFFUSION)
 
 
@@ -411,7 +411,7 @@ def test_real_tiny_models_on_a_phantom_all_findings(tiny_flow):
 
 
 def test_stage2_drops_new_components_away_from_the_mask_and_the_click():
-    from monailabel_xflow.workflow.xflow import keep_connected_to
+    from monailabel_xflow.workflow.revision import keep_connected_to
 
     prev = np.zeros((40, 40), bool)
     prev[10:20, 10:20] = True

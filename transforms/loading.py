@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from monailabel_xflow.errors import BadRequestError
 
 META_KEYS = (
     "filename_or_obj",
@@ -95,7 +96,7 @@ _PIL_GRAY_MODES = frozenset({"1", "L", "LA", "I", "F", "I;16", "I;16B", "I;16L",
 PathLike = str | os.PathLike
 
 
-class CXRLoadError(ValueError):
+class CXRLoadError(BadRequestError):
     """A file that cannot be loaded as a frontal chest radiograph.
 
     Attributes:

@@ -34,12 +34,7 @@ import logging
 from typing import Any, Iterator
 from urllib.parse import parse_qsl
 
-from monailabel_xflow.app.errors import (
-    RequestError,
-    UnsafeIdError,
-    http_errors,
-    status_of,
-)
+from monailabel_xflow.app.errors import RequestError, UnsafeIdError, http_errors, status_of
 from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_params
 
 logger = logging.getLogger(__name__)
@@ -291,17 +286,13 @@ def install(fastapi_app: Any = None) -> bool:
         return True
     from starlette.middleware import Middleware
 
-    import importlib
-
     from monailabel.interfaces.exception import MONAILabelException
 
-    from monailabel_xflow.app.errors import _TABLE
+    from monailabel_xflow.errors import XFlowError
 
-    classes = {json.JSONDecodeError, MONAILabelException}
-    for module, name, _ in _TABLE:  # only documented types: anything else stays a logged 500
-        with contextlib.suppress(ImportError, AttributeError):
-            classes.add(getattr(importlib.import_module(module), name))
-    for cls in classes:
+    # the package's error tree, bad JSON in a form field and MONAI Label's own errors; any other
+    # exception stays a logged 500
+    for cls in (XFlowError, json.JSONDecodeError, MONAILabelException):
         fastapi_app.add_exception_handler(cls, _input_error_handler)
     fastapi_app.user_middleware.insert(0, Middleware(GuardMiddleware))
     fastapi_app.middleware_stack = fastapi_app.build_middleware_stack()  # already built at start-up

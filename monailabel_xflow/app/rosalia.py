@@ -87,7 +87,7 @@ class RosaliaRuntime:
                  preload: bool = True) -> None:
         import os
 
-        from monailabel_xflow.workflow.model_config import ModelConfig, default_config, rosalia_source
+        from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError, default_config, rosalia_source
 
         self.lock = threading.RLock()
         self._environ = os.environ if environ is None else environ
@@ -100,7 +100,7 @@ class RosaliaRuntime:
             config = ModelConfig.from_file(path) if path else default_config(self._environ)[0]
             self.device = config.device
             self.path, self.source = rosalia_source(config, self._environ)
-        except ValueError as exc:  # ModelConfigError: keep serving, say why
+        except ModelConfigError as exc:  # keep serving, say why
             logger.error("ROSALIA configuration unusable: %s", exc)
             self.device, self._error = None, exc
         if preload and self.path is not None:

@@ -109,11 +109,11 @@ class XFlowRuntime:
         self._failures = 0
         self._retry_at = 0.0
         self._config_error: Exception | None = None
+        from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
+
         try:
             self.source, self.config = self._read_config()
-        except ValueError as exc:  # ModelConfigError: a missing or malformed file; keep serving, say so
-            from monailabel_xflow.workflow.model_config import ModelConfig
-
+        except ModelConfigError as exc:  # a missing or malformed file: keep serving, say so
             logger.error("XFlow model configuration unusable: %s", exc)
             self.source, self.config, self._config_error = str(self._conf.get("models")), ModelConfig(), exc
         lower_priority_if_background()  # before loading models in a scoring/train subprocess

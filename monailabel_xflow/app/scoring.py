@@ -138,6 +138,10 @@ class XFlowUncertaintyScoring(_base_scoring()):
             datastore.get_unlabeled_images(DefaultLabelTag.FINAL))
         skipped = {i: "unknown image" for i in asked if i not in known}
         images = [i for i in asked if i in known][: params["max_images"]]
+        from monailabel.interfaces.exception import ImageNotFoundException
+
+        from monailabel_xflow.errors import InputError
+
         lower_priority_if_background()  # the scoring subprocess yields the CPU to the server
         xflow = self.runtime.get()
         t_budget = xflow.max_clicks if budget is None else budget
@@ -156,7 +160,7 @@ class XFlowUncertaintyScoring(_base_scoring()):
                 image, _ = layout.load_image(uri, image_id)
                 with self.runtime.lock:
                     results = xflow.run_all(image, max_clicks=budget, instructions=instructions)
-            except (ValueError, LookupError, OSError) as exc:  # unreadable or vanished: skip, keep scoring
+            except (InputError, ImageNotFoundException, OSError) as exc:  # unreadable or vanished: skip, keep scoring
                 failed[image_id] = str(exc)[:300]
                 logger.warning("xflow_uncertainty: skipping %s: %s", image_id, exc)
                 continue

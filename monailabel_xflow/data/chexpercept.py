@@ -30,6 +30,7 @@ import numpy as np
 
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, ZONES
+from monailabel_xflow.errors import InputError
 
 __all__ = [
     "CHEST",
@@ -56,7 +57,7 @@ Triple = tuple[str, str, str]
 """``(image_id, finding, region)``; region is :data:`CHEST`, a lung or a zone."""
 
 
-class CheXperceptError(ValueError):
+class CheXperceptError(InputError):
     """Inconsistent input (unknown finding or region, bad ratios)."""
 
 

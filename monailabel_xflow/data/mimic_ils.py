@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from dataclasses import asdict
+from monailabel_xflow.errors import InputError
 
 LOCATION_CATEGORIES: tuple[str, ...] = (
     "thoracic spine",
@@ -81,7 +82,7 @@ ignored), one row per image:
 """
 
 
-class ReportsCsvError(ValueError):
+class ReportsCsvError(InputError):
     """A reports CSV that does not follow :data:`REPORTS_CSV_COLUMNS`; the message says where."""
 
 

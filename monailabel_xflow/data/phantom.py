@@ -45,6 +45,7 @@ from PIL import Image
 from scipy import ndimage
 
 from monailabel_xflow.vocabulary import FINDINGS, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
+from monailabel_xflow.errors import InputError
 
 CTR_NORMAL_MAX = 0.45
 """A heart without cardiomegaly never exceeds this cardiothoracic ratio (MIMIC-ILS negatives)."""
@@ -55,7 +56,7 @@ CTR_ENLARGED_MIN = 0.52
 VIEWS = ("PA", "AP")
 
 
-class PhantomError(ValueError):
+class PhantomError(InputError):
     """Bad generator arguments: unknown finding, size too small, unknown view."""
 
 

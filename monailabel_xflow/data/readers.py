@@ -47,6 +47,7 @@ import numpy as np
 
 from monailabel_xflow import rle as rle_codec
 from monailabel_xflow.instructions import Instruction, InstructionError, parse_instruction
+from monailabel_xflow.errors import InputError
 
 __all__ = [
     "DatasetError",
@@ -76,7 +77,7 @@ FOLDER_CSV = "instructions.csv"
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """A dataset that cannot be read (missing file, bad spec) or, with ``strict``, has problems."""
 
 

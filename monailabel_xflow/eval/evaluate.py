@@ -46,6 +46,7 @@ from monailabel_xflow.metrics import (
     summarize_groups,
 )
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
+from monailabel_xflow.errors import XFlowError
 
 __all__ = [
     "EvaluationError",
@@ -67,7 +68,7 @@ REPORT_MD = "report.md"
 Predictor = Callable[[EvalCase], "np.ndarray | None"]
 
 
-class EvaluationError(RuntimeError):
+class EvaluationError(XFlowError, RuntimeError):
     """A prediction that cannot be scored (missing file, wrong dimensionality)."""
 
 

@@ -186,7 +186,7 @@ class GroundTruthReviser:
         return self.components[int(np.argmin(dist))]
 
     def start(self, image: np.ndarray, instruction: Instruction, box: Box):
-        from monailabel_xflow.policy.vlm import OracleRevisionPolicy
+        from monailabel_xflow.policy.oracle import OracleRevisionPolicy
 
         return OracleRevisionPolicy(self.target(box), self.clicker).start(image, instruction, box)
 

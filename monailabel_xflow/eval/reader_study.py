@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
+from monailabel_xflow.errors import InputError
 
 __all__ = [
     "PreferenceError",
@@ -63,7 +64,7 @@ _TIE_BOUNDS = (-20.0, 10.0)
 _LOG_STRENGTH_BOUND = 30.0
 
 
-class PreferenceError(ValueError):
+class PreferenceError(InputError):
     """A ranking table that cannot be analysed; the message names the row or ranking."""
 
 

@@ -41,13 +41,14 @@ from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.ils.stages import EXCLUDED_DETECTOR_LABELS, StageError, Stages, StudyImage, load_stages
 from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR
 from monailabel_xflow.vocabulary import ALL_ZONES, HEART
+from monailabel_xflow.errors import InputError
 
 SPLITS = ("train", "val", "test")
 WORK_DIR = "work/studies"
 REVIEW_DIR = "review"
 
 
-class PipelineError(ValueError):
+class PipelineError(InputError):
     """Bad pipeline input (unreadable image, unknown split, bad shard)."""
 
 

@@ -35,17 +35,18 @@ from typing import Protocol
 
 from monailabel_xflow.ils import report_rules as R
 from monailabel_xflow.data.mimic_ils import ReportedFinding
+from monailabel_xflow.errors import InputError
 
 SECTION_NAMES: tuple[str, ...] = ("findings", "impression", "last_paragraph")
 """What :attr:`ReportSection.name` can be, in order of preference."""
 
 
-class SectionNotFound(ValueError):
+class SectionNotFound(InputError):
     """A report with no findings, impression or last paragraph: the study is skipped (the
     message says why)."""
 
 
-class ReportStructuringError(ValueError):
+class ReportStructuringError(InputError):
     """A structurer could not produce valid tuples (e.g. an LLM's answer failed validation)."""
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from monailabel_xflow.ils.masks import Detection
 from monailabel_xflow.data.mimic_ils import LUNG_LOBES
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
+from monailabel_xflow.errors import InputError
 
 STAGE_ROLES: dict[str, str] = {
     "anatomy": "lungs and heart, the HybridGNet role",
@@ -62,7 +63,7 @@ EXCLUDED_DETECTOR_LABELS = ("aortic enlargement", "other lesion", "pneumothorax"
 """VinDr-CXR classes the pipeline drops: not hyperintense lung lesions (paper App. A.3)."""
 
 
-class StageError(ValueError):
+class StageError(InputError):
     """A stage that is not configured, cannot be built, or broke its contract."""
 
 

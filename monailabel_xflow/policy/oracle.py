@@ -34,7 +34,7 @@ Choices where the paper is silent (all configurable on :class:`OracleClicker`):
   with reason ``"no-click"``.
 * **Discard guard**: a trajectory that clicked at least once and whose final IoU is not strictly
   above its initial IoU is *returned* with ``discarded=True`` (and ``discard_reason``), never
-  silently dropped; :func:`simulate_trajectories` leaves such trajectories out unless
+  silently dropped; :func:`~monailabel_xflow.workflow.revision.simulate_trajectories` leaves such trajectories out unless
   ``keep_discarded=True``. ``discard_rule="every-click"`` is a stricter option that also
   discards a trajectory in which any single click failed to raise the IoU. A trajectory that
   stops before its first click (initial IoU already ``>= τ``) is kept: it demonstrates ``<stop/>``.
@@ -59,12 +59,15 @@ import numpy as np
 from scipy import ndimage
 
 from monailabel_xflow import rle
-from monailabel_xflow.geometry import Box, Click, grow_box, mask_to_box, pixel_to_point, point_to_pixel
+from monailabel_xflow.geometry import Box, Click, pixel_to_point, point_to_pixel
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.geometry import connected_components
+from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.policy.base import RevisionState
+from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
+from monailabel_xflow.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from monailabel_xflow.segmenter.base import PromptableSegmenter
+    pass
 
 __all__ = [
     "OracleError",
@@ -73,7 +76,7 @@ __all__ = [
     "Trajectory",
     "OracleClicker",
     "perturb_box",
-    "simulate_trajectories",
+    "OracleRevisionPolicy",
 ]
 
 StopReason = Literal["tau", "T", "no-click"]
@@ -94,7 +97,7 @@ BOX_NOISE = 0.1
 """Default edge jitter p of :func:`perturb_box`, as a fraction of box width/height."""
 
 
-class OracleError(ValueError):
+class OracleError(InputError):
     """Bad input to the oracle: a mask that is not a 2-D array, an empty ground-truth component,
     shapes that disagree, an out-of-range parameter, or a malformed trajectory dict."""
 
@@ -433,61 +436,10 @@ class OracleClicker:
         click = self.next_click(mask, gt, previous_clicks)
         return (click, None) if click is not None else (None, "no-click")
 
-    # -- a whole trajectory ------------------------------------------------------------------
+    # -- judging a trajectory ---------------------------------------------------------------
 
-    def run(
-        self,
-        segmenter: PromptableSegmenter,
-        gt: np.ndarray,
-        rng: np.random.Generator | int | None = None,
-        component_id: int = 0,
-    ) -> Trajectory:
-        """Algorithm 1 for one ground-truth component, with both guards.
-
-        The segmenter must already hold the image (``segmenter.set_image(image)``): the oracle
-        only prompts it, once for the perturbed box and once per click, each time with the
-        grown box, every click so far and the previous call's low-resolution logits.
-
-        Args:
-            segmenter: a ``PromptableSegmenter`` whose image is set.
-            gt: ``(H, W)`` ground-truth component G (non-empty), same size as the image.
-            rng: generator or seed for the box perturbation.
-            component_id: stored in the trajectory.
-
-        Returns:
-            The trajectory, with ``discarded=True`` if the discard guard rejected it.
-
-        Raises:
-            OracleError: ``gt`` not 2-D or empty, or the segmenter's mask of another shape.
-        """
-        gt = _as_mask(gt, "gt")
-        gt_box = mask_to_box(gt)
-        if gt_box is None:
-            raise OracleError("gt is empty: a trajectory needs a non-empty ground-truth component")
-        rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-
-        box = perturb_box(gt_box, gt.shape, rng, self.box_noise, self.box_shift)
-        result = segmenter.predict([box], None, None, False)
-        mask, _ = self._check(result.masks[0], gt)
-        traj = Trajectory(component_id, gt_box, box, mask, mask_iou(mask, gt))
-
-        clicks: list[Click] = []
-        while True:
-            click, reason = self.decide(mask, gt, clicks)
-            if click is None:
-                traj.stop_reason = reason
-                break
-            clicks.append(click)
-            box = grow_box(box, click)
-            result = segmenter.predict([box], [list(clicks)], result.low_res_logits, False)
-            mask, _ = self._check(result.masks[0], gt)
-            traj.steps.append(OracleStep(click, box, mask, mask_iou(mask, gt)))
-
-        traj.discard_reason = self._discard_reason(traj)
-        traj.discarded = bool(traj.discard_reason)
-        return traj
-
-    def _discard_reason(self, traj: Trajectory) -> str:
+    def discard_reason(self, traj: Trajectory) -> str:
+        """Why the discard guard rejects ``traj`` (empty: kept)."""
         if not traj.steps:
             return ""
         if traj.final_iou <= traj.initial_iou:
@@ -508,49 +460,57 @@ class OracleClicker:
         return mask, gt
 
 
-def simulate_trajectories(
-    segmenter: PromptableSegmenter,
-    image: np.ndarray,
-    gt_mask: np.ndarray,
-    oracle: OracleClicker | None = None,
-    seed: int | None = 0,
-    min_area_px: int = 1,
-    keep_discarded: bool = False,
-) -> list[Trajectory]:
-    """One trajectory per connected component of a finding's mask (components revised independently).
+class OracleRevisionPolicy:
+    """The simulated user of Algorithm 1 (DESIGN §7) acting as a revision policy.
 
-    Sets the image on the segmenter once, then runs :meth:`OracleClicker.run` per component.
-    Component ``i`` draws its perturbation from ``SeedSequence(seed).spawn(n)[i]``, so a
-    component's trajectory does not depend on what the other components drew.
+    Each turn asks :meth:`OracleClicker.decide` for the ground-truth component: stop once
+    ``IoU(M, G) >= τ``, after ``T`` clicks, or when no admissible click is left; otherwise click
+    the deepest point of the missed (positive) or over-segmented (negative) region.
 
     Args:
-        segmenter: a ``PromptableSegmenter``.
-        image: ``(H, W)`` float image in ``[0, 1]`` for ``segmenter.set_image``.
-        gt_mask: ``(H, W)`` ground-truth mask of one finding (any number of components).
-        oracle: the clicker (default parameters if None).
-        seed: seed of the box perturbations (None = fresh entropy).
-        min_area_px: components smaller than this are skipped.
-        keep_discarded: also return trajectories the discard guard rejected.
-
-    Returns:
-        Trajectories in component order; ``component_id`` indexes
-        ``connected_components(gt_mask, min_area_px)``.
+        gt_mask: ``(H, W)`` bool ground-truth component G, same shape as the masks it will see.
+        clicker: an ``OracleClicker`` (default: the paper's τ = 0.70, T = 4, 25 px guard).
+        exact: answer with the :class:`~monailabel_xflow.policy.protocol.Stage2Action` itself,
+            the click at its exact pixel centre (Algorithm 1's trajectories); by default the
+            action is written as protocol text (:func:`format_stage2`, coordinates on the
+            0-1000 grid, a short ``<think>`` naming the reason), as π_rev would say it.
 
     Raises:
-        OracleError: ``gt_mask`` not 2-D or of another size than ``image``.
+        OracleError: ``gt_mask`` is not 2-D.
     """
-    oracle = oracle or OracleClicker()
-    gt_mask = _as_mask(gt_mask, "gt_mask")
-    if tuple(np.shape(image)[:2]) != gt_mask.shape:
-        raise OracleError(f"image shape {np.shape(image)} differs from gt_mask shape {gt_mask.shape}")
-    components = connected_components(gt_mask, min_area_px)
-    if not components:
-        return []
-    segmenter.set_image(image)
-    seeds = np.random.SeedSequence(seed).spawn(len(components))
-    out = []
-    for i, (component, ss) in enumerate(zip(components, seeds)):
-        traj = oracle.run(segmenter, component, np.random.default_rng(ss), component_id=i)
-        if keep_discarded or not traj.discarded:
-            out.append(traj)
-    return out
+
+    def __init__(self, gt_mask: np.ndarray, clicker: OracleClicker | None = None, exact: bool = False) -> None:
+        self.gt = _as_mask(gt_mask, "gt_mask")
+        self.clicker = clicker if clicker is not None else OracleClicker()
+        self.exact = bool(exact)
+
+    def start(self, image: np.ndarray | None, instruction: Instruction | None, box: Box) -> OracleSession:
+        return OracleSession(self)
+
+
+_ORACLE_REASONS = {
+    "tau": "The mask follows the lesion.",
+    "T": "The click budget is spent.",
+    "no-click": "No click can improve the mask.",
+}
+
+
+@dataclass
+class OracleSession:
+    """One revision conversation of the oracle; ``stop_reason`` says why it stopped, if it did."""
+
+    policy: OracleRevisionPolicy
+    stop_reason: StopReason | None = None
+
+    def step(self, state: RevisionState) -> str | Stage2Action:
+        mask = np.asarray(state.mask, dtype=bool)
+        if mask.shape != self.policy.gt.shape:
+            raise OracleError(f"mask shape {mask.shape} differs from ground-truth shape {self.policy.gt.shape}")
+        click, reason = self.policy.clicker.decide(mask, self.policy.gt, list(state.clicks))
+        self.stop_reason = reason
+        if click is None:
+            action = Stage2Action(None, _ORACLE_REASONS.get(reason, ""))
+        else:
+            action = Stage2Action(click, "The mask misses part of the lesion." if click.positive
+                                  else "The mask covers tissue outside the lesion.")
+        return action if self.policy.exact else format_stage2(action)

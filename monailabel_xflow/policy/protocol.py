@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 
 from monailabel_xflow.geometry import Box, Click, box_from_text, box_to_text, from_text, to_text
 from monailabel_xflow.vocabulary import ABSENT, FINDINGS, HEART, LUNGS, PRESENT
+from monailabel_xflow.errors import InputError
 
 T = TypeVar("T")
 
@@ -40,7 +41,7 @@ TAGS: tuple[str, ...] = (
 """Every marker of the grammar (tokenizers add them as single tokens)."""
 
 
-class ProtocolError(ValueError):
+class ProtocolError(InputError):
     """Raised only for a value that cannot be formatted or a parse input that is not text."""
 
 

@@ -10,10 +10,11 @@ from monailabel_xflow.geometry import Box, lesion_boxes
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.vocabulary import join_regions
+from monailabel_xflow.errors import InputError
 
 
 
-class BuildError(ValueError):
+class BuildError(InputError):
     """A build that cannot start: unknown kind, bad shard, missing lung boxes or segmenter."""
 
 

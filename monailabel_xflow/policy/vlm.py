@@ -1,35 +1,9 @@
-"""The two XFlow policies: π_init (Stage 1) and π_rev (Stage 2) (paper §4, DESIGN §3 and §6).
+"""π_init (Stage 1) and π_rev (Stage 2) as one Gemma 3 vision-language model (paper §4,
+DESIGN §3 and §6): MedGemma-1.5-4B-it in the paper, with the two policies as peft LoRA adapters,
+``"init"`` and ``"rev"``, on one shared base model.
 
-A policy turns pictures and an instruction into *raw protocol text*; the workflow parses that
-text with :mod:`monailabel_xflow.policy.protocol` (a model's output is untrusted input, and the trace
-keeps the raw text). Three families implement the protocols below:
-
-* :class:`VLMPolicy`: a Gemma3 vision-language model (MedGemma-1.5-4B-it in the paper) with π_init
-  and π_rev as two peft LoRA adapters, ``"init"`` and ``"rev"``, on one shared base model.
-* :class:`ScriptedPolicy`: replays given protocol text (tests; replaying a stored trace).
-* :class:`OracleRevisionPolicy`: the simulated user of Algorithm 1 acting as π_rev.
-
-Prompts (the text is fixed here, once, so SFT examples built elsewhere can use the same
-functions: :func:`stage1_messages`, :func:`stage2_messages`, :func:`stage2_followup_text`):
-
-* **Stage 1**, one user turn: the radiograph, then :data:`STAGE1_PREAMBLE`, then the
-  instruction-specific request, e.g. for "Segment the effusion in the left lung."::
-
-      <image>You are a radiologist reading a chest X-ray. Write every box as (x1,y1),(x2,y2)
-      with integers from 0 to 1000, x first.
-      First ground the left lung with a box, then decide whether the finding asked for is
-      present, then draw a box around each lesion. Segment the effusion in the left lung.
-
-  A chest-level question asks to ground "the right lung and the left lung" (both lungs), a
-  one-sided question only that lung (:attr:`Instruction.lungs`). The instruction-specific part
-  comes last so that "all findings" can prefill everything up to it once (see
-  :meth:`VLMPolicy.stage1_many`).
-* **Stage 2**, one growing conversation per lesion mask. The first user turn holds the
-  observation o_0 (the radiograph with the current mask and clicks drawn on it, rendered by
-  :func:`monailabel_xflow.rendering.render_observation`), :data:`STAGE2_PREAMBLE`, the
-  instruction, the box that prompted the mask and the request for one action; each later user
-  turn holds the new observation o_t and :data:`STAGE2_FOLLOWUP`. The model answers every turn
-  with one ``<click>…</click>`` or ``<stop/>`` (policy/protocol.py).
+The conversations are encoded by :class:`~monailabel_xflow.policy.conversation.ConversationEncoder`,
+the same code SFT and GRPO use, so training sees the token ids inference feeds the model.
 
 Stage 2 reuses the key/value cache of the previous turn instead of re-reading the conversation
 (DESIGN §6): the next turn's token ids are *appended* to the previous ``generate`` output (never
@@ -47,47 +21,22 @@ import copy
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, Click
+from monailabel_xflow.geometry import Box
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.policy.protocol import Stage2Action, box_text, format_stage2
+from monailabel_xflow.policy.base import PolicyError, RevisionState
+from monailabel_xflow.policy.conversation import IMAGE_TOKEN_TYPE, ConversationEncoder, Piece, image_to_pil
 from monailabel_xflow.weights import choose_device, choose_dtype, looks_like_local_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = [
-    "RevisionState",
-    "Stage1Policy",
-    "RevisionSession",
-    "RevisionPolicy",
-    "PolicyError",
-    "ScriptExhausted",
-    "GenerationSettings",
-    "PolicyInputs",
-    "image_to_pil",
-    "observation_to_pil",
-    "VLMPolicy",
-    "VLMRevisionSession",
-    "ScriptedPolicy",
-    "STOP_TEXT",
-    "OracleRevisionPolicy",
-    "INIT_ADAPTER",
-    "REV_ADAPTER",
-    "STAGE1_PREAMBLE",
-    "STAGE2_PREAMBLE",
-    "STAGE2_FOLLOWUP",
-    "stage1_request",
-    "stage1_messages",
-    "stage2_request",
-    "stage2_messages",
-    "stage2_followup_text",
-]
+__all__ = ["GenerationSettings", "VLMPolicy", "VLMRevisionSession", "INIT_ADAPTER", "REV_ADAPTER"]
 
 log = logging.getLogger(__name__)
 
@@ -97,184 +46,13 @@ REV_ADAPTER = "rev"
 """peft adapter name of π_rev."""
 
 
-class PolicyError(ValueError):
-    """Bad input to a policy (wrong image shape/dtype, out-of-order step, missing model file)."""
-
-
-class ScriptExhausted(PolicyError):
-    """A :class:`ScriptedPolicy` was asked for more Stage 1 answers than it was given."""
-
-
 # --- the contract the workflow programs against -------------------------------------------
-
-
-@dataclass
-class RevisionState:
-    """What a revision policy sees at step ``t``.
-
-    Attributes:
-        image: ``(H, W)`` float32 radiograph in ``[0, 1]``.
-        instruction: the question being answered.
-        box: current (grown) box, normalised xyxy (geometry.py).
-        mask: ``(H, W)`` bool current mask M_t.
-        clicks: clicks issued so far, normalised.
-        observation: ``(H, W, 3)`` uint8, ``rendering.render_observation(image, mask, clicks)``.
-        step: 0-based index of the turn about to be taken.
-    """
-
-    image: np.ndarray
-    instruction: Instruction
-    box: Box
-    mask: np.ndarray
-    clicks: list[Click]
-    observation: np.ndarray
-    step: int
-
-
-@runtime_checkable
-class Stage1Policy(Protocol):
-    """π_init: grounds the lungs, decides presence and boxes the lesions, as protocol text."""
-
-    def stage1(self, image: np.ndarray, instruction: Instruction) -> str: ...
-
-    def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]: ...
-
-
-@runtime_checkable
-class RevisionSession(Protocol):
-    """One Stage 2 conversation about one lesion mask; ``step`` returns one turn's raw text."""
-
-    def step(self, state: RevisionState) -> str: ...
-
-
-@runtime_checkable
-class RevisionPolicy(Protocol):
-    """π_rev: opens one :class:`RevisionSession` per initial mask."""
-
-    def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> RevisionSession: ...
 
 
 # --- prompts --------------------------------------------------------------------------------
 
-COORDINATES_NOTE = "with integers from 0 to 1000, x first"
-
-STAGE1_PREAMBLE = f"You are a radiologist reading a chest X-ray. Write every box as (x1,y1),(x2,y2) {COORDINATES_NOTE}."
-"""Text right after the image in Stage 1; identical for every instruction (shared prefix).
-Everything that does not depend on the instruction belongs here: "all findings" prefills it once
-and then runs only the short requests, one per finding (DESIGN §6)."""
-
-STAGE2_PREAMBLE = (
-    "You are a radiologist revising a lesion mask on a chest X-ray. The image shows the X-ray "
-    "with the current mask overlaid and the clicks so far marked."
-)
-"""Text right after the first observation in Stage 2."""
-
-STAGE2_FOLLOWUP = (
-    "This is the mask after your click. Answer with one click, or stop if the mask follows "
-    "the lesion."
-)
-"""Text of every later Stage 2 user turn, after the new observation."""
-
-
-def _lungs_phrase(instruction: Instruction) -> str:
-    lungs = instruction.lungs
-    if len(lungs) == 1:
-        return f"the {lungs[0]} with a box"
-    return "the " + " and the ".join(lungs) + " with a box each"
-
-
-def stage1_request(instruction: Instruction) -> str:
-    """The instruction-specific part of the Stage 1 prompt (after :data:`STAGE1_PREAMBLE`).
-
-    The instruction itself comes last: the seven "all findings" questions then differ only in
-    their final few tokens, and everything before those is prefilled once.
-    """
-    return (
-        f"First ground {_lungs_phrase(instruction)}, then decide whether the finding asked for is "
-        f"present, then draw a box around each lesion. {instruction.text}"
-    )
-
-
-def _image_turn(text: str) -> list[dict[str, Any]]:
-    """Chat messages of one user turn: an image, then ``text``."""
-    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-
-
-def stage1_messages(instruction: Instruction) -> list[dict[str, Any]]:
-    """Chat messages of the Stage 1 prompt (one user turn: image, preamble, request)."""
-    return _image_turn(f"{STAGE1_PREAMBLE}\n{stage1_request(instruction)}")
-
-
-def stage2_request(instruction: Instruction, box: Box) -> str:
-    """The first Stage 2 request: instruction, the box that prompted the mask, one action."""
-    return (
-        f"{instruction.text} The mask was prompted by the box "
-        f"{box_text(box)}. Answer with one click, positive to "
-        f"grow the mask or negative to shrink it, written as <click>positive (x,y)</click> "
-        f"{COORDINATES_NOTE}, or with <stop/> if the mask follows the lesion."
-    )
-
-
-def stage2_messages(instruction: Instruction, box: Box) -> list[dict[str, Any]]:
-    """Chat messages of the first Stage 2 user turn (observation o_0, preamble, request)."""
-    return _image_turn(f"{STAGE2_PREAMBLE}\n{stage2_request(instruction, box)}")
-
-
-def stage2_followup_text(image_token: str, closes_model_turn: bool) -> str:
-    """Token text appended after the model's answer to start the next Stage 2 turn.
-
-    Gemma3's chat template renders a model turn as ``<start_of_turn>model\\n…<end_of_turn>\\n``
-    and a user turn as ``<start_of_turn>user\\n…<end_of_turn>\\n``; this is the text that follows
-    the model's generated tokens in that rendering.
-
-    Args:
-        image_token: the processor's image placeholder (``<start_of_image>`` for Gemma3).
-        closes_model_turn: True if the generated tokens did not already end with
-            ``<end_of_turn>`` (an ``<eos>`` or a ``max_new_tokens`` cut), so it must be added.
-    """
-    close = "<end_of_turn>" if closes_model_turn else ""
-    return (
-        f"{close}\n<start_of_turn>user\n{image_token}{STAGE2_FOLLOWUP}<end_of_turn>\n"
-        "<start_of_turn>model\n"
-    )
-
 
 # --- images ---------------------------------------------------------------------------------
-
-
-def image_to_pil(image: np.ndarray):
-    """``(H, W)`` float radiograph in ``[0, 1]`` → 8-bit grey RGB PIL image, as the VLM sees it.
-
-    Training code uses this too, so that both see the same pixels.
-
-    Raises:
-        PolicyError: not a finite 2-D float array.
-    """
-    from PIL import Image
-
-    a = np.asarray(image)
-    if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
-        raise PolicyError(f"image must be a 2-D float array in [0, 1], got {a.dtype} {a.shape}")
-    if not np.isfinite(a).all():
-        raise PolicyError("image contains NaN or infinite values")
-    u8 = np.round(np.clip(a, 0.0, 1.0) * 255.0).astype(np.uint8)
-    return Image.fromarray(u8, mode="L").convert("RGB")
-
-
-
-
-def observation_to_pil(observation: np.ndarray):
-    """``(H, W, 3)`` uint8 rendered observation → RGB PIL image.
-
-    Raises:
-        PolicyError: not ``(H, W, 3)`` uint8.
-    """
-    from PIL import Image
-
-    a = np.asarray(observation)
-    if a.ndim != 3 or a.shape[2] != 3 or a.dtype != np.uint8:
-        raise PolicyError(f"observation must be (H, W, 3) uint8, got {a.dtype} {a.shape}")
-    return Image.fromarray(a, mode="RGB")
 
 
 # --- the VLM --------------------------------------------------------------------------------
@@ -320,21 +98,6 @@ class GenerationSettings:
         return kw
 
 
-@dataclass
-class PolicyInputs:
-    """Token ids of (part of) a conversation and the pixels of the images in it.
-
-    Attributes:
-        input_ids: ``(1, N)`` long, on the model's device.
-        token_type_ids: ``(1, N)`` long, 1 on image soft tokens, 0 elsewhere.
-        pixel_values: ``(n_images, 3, S, S)`` in the model's dtype, or None without images.
-    """
-
-    input_ids: torch.Tensor
-    token_type_ids: torch.Tensor
-    pixel_values: torch.Tensor | None
-
-
 class VLMPolicy:
     """π_init and π_rev on one Gemma3 vision-language model (both policy protocols).
 
@@ -365,13 +128,8 @@ class VLMPolicy:
         self.generation = generation or GenerationSettings()
         self.reuse_cache = reuse_cache
         self.batch_stage1 = batch_stage1
+        self.encoder = ConversationEncoder(processor)
         tok = processor.tokenizer
-        self._image_token = getattr(processor, "image_token", None) or "<start_of_image>"
-        self._end_of_turn = tok.convert_tokens_to_ids("<end_of_turn>")
-        eos = [tok.eos_token_id, self._end_of_turn]
-        self._eos_ids = [int(i) for i in eos if i is not None and i != tok.unk_token_id]
-        self._pad_id = tok.pad_token_id if tok.pad_token_id is not None else self._eos_ids[0]
-        self._image_token_type = 1
         # Image placeholders are never a valid answer; a near-flat policy sampling one would
         # break the next forward ("image features and image tokens do not match").
         config = getattr(model, "config", None)
@@ -460,28 +218,11 @@ class VLMPolicy:
         else:
             yield
 
-    def _encode(self, text: str, images: list) -> PolicyInputs:
-        """Tokenise rendered text; each image placeholder expands to the image's soft tokens."""
-        import torch
+    def stage1_inputs(self, image: np.ndarray, instruction: Instruction) -> Piece:
+        """Model inputs of the Stage 1 prompt, on the model's device."""
+        return self.encoder.stage1_prompt(image, instruction).to(self.device, self.model.dtype)
 
-        enc = self.processor(text=text, images=images or None, return_tensors="pt",
-                             add_special_tokens=False)
-        ids = enc["input_ids"]
-        tti = enc.get("token_type_ids")
-        if tti is None:
-            tti = torch.zeros_like(ids)
-        pixels = enc.get("pixel_values")
-        dev = self.device
-        return PolicyInputs(ids.to(dev), tti.to(dev),
-                            None if pixels is None else pixels.to(dev, self.model.dtype))
-
-    def stage1_inputs(self, image: np.ndarray, instruction: Instruction) -> PolicyInputs:
-        """Model inputs of the Stage 1 prompt (exposed for tests and training code)."""
-        text = self.processor.apply_chat_template(
-            stage1_messages(instruction), add_generation_prompt=True, tokenize=False)
-        return self._encode(text, [image_to_pil(image)])
-
-    def _generate(self, enc: PolicyInputs, cache=None, pixel_values=None, attention_mask=None):
+    def generate(self, enc: Piece, cache=None, pixel_values=None, attention_mask=None):
         """One ``generate`` call over the whole sequence so far (DESIGN §6's working call).
 
         Args:
@@ -500,8 +241,8 @@ class VLMPolicy:
             attention_mask=torch.ones_like(enc.input_ids) if attention_mask is None else attention_mask,
             token_type_ids=enc.token_type_ids,
             return_dict_in_generate=True,
-            eos_token_id=self._eos_ids,
-            pad_token_id=self._pad_id,
+            eos_token_id=self.encoder.stop_ids,
+            pad_token_id=self.encoder.pad_id,
             suppress_tokens=self._suppress_ids or None,
             # dynamic (growable) cache always: a static one could not take the next turn
             cache_implementation=None,
@@ -514,17 +255,14 @@ class VLMPolicy:
         with torch.inference_mode():
             return self.model.generate(**kwargs)
 
-    def _decode(self, new_ids) -> str:
-        return self.processor.tokenizer.decode(new_ids, skip_special_tokens=True).strip()
-
     # -- Stage 1 ---------------------------------------------------------------------------------
 
     def stage1(self, image: np.ndarray, instruction: Instruction) -> str:
         """π_init's raw answer to one instruction (protocol text: lungs, presence, lesions)."""
         enc = self.stage1_inputs(image, instruction)
         with self._adapter(INIT_ADAPTER):
-            out = self._generate(enc, pixel_values=enc.pixel_values)
-        return self._decode(out.sequences[0, enc.input_ids.shape[1]:])
+            out = self.generate(enc, pixel_values=enc.pixel_values)
+        return self.encoder.decode(out.sequences[0, enc.input_ids.shape[1]:])
 
     def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]:
         """π_init's answers to several instructions about one image ("all findings").
@@ -552,7 +290,7 @@ class VLMPolicy:
         encs = [self.stage1_inputs(image, i) for i in instructions]
         prefix = _common_prefix_length([e.input_ids[0] for e in encs])
         prefix = min(prefix, min(e.input_ids.shape[1] for e in encs) - 1)
-        image_pos = torch.nonzero(encs[0].token_type_ids[0] == self._image_token_type)
+        image_pos = torch.nonzero(encs[0].token_type_ids[0] == IMAGE_TOKEN_TYPE)
         if image_pos.numel() == 0 or prefix <= int(image_pos.max()):
             log.warning("Stage 1 prompts share no whole image block; asking one by one")
             return [self.stage1(image, i) for i in instructions]
@@ -567,17 +305,17 @@ class VLMPolicy:
             texts = []
             for k, enc in enumerate(encs):
                 branch = cache if k == len(encs) - 1 else copy.deepcopy(cache)  # generate mutates
-                out = self._generate(enc, cache=branch)
-                texts.append(self._decode(out.sequences[0, enc.input_ids.shape[1]:]))
+                out = self.generate(enc, cache=branch)
+                texts.append(self.encoder.decode(out.sequences[0, enc.input_ids.shape[1]:]))
         return texts
 
-    def _continue_batched(self, encs: list[PolicyInputs], prefix: int, cache) -> list[str]:
+    def _continue_batched(self, encs: list[Piece], prefix: int, cache) -> list[str]:
         """One batched ``generate`` over all prompts, from the shared prefix ``cache``."""
         import torch
 
         n = len(encs)
         width = max(e.input_ids.shape[1] for e in encs) - prefix
-        ids = torch.full((n, prefix + width), self._pad_id, dtype=torch.long, device=self.device)
+        ids = torch.full((n, prefix + width), self.encoder.pad_id, dtype=torch.long, device=self.device)
         mask, tti = torch.zeros_like(ids), torch.zeros_like(ids)
         for row, enc in enumerate(encs):
             start = prefix + width - (enc.input_ids.shape[1] - prefix)  # pad between prefix and request
@@ -587,10 +325,10 @@ class VLMPolicy:
             mask[row, :prefix] = 1
             mask[row, start:] = 1
         cache.batch_repeat_interleave(n)
-        out = self._generate(PolicyInputs(ids, tti, None), cache=cache, attention_mask=mask)
-        return [self._decode(out.sequences[row, prefix + width:]) for row in range(n)]
+        out = self.generate(Piece(ids, tti, None), cache=cache, attention_mask=mask)
+        return [self.encoder.decode(out.sequences[row, prefix + width:]) for row in range(n)]
 
-    def _prefill(self, enc: PolicyInputs, length: int):
+    def _prefill(self, enc: Piece, length: int):
         """Run the first ``length`` tokens (all images inside) and return their KV cache."""
         import torch
 
@@ -637,6 +375,10 @@ class VLMRevisionSession:
     Attributes:
         texts: raw text of the model turns so far.
         input_ids: ``(1, N)`` ids of the whole conversation so far (None before step 0).
+        token_type_ids: ``(1, N)`` their token types.
+        pixel_values: ``(1, 3, S, S)`` per observation, in conversation order.
+        answer_spans: ``[start, end)`` of each generated turn in ``input_ids`` (GRPO trains on
+            these tokens only); the first span's start is where the opening prompt ends.
     """
 
     def __init__(self, policy: VLMPolicy, instruction: Instruction, box: Box) -> None:
@@ -645,8 +387,9 @@ class VLMRevisionSession:
         self.box = box
         self.texts: list[str] = []
         self.input_ids = None
-        self._token_type_ids = None
-        self._pixels: list = []  # (1, 3, S, S) per observation, in conversation order
+        self.token_type_ids = None
+        self.pixel_values: list = []
+        self.answer_spans: list[tuple[int, int]] = []
         self._cache = None
 
     def step(self, state: RevisionState) -> str:
@@ -661,147 +404,26 @@ class VLMRevisionSession:
         p = self.policy
         if state.step != len(self.texts):
             raise PolicyError(f"revision step {state.step} out of order: {len(self.texts)} taken")
-        obs = observation_to_pil(state.observation)
-        if self.input_ids is None:
-            text = p.processor.apply_chat_template(
-                stage2_messages(self.instruction, self.box), add_generation_prompt=True,
-                tokenize=False)
-        else:
-            last = int(self.input_ids[0, -1])
-            text = stage2_followup_text(p._image_token, closes_model_turn=last != p._end_of_turn)
-        turn = p._encode(text, [obs])
+        closes = self.input_ids is not None and int(self.input_ids[0, -1]) != p.encoder.end_of_turn
+        turn = p.encoder.stage2_prompt(state.observation, self.instruction, self.box, len(self.texts),
+                                       closes_model_turn=closes).to(p.device, p.model.dtype)
         if self.input_ids is None:
             ids, tti = turn.input_ids, turn.token_type_ids
         else:
             ids = torch.cat([self.input_ids, turn.input_ids], dim=1)
-            tti = torch.cat([self._token_type_ids, turn.token_type_ids], dim=1)
-        self._pixels.append(turn.pixel_values)
-        enc = PolicyInputs(ids, tti, None)
+            tti = torch.cat([self.token_type_ids, turn.token_type_ids], dim=1)
+        self.pixel_values.append(turn.pixel_values)
+        enc = Piece(ids, tti, None)
         with p._adapter(REV_ADAPTER):
             if p.reuse_cache:
-                out = p._generate(enc, cache=self._cache, pixel_values=turn.pixel_values)
+                out = p.generate(enc, cache=self._cache, pixel_values=turn.pixel_values)
                 self._cache = out.cache
             else:
-                out = p._generate(enc, pixel_values=torch.cat(self._pixels, dim=0))
+                out = p.generate(enc, pixel_values=torch.cat(self.pixel_values, dim=0))
         new = out.sequences[:, ids.shape[1]:]
+        self.answer_spans.append((ids.shape[1], out.sequences.shape[1]))
         self.input_ids = out.sequences
-        self._token_type_ids = torch.cat([tti, torch.zeros_like(new)], dim=1)
-        text_out = p._decode(new[0])
+        self.token_type_ids = torch.cat([tti, torch.zeros_like(new)], dim=1)
+        text_out = p.encoder.decode(new[0])
         self.texts.append(text_out)
         return text_out
-
-
-# --- replay ---------------------------------------------------------------------------------
-
-
-class ScriptedPolicy:
-    """Replays given protocol text, as π_init and π_rev (both protocols).
-
-    Args:
-        stage1_texts: Stage 1 answers, returned in order, one per instruction asked (across
-            :meth:`stage1` and :meth:`stage1_many` calls).
-        revision_texts: one list of turn texts per revision session, in the order sessions
-            are started; session ``k`` returns ``revision_texts[k][t]`` at step ``t``.
-
-    When the script runs out: a revision session with no text left (or a session beyond the
-    given lists) returns a stop action (``format_stage2(Stage2Action(None))``), so a replayed
-    trace always terminates; Stage 1 raises :class:`ScriptExhausted`, because there is no
-    neutral Stage 1 answer to invent.
-    """
-
-    def __init__(self, stage1_texts: Sequence[str] = (),
-                 revision_texts: Sequence[Sequence[str]] = ()) -> None:
-        self._stage1 = list(stage1_texts)
-        self._revisions = [list(t) for t in revision_texts]
-        self._stage1_used = 0
-        self._sessions = 0
-        self.calls: list[tuple[str, Any]] = []  # ("stage1", instruction) / ("start", (instruction, box))
-
-    def stage1(self, image: np.ndarray, instruction: Instruction) -> str:
-        self.calls.append(("stage1", instruction))
-        if self._stage1_used >= len(self._stage1):
-            raise ScriptExhausted(f"script holds {len(self._stage1)} Stage 1 answer(s), all used")
-        text = self._stage1[self._stage1_used]
-        self._stage1_used += 1
-        return text
-
-    def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]:
-        return [self.stage1(image, i) for i in instructions]
-
-    def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> _ScriptedSession:
-        self.calls.append(("start", (instruction, tuple(box))))
-        k = self._sessions
-        self._sessions += 1
-        return _ScriptedSession(self._revisions[k] if k < len(self._revisions) else [])
-
-
-STOP_TEXT = format_stage2(Stage2Action(None))
-"""What a revision session returns when it has nothing scripted: a plain stop."""
-
-
-@dataclass
-class _ScriptedSession:
-    texts: list[str]
-    steps: list[int] = field(default_factory=list)
-
-    def step(self, state: RevisionState) -> str:
-        self.steps.append(state.step)
-        t = len(self.steps) - 1
-        return self.texts[t] if t < len(self.texts) else STOP_TEXT
-
-
-# --- the simulated user as π_rev -------------------------------------------------------------
-
-
-class OracleRevisionPolicy:
-    """The simulated user of Algorithm 1 (DESIGN §7) acting as a revision policy.
-
-    Each turn asks :meth:`monailabel_xflow.policy.oracle.OracleClicker.decide` for the ground-truth
-    component: stop once ``IoU(M, G) >= τ``, after ``T`` clicks, or when no admissible click is
-    left; otherwise click the deepest point of the missed (positive) or over-segmented
-    (negative) region. The decision is written with :func:`protocol.format_stage2`, with a short
-    ``<think>`` naming the reason.
-
-    Args:
-        gt_mask: ``(H, W)`` bool ground-truth component G, same shape as the masks it will see.
-        clicker: an ``OracleClicker`` (default: the paper's τ = 0.70, T = 4, 25 px guard).
-
-    Raises:
-        PolicyError: ``gt_mask`` is not 2-D.
-    """
-
-    def __init__(self, gt_mask: np.ndarray, clicker=None) -> None:
-        from monailabel_xflow.policy.oracle import OracleClicker
-
-        gt = np.asarray(gt_mask)
-        if gt.ndim != 2:
-            raise PolicyError(f"gt_mask must be (H, W), got shape {gt.shape}")
-        self.gt = gt.astype(bool)
-        self.clicker = clicker if clicker is not None else OracleClicker()
-
-    def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> _OracleSession:
-        return _OracleSession(self)
-
-
-_ORACLE_REASONS = {
-    "tau": "The mask follows the lesion.",
-    "T": "The click budget is spent.",
-    "no-click": "No click can improve the mask.",
-}
-
-
-@dataclass
-class _OracleSession:
-    policy: OracleRevisionPolicy
-
-    def step(self, state: RevisionState) -> str:
-        mask = np.asarray(state.mask, dtype=bool)
-        if mask.shape != self.policy.gt.shape:
-            raise PolicyError(f"mask shape {mask.shape} differs from the ground truth's "
-                              f"{self.policy.gt.shape}")
-        click, reason = self.policy.clicker.decide(mask, self.policy.gt, list(state.clicks))
-        if click is None:
-            return format_stage2(Stage2Action(None, _ORACLE_REASONS.get(reason, "")))
-        think = ("The mask misses part of the lesion." if click.positive
-                 else "The mask covers tissue outside the lesion.")
-        return format_stage2(Stage2Action(click, think))

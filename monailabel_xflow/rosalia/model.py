@@ -53,6 +53,7 @@ from torch.nn import functional as F
 from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN
 from monailabel_xflow.rosalia.templates import prompt_text, rosalia_answer
 from monailabel_xflow.segmenter.base import to_rgb01
+from monailabel_xflow.errors import InputError
 
 FORMAT = "rosalia"
 CONFIG_NAME = "rosalia.json"
@@ -67,7 +68,7 @@ IGNORE_INDEX = -100
 CE_WEIGHT, BCE_WEIGHT, DICE_WEIGHT = 0.5, 5.0, 1.0
 
 
-class RosaliaError(ValueError):
+class RosaliaError(InputError):
     """A folder that is not a ROSALIA model, or input the model cannot use."""
 
 

@@ -23,6 +23,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, GeometryError
+from monailabel_xflow.errors import InputError
 
 
 POSITIVE_LABEL = 1
@@ -38,7 +39,7 @@ PAD_LABEL = -10
 
 
 
-class SegmenterInputError(ValueError):
+class SegmenterInputError(InputError):
     """An image, prompt or previous-logits array the segmenter cannot use (says which and why)."""
 
 

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
+from monailabel_xflow.errors import UnavailableError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
-class Sam3CheckpointError(RuntimeError):
+class Sam3CheckpointError(UnavailableError):
     """An official checkpoint that cannot fill the model (missing or mis-shaped tensors)."""
 
 

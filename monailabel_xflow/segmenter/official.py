@@ -36,13 +36,14 @@ from monailabel_xflow.segmenter.base import (
     to_rgb01,
 )
 from monailabel_xflow.weights import weights_tag
+from monailabel_xflow.errors import UnavailableError
 
 logger = logging.getLogger(__name__)
 
 _NOT_A_POINT = -1  # the official prompt encoder's padding label
 
 
-class Sam3BackendUnavailable(RuntimeError):
+class Sam3BackendUnavailable(UnavailableError):
     """The official backend cannot run here (no CUDA device, or the ``sam3`` package missing)."""
 
 

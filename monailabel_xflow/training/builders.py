@@ -200,10 +200,11 @@ def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segment
                              gt_mask=_save_png(out_dir / "masks" / f"{case.case_id}_c{k}.png", comp)))
         return rows
     from monailabel_xflow.rendering import render_observation
+    from monailabel_xflow.workflow.revision import oracle_trajectory
 
     segmenter.set_image(image)
     for k, comp in enumerate(comps):
-        traj = clicker.run(segmenter, comp, rng=rng, component_id=k)
+        traj = oracle_trajectory(segmenter, comp, clicker, rng, component_id=k)
         if traj.discarded:  # the reason's figures vary per case; count by kind
             report.reject("trajectory discarded (no IoU gain)")
             continue

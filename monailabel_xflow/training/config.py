@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from monailabel_xflow.errors import InputError
 
 C = TypeVar("C")
 
@@ -104,7 +105,7 @@ DEFAULTS: dict[str, Any] = {
 """Trainer name -> factory of its default config."""
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config file or override that does not fit the trainer's fields."""
 
 

@@ -134,9 +134,6 @@ class _Rollout:
         policy.adapters = frozenset()
         return policy
 
-    def pixels(self, images: list) -> Any:
-        return self.processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
-
     def __call__(self, prompts: list, trainer) -> dict[str, Any]:
         import torch
 
@@ -170,7 +167,7 @@ class InitRollout(_Rollout):
 
         image, _ = load_cxr(row["image_path"])
         enc = policy.stage1_inputs(image, parse_instruction(row["instruction"]))
-        out = policy._generate(enc, pixel_values=enc.pixel_values)
+        out = policy.generate(enc, pixel_values=enc.pixel_values)
         n = enc.input_ids.shape[1]
         completion = out.sequences[0, n:].tolist()
         return {
@@ -196,14 +193,12 @@ class RevisionRollout(_Rollout):
         self.max_clicks = max_clicks
 
     def episode(self, policy, row: dict[str, Any]) -> dict[str, Any]:
+        import torch
         from PIL import Image
 
-        from monailabel_xflow.geometry import grow_box
         from monailabel_xflow.instructions import parse_instruction
-        from monailabel_xflow.policy.vlm import RevisionState, stage2_followup_text, stage2_messages
-        from monailabel_xflow.policy.protocol import ProtocolError, parse_stage2
-        from monailabel_xflow.rendering import render_observation
         from monailabel_xflow.transforms import load_cxr
+        from monailabel_xflow.workflow.revision import revise_mask
 
         image, _ = load_cxr(row["image_path"])
         with Image.open(row["gt_mask"]) as im:
@@ -212,61 +207,28 @@ class RevisionRollout(_Rollout):
         box = tuple(float(v) for v in row["start_box"])
         self.segmenter.set_image(image)
         res = self.segmenter.predict([box])
-        mask, previous = np.asarray(res.masks[0], bool), res.low_res_logits[0:1]
-        first = mask.copy()
+        first = np.asarray(res.masks[0], bool)
         session = policy.start(image, instruction, box)
-        clicks, texts, observations = [], [], []
-        spans: list[tuple[int, int]] = []  # [start, end) of each generated turn in the full ids
-        prompt_len, tti = None, []
-        for t in range(self.max_clicks):
-            obs = render_observation(image, mask, clicks)
-            observations.append(Image.fromarray(obs))
-            before = 0 if session.input_ids is None else session.input_ids.shape[1]
-            if session.input_ids is None:
-                # the same text VLMRevisionSession renders for turn 0 (to know where the prompt ends)
-                text0 = self.processor.apply_chat_template(stage2_messages(instruction, box),
-                                                           add_generation_prompt=True, tokenize=False)
-                turn = self.processor(text=text0, images=[observations[-1]], return_tensors="pt",
-                                      add_special_tokens=False)
-                prompt_len = turn["input_ids"].shape[1]
-            else:
-                closes = int(session.input_ids[0, -1]) != policy._end_of_turn
-                turn = self.processor(text=stage2_followup_text(policy._image_token, closes),
-                                      images=[observations[-1]], return_tensors="pt", add_special_tokens=False)
-            tti += turn["token_type_ids"][0].tolist()
-            raw = session.step(RevisionState(image, instruction, box, mask, list(clicks), obs, t))
-            texts.append(raw)
-            start = before + turn["input_ids"].shape[1]
-            end = session.input_ids.shape[1]
-            spans.append((start, end))
-            tti += [0] * (end - start)
-            try:  # read the answer as the workflow does: any readable click is executed
-                click = parse_stage2(raw).value.click
-            except ProtocolError:
-                click = None
-            if click is None:  # stop, or no readable action (the workflow stops there too)
-                break
-            box = grow_box(box, click)
-            clicks.append(click)
-            res = self.segmenter.predict([box], clicks=[list(clicks)], previous=previous)
-            mask, previous = np.asarray(res.masks[0], bool), res.low_res_logits[0:1]
+        # the workflow's own Stage 2 loop (pruning included), the session recording its tokens
+        run = revise_mask(self.segmenter, session, image, instruction, box, first, res.low_res_logits[0:1],
+                          budget=self.max_clicks)
         ids = session.input_ids[0].tolist()
+        tti = session.token_type_ids[0].tolist()
+        prompt_len = session.answer_spans[0][0]
         env_mask = [0] * (len(ids) - prompt_len)
-        for start, end in spans:
+        for start, end in session.answer_spans:
             for k in range(start, end):
                 env_mask[k - prompt_len] = 1
-        if len(tti) != len(ids):
-            raise RuntimeError(f"token types cover {len(tti)} of {len(ids)} tokens")
         return {
             "prompt_ids": ids[:prompt_len],
             "completion_ids": ids[prompt_len:],
             "env_mask": env_mask,
-            "pixel_values": self.pixels(observations).float(),
+            "pixel_values": torch.cat(session.pixel_values, dim=0).float().cpu(),
             "prompt_tti": tti[:prompt_len],
             "completion_tti": tti[prompt_len:],
-            "turn_texts": texts,
+            "turn_texts": list(session.texts),
             "first_mask": first,
-            "final_mask": mask,
+            "final_mask": run.mask,
             "gt": gt,
         }
 

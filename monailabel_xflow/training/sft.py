@@ -54,6 +54,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from monailabel_xflow.training.config import ConfigError, PolicySFTConfig, to_dict
+from monailabel_xflow.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ STAGE_COLUMNS = {
 }
 
 
-class SFTDataError(ValueError):
+class SFTDataError(InputError):
     """A training set that does not have the rows its trainer needs (names what is missing)."""
 
 
@@ -111,7 +112,7 @@ def check_columns(rows, needed: Sequence[str], trainer: str) -> None:
 
 def policy_image(path: str | Path):
     """The radiograph as the policy sees it at inference: ``load_cxr`` then 8-bit grey RGB PIL."""
-    from monailabel_xflow.policy.vlm import image_to_pil  # one conversion for training and inference
+    from monailabel_xflow.policy.conversation import image_to_pil  # one conversion for training and inference
     from monailabel_xflow.transforms import load_cxr
 
     image, _ = load_cxr(path)
@@ -147,72 +148,44 @@ class PolicyExampleEncoder:
     aux_side: int | None = None
 
     def __post_init__(self) -> None:
+        from monailabel_xflow.policy.conversation import ConversationEncoder
+
         if self.stage not in STAGE_COLUMNS:
             raise ValueError(f"unknown SFT stage {self.stage!r}; one of {sorted(STAGE_COLUMNS)}")
-        tok = self.processor.tokenizer
-        self.end_of_turn = tok.convert_tokens_to_ids("<end_of_turn>")
-        if self.end_of_turn is None or self.end_of_turn == tok.unk_token_id:
-            raise ValueError("the tokenizer has no <end_of_turn> token (not a Gemma3 chat tokenizer)")
-        # the image placeholder VLMPolicy puts in follow-up turns (Gemma3: <start_of_image>)
-        self.image_token = getattr(self.processor, "image_token", None) or "<start_of_image>"
+        self.conversation = ConversationEncoder(self.processor)
 
-    # segments ---------------------------------------------------------------------------------
-
-    def _prompt(self, text: str, images: list) -> tuple[Any, Any, Any]:
-        import torch
-
-        enc = self.processor(text=text, images=images, return_tensors="pt", add_special_tokens=False)
-        ids = enc["input_ids"][0]
-        tti = enc.get("token_type_ids")
-        tti = torch.zeros_like(ids) if tti is None else tti[0]
-        return ids, tti, enc["pixel_values"]
-
-    def _answer(self, target: str):
-        import torch
-
-        ids = self.processor.tokenizer(target, add_special_tokens=False)["input_ids"]
-        return torch.tensor(list(ids) + [self.end_of_turn], dtype=torch.long)
-
-    def segments(self, row: dict[str, Any]) -> list[tuple[str, Any]]:
-        """The conversation as ``[("prompt", (text, [PIL])), ("answer", text), ...]``."""
+    def pieces(self, row: dict[str, Any]) -> list[tuple[bool, Any]]:
+        """The conversation as ``[(is_answer, Piece), ...]``, encoded by the policies' own
+        :class:`~monailabel_xflow.policy.conversation.ConversationEncoder`."""
         from monailabel_xflow.instructions import parse_instruction
-        from monailabel_xflow.policy.vlm import stage1_messages, stage2_followup_text, stage2_messages
 
         instruction = parse_instruction(row["instruction"])
-        chat = self.processor.apply_chat_template
+        enc = self.conversation
         if self.stage == "init-sft":
-            text = chat(stage1_messages(instruction), add_generation_prompt=True, tokenize=False)
-            return [("prompt", (text, [policy_image(row["image"])])), ("answer", row["target"])]
+            return [(False, enc.stage1_prompt(policy_image(row["image"]), instruction)),
+                    (True, enc.answer(row["target"]))]
         observations, targets = list(row["observations"]), list(row["targets"])
         if len(observations) != len(targets) or not targets:
             raise SFTDataError(f"row {row.get('case_id')}: {len(observations)} observations for "
                                f"{len(targets)} targets (need one per turn, at least one)")
         box = tuple(float(v) for v in row["box"])
-        out: list[tuple[str, Any]] = []
+        out: list[tuple[bool, Any]] = []
         for t, (obs, target) in enumerate(zip(observations, targets)):
-            if t == 0:
-                text = chat(stage2_messages(instruction, box), add_generation_prompt=True, tokenize=False)
-            else:  # the previous answer ended with <end_of_turn>, as the encoded target does
-                text = stage2_followup_text(self.image_token, closes_model_turn=False)
-            out += [("prompt", (text, [observation_image(obs)])), ("answer", target)]
+            # every training answer ends with <end_of_turn>, so no follow-up needs to close one
+            out += [(False, enc.stage2_prompt(observation_image(obs), instruction, box, t)), (True, enc.answer(target))]
         return out
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         ids, labels, types, pixels = [], [], [], []
-        for kind, value in self.segments(row):
-            if kind == "prompt":
-                seg, tti, pix = self._prompt(*value)
-                ids.append(seg)
-                labels.append(torch.full_like(seg, -100))
-                types.append(tti)
-                pixels.append(pix)
-            else:
-                seg = self._answer(value)
-                ids.append(seg)
-                labels.append(seg.clone())
-                types.append(torch.zeros_like(seg))
+        for is_answer, piece in self.pieces(row):
+            seg = piece.input_ids[0]
+            ids.append(seg)
+            labels.append(seg.clone() if is_answer else torch.full_like(seg, -100))
+            types.append(piece.token_type_ids[0])
+            if piece.pixel_values is not None:
+                pixels.append(piece.pixel_values)
         out = {
             "input_ids": torch.cat(ids),
             "labels": torch.cat(labels),

@@ -65,6 +65,7 @@ from typing import Any, Mapping
 
 from monailabel_xflow.segmenter.loading import BACKENDS
 from monailabel_xflow.weights import is_hub_id, split_hub_id
+from monailabel_xflow.errors import UnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ ENV_NO_DEMO = "XFLOW_NO_DEMO"
 """Environment variable that, set to a non-empty value other than ``0``, disables the demo fallback."""
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(UnavailableError, ValueError):
     """The configuration is incomplete or names weights that are not available locally.
 
     The message says what to configure (which field / environment variable) or which command

@@ -69,6 +69,7 @@ import numpy as np
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Box, Click
 from monailabel_xflow.policy.protocol import BoxRef
+from monailabel_xflow.errors import InputError
 
 SCHEMA = "xflow-trace/1"
 """Version string written in every trace; bumped on any incompatible change."""
@@ -77,7 +78,7 @@ ACTIONS = ("click", "stop", "malformed")
 ENDS = ("stop", "max_clicks", "malformed", "not_revised")
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace dict that does not follow the schema (unknown version, missing or bad field)."""
 
 

@@ -57,9 +57,11 @@ import numpy as np
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import Box, Click, GeometryError, grow_box, make_box, mask_to_box
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
-from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1, parse_stage2
+from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
+from monailabel_xflow.workflow.revision import finite_or_none, revise_mask
 from monailabel_xflow.workflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
+from monailabel_xflow.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from monailabel_xflow.workflow.model_config import ModelConfig
@@ -73,7 +75,7 @@ MAX_ZONES_PER_LUNG = 2
 """A lung with more zones than this involved is named as the whole lung."""
 
 
-class XFlowError(ValueError):
+class WorkflowError(InputError):
     """Bad input to the workflow: an image that is not ``(H, W)`` in ``[0, 1]``, bad clicks."""
 
 
@@ -206,7 +208,7 @@ class XFlow:
             ``stage2`` (all revision turns), ``total``.
 
         Raises:
-            XFlowError: bad image. InstructionError: text that is not one instruction.
+            WorkflowError: bad image. InstructionError: text that is not one instruction.
         """
         instr = _as_instruction(instruction)
         image = _check_image(image)
@@ -285,7 +287,7 @@ class XFlow:
             box: normalised xyxy box, or None.
 
         Raises:
-            XFlowError: bad image, mask of another size, a click outside the image, or nothing
+            WorkflowError: bad image, mask of another size, a click outside the image, or nothing
                 to start from (no box, no mask and no click).
         """
         image = _check_image(image)
@@ -294,17 +296,17 @@ class XFlow:
             try:
                 b = make_box(*box)
             except (GeometryError, TypeError) as err:
-                raise XFlowError(f"bad box {box!r}: {err}") from err
+                raise WorkflowError(f"bad box {box!r}: {err}") from err
         elif previous_mask is not None and np.asarray(previous_mask).any():
             previous_mask = np.asarray(previous_mask)
             if previous_mask.shape != image.shape:
-                raise XFlowError(f"previous_mask is {previous_mask.shape}, the image {image.shape}")
+                raise WorkflowError(f"previous_mask is {previous_mask.shape}, the image {image.shape}")
             b = mask_to_box(previous_mask)  # type: ignore[assignment]
         elif clicks:
             xs, ys = [c.x for c in clicks], [c.y for c in clicks]
             b = make_box(min(xs), min(ys), max(xs), max(ys))
         else:
-            raise XFlowError("nothing to revise: give clicks, a previous mask or a box")
+            raise WorkflowError("nothing to revise: give clicks, a previous mask or a box")
         for c in clicks:
             b = grow_box(b, c)
         fork = getattr(self.segmenter, "fork", None)
@@ -381,97 +383,29 @@ class XFlow:
         budget: int,
         policy: Any | None,
     ) -> tuple[LesionRecord, np.ndarray]:
-        """Stage 2 for one lesion box: at most ``budget`` clicks, each re-running F_seg."""
+        """Stage 2 for one lesion box (:func:`~.revision.revise_mask`), recorded for the trace."""
         mask = np.asarray(mask0, dtype=bool)
-        iou = _finite_or_none(iou0)
+        iou = finite_or_none(iou0)
         record = LesionRecord(index=index, label=ref.label, box=ref.box, initial_mask=rle.encode(mask), initial_iou=iou)
-        box, previous, clicks = ref.box, low_res0, []
         if policy is None:
-            record.end = "not_revised"
-        else:
-            from monailabel_xflow import rendering
-            from monailabel_xflow.policy.vlm import RevisionState
-
-            session = policy.start(image, instr, ref.box)
-            record.end = "max_clicks"
-            for t in range(1, budget + 1):
-                tick = time.perf_counter()
-                state = RevisionState(
-                    image=image,
-                    instruction=instr,
-                    box=box,
-                    mask=mask,
-                    clicks=list(clicks),
-                    observation=rendering.render_observation(image, mask, list(clicks)),
-                    step=t - 1,
-                )
-                raw = session.step(state)
-                click, problems = _read_stage2(raw)
-                if click is None:
-                    action = "malformed" if _no_action(problems) or not isinstance(raw, str) else "stop"
-                    record.steps.append(RevisionStep(step=t, raw=_text(raw), action=action, box=box, problems=problems,
-                                                     seconds=time.perf_counter() - tick))
-                    record.end = action
-                    break
-                grown = grow_box(box, click)
-                clicks.append(click)
-                res = self.segmenter.predict([grown], clicks=[list(clicks)], previous=previous)
-                box_grown = tuple(grown) != tuple(box)
-                revised = np.asarray(res.masks[0], dtype=bool)
-                if self.prune_revisions:
-                    revised = keep_connected_to(revised, mask, click)
-                box, mask, previous = grown, revised, res.low_res_logits[0:1]
-                iou = _finite_or_none(res.iou[0])
-                record.steps.append(RevisionStep(
-                    step=t, raw=raw, action="click", click=click, box=box, box_grown=box_grown,
-                    mask=rle.encode(mask), iou=iou, problems=problems, seconds=time.perf_counter() - tick,
-                ))
-        record.box_final = box
-        record.mask = rle.encode(mask)
-        record.iou = iou
-        return record, mask
+            record.end, record.box_final, record.mask, record.iou = "not_revised", ref.box, rle.encode(mask), iou
+            return record, mask
+        run = revise_mask(self.segmenter, policy.start(image, instr, ref.box), image, instr, ref.box, mask, low_res0,
+                          budget=budget, iou=iou, prune=self.prune_revisions)
+        for turn in run.turns:
+            clicked = turn.action == "click"
+            record.steps.append(RevisionStep(
+                step=turn.step, raw=turn.raw if clicked else _text(turn.raw), action=turn.action, click=turn.click,
+                box=turn.box, box_grown=turn.box_grown, mask=rle.encode(turn.mask) if clicked else None,
+                iou=turn.iou, problems=turn.problems, seconds=turn.seconds))
+        record.end = run.end
+        record.box_final = run.box
+        record.mask = rle.encode(run.mask)
+        record.iou = run.iou
+        return record, run.mask
 
 
 # --- reading the policies ---------------------------------------------------------------------
-
-def keep_connected_to(revised: np.ndarray, previous: np.ndarray, click: Click) -> np.ndarray:
-    """A click revises the lesion it was made on: the components of the revised mask that touch
-    neither the previous mask nor a positive click's pixel are dropped (Stage 2 rule).
-
-    F_seg answers a click with the whole mask again, and on the phantom demo those re-predictions
-    sprouted small disconnected blobs far from the click (Stage 2 raised specks per mask from 0.68
-    to 0.77 while the oracle's clicks raised them to 1.05). A positive click on a missed, separate
-    part of the lesion keeps the component under it; a negative click can only remove.
-
-    Args:
-        revised: ``(H, W)`` bool mask F_seg returned for the click.
-        previous: ``(H, W)`` bool mask before the click.
-        click: the click (normalised point).
-
-    Returns:
-        ``(H, W)`` bool: ``revised`` without the components (8-connectivity) that overlap
-        neither ``previous`` nor the positive click's pixel; ``revised`` unchanged when nothing
-        would remain (a mask that moved entirely is F_seg's answer, not noise).
-    """
-    from scipy import ndimage
-
-    from monailabel_xflow.geometry import point_to_pixel
-
-    labels, n = ndimage.label(revised, structure=np.ones((3, 3), bool))
-    if n <= 1:
-        return revised
-    anchor = np.asarray(previous, bool) & revised
-    if click.positive:
-        r, c = point_to_pixel(click.x, click.y, revised.shape)
-        r, c = min(r, revised.shape[0] - 1), min(c, revised.shape[1] - 1)
-        anchor = anchor.copy()
-        anchor[r, c] = anchor[r, c] or bool(revised[r, c])
-    kept = np.unique(labels[anchor])
-    kept = kept[kept > 0]
-    if kept.size == 0:
-        return revised
-    return np.isin(labels, kept)
-
 
 def _read_stage1(text: Any, instr: Instruction, warnings: list[str]) -> tuple[Stage1Record, bool]:
     """Parse π_init's text into a trace record and the presence decision (module docstring)."""
@@ -500,18 +434,6 @@ def _read_stage1(text: Any, instr: Instruction, warnings: list[str]) -> tuple[St
     if off_target and instr.kind != "lesion_inference":
         warnings.append(f"lesion box label(s) {off_target} differ from the asked {instr.finding!r}; segmented anyway")
     return record, bool(out.present)
-
-
-def _read_stage2(raw: Any) -> tuple[Click | None, list[str]]:
-    try:
-        parsed = parse_stage2(raw)
-    except ProtocolError as err:
-        return None, [str(err)]
-    return parsed.value.click, list(parsed.problems)
-
-
-def _no_action(problems: list[str]) -> bool:
-    return any("no readable action" in p for p in problems)
 
 
 # --- answers --------------------------------------------------------------------------------
@@ -580,7 +502,7 @@ def locate_regions(mask: np.ndarray, lungs: Sequence[BoxRef], finding: str) -> t
         return (HEART,)
     rows, cols = np.nonzero(mask)
     if rows.size == 0:
-        raise XFlowError("cannot locate an empty mask")
+        raise WorkflowError("cannot locate an empty mask")
     h, w = mask.shape
     xs, ys = (cols + 0.5) / w, (rows + 0.5) / h
     boxes = {}
@@ -645,15 +567,15 @@ def _as_instruction(instruction: Instruction | str) -> Instruction:
 def _check_image(image: Any) -> np.ndarray:
     arr = np.asarray(image)
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise XFlowError(f"image must be a 2-D (H, W) array, got shape {arr.shape}")
+        raise WorkflowError(f"image must be a 2-D (H, W) array, got shape {arr.shape}")
     if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise XFlowError(f"image must be real-valued, got dtype {arr.dtype}")
+        raise WorkflowError(f"image must be real-valued, got dtype {arr.dtype}")
     arr = arr.astype(np.float32, copy=False)
     if not np.isfinite(arr).all():
-        raise XFlowError("image holds NaN or infinite values")
+        raise WorkflowError("image holds NaN or infinite values")
     lo, hi = float(arr.min()), float(arr.max())
     if lo < 0.0 or hi > 1.0:
-        raise XFlowError(f"image values must lie in [0, 1] (transforms.load_cxr output), got [{lo:.3g}, {hi:.3g}]")
+        raise WorkflowError(f"image values must lie in [0, 1] (transforms.load_cxr output), got [{lo:.3g}, {hi:.3g}]")
     return arr
 
 
@@ -662,9 +584,9 @@ def _check_click(c: Any) -> Click:
         positive, x, y = c
         click = Click(bool(positive), float(x), float(y))
     except (TypeError, ValueError) as err:
-        raise XFlowError(f"a click is (positive, x, y), got {c!r}") from err
+        raise WorkflowError(f"a click is (positive, x, y), got {c!r}") from err
     if not (math.isfinite(click.x) and math.isfinite(click.y) and 0 <= click.x <= 1 and 0 <= click.y <= 1):
-        raise XFlowError(f"click {c!r} lies outside the image (normalised coordinates in [0, 1])")
+        raise WorkflowError(f"click {c!r} lies outside the image (normalised coordinates in [0, 1])")
     return click
 
 
@@ -672,22 +594,14 @@ def _check_budget(max_clicks: Any) -> int:
     try:
         value = int(max_clicks)
     except (TypeError, ValueError) as err:
-        raise XFlowError(f"max_clicks must be an integer, got {max_clicks!r}") from err
+        raise WorkflowError(f"max_clicks must be an integer, got {max_clicks!r}") from err
     if value < 0 or value != max_clicks:
-        raise XFlowError(f"max_clicks must be a non-negative integer, got {max_clicks!r}")
+        raise WorkflowError(f"max_clicks must be a non-negative integer, got {max_clicks!r}")
     return value
-
-
-def _finite_or_none(v: Any) -> float | None:
-    try:
-        f = float(np.asarray(v).reshape(-1)[0])
-    except (TypeError, ValueError, IndexError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _text(raw: Any) -> str:
     return raw if isinstance(raw, str) else repr(raw)
 
 
-__all__ = ["XFlow", "XFlowResult", "RevisionResult", "XFlowError", "locate_regions", "infer_lesion_type"]
+__all__ = ["XFlow", "XFlowResult", "RevisionResult", "WorkflowError", "locate_regions", "infer_lesion_type"]

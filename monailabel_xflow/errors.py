@@ -1,0 +1,66 @@
+"""The one error tree of the package: every error class raised on purpose derives from
+:class:`XFlowError`, through one of the bases below, and the base says what it means to a user.
+The app answers HTTP by base class (:mod:`monailabel_xflow.app.errors`); the command line exits
+with status 2 on any :class:`InputError`.
+
+==========================  ======  ===================================================
+base                        HTTP    meaning
+==========================  ======  ===================================================
+:class:`InputError`         422     input that is readable but wrong: a bad parameter, an
+                                    unsupported finding, a click outside the image
+:class:`BadRequestError`    400     input that cannot be read at all: a corrupt or
+                                    non-image file, a lateral view, an id that could name
+                                    a path
+:class:`NotFoundError`      404     an id that names nothing
+:class:`TooLargeError`      413     a body or parameter over its documented limit
+:class:`UnavailableError`   503     the models are not configured or cannot be loaded now
+==========================  ======  ===================================================
+
+A plain :class:`XFlowError` (neither input nor availability) is a failure of the package itself.
+Input errors are also ``ValueError``s and availability errors ``RuntimeError``s, so code that
+catches the built-in types keeps working.
+"""
+
+from __future__ import annotations
+
+
+class XFlowError(Exception):
+    """Base of every error the package raises on purpose."""
+
+
+class InputError(XFlowError, ValueError):
+    """Readable but wrong input (HTTP 422)."""
+
+
+class BadRequestError(InputError):
+    """Input that cannot be read or must not be read (HTTP 400)."""
+
+
+class NotFoundError(InputError, LookupError):
+    """An id that names nothing (HTTP 404)."""
+
+
+class TooLargeError(InputError):
+    """A body or parameter over its documented size limit (HTTP 413)."""
+
+
+class UnavailableError(XFlowError, RuntimeError):
+    """Models not configured or not loadable right now (HTTP 503)."""
+
+
+HTTP_STATUS: dict[type[XFlowError], int] = {
+    BadRequestError: 400,
+    NotFoundError: 404,
+    TooLargeError: 413,
+    InputError: 422,
+    UnavailableError: 503,
+}
+"""HTTP status of each base; an error takes the status of the first base in its MRO listed here."""
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of an error of the tree, or None (not an error the package documents)."""
+    for cls in type(exc).__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    return None
