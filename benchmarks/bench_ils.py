@@ -25,10 +25,10 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 from pathlib import Path  # noqa: E402
 
+from monailabel_xflow.data.export import export_set  # noqa: E402
 from monailabel_xflow.ils import masks as alg  # noqa: E402
 from monailabel_xflow.ils.phantom_truth import truth_inputs  # noqa: E402
 from monailabel_xflow.ils.pipeline import PipelineConfig, _stages_for, analyse_study, process_study  # noqa: E402
-from monailabel_xflow.data.export import export_set  # noqa: E402
 
 TARGET = 377_000
 STAGES = ("structure", "read", "anatomy", "healthy", "locations", "detector", "algorithm1", "pairs", "write")
@@ -48,8 +48,8 @@ def main() -> None:
         inputs = truth_inputs(root)
         timings: dict[str, float] = {}
         try:  # the report side: choosing the section and structuring it (medspaCy rules)
-            from monailabel_xflow.ils.report import choose_section, structure_section
             from monailabel_xflow.data.mimic_ils import read_reports_csv
+            from monailabel_xflow.ils.report import choose_section, structure_section
 
             texts = [r["report"] for r in read_reports_csv(root / "reports.csv")]
             structure_section(choose_section(texts[0]).text)  # warm-up: builds the medspaCy pipelines

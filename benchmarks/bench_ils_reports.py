@@ -28,9 +28,9 @@ MIMIC_REPORTS = 377_110  # MIMIC-CXR v2 images; one report per study, fewer stud
 
 
 def _reports(n: int) -> list[str]:
-    from monailabel_xflow.data.phantom_reports import phantom_report
-    from monailabel_xflow.data.phantom import generate_phantom
     from monailabel_xflow.data.export import scheduled_findings
+    from monailabel_xflow.data.phantom import generate_phantom
+    from monailabel_xflow.data.phantom_reports import phantom_report
 
     # 16 small phantoms, many reports each (the text draw is what varies)
     phantoms = [generate_phantom(i, 128, findings=scheduled_findings(i, np.random.default_rng(i))) for i in range(16)]

@@ -19,11 +19,11 @@ import time
 import numpy as np
 from scipy.ndimage import distance_transform_edt
 
-from monailabel_xflow.policy.oracle import OracleClicker
-from monailabel_xflow.workflow.revision import simulate_trajectories
-from monailabel_xflow.geometry import connected_components
 from monailabel_xflow.data.phantom import generate_phantom
+from monailabel_xflow.geometry import connected_components
+from monailabel_xflow.policy.oracle import OracleClicker
 from monailabel_xflow.testing import ScriptedSegmenter, disk
+from monailabel_xflow.workflow.revision import simulate_trajectories
 
 FINDINGS = ("pneumonia", "effusion", "atelectasis", "opacity", "consolidation", "edema")
 

@@ -87,8 +87,8 @@ def main() -> None:
 
     import torch
 
-    from monailabel_xflow.policy.configs import build_random_vlm
     from monailabel_xflow.instructions import Instruction, all_findings
+    from monailabel_xflow.policy.configs import build_random_vlm
     from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
 
     torch.set_num_threads(args.threads)

@@ -57,10 +57,11 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR, demo_config
+    from monailabel_xflow.transforms import load_cxr
+
     from monailabel_xflow.rosalia.configs import build_random_rosalia
     from monailabel_xflow.rosalia.predictor import RosaliaPredictor
-    from monailabel_xflow.transforms import load_cxr
+    from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR, demo_config
     from monailabel_xflow.workflow.xflow import XFlow
 
     config = demo_config()

@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from monailabel_xflow.segmenter.cache import EmbeddingCache
     from monailabel_xflow.geometry import Click, grow_box
+    from monailabel_xflow.segmenter.cache import EmbeddingCache
     from monailabel_xflow.segmenter.configs import build_sam3_tracker
     from monailabel_xflow.segmenter.sam3 import Sam3Segmenter
 

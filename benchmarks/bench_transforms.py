@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from monailabel_xflow.transforms import load_cxr, save_nifti_2d
 
 SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "cxr-samples"

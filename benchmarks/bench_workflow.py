@@ -107,17 +107,18 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from monailabel_xflow.policy.configs import build_random_vlm
+    from monailabel_xflow.transforms import load_cxr
+
     from monailabel_xflow.geometry import Click, grow_box
     from monailabel_xflow.instructions import all_findings, parse_instruction
-    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
-    from monailabel_xflow.testing import ScriptedPolicy
     from monailabel_xflow.policy.base import RevisionState
+    from monailabel_xflow.policy.configs import build_random_vlm
     from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, format_stage1
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.rendering import render_observation
     from monailabel_xflow.segmenter.configs import build_random_sam3
     from monailabel_xflow.segmenter.loading import load_segmenter
-    from monailabel_xflow.transforms import load_cxr
+    from monailabel_xflow.testing import ScriptedPolicy
     from monailabel_xflow.workflow.xflow import XFlow
 
     table = Table()

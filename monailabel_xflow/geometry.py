@@ -20,6 +20,7 @@ import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
+
 from monailabel_xflow.errors import InputError
 
 TEXT_SCALE = 1000

@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.vocabulary import (
     ALL_ZONES,
     FINDINGS,
@@ -46,7 +47,6 @@ from monailabel_xflow.vocabulary import (
     join_regions,
     lung_of,
 )
-from monailabel_xflow.errors import InputError
 
 MAX_INSTRUCTION_CHARS = 300
 """Longest free-text instruction accepted (the canonical ones are under 80 characters)."""

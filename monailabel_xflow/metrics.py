@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from monailabel_xflow.vocabulary import LEVELS
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.vocabulary import LEVELS
 
 __all__ = [
     "CONNECTIVITY",

@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from monailabel_xflow.geometry import Click, box_to_pixels, point_to_pixel
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.geometry import Click, box_to_pixels, point_to_pixel
 
 PALETTE: tuple[tuple[int, int, int], ...] = (
     (255, 64, 64), (64, 160, 255), (255, 200, 0), (0, 220, 120),

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
 from monailabel_xflow.errors import InputError
 
 __all__ = ["RLEError", "encode", "decode", "encode_counts", "decode_counts", "area", "validate"]

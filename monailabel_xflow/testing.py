@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_mask, point_to_pixel
-from monailabel_xflow.segmenter.base import SegmentationResult
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.base import PolicyError, RevisionState
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
+from monailabel_xflow.segmenter.base import SegmentationResult
 
 __all__ = [
     "PredictCall",

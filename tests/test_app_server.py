@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
-
 from servers import build_tiny_models, monailabel_server
 
 pytestmark = pytest.mark.timeout(1200)
@@ -45,8 +44,9 @@ def app(tmp_path_factory, cxr_samples):
 
 def expected_revision(app, image_id: str, clicks):
     """The segmenter's answer to the same clicks, computed here from the same weights."""
-    from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.transforms.loading import load_cxr
+
+    from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.workflow.xflow import XFlow
 
     if not hasattr(app, "flow"):

@@ -18,13 +18,12 @@ import pytest
 from PIL import Image
 
 from monailabel_xflow import rle
-from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to_box, pixel_to_point
-from monailabel_xflow.instructions import Instruction, InstructionError
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import LabelError, RequestError, http_errors, status_of
-from monailabel_xflow.testing import ScriptedPolicy
+from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to_box, pixel_to_point
+from monailabel_xflow.instructions import Instruction, InstructionError
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
-from monailabel_xflow.testing import ScriptedSegmenter, ellipse
+from monailabel_xflow.testing import ScriptedPolicy, ScriptedSegmenter, ellipse
 from monailabel_xflow.vocabulary import FINDINGS
 from monailabel_xflow.workflow.xflow import XFlow
 
@@ -116,7 +115,6 @@ def test_infer_absent_finding_returns_empty_label_and_says_so(png):
 
 def test_infer_on_nifti_keeps_the_image_affine(tmp_path):
     import nibabel as nib
-
     from monailabel_xflow.transforms.loading import save_nifti_2d
 
     rng = np.random.default_rng(1)
@@ -230,11 +228,11 @@ def test_read_label_refuses_wrong_size_and_values(png, tmp_path):
 
 def test_error_mapping_is_one_table():
     from monailabel.interfaces.exception import ImageNotFoundException
-
-    from monailabel_xflow.geometry import GeometryError
-    from monailabel_xflow.app.errors import ImageNotFoundError, ModelsNotConfiguredError
-    from monailabel_xflow.workflow.model_config import ModelConfigError
     from monailabel_xflow.transforms.loading import CXRLoadError
+
+    from monailabel_xflow.app.errors import ImageNotFoundError, ModelsNotConfiguredError
+    from monailabel_xflow.geometry import GeometryError
+    from monailabel_xflow.workflow.model_config import ModelConfigError
 
     cases = {InstructionError("x"): 422, GeometryError("x"): 422, CXRLoadError("f", "x"): 400,
              ModelConfigError("x"): 503, ModelsNotConfiguredError("x"): 503, ImageNotFoundError("x"): 404,
@@ -376,9 +374,7 @@ def test_revise_auto_lets_the_revision_policy_click(png):
 def test_runtime_without_or_with_a_broken_configuration_still_answers(tmp_path):
     from monailabel_xflow.app.errors import ModelsNotConfiguredError
     from monailabel_xflow.app.runtime import XFlowRuntime
-    from monailabel_xflow.workflow.model_config import ModelConfigError
-
-    from monailabel_xflow.workflow.model_config import DEMO_NOTICE
+    from monailabel_xflow.workflow.model_config import DEMO_NOTICE, ModelConfigError
 
     demo = XFlowRuntime({}, environ={}, preload=False)  # nothing configured: the committed demo
     assert demo.status()["source"] == "demo" and demo.status()["demo"] == DEMO_NOTICE

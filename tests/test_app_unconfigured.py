@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 import requests
-
 from servers import monailabel_server
 
 pytestmark = pytest.mark.timeout(600)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import browser
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 

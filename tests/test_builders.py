@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 from monailabel_xflow.data.readers import read_mimic_ils
-from monailabel_xflow.instructions import Instruction, parse_instruction
+from monailabel_xflow.geometry import lesion_boxes
+from monailabel_xflow.instructions import Instruction, parse_instruction, phrasings
 from monailabel_xflow.policy.protocol import parse_stage1, parse_stage2
 from monailabel_xflow.policy.targets import BuildError, init_target
 from monailabel_xflow.training.builders import LungBoxes, build, load_built
-from monailabel_xflow.geometry import lesion_boxes
-from monailabel_xflow.instructions import phrasings
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample-data"

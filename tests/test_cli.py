@@ -3,9 +3,9 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from monailabel_xflow.cli import main
-from pathlib import Path
 
 
 def test_package_import_is_cheap():

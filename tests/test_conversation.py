@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from monailabel_xflow.transforms import load_cxr
 from PIL import Image
-
 from test_builders import SAMPLE, _one_component_case
 
 from monailabel_xflow.data.readers import read_mimic_ils
@@ -17,7 +17,6 @@ from monailabel_xflow.policy.oracle import OracleClicker
 from monailabel_xflow.testing import ScriptedSegmenter
 from monailabel_xflow.training.builders import LungBoxes, build, load_built
 from monailabel_xflow.training.sft import PolicyExampleEncoder
-from monailabel_xflow.transforms import load_cxr
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from monailabel_xflow.geometry import Click
 from monailabel_xflow.policy.configs import (
     PROTOCOL_TAGS,
     SIZES,
@@ -16,7 +17,6 @@ from monailabel_xflow.policy.configs import (
     build_tokenizer,
     gemma3_config,
 )
-from monailabel_xflow.geometry import Click
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 
 

@@ -16,7 +16,6 @@ import pydicom
 import pytest
 import requests
 from PIL import Image
-
 from servers import build_tiny_models, monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [

@@ -3,7 +3,8 @@ their own locations, an unsupported finding anywhere refuses the request, negati
 questions stay questions. The hypothesis strategy composes real finding and location words."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monailabel_xflow.instructions import _FINDING_SYNONYMS, InstructionError, parse_instructions
 from monailabel_xflow.vocabulary import FINDINGS, ZONES

@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
-
 from servers import build_tiny_models, monailabel_server
 
 pytestmark = pytest.mark.timeout(900)

@@ -14,9 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError, status_of
 from monailabel_xflow.app import requests as rq
-
+from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError, status_of
 
 # --- the validation module ------------------------------------------------------------------------
 
@@ -104,10 +103,10 @@ def tiny_sam3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def held(cxr_samples):
+    from monailabel_xflow.transforms.loading import load_cxr
     from PIL import Image
 
     from monailabel_xflow.app.train import component_prompts
-    from monailabel_xflow.transforms.loading import load_cxr
 
     image, _ = load_cxr(cxr_samples / "nih" / "images" / "00004296_000.png")
     image = np.asarray(Image.fromarray((image * 255).astype(np.uint8)).resize((256, 256)), np.float32) / 255

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.data.readers import read_mimic_ils  # noqa: F401  (the reader the pairs are for)
 from monailabel_xflow.ils import pairs as rules
 from monailabel_xflow.ils.pairs import FindingOutcome
-from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.instructions import parse_instruction
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, ZONES
 

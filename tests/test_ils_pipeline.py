@@ -10,14 +10,14 @@ import pytest
 from PIL import Image
 
 from monailabel_xflow.cli import main
+from monailabel_xflow.data.export import export_set, quantize
+from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.ils import masks as alg
 from monailabel_xflow.ils.masks import Detection
 from monailabel_xflow.ils.phantom_truth import mask_iou_by_finding, truth_inputs
 from monailabel_xflow.ils.pipeline import PipelineConfig, PipelineError, StudyInput, read_reports, run
-from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.ils.stages import PhantomSet, StageError, StudyImage, load_stages
-from monailabel_xflow.data.export import export_set, quantize
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,14 @@ import pytest
 
 pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
 
-from monailabel_xflow.data.mimic_ils import LOCATION_CATEGORIES, LUNG_LOBES, ReportedFinding  # noqa: E402
-from monailabel_xflow.data.mimic_ils import ReportsCsvError, read_reports_csv, write_reports_csv
+from monailabel_xflow.data.mimic_ils import (  # noqa: E402
+    LOCATION_CATEGORIES,
+    LUNG_LOBES,
+    ReportedFinding,
+    ReportsCsvError,
+    read_reports_csv,
+    write_reports_csv,
+)
 from monailabel_xflow.ils.report import (
     SectionNotFound,
     choose_section,

@@ -11,8 +11,13 @@ pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `mak
 
 from monailabel_xflow.data.mimic_ils import ReportedFinding  # noqa: E402
 from monailabel_xflow.ils.report import ReportStructuringError, structure_report
-from monailabel_xflow.ils.report_llm import structurer_from_name  # noqa: E402
-from monailabel_xflow.ils.report_llm import LLMStructurer, build_prompt, load_llm_structurer, parse_answer  # noqa: E402
+from monailabel_xflow.ils.report_llm import (  # noqa: E402
+    LLMStructurer,
+    build_prompt,
+    load_llm_structurer,
+    parse_answer,
+    structurer_from_name,  # noqa: E402
+)
 
 SECTION = "Right lower lobe opacity likely reflects pneumonia. No pneumothorax. Stable bibasilar atelectasis."
 ANSWER = [

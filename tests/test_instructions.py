@@ -1,7 +1,8 @@
 """Instructions: canonical rendering, free-text parsing (a table of phrasings), round trips."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from monailabel_xflow.instructions import (
     MAX_INSTRUCTION_CHARS,

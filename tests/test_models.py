@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError, hub_ids
 from monailabel_xflow.weights import is_hub_id, split_hub_id
+from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError, hub_ids
 
 
 @pytest.fixture()

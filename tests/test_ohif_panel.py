@@ -15,9 +15,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-
-from browser import (chromium, console, screenshot, seen_texts, seg_errors, skip_without_chromium, wait_for,
-                     watch_texts)
+from browser import chromium, console, screenshot, seen_texts, seg_errors, skip_without_chromium, wait_for, watch_texts
 from servers import build_tiny_models, monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [

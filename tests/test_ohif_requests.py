@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_app_tasks import (  # noqa: F401
+    BOTH_GT,
+    EDEMA_GT,
+    EFFUSION_GT,
+    H,
+    W,
+    box_of,
+    infer_task,
+    png,
+    read_monai,
+    revise_task,
+    stage1,
+)
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError
-from monailabel_xflow.vocabulary import FINDINGS
-from test_app_tasks import (BOTH_GT, EDEMA_GT, EFFUSION_GT, H, W, box_of, infer_task, png,  # noqa: F401
-                            read_monai, revise_task, stage1)
 from monailabel_xflow.testing import ScriptedSegmenter
+from monailabel_xflow.vocabulary import FINDINGS
 
 PANEL = {"result_extension": ".nrrd", "result_dtype": "uint8", "result_compress": False, "restore_label_idx": False}
 
@@ -119,8 +130,8 @@ def test_store_seg_server_setting_is_the_default_of_the_option(tmp_path, monkeyp
 
 
 def test_store_seg_needs_a_pacs(tmp_path):
-    from monailabel_xflow.app.xflow_app import store_result_seg
     from monailabel_xflow.app.datastore import XFlowLocalDatastore
+    from monailabel_xflow.app.xflow_app import store_result_seg
 
     store = XFlowLocalDatastore(str(tmp_path), extensions=["*.png"])
     result = {"file": None, "params": {"store_seg": {"findings": ["edema"]}}}

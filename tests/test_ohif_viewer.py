@@ -19,9 +19,17 @@ from types import SimpleNamespace
 import numpy as np
 import pydicom
 import pytest
+from browser import (
+    chromium,
+    image_to_page,
+    sample_page,
+    screenshot,
+    seg_errors,
+    skip_without_chromium,
+    tinted,
+    wait_for,
+)
 from pydicom.uid import generate_uid
-
-from browser import chromium, image_to_page, sample_page, screenshot, seg_errors, skip_without_chromium, tinted, wait_for
 from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [
@@ -35,8 +43,8 @@ needs_browser = skip_without_chromium()
 
 def phantom_cr(path):
     """A 512 px CR phantom with a bilateral effusion; returns the phantom (its lungs are the truth)."""
-    from monailabel_xflow.data.phantom import generate_phantom
     from monailabel_xflow.data.export import DicomVariant, quantize, write_dicom
+    from monailabel_xflow.data.phantom import generate_phantom
 
     ph = generate_phantom(7, size=512, findings=("effusion",))
     v12, v8 = quantize(ph.image)

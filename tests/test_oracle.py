@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 from scipy.ndimage import distance_transform_edt
 
-from monailabel_xflow.geometry import Click, grow_box, mask_to_box, point_to_pixel
+from monailabel_xflow.geometry import Click, connected_components, grow_box, mask_to_box, point_to_pixel
 from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.policy.oracle import OracleClicker, OracleError, Trajectory, perturb_box
-from monailabel_xflow.workflow.revision import oracle_trajectory, simulate_trajectories
-from monailabel_xflow.geometry import connected_components
 from monailabel_xflow.testing import ScriptedSegmenter, SequenceSegmenter, disk, ellipse
+from monailabel_xflow.workflow.revision import oracle_trajectory, simulate_trajectories
 
 S = 256
 SHAPE = (S, S)

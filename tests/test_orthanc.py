@@ -15,7 +15,6 @@ import numpy as np
 import pydicom
 import pytest
 from pydicom.uid import generate_uid
-
 from servers import build_tiny_models, monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [

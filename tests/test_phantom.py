@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.data.phantom import CTR_NORMAL_MAX, PhantomError, cardiothoracic_ratio, generate_phantom
 from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR, META_NAME, dicom_variant, export_set
+from monailabel_xflow.data.phantom import CTR_NORMAL_MAX, PhantomError, cardiothoracic_ratio, generate_phantom
+from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
 
 SIZE = 256

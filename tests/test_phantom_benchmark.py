@@ -9,17 +9,16 @@ import numpy as np
 import pytest
 
 from monailabel_xflow.cli import main
-from monailabel_xflow.geometry import mask_to_box
-from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.eval.phantom_benchmark import (
     GroundTruthReviser,
     SharedStage1,
     contact_cases,
     stage2_effect,
 )
-from monailabel_xflow.testing import ScriptedPolicy
+from monailabel_xflow.geometry import mask_to_box
+from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, format_stage1
-from monailabel_xflow.testing import ScriptedSegmenter, disk, ellipse
+from monailabel_xflow.testing import ScriptedPolicy, ScriptedSegmenter, disk, ellipse
 from monailabel_xflow.workflow.xflow import XFlow
 
 H, W = 128, 160
@@ -187,8 +186,8 @@ def test_stage1_identity_follows_pi_init_bytes_only(tiny_models, tmp_path):
     π_init whose bytes changed."""
     import shutil
 
-    from monailabel_xflow.workflow.model_config import ModelConfig
     from monailabel_xflow.eval.phantom_benchmark import stage1_identity
+    from monailabel_xflow.workflow.model_config import ModelConfig
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_models.parent, copy)

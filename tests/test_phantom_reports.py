@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from monailabel_xflow.data.mimic_ils import TRUTH_NAME
-from monailabel_xflow.ils.report_eval import tuple_from_dict
-from monailabel_xflow.data.phantom_reports import phantom_report
-from monailabel_xflow.data.phantom import generate_phantom
 from monailabel_xflow.data.export import GT_DIR, META_NAME, REPORTS_CSV, export_set
+from monailabel_xflow.data.mimic_ils import TRUTH_NAME
+from monailabel_xflow.data.phantom import generate_phantom
+from monailabel_xflow.data.phantom_reports import phantom_report
+from monailabel_xflow.ils.report_eval import tuple_from_dict
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, ZONES
 
 N = 24

@@ -7,13 +7,13 @@ import pytest
 
 from monailabel_xflow.geometry import Click, box_to_mask
 from monailabel_xflow.instructions import Instruction, all_findings
-from monailabel_xflow.testing import STOP_TEXT, ScriptedPolicy, ScriptExhausted
-from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
-from monailabel_xflow.policy.oracle import OracleError, OracleRevisionPolicy
 from monailabel_xflow.policy.base import PolicyError, RevisionPolicy, RevisionState, Stage1Policy
+from monailabel_xflow.policy.oracle import OracleError, OracleRevisionPolicy
 from monailabel_xflow.policy.prompts import stage1_request, stage2_followup_text
 from monailabel_xflow.policy.protocol import parse_stage2
+from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
 from monailabel_xflow.rendering import render_observation
+from monailabel_xflow.testing import STOP_TEXT, ScriptedPolicy, ScriptExhausted
 
 LEFT = Instruction("effusion", ("left lung",))
 CHEST = Instruction("pneumonia", kind="global")

@@ -1,7 +1,8 @@
 """The policies' text protocol: round trips, malformed text, never crashing (hypothesis)."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from monailabel_xflow.geometry import Click
 from monailabel_xflow.policy.protocol import (

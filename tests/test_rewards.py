@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.geometry import Click
 from monailabel_xflow.metrics import mask_iou
+from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.training.rewards import init_reward, matched_box_iou, revision_reward
 
 A = (0.1, 0.1, 0.3, 0.3)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
+from servers import build_tiny_models, monailabel_server
 
 from monailabel_xflow.app.errors import ModelsNotConfiguredError
 from monailabel_xflow.app.rosalia import RosaliaRuntime
 from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR, ROSALIA_DEMO_NAME
-from servers import build_tiny_models, monailabel_server
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -40,8 +40,9 @@ def app(tmp_path_factory, cxr_samples):
 
 
 def in_process(app, image_id: str, instruction: str):
-    from monailabel_xflow.rosalia.predictor import RosaliaPredictor
     from monailabel_xflow.transforms.loading import load_cxr
+
+    from monailabel_xflow.rosalia.predictor import RosaliaPredictor
 
     if not hasattr(app, "predictor"):
         app.predictor = RosaliaPredictor.from_pretrained(ROSALIA_DEMO_DIR, device="cpu")

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from monailabel_xflow.instructions import Instruction, InstructionError
-from monailabel_xflow.rosalia.templates import SEG_TOKEN
 from monailabel_xflow.rosalia.configs import (
     SIZES,
     build_random_rosalia,
@@ -19,7 +18,7 @@ from monailabel_xflow.rosalia.configs import (
 )
 from monailabel_xflow.rosalia.model import RosaliaError, RosaliaModel, dice_loss, equalize
 from monailabel_xflow.rosalia.predictor import RosaliaPredictor
-from monailabel_xflow.rosalia.templates import SYSTEM, read_answer, rosalia_answer
+from monailabel_xflow.rosalia.templates import SEG_TOKEN, SYSTEM, read_answer, rosalia_answer
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache  # noqa: E402
 from monailabel_xflow.geometry import Click, GeometryError, pixel_to_point, pixels_to_box  # noqa: E402
-from monailabel_xflow.segmenter.configs import build_random_sam3  # noqa: E402
 from monailabel_xflow.segmenter.base import (
     PromptableSegmenter,
     SegmentationResult,
     SegmenterInputError,
     image_key,
 )
-from monailabel_xflow.segmenter.sam3 import Sam3Segmenter
+from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache  # noqa: E402
+from monailabel_xflow.segmenter.configs import build_random_sam3  # noqa: E402
 from monailabel_xflow.segmenter.loading import load_segmenter
+from monailabel_xflow.segmenter.sam3 import Sam3Segmenter
 
 H, W = 256, 320  # asymmetric on purpose: a transposition anywhere changes shapes or coordinates
 

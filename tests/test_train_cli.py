@@ -6,9 +6,9 @@ import csv
 import json
 
 import pytest
+from test_training_sft import EFFUSION, init_sft_rows, phantom_cases
 
 from monailabel_xflow import cli
-from test_training_sft import EFFUSION, init_sft_rows, phantom_cases
 
 
 def test_help_lists_the_trainers(capsys):

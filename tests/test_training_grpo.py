@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-
 from test_training_sft import EFFUSION, phantom_cases
 
 
@@ -35,9 +34,9 @@ def _adapter_weights(folder):
 def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(vlm, tmp_path, monkeypatch):
     from datasets import Dataset
 
-    from monailabel_xflow.training import rewards
-    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.geometry import lesion_boxes
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+    from monailabel_xflow.training import rewards
     from monailabel_xflow.training.grpo import train_grpo
 
     rows = []
@@ -75,11 +74,11 @@ def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(vlm, tmp_pa
 def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(vlm, tmp_path, monkeypatch):
     from datasets import Dataset
 
-    from monailabel_xflow.policy import protocol
-    from monailabel_xflow.training import rewards
     from monailabel_xflow.geometry import Click, mask_to_box
+    from monailabel_xflow.policy import protocol
     from monailabel_xflow.segmenter.configs import build_random_sam3
     from monailabel_xflow.segmenter.loading import load_segmenter
+    from monailabel_xflow.training import rewards
     from monailabel_xflow.training.grpo import train_grpo
 
     rows = []

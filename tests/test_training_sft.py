@@ -271,8 +271,8 @@ def test_rev_sft_warm_starts_from_init_and_loads_as_rev(init_sft, vlm, tmp_path)
     from safetensors.torch import load_file
 
     from monailabel_xflow.data.phantom import generate_phantom
-    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.policy.base import RevisionState
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.rendering import render_observation
     from monailabel_xflow.training.sft import load_policy_model, train_sft
 
@@ -317,10 +317,9 @@ def _placed_share(policy, cases) -> tuple[float, float, float, float]:
     """Shares of well-formed answers and of well-formed answers with the presence right and
     (when present) a lesion box IoU > 0.3; then the share of positives called present and the
     mean matched IoU of the lung boxes (over well-formed answers)."""
-    from monailabel_xflow.geometry import mask_to_box
+    from monailabel_xflow.geometry import lesion_boxes, mask_to_box
     from monailabel_xflow.policy.protocol import parse_stage1
     from monailabel_xflow.training.rewards import matched_box_iou
-    from monailabel_xflow.geometry import lesion_boxes
 
     formed = placed = called = positives = 0
     lung_ious = []

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from monailabel_xflow.transforms import CXRLoadError, load_cxr, save_nifti_2d
 
 SIIM = "dicom/siim_1.2.276.0.7230010.3.1.4.8323329.6904.1517875201.850819.dcm"
@@ -419,7 +418,6 @@ def test_frontal_views_pass(tmp_path):
 
 def test_load_cxr_transform_returns_channel_first_metatensor(tmp_path):
     from monai.data import MetaTensor
-
     from monailabel_xflow.transforms import LoadCXR
 
     path = write_dicom(tmp_path / "m.dcm", marker_image(), PixelSpacing=[0.2, 0.3])

@@ -21,11 +21,10 @@ from monailabel_xflow.geometry import (
     pixel_to_point,
 )
 from monailabel_xflow.instructions import Instruction, all_findings
-from monailabel_xflow.testing import ScriptedPolicy
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
-from monailabel_xflow.testing import ScriptedSegmenter, ellipse
+from monailabel_xflow.testing import ScriptedPolicy, ScriptedSegmenter, ellipse
 from monailabel_xflow.workflow.trace import Trace, json_schema
-from monailabel_xflow.workflow.xflow import XFlow, WorkflowError, infer_lesion_type, locate_regions
+from monailabel_xflow.workflow.xflow import WorkflowError, XFlow, infer_lesion_type, locate_regions
 
 H, W = 256, 320
 RIGHT_LUNG_BOX = (0.10, 0.15, 0.45, 0.85)  # the patient's right lung is on the image's left

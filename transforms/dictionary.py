@@ -6,7 +6,6 @@ from typing import Any, Hashable, Mapping
 
 from monai.config import KeysCollection
 from monai.transforms import MapTransform
-
 from monailabel_xflow.transforms.array import LoadCXR
 
 __all__ = ["LoadCXRd"]

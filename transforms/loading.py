@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
 from monailabel_xflow.errors import BadRequestError
 
 META_KEYS = (
@@ -315,8 +316,7 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     """
     import pydicom
     from pydicom.errors import InvalidDicomError
-    from pydicom.pixel_data_handlers.util import (apply_color_lut, apply_modality_lut,
-                                                  apply_voi_lut)
+    from pydicom.pixel_data_handlers.util import apply_color_lut, apply_modality_lut, apply_voi_lut
 
     with warnings.catch_warnings(record=True) as caught:  # pydicom warns on a truncated file
         warnings.simplefilter("always")

@@ -15,8 +15,8 @@ from lib.configs.rosalia import RosaliaConfig
 from lib.configs.xflow import XFlowConfig
 from monailabel.interfaces.app import MONAILabelApp
 
-from monailabel_xflow.app.xflow_app import app_description, checked_infer, init_datastore
 from monailabel_xflow.app.guard import install as install_guard
+from monailabel_xflow.app.xflow_app import app_description, checked_infer, init_datastore
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from typing import Iterator
-from monailabel_xflow.errors import http_status, BadRequestError, InputError, NotFoundError, TooLargeError, UnavailableError
+
+from monailabel_xflow.errors import (
+    BadRequestError,
+    InputError,
+    NotFoundError,
+    TooLargeError,
+    UnavailableError,
+    http_status,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -284,9 +284,8 @@ def install(fastapi_app: Any = None) -> bool:
         AsyncTask.run = staticmethod(guarded_async_run)
     if getattr(fastapi_app.state, "xflow_guard", False):
         return True
-    from starlette.middleware import Middleware
-
     from monailabel.interfaces.exception import MONAILabelException
+    from starlette.middleware import Middleware
 
     from monailabel_xflow.errors import XFlowError
 

@@ -30,7 +30,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ModelsNotConfiguredError, http_errors
 from monailabel_xflow.app.infer import (
@@ -46,6 +45,7 @@ from monailabel_xflow.app.infer import (
     seg_request,
     write_result,
 )
+from monailabel_xflow.instructions import Instruction
 
 logger = logging.getLogger(__name__)
 
@@ -147,9 +147,9 @@ class RosaliaRuntime:
             raise ModelsNotConfiguredError(HOW_TO_CONFIGURE_ROSALIA)
         with self.lock:
             if self._predictor is None:
-                from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_NAME, ModelConfigError
                 from monailabel_xflow.rosalia.model import RosaliaError
                 from monailabel_xflow.rosalia.predictor import RosaliaPredictor
+                from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_NAME, ModelConfigError
 
                 identity = {"rosalia": ROSALIA_DEMO_NAME if self.is_demo else str(self.path)}
                 logger.info("loading ROSALIA %s", self.describe())

@@ -37,8 +37,7 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError
-from monailabel_xflow.app.runtime import XFlowRuntime
-from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, trained_segmenter
+from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +77,7 @@ def component_prompts(label_hw: np.ndarray, min_share: float = MIN_COMPONENT_SHA
     """``[(box, mask)]``: one box prompt per connected component (8-connectivity, as everywhere
     else) of each finding in a label map, specks (< ``min_share`` of the image) left out, at most
     ``max_prompts``, largest first."""
-    from monailabel_xflow.geometry import mask_to_box
-    from monailabel_xflow.geometry import connected_components
+    from monailabel_xflow.geometry import connected_components, mask_to_box
 
     min_px = max(1, int(np.ceil(min_share * label_hw.size)))
     found = [m for value in (int(v) for v in np.unique(label_hw) if v)

@@ -48,8 +48,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfigError
     from monailabel_xflow.eval.phantom_benchmark import METHOD_TITLES, run_benchmark
+    from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfigError
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

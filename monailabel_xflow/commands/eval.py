@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
 from monailabel_xflow.eval.evaluate import model_identity
 
 

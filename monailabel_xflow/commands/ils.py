@@ -171,12 +171,12 @@ def run_recall(args) -> int:
 
     from tqdm import tqdm
 
+    from monailabel_xflow.data.export import GT_DIR, REPORTS_CSV
+    from monailabel_xflow.data.mimic_ils import TRUTH_NAME
     from monailabel_xflow.ils.phantom_truth import recall_report, truth_inputs
     from monailabel_xflow.ils.pipeline import PipelineError
-    from monailabel_xflow.data.mimic_ils import TRUTH_NAME
     from monailabel_xflow.ils.report_eval import evaluate_phantoms
     from monailabel_xflow.ils.stages import PhantomSet
-    from monailabel_xflow.data.export import GT_DIR, REPORTS_CSV
 
     if not PhantomSet.is_phantom_set(args.images):
         print(f"xflow ils recall: {args.images} is not a phantom set (no ground-truth/phantoms.json)", file=sys.stderr)

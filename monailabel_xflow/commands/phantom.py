@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from PIL import Image
     from tqdm import tqdm
 
-    from monailabel_xflow.data.phantom import PhantomError
     from monailabel_xflow.data.export import export_set, phantom_contact_sheet
+    from monailabel_xflow.data.phantom import PhantomError
 
     if args.count < 1:
         print("error: --count must be >= 1", file=sys.stderr)

@@ -67,8 +67,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     _setup_logging(args.quiet)
     from monailabel_xflow.instructions import InstructionError, all_findings, parse_instructions
-    from monailabel_xflow.workflow.model_config import ModelConfigError
     from monailabel_xflow.transforms import CXRLoadError, load_cxr
+    from monailabel_xflow.workflow.model_config import ModelConfigError
 
     if args.max_clicks is not None and args.max_clicks < 0:
         return _bad_input(f"--max-clicks must be >= 0, got {args.max_clicks}")
@@ -121,8 +121,8 @@ def write_result(result, image, folder: Path, spacing=None) -> None:
     import numpy as np
     from PIL import Image
 
-    from monailabel_xflow.workflow.trace import render_contact_sheet, render_trace
     from monailabel_xflow.transforms import save_nifti_2d
+    from monailabel_xflow.workflow.trace import render_contact_sheet, render_trace
 
     folder.mkdir(parents=True, exist_ok=True)
     Image.fromarray(result.mask.astype(np.uint8) * 255, mode="L").save(folder / "mask.png")

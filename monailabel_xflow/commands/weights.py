@@ -67,8 +67,8 @@ def _show(config) -> int:
 
 
 def _pull(args: argparse.Namespace, config) -> int:
-    from monailabel_xflow.workflow.model_config import ModelConfigError, hub_ids
     from monailabel_xflow.weights import is_hub_id, split_hub_id
+    from monailabel_xflow.workflow.model_config import ModelConfigError, hub_ids
 
     if args.repo_ids:
         wanted = {f"argument {k + 1}": value for k, value in enumerate(args.repo_ids)}

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, ZONES
-from monailabel_xflow.errors import InputError
 
 __all__ = [
     "CHEST",

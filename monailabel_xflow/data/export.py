@@ -54,12 +54,11 @@ from typing import Callable, Iterable
 import numpy as np
 from PIL import Image
 
-from monailabel_xflow.data.mimic_ils import write_reports_csv
 from monailabel_xflow.data.mimic_ils import TRUTH_NAME as REPORT_TRUTH_NAME
-from monailabel_xflow.data.mimic_ils import tuple_to_dict
+from monailabel_xflow.data.mimic_ils import tuple_to_dict, write_reports_csv
+from monailabel_xflow.data.phantom import Phantom, generate_phantom
 from monailabel_xflow.data.phantom_reports import phantom_report
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.data.phantom import Phantom, generate_phantom
 from monailabel_xflow.vocabulary import (
     ALL_ZONES,
     FINDINGS,

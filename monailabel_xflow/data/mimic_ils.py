@@ -5,8 +5,8 @@ Only plain data lives here, so both sides (and tests) can build them without imp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+
 from monailabel_xflow.errors import InputError
 
 LOCATION_CATEGORIES: tuple[str, ...] = (

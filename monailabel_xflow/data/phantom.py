@@ -44,8 +44,8 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from monailabel_xflow.vocabulary import FINDINGS, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.vocabulary import FINDINGS, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
 
 CTR_NORMAL_MAX = 0.45
 """A heart without cardiomegaly never exceeds this cardiothoracic ratio (MIMIC-ILS negatives)."""

@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow import rle as rle_codec
-from monailabel_xflow.instructions import Instruction, InstructionError, parse_instruction
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.instructions import Instruction, InstructionError, parse_instruction
 
 __all__ = [
     "DatasetError",

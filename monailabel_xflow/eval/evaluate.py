@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.data.readers import EvalCase, read_mask_png
+from monailabel_xflow.errors import XFlowError
 from monailabel_xflow.geometry import resize_mask
 from monailabel_xflow.metrics import (
     CONNECTIVITY,
@@ -46,7 +47,6 @@ from monailabel_xflow.metrics import (
     summarize_groups,
 )
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
-from monailabel_xflow.errors import XFlowError
 
 __all__ = [
     "EvaluationError",

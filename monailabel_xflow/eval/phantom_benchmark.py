@@ -160,8 +160,8 @@ class GroundTruthReviser:
     """
 
     def __init__(self, gt: np.ndarray, clicker: Any = None) -> None:
-        from monailabel_xflow.policy.oracle import OracleClicker
         from monailabel_xflow.geometry import connected_components
+        from monailabel_xflow.policy.oracle import OracleClicker
 
         self.gt = np.asarray(gt, bool)
         self.clicker = clicker if clicker is not None else OracleClicker()
@@ -270,8 +270,8 @@ def xflow_predictors(config: str | Path, out: Path, cases: Sequence[EvalCase] = 
         ModelConfigError: the models cannot be loaded.
     """
     from monailabel_xflow.eval.evaluate import model_identity
-    from monailabel_xflow.workflow.model_config import ModelConfig, load_models
     from monailabel_xflow.transforms.loading import load_cxr
+    from monailabel_xflow.workflow.model_config import ModelConfig, load_models
     from monailabel_xflow.workflow.xflow import XFlow
 
     cfg = ModelConfig.load(config)

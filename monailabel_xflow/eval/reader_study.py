@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
+
 from monailabel_xflow.errors import InputError
 
 __all__ = [

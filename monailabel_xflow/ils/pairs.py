@@ -40,10 +40,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from monailabel_xflow.ils.masks import LesionResult
 from monailabel_xflow.data.mimic_ils import LUNG_LOBES, ReportedFinding
-from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.data.phantom import CTR_NORMAL_MAX, cardiothoracic_ratio
+from monailabel_xflow.ils.masks import LesionResult
+from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import (
     ALL_ZONES,
     FINDINGS,

@@ -14,11 +14,11 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR, META_NAME
+from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.data.readers import read_mask_png
 from monailabel_xflow.ils.pipeline import StudyInput
-from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR, META_NAME
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS
 
 

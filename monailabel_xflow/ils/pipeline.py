@@ -35,13 +35,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 from PIL import Image
 
+from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR
+from monailabel_xflow.data.mimic_ils import ReportedFinding
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.ils import masks as alg
 from monailabel_xflow.ils import pairs as rules
-from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.ils.stages import EXCLUDED_DETECTOR_LABELS, StageError, Stages, StudyImage, load_stages
-from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR
 from monailabel_xflow.vocabulary import ALL_ZONES, HEART
-from monailabel_xflow.errors import InputError
 
 SPLITS = ("train", "val", "test")
 WORK_DIR = "work/studies"

@@ -33,9 +33,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Protocol
 
-from monailabel_xflow.ils import report_rules as R
 from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.ils import report_rules as R
 
 SECTION_NAMES: tuple[str, ...] = ("findings", "impression", "last_paragraph")
 """What :attr:`ReportSection.name` can be, in order of preference."""
@@ -75,7 +75,6 @@ class Structurer(Protocol):
 def _blank():
     import spacy
     from loguru import logger
-
     from medspacy.custom_tokenizer import create_medspacy_tokenizer
 
     logger.disable("PyRuSH")  # it logs every sentence boundary at DEBUG through loguru

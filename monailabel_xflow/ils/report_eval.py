@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from monailabel_xflow.data.mimic_ils import ReportedFinding
-from monailabel_xflow.data.mimic_ils import TRUTH_NAME
+from monailabel_xflow.data.mimic_ils import TRUTH_NAME, ReportedFinding
 
 FIELDS: tuple[str, ...] = ("entity", "presence", "certainty", "location")
 
@@ -90,8 +89,8 @@ def evaluate_phantoms(folder: Path, structurer=None) -> dict:
         ``{"scores": score(...), "studies": n, "section_correct": k, "errors": [...]}`` where
         ``errors`` lists per study the facts missed / extra (for reading, capped at 50).
     """
-    from monailabel_xflow.ils.report import choose_section, structure_section
     from monailabel_xflow.data.mimic_ils import read_reports_csv
+    from monailabel_xflow.ils.report import choose_section, structure_section
 
     folder = Path(folder)
     truth = json.loads((folder / "ground-truth" / TRUTH_NAME).read_text())

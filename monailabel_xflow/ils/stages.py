@@ -43,10 +43,10 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from monailabel_xflow.ils.masks import Detection
 from monailabel_xflow.data.mimic_ils import LUNG_LOBES
-from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.ils.masks import Detection
+from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
 
 STAGE_ROLES: dict[str, str] = {
     "anatomy": "lungs and heart, the HybridGNet role",
@@ -196,8 +196,8 @@ class PhantomSet:
 
     def phantom(self, image: StudyImage, healthy: bool = False):
         """The :class:`~monailabel_xflow.data.phantom.Phantom` drawn for ``image`` (or its healthy twin)."""
-        from monailabel_xflow.data.phantom import generate_phantom
         from monailabel_xflow.data.export import scheduled_findings
+        from monailabel_xflow.data.phantom import generate_phantom
 
         key = (str(image.path), healthy)
         if key in self._cache:

@@ -12,9 +12,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.errors import InputError
 
 
 class PolicyError(InputError):

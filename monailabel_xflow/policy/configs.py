@@ -148,10 +148,10 @@ def _corpus() -> list[str]:
     """
     import numpy as np
 
-    from monailabel_xflow.policy import prompts as p
     from monailabel_xflow import vocabulary as v
     from monailabel_xflow.geometry import Click
     from monailabel_xflow.instructions import Instruction, phrasings
+    from monailabel_xflow.policy import prompts as p
     from monailabel_xflow.policy import targets as b
 
     questions = [Instruction(f, kind="global") for f in v.FINDINGS]

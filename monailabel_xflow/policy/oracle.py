@@ -59,12 +59,12 @@ import numpy as np
 from scipy import ndimage
 
 from monailabel_xflow import rle
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, pixel_to_point, point_to_pixel
-from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.policy.base import RevisionState
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
-from monailabel_xflow.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     pass

@@ -28,7 +28,6 @@ from monailabel_xflow.geometry import Box
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.protocol import box_text
 
-
 COORDINATES_NOTE = "with integers from 0 to 1000, x first"
 
 

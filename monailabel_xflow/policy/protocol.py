@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, box_from_text, box_to_text, from_text, to_text
 from monailabel_xflow.vocabulary import ABSENT, FINDINGS, HEART, LUNGS, PRESENT
-from monailabel_xflow.errors import InputError
 
 T = TypeVar("T")
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, lesion_boxes
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.vocabulary import join_regions
-from monailabel_xflow.errors import InputError
-
 
 
 class BuildError(InputError):

@@ -69,8 +69,8 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from monailabel_xflow.rosalia.templates import IMAGE_TOKEN
 from monailabel_xflow.rosalia.model import RosaliaError, RosaliaModel
+from monailabel_xflow.rosalia.templates import IMAGE_TOKEN
 
 logger = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN
 
 __all__ = [
@@ -91,9 +92,8 @@ def _spec(size: str) -> dict[str, Any]:
 def _corpus() -> list[str]:
     """What ROSALIA reads and writes: the llava_v1 system line, instructions, phrasings, answers."""
     from monailabel_xflow import vocabulary as v
-    from monailabel_xflow.instructions import Instruction
+    from monailabel_xflow.instructions import Instruction, phrasings
     from monailabel_xflow.rosalia.templates import SEG, SYSTEM, rosalia_answer
-    from monailabel_xflow.instructions import phrasings
 
     questions = [Instruction(f, kind="global") for f in v.FINDINGS]
     questions += [Instruction(f, (r,)) for f in v.FINDINGS if f != "cardiomegaly" for r in v.LUNGS + v.ALL_ZONES]

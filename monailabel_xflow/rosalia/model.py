@@ -50,10 +50,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN
-from monailabel_xflow.rosalia.templates import prompt_text, rosalia_answer
-from monailabel_xflow.segmenter.base import to_rgb01
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN, prompt_text, rosalia_answer
+from monailabel_xflow.segmenter.base import to_rgb01
 
 FORMAT = "rosalia"
 CONFIG_NAME = "rosalia.json"

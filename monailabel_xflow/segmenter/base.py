@@ -22,9 +22,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, Click, GeometryError
 from monailabel_xflow.errors import InputError
-
+from monailabel_xflow.geometry import Box, Click, GeometryError
 
 POSITIVE_LABEL = 1
 

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
+
 from monailabel_xflow.errors import UnavailableError
 
 if TYPE_CHECKING:  # pragma: no cover

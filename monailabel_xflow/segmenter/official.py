@@ -22,21 +22,21 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
+from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.geometry import Box, Click
 from monailabel_xflow.segmenter.base import (
     NEGATIVE_LABEL,
     POSITIVE_LABEL,
     SegmentationResult,
     SegmenterInputError,
-    validate_box,
-    validate_click,
     empty_result,
     image_key,
     to_rgb01,
+    validate_box,
+    validate_click,
 )
+from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
 from monailabel_xflow.weights import weights_tag
-from monailabel_xflow.errors import UnavailableError
 
 logger = logging.getLogger(__name__)
 

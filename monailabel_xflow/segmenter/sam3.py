@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
 from monailabel_xflow.geometry import Box, Click, box_to_sam, point_to_sam
 from monailabel_xflow.segmenter.base import (
     NEGATIVE_LABEL,
@@ -49,6 +48,7 @@ from monailabel_xflow.segmenter.base import (
     validate_box,
     validate_click,
 )
+from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
 from monailabel_xflow.weights import CHECKPOINT_SUFFIXES, choose_device, choose_dtype, looks_like_local_path
 
 if TYPE_CHECKING:  # pragma: no cover

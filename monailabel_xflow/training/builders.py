@@ -34,12 +34,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, mask_to_box, resize_mask
-from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS, ZONES
-from monailabel_xflow.geometry import MIN_COMPONENT_PX, lesion_boxes
-from monailabel_xflow.instructions import phrasings
+from monailabel_xflow.geometry import MIN_COMPONENT_PX, Box, lesion_boxes, mask_to_box, resize_mask
+from monailabel_xflow.instructions import Instruction, phrasings
 from monailabel_xflow.policy.targets import BuildError, init_target, revision_target
+from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS, ZONES
 
 logger = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
 from monailabel_xflow.errors import InputError
 
 C = TypeVar("C")

@@ -34,7 +34,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -42,14 +42,13 @@ from monailabel_xflow.geometry import (
     Box,
     Click,
     box_to_sam,
-    resize_mask,
     make_box,
     mask_to_box,
-    point_to_sam,
     pixel_to_point,
+    point_to_sam,
+    resize_mask,
 )
 from monailabel_xflow.training.config import SegmenterTrainConfig
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

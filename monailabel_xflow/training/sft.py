@@ -53,8 +53,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from monailabel_xflow.training.config import ConfigError, PolicySFTConfig, to_dict
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.training.config import ConfigError, PolicySFTConfig, to_dict
 
 log = logging.getLogger(__name__)
 

@@ -63,9 +63,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.segmenter.loading import BACKENDS
 from monailabel_xflow.weights import is_hub_id, split_hub_id
-from monailabel_xflow.errors import UnavailableError
 
 logger = logging.getLogger(__name__)
 

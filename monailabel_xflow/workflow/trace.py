@@ -67,9 +67,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from monailabel_xflow import rle
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click
 from monailabel_xflow.policy.protocol import BoxRef
-from monailabel_xflow.errors import InputError
 
 SCHEMA = "xflow-trace/1"
 """Version string written in every trace; bumped on any incompatible change."""

@@ -55,13 +55,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 
 from monailabel_xflow import rle
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, GeometryError, grow_box, make_box, mask_to_box
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
+from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
 from monailabel_xflow.workflow.revision import finite_or_none, revise_mask
 from monailabel_xflow.workflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
-from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
-from monailabel_xflow.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from monailabel_xflow.workflow.model_config import ModelConfig
