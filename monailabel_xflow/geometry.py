@@ -17,7 +17,7 @@ Conventions used everywhere in the package:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -47,6 +47,49 @@ class Click(NamedTuple):
 def _check_finite(*values: float) -> None:
     if not all(math.isfinite(float(v)) for v in values):
         raise GeometryError(f"coordinates must be finite, got {values}")
+
+
+def check_image(image: Any) -> np.ndarray:
+    """The one image check of the package: a radiograph as ``transforms.load_cxr`` returns it.
+
+    Returns:
+        ``(H, W)`` float32 in ``[0, 1]``.
+
+    Raises:
+        GeometryError: not 2-D, not real-valued, NaN/infinite values, or values outside ``[0, 1]``.
+    """
+    arr = np.asarray(image)
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise GeometryError(f"image must be a 2-D (H, W) array, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise GeometryError(f"image must be real-valued, got dtype {arr.dtype}")
+    arr = arr.astype(np.float32, copy=False)
+    if not np.isfinite(arr).all():
+        raise GeometryError("image holds NaN or infinite values")
+    lo, hi = float(arr.min()), float(arr.max())
+    if lo < 0.0 or hi > 1.0:
+        raise GeometryError(f"image values must lie in [0, 1] (transforms.load_cxr output), got [{lo:.3g}, {hi:.3g}]")
+    return arr
+
+
+def check_click(click: Any, what: str = "click") -> Click:
+    """The one click check of the package: ``(positive, x, y)`` with finite ``x, y`` in ``[0, 1]``.
+
+    Args:
+        click: a :class:`Click` or any ``(positive, x, y)`` triple.
+        what: how the message names the click (e.g. ``"click of box 2"``).
+
+    Raises:
+        GeometryError: not a triple, or a point outside the image.
+    """
+    try:
+        positive, x, y = click
+        x, y = float(x), float(y)
+    except (TypeError, ValueError):
+        raise GeometryError(f"{what} {click!r} is not (positive, x, y)") from None
+    if not (math.isfinite(x) and math.isfinite(y) and 0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
+        raise GeometryError(f"{what} {click!r} lies outside the image (normalised coordinates in [0, 1])")
+    return Click(bool(positive), x, y)
 
 
 def clip01(v: float) -> float:

@@ -32,6 +32,7 @@ Free-text choices (where the dataset is silent):
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from monailabel_xflow.errors import InputError
@@ -358,6 +359,38 @@ def parse_instruction(text: str) -> Instruction:
             "ask about one"
         )
     return found[0]
+
+
+ALL_FINDINGS = "all findings"
+"""The picker choice that asks for every finding (what a screening pass asks)."""
+
+
+def from_choices(findings: Sequence[str], locations: Sequence[str] = ()) -> list[Instruction]:
+    """Instructions built straight from picker choices (no text round trip).
+
+    Args:
+        findings: finding names of :data:`~monailabel_xflow.vocabulary.FINDINGS`, or
+            :data:`ALL_FINDINGS`.
+        locations: lung and zone names, asked together (none: chest level).
+
+    Returns:
+        One :class:`Instruction` per finding, in order, without repeats; :data:`ALL_FINDINGS`
+        expands to every finding that can be asked at ``locations``.
+
+    Raises:
+        InstructionError: an unknown finding or location, or cardiomegaly at a location.
+    """
+    regions = tuple(dict.fromkeys(locations))
+    kind = "basic" if regions else "global"
+    out: list[Instruction] = []
+    for finding in findings:
+        if finding == ALL_FINDINGS:
+            out += [Instruction(f, regions, kind) for f in FINDINGS if not (regions and f == "cardiomegaly")]
+        elif finding == "cardiomegaly" and regions:
+            raise InstructionError(f"cardiomegaly is asked at chest level only, not in the {join_regions(regions)}")
+        else:
+            out.append(Instruction(finding, regions, kind))
+    return list(dict.fromkeys(out))
 
 
 def all_findings(regions: tuple[str, ...] = ()) -> list[Instruction]:

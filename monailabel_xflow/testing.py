@@ -262,7 +262,6 @@ class ScriptExhausted(PolicyError):
     """A :class:`ScriptedPolicy` was asked for more Stage 1 answers than it was given."""
 
 
-
 class ScriptedPolicy:
     """Replays given protocol text, as π_init and π_rev (both protocols).
 
@@ -304,10 +303,8 @@ class ScriptedPolicy:
         return _ScriptedSession(self._revisions[k] if k < len(self._revisions) else [])
 
 
-
 STOP_TEXT = format_stage2(Stage2Action(None))
 """What a revision session returns when it has nothing scripted: a plain stop."""
-
 
 
 @dataclass

@@ -9,7 +9,6 @@ in ``test_app_server.py`` and ``test_orthanc.py``.
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -47,7 +46,6 @@ class StubRuntime:
 
     def __init__(self, xflow):
         self.xflow = xflow
-        self.lock = threading.RLock()
         self.config = SimpleNamespace(max_clicks=4, segmenter=None)
 
     def get(self):
@@ -387,3 +385,52 @@ def test_runtime_without_or_with_a_broken_configuration_still_answers(tmp_path):
     with pytest.raises(ModelConfigError, match="does not exist"):
         broken.get()
     assert status_of(ModelConfigError("x")) == 503
+
+
+def test_a_click_revision_answers_from_the_cached_embedding_while_another_image_is_in_stage1(tmp_path):
+    """One lock: a person's click on image B is not queued behind a run on image A that is stuck
+    in Stage 1; it reuses B's cached embedding (no encoder call) on a fork of the segmenter."""
+    import threading
+
+    from monailabel_xflow.app.infer import XFlowInferTask
+    from monailabel_xflow.app.revise import XFlowReviseTask
+    from monailabel_xflow.segmenter.cache import EmbeddingCache
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+    from monailabel_xflow.segmenter.loading import load_segmenter
+
+    paths = {}
+    for name, seed in (("a", 1), ("b", 2)):
+        paths[name] = tmp_path / f"{name}.png"
+        pixels = np.random.default_rng(seed).uniform(0, 255, (H, W)).astype(np.uint8)
+        Image.fromarray(pixels, mode="L").save(paths[name])
+    cache = EmbeddingCache(max_entries=8)
+    segmenter = load_segmenter(str(build_random_sam3(tmp_path / "sam", "tiny")), device="cpu", cache=cache)
+    in_stage1, release = threading.Event(), threading.Event()
+
+    class StuckOnA(ScriptedPolicy):
+        """Answers B (the first question) at once; stays in Stage 1 on A (the second)."""
+
+        def stage1(self, image, instruction):
+            self.calls.append(("stage1", instruction))
+            if len(self.calls) == 2:
+                in_stage1.set()
+                assert release.wait(120), "the test never released Stage 1"
+            return stage1(False)
+
+    runtime = StubRuntime(XFlow(StuckOnA(), None, segmenter))
+    infer, revise = XFlowInferTask(runtime), XFlowReviseTask(runtime)
+    infer({"image": str(paths["b"]), "finding": "effusion", "trace": False})  # B's embedding now cached
+    encoded = cache.stats.misses
+    run_a = threading.Thread(target=infer, args=({"image": str(paths["a"]), "finding": "effusion", "trace": False},))
+    run_a.start()
+    try:
+        assert in_stage1.wait(120), "the run on A never reached Stage 1"
+        assert cache.stats.misses == encoded + 1  # A was encoded; its run now holds the workflow
+        label_file, params = revise({"image": str(paths["b"]), "finding": "effusion", "foreground": [[150, 100, 0]]})
+        assert not release.is_set() and run_a.is_alive()  # answered while A is still in Stage 1
+        assert cache.stats.misses == encoded + 1  # B's embedding came from the cache
+        assert params["clicks"] and params["box"] is not None and Path(label_file).is_file()
+    finally:
+        release.set()
+        run_a.join(120)
+    assert not run_a.is_alive()

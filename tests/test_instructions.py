@@ -194,3 +194,29 @@ def test_arbitrary_text_parses_or_raises_instruction_error(text):
     except InstructionError:
         return
     assert found and all(isinstance(i, Instruction) for i in found)
+
+
+def test_picker_choices_build_what_the_same_words_parse_to():
+    """The app's pickers build instructions directly; typed as text, the same choices parse to
+    the same instructions (every finding and "all findings" x every ordered pair of locations)."""
+    import itertools
+
+    from monailabel_xflow.instructions import ALL_FINDINGS, InstructionError, from_choices, parse_instructions
+    from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS
+
+    def outcome(build):
+        try:
+            return build()
+        except InstructionError:
+            return "refused"
+
+    compared = refused = 0
+    for finding in [*FINDINGS, ALL_FINDINGS]:
+        for k in (0, 1, 2):
+            for locations in itertools.permutations([*LUNGS, *ALL_ZONES], k):
+                where = f" in the {' and '.join(locations)}" if locations else ""
+                typed = outcome(lambda: list(dict.fromkeys(parse_instructions(f"segment {finding}{where}"))))
+                assert outcome(lambda: from_choices([finding], locations)) == typed, (finding, locations)
+                compared += 1
+                refused += typed == "refused"
+    assert compared == 808 and 0 < refused < compared

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monailabel_xflow.geometry import Click, box_to_mask
+from monailabel_xflow.geometry import Click, GeometryError, box_to_mask
 from monailabel_xflow.instructions import Instruction, all_findings
 from monailabel_xflow.policy.base import PolicyError, RevisionPolicy, RevisionState, Stage1Policy
 from monailabel_xflow.policy.oracle import OracleError, OracleRevisionPolicy
@@ -112,7 +112,7 @@ def test_stage1_prompt_grounds_the_lungs_the_question_names():
 
 
 def test_bad_inputs_are_refused(policy, tiny_vlm, tmp_path):
-    with pytest.raises(PolicyError, match="2-D float"):
+    with pytest.raises(GeometryError, match=r"image values must lie in \[0, 1\]"):
         policy.stage1((radiograph(0) * 255).astype(np.uint8), LEFT)
     with pytest.raises(PolicyError, match="does not exist"):
         VLMPolicy.from_pretrained(tmp_path / "nowhere")

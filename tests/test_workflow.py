@@ -13,6 +13,7 @@ import pytest
 from monailabel_xflow import rle
 from monailabel_xflow.geometry import (
     Click,
+    GeometryError,
     box_from_text,
     box_to_mask,
     box_to_text,
@@ -301,7 +302,7 @@ def test_human_revise_uses_mask_box_grown_by_clicks(image, target):
     assert seg.calls[-1].boxes == [pytest.approx((0.1, 0.1, 0.2, 0.2))] and seg.calls[-1].clicks is None
     with pytest.raises(WorkflowError, match="nothing to revise"):
         flow.revise(image, [])
-    with pytest.raises(WorkflowError, match="outside the image"):
+    with pytest.raises(GeometryError, match="outside the image"):  # the one click check
         flow.revise(image, [Click(True, 1.5, 0.2)])
 
 
@@ -322,7 +323,7 @@ def test_human_revise_uses_a_fork_of_the_segmenter_when_offered(image, target):
 @pytest.mark.parametrize("bad", [np.zeros((4, 4, 3)), np.full((8, 8), 2.0), np.full((8, 8), np.nan)])
 def test_bad_images_raise(bad):
     flow = XFlow(ScriptedPolicy(), None, ScriptedSegmenter(np.zeros((8, 8), bool)))
-    with pytest.raises(WorkflowError):
+    with pytest.raises(GeometryError, match="image"):  # the one image check, at the entry
         flow.run(bad, EFFUSION)
 
 

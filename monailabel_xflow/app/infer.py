@@ -64,11 +64,11 @@ from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError, http_errors
 from monailabel_xflow.app.requests import as_bool, as_int, check_work
 from monailabel_xflow.app.runtime import XFlowRuntime
+from monailabel_xflow.instructions import ALL_FINDINGS
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, label_value
 
 logger = logging.getLogger(__name__)
 
-ALL_FINDINGS = "all findings"
 FINDING_CHOICES: list[str] = ["", *FINDINGS, ALL_FINDINGS]
 LOCATION_CHOICES: list[str] = ["", *LUNGS, *ALL_ZONES]
 MAX_CLICKS_LIMIT = 16
@@ -102,16 +102,17 @@ def _picked(value: Any, choices: Sequence[str], name: str = "finding") -> list[s
 def instructions_from_request(data: Mapping[str, Any]) -> list:
     """The :class:`~monailabel_xflow.instructions.Instruction` list a request asks for.
 
-    ``instruction`` (free text) wins when non-empty; otherwise the ``finding`` /
-    ``location`` pickers are turned into text and parsed the same way; with neither, all seven
-    findings at chest level (what a screening pass and OHIF's auto-segmentation ask).
+    ``instruction`` (free text) wins when non-empty; otherwise the ``finding`` / ``location``
+    pickers build the instructions directly (:func:`~monailabel_xflow.instructions.from_choices`);
+    with neither, all seven findings at chest level (what a screening pass and OHIF's
+    auto-segmentation ask).
 
     Raises:
         InstructionError: empty, over-long or unsupported text (the message lists what is
             supported). Nothing chosen at all means every finding (``"all findings"``).
         RequestError: a picker of the wrong type.
     """
-    from monailabel_xflow.instructions import parse_instructions
+    from monailabel_xflow.instructions import from_choices, parse_instructions
 
     text = data.get("instruction")
     if text is not None and not isinstance(text, str):
@@ -124,11 +125,7 @@ def instructions_from_request(data: Mapping[str, Any]) -> list:
         if text is not None and text != "":
             return parse_instructions(text)  # whitespace only: the parser's own "empty" message
         findings = [ALL_FINDINGS]  # nothing chosen (OHIF's "auto segmentation"): screen for everything
-    where = f" in the {' and '.join(locations)}" if locations else ""
-    out = []
-    for finding in findings:
-        out.extend(parse_instructions(f"segment {finding}{where}"))
-    return list(dict.fromkeys(out))  # "all findings" + "edema": edema once
+    return from_choices(findings, locations)  # "all findings" + "edema": edema once
 
 
 def store_seg_default(conf: Mapping[str, Any] | None) -> bool:
@@ -353,11 +350,10 @@ class XFlowInferTask(_base_infer_task()):
         t_pre = time.perf_counter()
 
         xflow = self.runtime.get()
-        with self.runtime.lock:
-            if len(instructions) == 1:
-                results = [xflow.run(image, instructions[0], max_clicks=max_clicks, revise=revise)]
-            else:  # one image encode and one shared policy prefix for all of them
-                results = xflow.run_all(image, max_clicks=max_clicks, revise=revise, instructions=instructions)
+        if len(instructions) == 1:
+            results = [xflow.run(image, instructions[0], max_clicks=max_clicks, revise=revise)]
+        else:  # one image encode and one shared policy prefix for all of them
+            results = xflow.run_all(image, max_clicks=max_clicks, revise=revise, instructions=instructions)
         t_model = time.perf_counter()
 
         label, overlap = paint(results, ref.shape)

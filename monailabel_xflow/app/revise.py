@@ -1,4 +1,4 @@
-"""The ``xflow_revise`` interactive task: the human plays π_rev (DESIGN §1, §5, §10).
+"""The ``xflow_revise`` interactive task: the human plays π_rev (XFlow §4.2).
 
 Registered as ``type=deepedit`` so Slicer lists it in its click panel and OHIF offers point
 prompts. Request keys (merged over :meth:`XFlowReviseTask.config`):
@@ -179,14 +179,13 @@ class XFlowReviseTask(_base_infer_task()):
         t_pre = time.perf_counter()
 
         xflow = self.runtime.get()
-        with self.runtime.lock:
-            if auto:
-                mask, extra = self._auto(xflow, image, finding, instruction, previous, max_clicks)
-            else:
-                res = xflow.revise(image, clicks, previous_mask=previous)
-                mask = np.asarray(res.mask, dtype=bool)
-                extra = {"box": [float(v) for v in res.box] if res.box is not None else None,
-                         "iou": None if res.iou is None else float(res.iou)}
+        if auto:
+            mask, extra = self._auto(xflow, image, finding, instruction, previous, max_clicks)
+        else:
+            res = xflow.revise(image, clicks, previous_mask=previous)
+            mask = np.asarray(res.mask, dtype=bool)
+            extra = {"box": [float(v) for v in res.box] if res.box is not None else None,
+                     "iou": None if res.iou is None else float(res.iou)}
         t_model = time.perf_counter()
 
         label = previous_label.copy() if previous_label is not None else np.zeros(ref.shape, np.uint8)

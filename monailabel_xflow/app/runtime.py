@@ -14,10 +14,13 @@ With nothing configured the app still starts: :meth:`XFlowRuntime.status` says s
 configure weights, and :meth:`XFlowRuntime.get` raises
 :class:`~monailabel_xflow.app.errors.ModelsNotConfiguredError` (HTTP 503 with that message).
 
-The models are not thread-safe (the segmenter holds "the current image"): every use goes
-through :attr:`XFlowRuntime.lock`. MONAI Label 0.8.5 runs its infer endpoint inside the event
-loop, so requests are serialised anyway; the lock keeps that true for batch infer and any
-thread pool (``MONAI_LABEL_INFER_CONCURRENCY``).
+One lock guards the models in use: :class:`~monailabel_xflow.workflow.xflow.XFlow`'s own. Its
+runs (Stage 1 and 2) take it one at a time; a person's click revision works on a fork of the
+segmenter (same model, same embedding cache), so it answers from the cached image embedding
+without waiting for another image's run. The runtime only locks loading the models and swapping
+in a fine-tuned segmenter (which waits for the run in progress). MONAI Label 0.8.5 runs its infer
+endpoint inside the event loop, so HTTP requests are serialised anyway; the locks keep batch
+infer and any thread pool (``MONAI_LABEL_INFER_CONCURRENCY``) correct.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ class XFlowRuntime:
 
     def __init__(self, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None,
                  preload: bool = True, model_dir: str | os.PathLike | None = None):
-        self.lock = threading.RLock()
+        self._load_lock = threading.Lock()  # loading and swapping models; XFlow locks its own use
         self._conf = dict(conf or {})
         self.model_dir = model_dir
         self._segmenter_stamp: float | None = None
@@ -185,7 +188,7 @@ class XFlowRuntime:
             raise self._config_error
         if not self.configured:
             raise ModelsNotConfiguredError(HOW_TO_CONFIGURE)
-        with self.lock:
+        with self._load_lock:
             if self._xflow is None:
                 from monailabel_xflow.workflow.xflow import XFlow
 
@@ -222,7 +225,7 @@ class XFlowRuntime:
         from monailabel_xflow.segmenter.loading import load_segmenter
 
         logger.info("using the fine-tuned segmenter %s (replaces %s)", path, self.config.segmenter)
-        self._xflow.segmenter = load_segmenter(path, device=self.config.device)
+        self._xflow.replace_segmenter(load_segmenter(path, device=self.config.device))
         self._segmenter_stamp = stamp
         self.trained_segmenter = path
 

@@ -158,8 +158,7 @@ class XFlowUncertaintyScoring(_base_scoring()):
                     cached.append(image_id)
                     continue
                 image, _ = layout.load_image(uri, image_id)
-                with self.runtime.lock:
-                    results = xflow.run_all(image, max_clicks=budget, instructions=instructions)
+                results = xflow.run_all(image, max_clicks=budget, instructions=instructions)
             except (InputError, ImageNotFoundException, OSError) as exc:  # unreadable or vanished: skip, keep scoring
                 failed[image_id] = str(exc)[:300]
                 logger.warning("xflow_uncertainty: skipping %s: %s", image_id, exc)

@@ -371,7 +371,6 @@ def interleaved(cases: Sequence[EvalCase]) -> list[EvalCase]:
     return order
 
 
-
 def run_benchmark(
     out: str | Path,
     model: str | Path,

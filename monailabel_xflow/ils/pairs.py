@@ -288,7 +288,6 @@ def study_pairs(study: str, outcomes: Sequence[FindingOutcome], masks: Mapping[s
     return pairs
 
 
-
 def _other_labels(finding: ReportedFinding) -> tuple[str, ...]:
     """Lung labels of a finding outside the seven (a nodule, a mass): its lung location occupies
     the lungs like any lesion's; without any location, both lungs; outside the lungs, none."""

@@ -449,7 +449,6 @@ def merge(out: str | Path, order: Sequence[str] | None = None) -> dict:
     return summary
 
 
-
 # --- inputs from a report table ------------------------------------------------------------
 
 REPORT_COLUMNS = {"study": ("study_id", "study"), "image": ("image", "image_path", "path"),

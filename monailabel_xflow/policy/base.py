@@ -21,7 +21,6 @@ class PolicyError(InputError):
     """Bad input to a policy (wrong image shape/dtype, out-of-order step, missing model file)."""
 
 
-
 @dataclass
 class RevisionState:
     """What a revision policy sees at step ``t``.
@@ -45,7 +44,6 @@ class RevisionState:
     step: int
 
 
-
 @runtime_checkable
 class Stage1Policy(Protocol):
     """π_init: grounds the lungs, decides presence and boxes the lesions, as protocol text."""
@@ -55,13 +53,11 @@ class Stage1Policy(Protocol):
     def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]: ...
 
 
-
 @runtime_checkable
 class RevisionSession(Protocol):
     """One Stage 2 conversation about one lesion mask; ``step`` returns one turn's raw text."""
 
     def step(self, state: RevisionState) -> str: ...
-
 
 
 @runtime_checkable

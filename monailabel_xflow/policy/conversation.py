@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box
+from monailabel_xflow.geometry import Box, check_image
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.base import PolicyError
 from monailabel_xflow.policy.prompts import stage1_messages, stage2_followup_text, stage2_messages
@@ -127,16 +127,11 @@ def image_to_pil(image: np.ndarray):
     """``(H, W)`` float radiograph in ``[0, 1]`` -> 8-bit grey RGB PIL image, as the VLM sees it.
 
     Raises:
-        PolicyError: not a finite 2-D float array.
+        GeometryError: not a radiograph array (:func:`~monailabel_xflow.geometry.check_image`).
     """
     from PIL import Image
 
-    a = np.asarray(image)
-    if a.ndim != 2 or not np.issubdtype(a.dtype, np.floating):
-        raise PolicyError(f"image must be a 2-D float array in [0, 1], got {a.dtype} {a.shape}")
-    if not np.isfinite(a).all():
-        raise PolicyError("image contains NaN or infinite values")
-    u8 = np.round(np.clip(a, 0.0, 1.0) * 255.0).astype(np.uint8)
+    u8 = np.round(check_image(image) * 255.0).astype(np.uint8)
     return Image.fromarray(u8, mode="L").convert("RGB")
 
 

@@ -31,12 +31,10 @@ from monailabel_xflow.policy.protocol import box_text
 COORDINATES_NOTE = "with integers from 0 to 1000, x first"
 
 
-
 STAGE1_PREAMBLE = f"You are a radiologist reading a chest X-ray. Write every box as (x1,y1),(x2,y2) {COORDINATES_NOTE}."
 """Text right after the image in Stage 1; identical for every instruction (shared prefix).
 Everything that does not depend on the instruction belongs here: "all findings" prefills it once
 and then runs only the short requests, one per finding (DESIGN §6)."""
-
 
 
 STAGE2_PREAMBLE = (
@@ -46,7 +44,6 @@ STAGE2_PREAMBLE = (
 """Text right after the first observation in Stage 2."""
 
 
-
 STAGE2_FOLLOWUP = (
     "This is the mask after your click. Answer with one click, or stop if the mask follows "
     "the lesion."
@@ -54,13 +51,11 @@ STAGE2_FOLLOWUP = (
 """Text of every later Stage 2 user turn, after the new observation."""
 
 
-
 def _lungs_phrase(instruction: Instruction) -> str:
     lungs = instruction.lungs
     if len(lungs) == 1:
         return f"the {lungs[0]} with a box"
     return "the " + " and the ".join(lungs) + " with a box each"
-
 
 
 def stage1_request(instruction: Instruction) -> str:
@@ -75,17 +70,14 @@ def stage1_request(instruction: Instruction) -> str:
     )
 
 
-
 def _image_turn(text: str) -> list[dict[str, Any]]:
     """Chat messages of one user turn: an image, then ``text``."""
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
 
 
-
 def stage1_messages(instruction: Instruction) -> list[dict[str, Any]]:
     """Chat messages of the Stage 1 prompt (one user turn: image, preamble, request)."""
     return _image_turn(f"{STAGE1_PREAMBLE}\n{stage1_request(instruction)}")
-
 
 
 def stage2_request(instruction: Instruction, box: Box) -> str:
@@ -98,11 +90,9 @@ def stage2_request(instruction: Instruction, box: Box) -> str:
     )
 
 
-
 def stage2_messages(instruction: Instruction, box: Box) -> list[dict[str, Any]]:
     """Chat messages of the first Stage 2 user turn (observation o_0, preamble, request)."""
     return _image_turn(f"{STAGE2_PREAMBLE}\n{stage2_request(instruction, box)}")
-
 
 
 def stage2_followup_text(image_token: str, closes_model_turn: bool) -> str:

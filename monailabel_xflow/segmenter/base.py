@@ -23,24 +23,20 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from monailabel_xflow.errors import InputError
-from monailabel_xflow.geometry import Box, Click, GeometryError
+from monailabel_xflow.geometry import Box, Click, GeometryError, check_click
 
 POSITIVE_LABEL = 1
 
 
-
 NEGATIVE_LABEL = 0
-
 
 
 PAD_LABEL = -10
 """Point labels of Sam3TrackerModel: 1 positive, 0 negative, -10 padding (ignored)."""
 
 
-
 class SegmenterInputError(InputError):
     """An image, prompt or previous-logits array the segmenter cannot use (says which and why)."""
-
 
 
 @dataclass
@@ -62,7 +58,6 @@ class SegmentationResult:
 
     def __len__(self) -> int:
         return int(self.masks.shape[0])
-
 
 
 @runtime_checkable
@@ -92,7 +87,6 @@ class PromptableSegmenter(Protocol):
         ...
 
 
-
 def image_key(image: np.ndarray) -> str:
     """Content hash of an image array (dtype, shape and bytes): the embedding cache key.
 
@@ -103,7 +97,6 @@ def image_key(image: np.ndarray) -> str:
     digest.update(f"{array.dtype.str}|{array.shape}|".encode())
     digest.update(memoryview(array).cast("B"))
     return digest.hexdigest()
-
 
 
 def to_rgb01(image: np.ndarray) -> np.ndarray:
@@ -144,7 +137,6 @@ def to_rgb01(image: np.ndarray) -> np.ndarray:
     return rgb
 
 
-
 def validate_box(box: Sequence[float], index: int = 0) -> list[float]:
     """A box as 4 floats, checked: finite, within ``[0, 1]``, ordered.
 
@@ -161,22 +153,13 @@ def validate_box(box: Sequence[float], index: int = 0) -> list[float]:
     return values
 
 
-
 def validate_click(click: Click, box_index: int = 0) -> Click:
-    """A click as :class:`Click`, checked: ``(positive, x, y)`` with finite normalised ``x, y``.
+    """A click as :class:`Click`, checked by :func:`~monailabel_xflow.geometry.check_click`.
 
     Raises:
         GeometryError: naming the click and its box.
     """
-    try:
-        positive, x, y = click
-    except (TypeError, ValueError):
-        raise GeometryError(f"click {click!r} of box {box_index} is not (positive, x, y)") from None
-    x, y = float(x), float(y)
-    if not (np.isfinite(x) and np.isfinite(y) and 0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
-        raise GeometryError(f"click ({x}, {y}) of box {box_index} must be finite and normalised to [0, 1]")
-    return Click(bool(positive), x, y)
-
+    return check_click(click, f"click of box {box_index}")
 
 
 def empty_result(shape: Sequence[int], low_res: Sequence[int] = (288, 288)) -> SegmentationResult:

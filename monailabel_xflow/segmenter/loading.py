@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # pragma: no cover
 BACKENDS = ("transformers", "official")
 
 
-
 def load_segmenter(
     name_or_path: str | Path,
     backend: str = "transformers",

@@ -7,7 +7,7 @@
       │  π_init → text → protocol.parse_stage1          lung boxes, presence, lesion boxes B
       ├─ absent → empty mask, instruction.absent_answer()
       │  F_seg.predict(B)                               one batched decoder call: M_0 per box
-      │  for each box b_0 (independently):              Stage 2, at most T = max_clicks steps
+      │  for each box b_0 (independently):              Stage 2 (revision.revise_mask), at most T steps
       │      o_t = rendering.render_observation(image, M_t, clicks)
       │      π_rev → text → protocol.parse_stage2       click or stop
       │      b_t = geometry.grow_box(b_{t-1}, click)    positive click outside the box grows it
@@ -25,7 +25,7 @@ parser's problems and its own decision (``trace.warnings``):
 * Lesion boxes whose label is not the asked finding (e.g. ``pneumonia`` for an opacity, which
   is how lesion inference names the type) are segmented all the same.
 * Every mask the segmenter returned is empty → treated as **absent**: a returned mask is the
-  presence call (DESIGN §8), so a "present" answer with an empty mask would contradict it.
+  presence call, so a "present" answer with an empty mask would contradict it.
 * Stage 2 text that holds no readable action (or a malformed click) → that lesion's revision
   **stops** with ``end="malformed"``; the mask stays the last good one. A click whose
   coordinates the parser had to clip is executed, with the problem recorded.
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import threading
 import time
@@ -56,11 +55,20 @@ import numpy as np
 
 from monailabel_xflow import rle
 from monailabel_xflow.errors import InputError
-from monailabel_xflow.geometry import Box, Click, GeometryError, grow_box, make_box, mask_to_box
+from monailabel_xflow.geometry import (
+    Box,
+    Click,
+    GeometryError,
+    check_click,
+    check_image,
+    grow_box,
+    make_box,
+    mask_to_box,
+)
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
-from monailabel_xflow.workflow.revision import finite_or_none, revise_mask
+from monailabel_xflow.workflow.revision import check_budget, finite_or_none, revise_mask
 from monailabel_xflow.workflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,7 +143,7 @@ class XFlow:
         max_clicks: Stage 2 budget T (the paper's 4).
         models: model identities recorded in every trace.
         prune_revisions: after each Stage 2 click keep only the components of F_seg's mask that
-            touch the previous mask or the positive click (:func:`keep_connected_to`); the
+            touch the previous mask or the positive click (:func:`~.revision.keep_connected_to`); the
             trace records the pruned masks.
 
     Images are ``(H, W)`` float arrays in ``[0, 1]`` (``transforms.load_cxr`` output); masks
@@ -162,7 +170,7 @@ class XFlow:
         self.stage1 = stage1
         self.reviser = reviser
         self.segmenter = segmenter
-        self.max_clicks = _check_budget(max_clicks)
+        self.max_clicks = check_budget(max_clicks)
         self.models = {str(k): str(v) for k, v in (models or {}).items()}
         self._lock = threading.RLock()
 
@@ -181,6 +189,11 @@ class XFlow:
         cfg = ModelConfig.load(config)
         loaded = load_models(cfg)
         return cls(loaded.stage1, loaded.reviser, loaded.segmenter, max_clicks=cfg.max_clicks, models=loaded.identities)
+
+    def replace_segmenter(self, segmenter: Any) -> None:
+        """Use another F_seg from the next run on (e.g. a fine-tuned one); waits for a run in progress."""
+        with self._lock:
+            self.segmenter = segmenter
 
     # --- public API -----------------------------------------------------------------------
 
@@ -211,8 +224,8 @@ class XFlow:
             WorkflowError: bad image. InstructionError: text that is not one instruction.
         """
         instr = _as_instruction(instruction)
-        image = _check_image(image)
-        budget = self.max_clicks if max_clicks is None else _check_budget(max_clicks)
+        image = check_image(image)
+        budget = self.max_clicks if max_clicks is None else check_budget(max_clicks)
         with self._lock:
             timings: dict[str, float] = {}
             start = time.perf_counter()
@@ -243,8 +256,8 @@ class XFlow:
         instrs = list(instructions) if instructions is not None else all_findings()
         if not instrs:
             return []
-        image = _check_image(image)
-        budget = self.max_clicks if max_clicks is None else _check_budget(max_clicks)
+        image = check_image(image)
+        budget = self.max_clicks if max_clicks is None else check_budget(max_clicks)
         with self._lock:
             shared: dict[str, float] = {}
             with _timed(shared, "segmenter_encode"):
@@ -290,8 +303,8 @@ class XFlow:
             WorkflowError: bad image, mask of another size, a click outside the image, or nothing
                 to start from (no box, no mask and no click).
         """
-        image = _check_image(image)
-        clicks = [_check_click(c) for c in clicks]
+        image = check_image(image)
+        clicks = [check_click(c) for c in clicks]
         if box is not None:
             try:
                 b = make_box(*box)
@@ -562,42 +575,6 @@ def _as_instruction(instruction: Instruction | str) -> Instruction:
     if isinstance(instruction, Instruction):
         return instruction
     return parse_instruction(instruction)
-
-
-def _check_image(image: Any) -> np.ndarray:
-    arr = np.asarray(image)
-    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise WorkflowError(f"image must be a 2-D (H, W) array, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise WorkflowError(f"image must be real-valued, got dtype {arr.dtype}")
-    arr = arr.astype(np.float32, copy=False)
-    if not np.isfinite(arr).all():
-        raise WorkflowError("image holds NaN or infinite values")
-    lo, hi = float(arr.min()), float(arr.max())
-    if lo < 0.0 or hi > 1.0:
-        raise WorkflowError(f"image values must lie in [0, 1] (transforms.load_cxr output), got [{lo:.3g}, {hi:.3g}]")
-    return arr
-
-
-def _check_click(c: Any) -> Click:
-    try:
-        positive, x, y = c
-        click = Click(bool(positive), float(x), float(y))
-    except (TypeError, ValueError) as err:
-        raise WorkflowError(f"a click is (positive, x, y), got {c!r}") from err
-    if not (math.isfinite(click.x) and math.isfinite(click.y) and 0 <= click.x <= 1 and 0 <= click.y <= 1):
-        raise WorkflowError(f"click {c!r} lies outside the image (normalised coordinates in [0, 1])")
-    return click
-
-
-def _check_budget(max_clicks: Any) -> int:
-    try:
-        value = int(max_clicks)
-    except (TypeError, ValueError) as err:
-        raise WorkflowError(f"max_clicks must be an integer, got {max_clicks!r}") from err
-    if value < 0 or value != max_clicks:
-        raise WorkflowError(f"max_clicks must be a non-negative integer, got {max_clicks!r}")
-    return value
 
 
 def _text(raw: Any) -> str:
