@@ -97,7 +97,9 @@ def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(vlm, tmp_path, monke
         parsed.problems = []
         return parsed
 
-    monkeypatch.setattr(protocol, "parse_stage2", always_click)
+    from monailabel_xflow.workflow import revision
+
+    monkeypatch.setattr(revision, "parse_stage2", always_click)  # the Stage 2 loop's reader
     calls = []
     real = rewards.revision_reward
 
