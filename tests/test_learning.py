@@ -1,9 +1,11 @@
 """Learning checks in the default suite: a trainer must improve a measure a broken trainer would not.
 
 * F_seg: a random tiny SAM3 fine-tuned on a few ellipses raises box-prompted IoU on held-out ones.
+* π_init SFT: init-sft on a few phantoms raises the likelihood of held-out phantoms' answers.
 
-Tiny models on CPU, cut to run in about a minute; the figures are printed (``-s``). The π_init SFT
-check is still ``slow`` (tests/test_training_sft.py::test_init_sft_learns_to_place_boxes).
+Tiny models on CPU, each cut to run in well under a minute; the figures are printed (``-s``). The
+slower π_init check on greedy answers stays ``slow``
+(tests/test_training_sft.py::test_init_sft_learns_to_place_boxes).
 """
 
 from __future__ import annotations
@@ -44,3 +46,51 @@ def test_segmenter_finetuning_raises_held_out_box_prompted_iou(tmp_path):
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
     assert after > before + 0.3 and after > 0.6, (before, after)
 
+
+
+def _held_out_answer_nll(base, adapter, rows) -> float:
+    """Mean per-token negative log-likelihood of the rows' target answers, teacher-forced on the
+    exact ids SFT trains on (same encoder, labels only on the answer), for ``base`` with the
+    adapter folder ``adapter`` (None: a fresh LoRA, i.e. the untrained model)."""
+    import torch
+
+    from monailabel_xflow.training.sft import PolicyExampleEncoder, load_policy_model
+
+    model, processor = load_policy_model(base, 8, 16, False, init_from=adapter)
+    model.eval()
+    encode = PolicyExampleEncoder(processor, "init-sft")
+    losses = []
+    with torch.no_grad():
+        for row in rows:
+            ex = encode(row)
+            out = model(input_ids=ex["input_ids"][None], token_type_ids=ex["token_type_ids"][None],
+                        attention_mask=torch.ones_like(ex["input_ids"])[None],
+                        pixel_values=ex["pixel_values"], labels=ex["labels"][None])
+            losses.append(float(out.loss))
+    return float(np.mean(losses))
+
+
+def test_init_sft_raises_held_out_answer_likelihood(tmp_path):
+    """60 init-sft steps (aux mask loss on) on 6 effusion-free phantoms take the held-out answers'
+    NLL from untrained to a fraction of it on 3 other phantoms (measured: train loss 11.5 -> 0.91
+    as means of the first/last 5 steps, held-out NLL 14.05 -> 2.18 per token). Greedy answers of a model this small are not yet
+    well-formed at this budget (lung-box IoU stays 0; see the slow test), so the figure is the
+    held-out likelihood of the very answers the protocol asks for."""
+    from datasets import Dataset
+
+    from monailabel_xflow.training.sft import train_sft
+    from test_training_sft import _learnable_base, init_sft_rows, sft_config
+
+    base = _learnable_base(tmp_path / "vlm")
+    train = [r for r in init_sft_rows(tmp_path / "train", 12) if not r["positive"]]
+    held_out = [r for r in init_sft_rows(tmp_path / "test", 6, start=1000) if not r["positive"]]
+    assert len(train) == 6 and len(held_out) == 3
+    before = _held_out_answer_nll(base, None, held_out)
+    cfg = sft_config(max_steps=60, effective_batch=2, learning_rate=2e-2, aux_mask_loss_weight=1.0, seed=0)
+    summary = train_sft("init-sft", Dataset.from_list(train), base, tmp_path / "out", cfg, progress=False)
+    after = _held_out_answer_nll(base, tmp_path / "out", held_out)
+    losses = np.asarray(summary["losses"])
+    print(f"\nπ_init SFT held-out answer NLL/token {before:.2f} -> {after:.2f} after {summary['steps']} steps; "
+          f"loss {np.mean(losses[:5]):.3f} -> {np.mean(losses[-5:]):.3f} (means of first/last 5)")
+    assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.3 * np.mean(losses[:5])
+    assert after < 0.5 * before, (before, after)
