@@ -97,20 +97,15 @@ class ServerProcess:
 
 # --- models -------------------------------------------------------------------------------------
 
-def build_tiny_models(folder: Path, seed: int = 0) -> Path:
-    """Random tiny VLM (base + init/rev adapters) and SAM3 tracker, and a ``models.yaml`` naming
-    them (paths relative to the file, as users write it). Returns the YAML path."""
-    from monailabel_xflow.policy.configs import build_random_vlm
-    from monailabel_xflow.segmenter.configs import build_random_sam3
-
-    folder.mkdir(parents=True, exist_ok=True)
-    vlm = build_random_vlm(folder / "vlm", size="tiny", seed=seed)
-    build_random_sam3(folder / "sam3", size="tiny", seed=seed)
+def write_models_yaml(folder: Path) -> Path:
+    """Write ``folder/models.yaml`` naming the tiny models in ``folder/vlm`` (base + init/rev
+    adapters) and ``folder/sam3`` by relative paths, as users write it. Returns the YAML path.
+    The ``tiny_models`` fixture (conftest.py) puts the session's tiny models there."""
     cfg = folder / "models.yaml"
     cfg.write_text(
-        f"vlm_base: ./{vlm.base.relative_to(folder)}\n"
-        f"init_adapter: ./{vlm.init.relative_to(folder)}\n"
-        f"rev_adapter: ./{vlm.rev.relative_to(folder)}\n"
+        "vlm_base: ./vlm/base\n"
+        "init_adapter: ./vlm/init\n"
+        "rev_adapter: ./vlm/rev\n"
         "segmenter: ./sam3\n"
         "device: cpu\n"
         "max_clicks: 2\n"

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
-from servers import build_tiny_models, monailabel_server
+from servers import monailabel_server
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -29,9 +29,9 @@ IMAGES = ["00001369_000", "00001933_000", "00004296_000"]  # 00001369 is RGBA
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, cxr_samples):
+def app(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("app_server")
-    models = build_tiny_models(tmp / "models")
+    models = tiny_models(tmp / "models")
     studies = tmp / "studies"
     studies.mkdir()
     for name in IMAGES:

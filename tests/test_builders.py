@@ -160,12 +160,11 @@ def test_rev_sft_trajectories_with_a_test_double(cases, tmp_path):
     assert all(Path(p).is_file() for p in row["observations"])
 
 
-def test_rev_builds_with_tiny_sam3(cases, tmp_path):
-    from monailabel_xflow.segmenter.configs import build_random_sam3
+def test_rev_builds_with_tiny_sam3(cases, tiny_sam3, tmp_path):
     from monailabel_xflow.segmenter.loading import load_segmenter
 
     positives = [c for c in cases if c.positive][:2]
-    seg = load_segmenter(str(build_random_sam3(tmp_path / "sam", "tiny")))
+    seg = load_segmenter(str(tiny_sam3))
     report = build("rev-sft", positives, tmp_path / "rev", segmenter=seg, progress=False)
     n_components = sum(len(lesion_boxes(c.load_mask())) for c in positives)
     discarded = report.rejected.get("trajectory discarded (no IoU gain)", 0)

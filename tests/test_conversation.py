@@ -20,12 +20,10 @@ from monailabel_xflow.training.sft import PolicyExampleEncoder
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from monailabel_xflow.policy.configs import build_random_vlm
+def tiny(tiny_vlm):
     from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
 
-    vlm = build_random_vlm(tmp_path_factory.mktemp("vlm"), "tiny", seed=0, adapters=False)
-    return VLMPolicy.from_pretrained(vlm.base, device="cpu", generation=GenerationSettings(max_new_tokens=8),
+    return VLMPolicy.from_pretrained(tiny_vlm.base, device="cpu", generation=GenerationSettings(max_new_tokens=8),
                                      reuse_cache=False)
 
 

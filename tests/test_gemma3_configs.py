@@ -25,11 +25,6 @@ def tok():
     return build_tokenizer()
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_random_vlm(tmp_path_factory.mktemp("vlm"), "tiny", seed=0, adapters=True)
-
-
 def test_digits_are_single_tokens(tok):
     for d in "0123456789":
         assert len(tok.encode(d, add_special_tokens=False)) == 1
@@ -130,12 +125,12 @@ def test_a_model_built_in_bfloat16_is_saved_and_loaded_in_bfloat16(tmp_path):
     assert torch.get_default_dtype() == torch.float32  # restored after the build
 
 
-def test_saved_model_loads_back_with_random_projection_and_eos(tiny):
+def test_saved_model_loads_back_with_random_projection_and_eos(tiny_vlm):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    proc = AutoProcessor.from_pretrained(tiny.base)
-    model = AutoModelForImageTextToText.from_pretrained(tiny.base)
+    proc = AutoProcessor.from_pretrained(tiny_vlm.base)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm.base)
     tok = proc.tokenizer
     assert proc.image_seq_length == SIZES["tiny"]["mm_tokens_per_image"]
     assert model.config.image_token_id == tok.image_token_id
@@ -147,21 +142,21 @@ def test_saved_model_loads_back_with_random_projection_and_eos(tiny):
         tok.convert_tokens_to_ids("<eos>"), tok.convert_tokens_to_ids("<end_of_turn>")]
     assert torch.equal(
         model.model.multi_modal_projector.mm_input_projection_weight,
-        AutoModelForImageTextToText.from_pretrained(tiny.base).model.multi_modal_projector.mm_input_projection_weight,
+        AutoModelForImageTextToText.from_pretrained(tiny_vlm.base).model.multi_modal_projector.mm_input_projection_weight,
     )
 
 
-def test_adapters_touch_only_the_language_model(tiny):
+def test_adapters_touch_only_the_language_model(tiny_vlm):
     from safetensors.numpy import load_file
 
-    for folder, name in ((tiny.init, "init"), (tiny.rev, "rev")):
+    for folder, name in ((tiny_vlm.init, "init"), (tiny_vlm.rev, "rev")):
         cfg = json.loads((folder / "adapter_config.json").read_text())
         assert cfg["r"] == SIZES["tiny"]["lora_r"]
         keys = list(load_file(folder / "adapter_model.safetensors"))
         assert keys and all("language_model" in k for k in keys), keys[:3]
         assert not any("vision" in k for k in keys)
-    a = load_file(tiny.init / "adapter_model.safetensors")
-    b = load_file(tiny.rev / "adapter_model.safetensors")
+    a = load_file(tiny_vlm.init / "adapter_model.safetensors")
+    b = load_file(tiny_vlm.rev / "adapter_model.safetensors")
     assert a.keys() == b.keys()
     # Randomly initialised (B not zero) and different from each other.
     lora_b = [k for k in a if "lora_B" in k]

@@ -16,7 +16,7 @@ import pydicom
 import pytest
 import requests
 from PIL import Image
-from servers import build_tiny_models, monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
+from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -31,11 +31,11 @@ def tree_hashes(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def pacs(tmp_path_factory, cxr_samples):
+def pacs(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("hostile_pacs")
     siim = next((cxr_samples / "dicom").glob("siim_*.dcm"))
     series = str(pydicom.dcmread(siim, stop_before_pixels=True).SeriesInstanceUID)
-    models = build_tiny_models(tmp / "models")
+    models = tiny_models(tmp / "models")
     with open(models, "a") as f:
         f.write("max_new_tokens: 24\n")
     canary = tmp / "outside" / "canary.png"

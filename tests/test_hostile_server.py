@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
-from servers import build_tiny_models, monailabel_server
+from servers import monailabel_server
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -68,9 +68,9 @@ def nifti_bomb(path: Path, shape: tuple[int, ...], total_bytes: int | None = Non
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory, cxr_samples):
+def srv(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("hostile")
-    models = build_tiny_models(tmp / "models")
+    models = tiny_models(tmp / "models")
     with open(models, "a") as f:  # random tiny policies ramble: cap their text so a request stays quick
         f.write("max_new_tokens: 24\n")
     studies = tmp / "studies"

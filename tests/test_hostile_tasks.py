@@ -95,13 +95,6 @@ def test_train_parameters_defaults():
 
 
 @pytest.fixture(scope="module")
-def tiny_sam3(tmp_path_factory):
-    from monailabel_xflow.segmenter.configs import build_random_sam3
-
-    return build_random_sam3(tmp_path_factory.mktemp("sam3") / "sam3", size="tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
 def held(cxr_samples):
     from monailabel_xflow.transforms.loading import load_cxr
     from PIL import Image

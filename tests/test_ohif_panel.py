@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 from browser import chromium, console, screenshot, seen_texts, seg_errors, skip_without_chromium, wait_for, watch_texts
-from servers import build_tiny_models, monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
+from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -27,7 +27,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def panel(tmp_path_factory):
+def panel(tmp_path_factory, tiny_models):
     from test_ohif_viewer import phantom_cr
 
     tmp = tmp_path_factory.mktemp("panel")
@@ -35,7 +35,7 @@ def panel(tmp_path_factory):
     import pydicom
 
     study = str(pydicom.dcmread(tmp / "phantom.dcm", stop_before_pixels=True).StudyInstanceUID)
-    models = build_tiny_models(tmp / "models")
+    models = tiny_models(tmp / "models")
     models.write_text(models.read_text() + "max_new_tokens: 24\n")  # random weights never stop by themselves
     with orthanc_server(tmp / "orthanc") as orthanc:
         orthanc_upload(orthanc, tmp / "phantom.dcm")

@@ -408,21 +408,19 @@ def test_phantom_lesion_trajectories():
 # --- the tiny random SAM3 through the real loading path --------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_sam3(tmp_path_factory):
-    from monailabel_xflow.segmenter.configs import build_random_sam3
+def loaded_sam3(tiny_sam3):
     from monailabel_xflow.segmenter.loading import load_segmenter
 
-    path = build_random_sam3(tmp_path_factory.mktemp("sam3") / "tiny", size="tiny")
-    return load_segmenter(path, device="cpu")
+    return load_segmenter(tiny_sam3, device="cpu")
 
 
-def test_trajectories_with_tiny_sam3(tiny_sam3):
+def test_trajectories_with_tiny_sam3(loaded_sam3):
     from monailabel_xflow.data.phantom import generate_phantom
     from monailabel_xflow.testing import RecordingSegmenter
 
     ph = generate_phantom(2, size=S, findings=("consolidation",))
     gt = ph.finding_mask("consolidation")
-    seg = RecordingSegmenter(tiny_sam3)
+    seg = RecordingSegmenter(loaded_sam3)
     oracle = OracleClicker(tau=0.99)  # random weights: ask for clicks whatever the mask
     trajs = simulate_trajectories(seg, ph.image, gt, oracle, seed=0, min_area_px=20, keep_discarded=True)
     assert trajs and seg.set_image_calls == 1

@@ -15,7 +15,7 @@ import numpy as np
 import pydicom
 import pytest
 from pydicom.uid import generate_uid
-from servers import build_tiny_models, monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
+from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -37,7 +37,7 @@ def renamed(source, out, **tags):
 
 
 @pytest.fixture(scope="module")
-def pacs(tmp_path_factory, cxr_samples):
+def pacs(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("orthanc")
     siim = next((cxr_samples / "dicom").glob("siim_*.dcm"))
     files = {
@@ -47,7 +47,7 @@ def pacs(tmp_path_factory, cxr_samples):
         "ct": renamed(siim, tmp / "ct.dcm", Modality="CT"),
     }
     series = {k: str(pydicom.dcmread(f, stop_before_pixels=True).SeriesInstanceUID) for k, f in files.items()}
-    models = build_tiny_models(tmp / "models")
+    models = tiny_models(tmp / "models")
     with orthanc_server(tmp / "orthanc") as orthanc:
         for f in files.values():
             orthanc_upload(orthanc, f)

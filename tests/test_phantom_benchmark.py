@@ -102,23 +102,21 @@ def test_stage2_effect_counts_changes_and_iou_moves():
 
 
 @pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    from monailabel_xflow.policy.configs import build_random_vlm
+def bench_models(tmp_path_factory, tiny_vlm):
     from monailabel_xflow.segmenter.configs import build_random_sam3
 
     folder = tmp_path_factory.mktemp("tiny-models")
-    vlm = build_random_vlm(folder / "vlm", size="tiny", seed=0)
-    build_random_sam3(folder / "sam3", size="tiny", seed=0, image_size=112)
+    (folder / "vlm").symlink_to(tiny_vlm.base.parent, target_is_directory=True)  # copytree copies the files
+    build_random_sam3(folder / "sam3", size="tiny", seed=0, image_size=112)  # 112 px input: a quicker F_seg
     cfg = folder / "models.yaml"
-    cfg.write_text(f"vlm_base: ./{vlm.base.relative_to(folder)}\ninit_adapter: ./{vlm.init.relative_to(folder)}\n"
-                   f"rev_adapter: ./{vlm.rev.relative_to(folder)}\nsegmenter: ./sam3\ndevice: cpu\n"
-                   "max_clicks: 1\nmax_new_tokens: 24\n")
+    cfg.write_text("vlm_base: ./vlm/base\ninit_adapter: ./vlm/init\nrev_adapter: ./vlm/rev\nsegmenter: ./sam3\n"
+                   "device: cpu\nmax_clicks: 1\nmax_new_tokens: 24\n")
     return cfg
 
 
-def test_command_runs_resumes_and_writes_the_report(tiny_models, tmp_path, capsys):
+def test_command_runs_resumes_and_writes_the_report(bench_models, tmp_path, capsys):
     out = tmp_path / "bench"
-    args = ["benchmark", "phantom", "--out", str(out), "--model", str(tiny_models), "--questions", "6",
+    args = ["benchmark", "phantom", "--out", str(out), "--model", str(bench_models), "--questions", "6",
             "--size", "128", "--no-progress"]
     assert main(args) == 0
     printed = capsys.readouterr().out
@@ -143,8 +141,8 @@ def test_command_runs_resumes_and_writes_the_report(tiny_models, tmp_path, capsy
         assert len((out / m / "latency.jsonl").read_text().splitlines()) == 6
 
 
-def test_command_refuses_bad_arguments(tiny_models, tmp_path, capsys):
-    base = ["benchmark", "phantom", "--out", str(tmp_path / "b"), "--model", str(tiny_models), "--size", "128"]
+def test_command_refuses_bad_arguments(bench_models, tmp_path, capsys):
+    base = ["benchmark", "phantom", "--out", str(tmp_path / "b"), "--model", str(bench_models), "--size", "128"]
     assert main(base + ["--questions", "3"]) == 2
     assert main(base + ["--questions", "6", "--methods", "stage3"]) == 2
     assert main(base + ["--questions", "6", "--methods", "rosalia"]) == 2
@@ -181,7 +179,7 @@ def test_interleaved_order_keeps_every_prefix_balanced():
     assert chest_pos == sorted(chest_pos, reverse=True)
 
 
-def test_stage1_identity_follows_pi_init_bytes_only(tiny_models, tmp_path):
+def test_stage1_identity_follows_pi_init_bytes_only(bench_models, tmp_path):
     """The Stage 1 text cache key: the same for a copied model or another F_seg / π_rev, new for a
     π_init whose bytes changed."""
     import shutil
@@ -190,8 +188,8 @@ def test_stage1_identity_follows_pi_init_bytes_only(tiny_models, tmp_path):
     from monailabel_xflow.workflow.model_config import ModelConfig
 
     copy = tmp_path / "copy"
-    shutil.copytree(tiny_models.parent, copy)
-    first = stage1_identity(ModelConfig.load(tiny_models))
+    shutil.copytree(bench_models.parent, copy)
+    first = stage1_identity(ModelConfig.load(bench_models))
     assert stage1_identity(ModelConfig.load(copy / "models.yaml")) == first  # mtimes differ, bytes do not
     cfg = ModelConfig.load(copy / "models.yaml")
     for f in (copy / "sam3").rglob("*.safetensors"):  # another F_seg

@@ -32,13 +32,6 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-@pytest.fixture(scope="session")
-def tiny_vlm(tmp_path_factory):
-    from monailabel_xflow.policy.configs import build_random_vlm
-
-    return build_random_vlm(tmp_path_factory.mktemp("tiny-vlm"), "tiny", seed=0, adapters=True)
-
-
 def load(vlm, init=True, rev=True, **kw) -> VLMPolicy:
     kw.setdefault("generation", GenerationSettings(max_new_tokens=10))
     return VLMPolicy.from_pretrained(vlm.base, vlm.init if init else None, vlm.rev if rev else None,

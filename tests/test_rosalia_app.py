@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
-from servers import build_tiny_models, monailabel_server
+from servers import monailabel_server
 
 from monailabel_xflow.app.errors import ModelsNotConfiguredError
 from monailabel_xflow.app.rosalia import RosaliaRuntime
@@ -28,9 +28,9 @@ IMAGE = "00001933_000"
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, cxr_samples):
+def app(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("rosalia_app")
-    models = build_tiny_models(tmp / "models")
+    models = tiny_models(tmp / "models")
     studies = tmp / "studies"
     studies.mkdir()
     shutil.copy(cxr_samples / "nih" / "images" / f"{IMAGE}.png", studies)
@@ -137,10 +137,8 @@ def test_store_seg_on_a_studies_folder_answers_422_naming_the_problem(app):
     assert "seg_series" not in params and "store_seg" not in params
 
 
-def test_models_file_key_and_demo_switch(tmp_path):
-    from monailabel_xflow.rosalia.configs import build_random_rosalia
-
-    build_random_rosalia(tmp_path / "tiny", "tiny")
+def test_models_file_key_and_demo_switch(tiny_rosalia, tmp_path):
+    (tmp_path / "tiny").symlink_to(tiny_rosalia, target_is_directory=True)
     models = tmp_path / "models.yaml"
     models.write_text("vlm_base: ./vlm\ninit_adapter: ./init\nsegmenter: ./sam3\nrosalia: ./tiny\ndevice: cpu\n")
     runtime = RosaliaRuntime({"models": str(models)}, environ={}, preload=False)

@@ -11,7 +11,6 @@ import torch
 from monailabel_xflow.instructions import Instruction, InstructionError
 from monailabel_xflow.rosalia.configs import (
     SIZES,
-    build_random_rosalia,
     build_tokenizer,
     llava_config,
     sam_config,
@@ -19,11 +18,6 @@ from monailabel_xflow.rosalia.configs import (
 from monailabel_xflow.rosalia.model import RosaliaError, RosaliaModel, dice_loss, equalize
 from monailabel_xflow.rosalia.predictor import RosaliaPredictor
 from monailabel_xflow.rosalia.templates import SEG_TOKEN, SYSTEM, read_answer, rosalia_answer
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_random_rosalia(tmp_path_factory.mktemp("rosalia") / "tiny", "tiny", seed=0)
 
 
 def seg_first(model: RosaliaModel) -> None:
@@ -49,18 +43,18 @@ def test_real_size_is_lisa_7b_geometry():
     assert SIZES["lisa-7b"]["lora_r"] == 128
 
 
-def test_folder_round_trip_keeps_every_weight(tiny, tmp_path):
-    model = RosaliaModel.from_pretrained(tiny)
+def test_folder_round_trip_keeps_every_weight(tiny_rosalia, tmp_path):
+    model = RosaliaModel.from_pretrained(tiny_rosalia)
     again = RosaliaModel.from_pretrained(model.save_pretrained(tmp_path / "copy"))
     a, b = model.state_dict(), again.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert json.loads((tiny / "rosalia.json").read_text())["format"] == "rosalia"
+    assert json.loads((tiny_rosalia / "rosalia.json").read_text())["format"] == "rosalia"
     with pytest.raises(RosaliaError, match="not a ROSALIA model folder"):
         RosaliaModel.from_pretrained(tmp_path)
 
 
-def test_input_follows_sam_and_llava_v1(tiny):
-    model = RosaliaModel.from_pretrained(tiny)
+def test_input_follows_sam_and_llava_v1(tiny_rosalia):
+    model = RosaliaModel.from_pretrained(tiny_rosalia)
     image = np.tile(np.linspace(0, 1, 50, dtype=np.float32), (80, 1))  # 80 x 50: portrait
     enc = model.encoder.image(image)
     s = model.encoder.sam_size
@@ -82,9 +76,9 @@ def test_equalisation_flattens_the_histogram():
     assert abs(np.median(out) - 128) < abs(np.median(ramp) - 128)
 
 
-def test_training_and_inference_decode_the_same_mask(tiny):
+def test_training_and_inference_decode_the_same_mask(tiny_rosalia):
     """The predictor's mask is the one the training forward decodes from the same prompt."""
-    model = RosaliaModel.from_pretrained(tiny)
+    model = RosaliaModel.from_pretrained(tiny_rosalia)
     seg_first(model)
     predictor = RosaliaPredictor(model)
     rng = np.random.default_rng(1)
@@ -104,8 +98,8 @@ def test_training_and_inference_decode_the_same_mask(tiny):
     assert answer == ("" if mask.any() else "There is no effusion in the left lung base.")
 
 
-def test_predictor_asks_many_questions_of_one_image(tiny):
-    predictor = RosaliaPredictor.from_pretrained(tiny, device="cpu")
+def test_predictor_asks_many_questions_of_one_image(tiny_rosalia):
+    predictor = RosaliaPredictor.from_pretrained(tiny_rosalia, device="cpu")
     with pytest.raises(RosaliaError, match="set_image"):
         predictor.predict("Segment the edema.")
     predictor.set_image((np.random.default_rng(0).random((40, 40)) * 255).astype(np.uint8))

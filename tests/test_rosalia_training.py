@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from monailabel_xflow.rosalia.configs import build_random_rosalia
 from monailabel_xflow.rosalia.model import RosaliaModel
 from monailabel_xflow.rosalia.training import (
     RosaliaCollator,
@@ -34,7 +33,7 @@ pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def data(tmp_path_factory, tiny_rosalia):
     from monailabel_xflow.data.export import export_set
 
     root = tmp_path_factory.mktemp("rosalia_train")
@@ -47,8 +46,7 @@ def data(tmp_path_factory):
     pos = [e for e in held if e.positive]
     neg = [e for e in held if not e.positive]
     held = [pos[i] for i in rng.choice(len(pos), 8, replace=False)] + [neg[i] for i in rng.choice(len(neg), 8, replace=False)]
-    base = build_random_rosalia(root / "tiny", "tiny", seed=0)
-    return root, spec, train, held, base
+    return root, spec, train, held, tiny_rosalia
 
 
 def test_examples_carry_rosalias_answers(data):

@@ -16,15 +16,9 @@ from monailabel_xflow.workflow.trace import Trace
 
 
 @pytest.fixture(scope="module")
-def models_file(tmp_path_factory):
+def models_file(tmp_path_factory, tiny_models):
     """A YAML model configuration naming tiny random models saved to disk."""
-    from monailabel_xflow.policy.configs import build_random_vlm
-    from monailabel_xflow.segmenter.configs import build_random_sam3
-
-    root = tmp_path_factory.mktemp("cli-models")
-    build_random_vlm(root / "vlm", size="tiny", seed=1)
-    build_random_sam3(root / "sam3", size="tiny", seed=1)
-    path = root / "models.yaml"
+    path = tiny_models(tmp_path_factory.mktemp("cli-models"))
     path.write_text(
         "vlm_base: vlm/base\ninit_adapter: vlm/init\nrev_adapter: vlm/rev\nsegmenter: sam3\n"
         "device: cpu\nmax_new_tokens: 16\n"

@@ -27,13 +27,8 @@ H, W = 256, 320  # asymmetric on purpose: a transposition anywhere changes shape
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    return build_random_sam3(tmp_path_factory.mktemp("sam3") / "tiny", size="tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_dir) -> Sam3Segmenter:
-    return load_segmenter(tiny_dir, device="cpu", cache=EmbeddingCache())
+def loaded(tiny_sam3) -> Sam3Segmenter:
+    return load_segmenter(tiny_sam3, device="cpu", cache=EmbeddingCache())
 
 
 @pytest.fixture()
@@ -91,7 +86,7 @@ def test_load_segmenter_errors(tmp_path, monkeypatch):
         load_segmenter(tmp_path, backend="onnx")
 
 
-def test_hub_id_passes_local_files_only_when_offline(monkeypatch, tiny_dir):
+def test_hub_id_passes_local_files_only_when_offline(monkeypatch, tiny_sam3):
     from transformers import Sam3TrackerModel
 
     seen = {}
@@ -99,7 +94,7 @@ def test_hub_id_passes_local_files_only_when_offline(monkeypatch, tiny_dir):
 
     def fake(cls, name, **kwargs):
         seen[name] = kwargs
-        return real(cls, tiny_dir)
+        return real(cls, tiny_sam3)
 
     monkeypatch.setattr(Sam3TrackerModel, "from_pretrained", classmethod(fake))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -274,10 +269,10 @@ def test_encoder_runs_once_for_a_whole_revision(monkeypatch, seg, image):
     assert len(encodes) == 2
 
 
-def test_two_segmenters_on_the_same_weights_share_embeddings(tiny_dir, image):
+def test_two_segmenters_on_the_same_weights_share_embeddings(tiny_sam3, image):
     cache = EmbeddingCache()
-    a = load_segmenter(tiny_dir, device="cpu", cache=cache)
-    b = load_segmenter(tiny_dir, device="cpu", cache=cache)
+    a = load_segmenter(tiny_sam3, device="cpu", cache=cache)
+    b = load_segmenter(tiny_sam3, device="cpu", cache=cache)
     a.set_image(image)
     b.set_image(image)
     assert cache.stats.misses == 1 and cache.stats.hits == 1

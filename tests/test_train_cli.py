@@ -35,18 +35,15 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_init_sft_plain_call_writes_an_adapter(tmp_path, capsys):
+def test_init_sft_plain_call_writes_an_adapter(tiny_vlm, tmp_path, capsys):
     from datasets import Dataset
 
-    from monailabel_xflow.policy.configs import build_random_vlm
-
-    vlm = build_random_vlm(tmp_path / "vlm", adapters=False)
     data = tmp_path / "data"
     Dataset.from_list(init_sft_rows(tmp_path / "img", 2)).save_to_disk(str(data))
     cfg = tmp_path / "small.yaml"
     cfg.write_text("effective_batch: 2\nlora_r: 4\nlora_alpha: 8\nlearning_rate: 1.0e-3\n")
     out = tmp_path / "out"
-    status = cli.main(["train", "init-sft", "--data", str(data), "--model", str(vlm.base), "--out", str(out),
+    status = cli.main(["train", "init-sft", "--data", str(data), "--model", str(tiny_vlm.base), "--out", str(out),
                        "--config", str(cfg), "--max-steps", "2", "--no-progress"])
     assert status == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -54,9 +51,7 @@ def test_init_sft_plain_call_writes_an_adapter(tmp_path, capsys):
     assert (out / "adapter_config.json").is_file() and (out / "xflow_training.json").is_file()
 
 
-def test_segmenter_plain_call_reads_a_dataset_spec(tmp_path, capsys):
-    from monailabel_xflow.segmenter.configs import build_random_sam3
-
+def test_segmenter_plain_call_reads_a_dataset_spec(tiny_sam3, tmp_path, capsys):
     folder = tmp_path / "set"
     cases = phantom_cases(folder, 2)
     with (folder / "instructions.csv").open("w", newline="") as f:
@@ -64,11 +59,10 @@ def test_segmenter_plain_call_reads_a_dataset_spec(tmp_path, capsys):
         w.writerow(["image", "mask", "instruction"])
         for _, img, mask in cases:
             w.writerow([img, mask or "", EFFUSION.text])
-    sam = build_random_sam3(tmp_path / "sam3")
     cfg = tmp_path / "seg.yaml"
     cfg.write_text("effective_batch: 1\n")
     out = tmp_path / "out"
-    status = cli.main(["train", "segmenter", "--data", f"folder:{folder}", "--model", str(sam),
+    status = cli.main(["train", "segmenter", "--data", f"folder:{folder}", "--model", str(tiny_sam3),
                        "--out", str(out), "--config", str(cfg), "--max-steps", "1", "--no-progress"])
     captured = capsys.readouterr()
     assert status == 0, captured.err

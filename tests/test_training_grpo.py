@@ -10,13 +10,6 @@ import pytest
 from test_training_sft import EFFUSION, phantom_cases
 
 
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory):
-    from monailabel_xflow.policy.configs import build_random_vlm
-
-    return build_random_vlm(tmp_path_factory.mktemp("vlm"), size="tiny", adapters=True)
-
-
 def rl_config(trainer: str, **kw):
     from monailabel_xflow.training.config import load_config
 
@@ -31,7 +24,7 @@ def _adapter_weights(folder):
     return load_file(str(folder / "adapter_model.safetensors"))
 
 
-def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(vlm, tmp_path, monkeypatch):
+def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(tiny_vlm, tmp_path, monkeypatch):
     from datasets import Dataset
 
     from monailabel_xflow.geometry import lesion_boxes
@@ -56,30 +49,30 @@ def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(vlm, tmp_pa
 
     monkeypatch.setattr(rewards, "init_reward", spy)
     out = tmp_path / "out"
-    summary = train_grpo("init-rl", Dataset.from_list(rows), vlm.base, out, vlm.init,
+    summary = train_grpo("init-rl", Dataset.from_list(rows), tiny_vlm.base, out, tiny_vlm.init,
                          rl_config("init-rl"), max_new_tokens=12, progress=False)
     # 2 steps x 2 completions x 3 reward terms, each a call of the pure function
     assert len(calls) == 12
     assert {tuple(map(tuple, c[1])) for c in calls} <= {tuple(map(tuple, r["gt_boxes"])) for r in rows}
     assert all(isinstance(c[0], str) for c in calls)
     assert np.isfinite(summary["losses"]).all() and summary["steps"] == 2
-    before, after = _adapter_weights(vlm.init), _adapter_weights(out)
+    before, after = _adapter_weights(tiny_vlm.init), _adapter_weights(out)
     assert before.keys() == after.keys()
     assert any(not np.allclose(before[k].numpy(), after[k].numpy()) for k in before)
-    policy = VLMPolicy.from_pretrained(vlm.base, init_adapter=out, generation=GenerationSettings(max_new_tokens=8))
+    policy = VLMPolicy.from_pretrained(tiny_vlm.base, init_adapter=out, generation=GenerationSettings(max_new_tokens=8))
     assert isinstance(policy.stage1(phantom_cases(tmp_path / "q", 1)[0][0].image, EFFUSION), str)
     assert json.loads((out / "xflow_training.json").read_text())["trainer"] == "init-rl"
 
 
-def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(vlm, tmp_path, monkeypatch):
+def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(tiny_vlm, tiny_sam3, tmp_path, monkeypatch):
     from datasets import Dataset
 
     from monailabel_xflow.geometry import Click, mask_to_box
     from monailabel_xflow.policy import protocol
-    from monailabel_xflow.segmenter.configs import build_random_sam3
     from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.training import rewards
     from monailabel_xflow.training.grpo import train_grpo
+    from monailabel_xflow.workflow import revision
 
     rows = []
     for ph, img, mask in phantom_cases(tmp_path / "data", 2):
@@ -97,8 +90,6 @@ def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(vlm, tmp_path, monke
         parsed.problems = []
         return parsed
 
-    from monailabel_xflow.workflow import revision
-
     monkeypatch.setattr(revision, "parse_stage2", always_click)  # the Stage 2 loop's reader
     calls = []
     real = rewards.revision_reward
@@ -110,19 +101,19 @@ def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(vlm, tmp_path, monke
         return out
 
     monkeypatch.setattr(rewards, "revision_reward", spy)
-    segmenter = load_segmenter(build_random_sam3(tmp_path / "sam3"), device="cpu")
+    segmenter = load_segmenter(tiny_sam3, device="cpu")
     out = tmp_path / "out"
-    summary = train_grpo("rev-rl", Dataset.from_list(rows), vlm.base, out, vlm.rev,
+    summary = train_grpo("rev-rl", Dataset.from_list(rows), tiny_vlm.base, out, tiny_vlm.rev,
                          rl_config("rev-rl", max_steps=1), segmenter=segmenter, max_new_tokens=6,
                          progress=False)
     assert calls and all(len(c[0]) == 3 for c in calls)  # max_clicks turns each
     assert all(c[1] == c[3] == (128, 128) for c in calls)
     assert np.isfinite(summary["losses"]).all()
-    before, after = _adapter_weights(vlm.rev), _adapter_weights(out)
+    before, after = _adapter_weights(tiny_vlm.rev), _adapter_weights(out)
     assert any(not np.allclose(before[k].numpy(), after[k].numpy()) for k in before)
 
 
-def test_rev_rl_needs_a_segmenter(vlm, tmp_path):
+def test_rev_rl_needs_a_segmenter(tiny_vlm, tmp_path):
     from datasets import Dataset
 
     from monailabel_xflow.training.config import ConfigError
@@ -131,16 +122,16 @@ def test_rev_rl_needs_a_segmenter(vlm, tmp_path):
     rows = Dataset.from_list([dict(image="x.png", instruction=EFFUSION.text, start_box=[0, 0, 1, 1],
                                    gt_mask="m.png", case_id="a")])
     with pytest.raises(ConfigError, match="segmenter"):
-        train_grpo("rev-rl", rows, vlm.base, tmp_path / "o", None, rl_config("rev-rl"))
+        train_grpo("rev-rl", rows, tiny_vlm.base, tmp_path / "o", None, rl_config("rev-rl"))
 
 
-def test_rl_freezes_the_vision_tower_carried_by_an_sft_adapter(vlm, tmp_path):
+def test_rl_freezes_the_vision_tower_carried_by_an_sft_adapter(tiny_vlm, tmp_path):
     from monailabel_xflow.training.sft import load_policy_model, policy_lora_config, set_vision_trainable
 
     # an SFT-style adapter with the tower saved
-    model, _ = load_policy_model(vlm.base, 4, 8, train_vision=True)
+    model, _ = load_policy_model(tiny_vlm.base, 4, 8, train_vision=True)
     model.save_pretrained(str(tmp_path / "sft"))
-    rl_model, _ = load_policy_model(vlm.base, 4, 8, train_vision=False, init_from=tmp_path / "sft")
+    rl_model, _ = load_policy_model(tiny_vlm.base, 4, 8, train_vision=False, init_from=tmp_path / "sft")
     assert set_vision_trainable(rl_model, False) > 0
     trainable = [n for n, p in rl_model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n and "language_model" in n for n in trainable)

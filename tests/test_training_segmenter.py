@@ -86,11 +86,10 @@ def test_samples_from_phantom_cases():
     assert all(s.image.shape == s.mask.shape and s.mask.any() for s in samples)
 
 
-def test_finetune_smoke_loss_drops_and_checkpoint_loads(tmp_path):
-    from monailabel_xflow.segmenter.configs import build_random_sam3
+def test_finetune_smoke_loss_drops_and_checkpoint_loads(tiny_sam3, tmp_path):
     from monailabel_xflow.segmenter.loading import load_segmenter
 
-    base = build_random_sam3(tmp_path / "base", "tiny")
+    base = tiny_sam3
     cfg = SegmenterTrainConfig(effective_batch=1, max_steps=8, learning_rate=2e-3, points_per_prompt=0, box_jitter=0.0)
     result = finetune_segmenter(base, [_ellipse()], tmp_path / "ft", cfg, progress=False)
     losses = result["losses"]
@@ -101,18 +100,17 @@ def test_finetune_smoke_loss_drops_and_checkpoint_loads(tmp_path):
     assert seg.predict([(0.1, 0.1, 0.7, 0.8)]).masks.shape == (1, 128, 160)
 
 
-def test_revision_aware_prompts_are_stage2s_prompts(tmp_path):
+def test_revision_aware_prompts_are_stage2s_prompts(tiny_sam3):
     """Simulated Stage 2 turns: box-only first, then the oracle's clicks accumulate with the
     previous single-mask logits as mask input, and the supervised last turn trains the mask-input
     pathway (which plain box/click prompts never reach)."""
     import torch
 
     from monailabel_xflow.policy.oracle import OracleClicker
-    from monailabel_xflow.segmenter.configs import build_random_sam3
     from monailabel_xflow.segmenter.sam3 import Sam3Segmenter, load_tracker_model
     from monailabel_xflow.training.segmenter import _revision_loss, _target_grid
 
-    model = load_tracker_model(build_random_sam3(tmp_path / "base", "tiny"))
+    model = load_tracker_model(tiny_sam3)
     prep = Sam3Segmenter(model, device="cpu", dtype=torch.float32, cache_tag="test")
     sample = _ellipse()
     calls = []
@@ -145,11 +143,9 @@ def test_revision_aware_prompts_are_stage2s_prompts(tmp_path):
     assert grads and any(g is not None and g.abs().sum() > 0 for g in grads.values())
 
 
-def test_revision_aware_training_is_off_by_default_and_runs_when_asked(tmp_path):
-    from monailabel_xflow.segmenter.configs import build_random_sam3
-
+def test_revision_aware_training_is_off_by_default_and_runs_when_asked(tiny_sam3, tmp_path):
     assert SegmenterTrainConfig().revision_clicks == 0  # the paper's Table 7 recipe is unchanged
-    base = build_random_sam3(tmp_path / "base", "tiny")
+    base = tiny_sam3
     plain = SegmenterTrainConfig(effective_batch=1, max_steps=3, learning_rate=2e-3, points_per_prompt=0)
     aware = SegmenterTrainConfig(effective_batch=1, max_steps=3, learning_rate=2e-3, points_per_prompt=0,
                                  revision_clicks=2, revision_prob=1.0)

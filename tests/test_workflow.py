@@ -336,16 +336,10 @@ def test_free_text_instruction_is_parsed(image, target):
 # --- tiny real models, loaded the way users load theirs -------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_config(tmp_path_factory) -> dict:
-    """Random tiny SAM3 + Gemma3 (two LoRA adapters) saved to disk, as a model configuration."""
-    from monailabel_xflow.policy.configs import build_random_vlm
-    from monailabel_xflow.segmenter.configs import build_random_sam3
-
-    root = tmp_path_factory.mktemp("tiny-models")
-    vlm = build_random_vlm(root / "vlm", size="tiny", seed=0)
-    sam = build_random_sam3(root / "sam3", size="tiny", seed=0)
-    return {"vlm_base": str(vlm.base), "init_adapter": str(vlm.init), "rev_adapter": str(vlm.rev),
-            "segmenter": str(sam), "device": "cpu", "max_new_tokens": 24}
+def tiny_config(tiny_vlm, tiny_sam3) -> dict:
+    """The session's tiny random SAM3 + Gemma3 (two LoRA adapters) as a model configuration."""
+    return {"vlm_base": str(tiny_vlm.base), "init_adapter": str(tiny_vlm.init), "rev_adapter": str(tiny_vlm.rev),
+            "segmenter": str(tiny_sam3), "device": "cpu", "max_new_tokens": 24}
 
 
 @pytest.fixture(scope="module")
