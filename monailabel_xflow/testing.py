@@ -1,20 +1,26 @@
 """TEST DOUBLES shared by the test suite and the benchmarks. Not for production use.
 
-Nothing here is a model: :class:`ScriptedSegmenter` answers prompts by a fixed, documented rule
-so that tests of the oracle clicker, the workflow and the SFT builders can predict every mask, and
-benchmarks can time the code around the segmenter without paying for one.
-:class:`SequenceSegmenter` replays a fixed list of masks, to script exact IoU sequences.
-:class:`RecordingSegmenter` wraps a real segmenter and records what it was asked, so the same
-assertions can run against the tiny random SAM3. Helpers draw simple synthetic ground truths.
+Nothing here is a model, and no production module imports this one (tests/test_architecture.py
+checks it). :class:`ScriptedSegmenter` answers prompts by a fixed, documented rule so that tests
+of the oracle clicker, the workflow and the SFT builders can predict every mask, and benchmarks
+can time the code around the segmenter without paying for one. :class:`SequenceSegmenter` replays
+a fixed list of masks, to script exact IoU sequences. :class:`RecordingSegmenter` wraps a real
+segmenter and records what it was asked, so the same assertions can run against the tiny random
+SAM3. All three implement the ``PromptableSegmenter`` interface of
+:mod:`monailabel_xflow.segmenter.base` (``set_image`` once, then ``predict``) and return its
+``SegmentationResult``.
 
-All three implement the ``PromptableSegmenter`` interface of :mod:`monailabel_xflow.segmenter.sam3`
-(``set_image`` once, then ``predict``) and return its ``SegmentationResult``.
+:class:`ScriptedPolicy` replays protocol text as π_init and π_rev; :class:`StubRuntime` hands a
+scripted :class:`~monailabel_xflow.workflow.xflow.XFlow` to the MONAI Label tasks in place of the
+app's model runtime. Helpers draw simple synthetic ground truths.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import threading
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -30,6 +36,10 @@ __all__ = [
     "ScriptedSegmenter",
     "SequenceSegmenter",
     "RecordingSegmenter",
+    "ScriptedPolicy",
+    "ScriptExhausted",
+    "STOP_TEXT",
+    "StubRuntime",
     "disk",
     "ellipse",
     "result_from_masks",
@@ -316,3 +326,26 @@ class _ScriptedSession:
         self.steps.append(state.step)
         t = len(self.steps) - 1
         return self.texts[t] if t < len(self.texts) else STOP_TEXT
+
+
+class StubRuntime:
+    """What the MONAI Label tasks need of the app's model runtime, around a given ``XFlow``
+    (usually built from :class:`ScriptedPolicy` and :class:`ScriptedSegmenter`).
+
+    Args:
+        xflow: what :meth:`get` returns.
+        max_clicks: the configured click budget (``config.max_clicks``).
+    """
+
+    def __init__(self, xflow: Any, max_clicks: int = 4) -> None:
+        self.xflow = xflow
+        self.config = SimpleNamespace(max_clicks=max_clicks, segmenter=None)
+
+    def get(self) -> Any:
+        return self.xflow
+
+    def describe(self) -> str:
+        return "scripted"
+
+    def status(self) -> dict:
+        return {"configured": True}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from monailabel_xflow.app.errors import LabelError, RequestError, http_errors, s
 from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to_box, pixel_to_point
 from monailabel_xflow.instructions import Instruction, InstructionError
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
-from monailabel_xflow.testing import ScriptedPolicy, ScriptedSegmenter, ellipse
+from monailabel_xflow.testing import ScriptedPolicy, ScriptedSegmenter, StubRuntime, ellipse
 from monailabel_xflow.vocabulary import FINDINGS
 from monailabel_xflow.workflow.xflow import XFlow
 
@@ -39,23 +38,6 @@ def box_of(mask):
 
 def stage1(present: bool, boxes=(), label="effusion") -> str:
     return format_stage1(Stage1Output(LUNGS, present, [BoxRef(label, b) for b in boxes]))
-
-
-class StubRuntime:
-    """What the tasks need of :class:`XFlowRuntime`, around a scripted :class:`XFlow`."""
-
-    def __init__(self, xflow):
-        self.xflow = xflow
-        self.config = SimpleNamespace(max_clicks=4, segmenter=None)
-
-    def get(self):
-        return self.xflow
-
-    def describe(self):
-        return "scripted"
-
-    def status(self):
-        return {"configured": True}
 
 
 @pytest.fixture()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +15,7 @@ import pytest
 
 from monailabel_xflow.app import requests as rq
 from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError, status_of
+from monailabel_xflow.testing import StubRuntime
 
 # --- the validation module ------------------------------------------------------------------------
 
@@ -191,8 +191,7 @@ def scoring(monkeypatch, flow):
     from monailabel_xflow.app.scoring import XFlowUncertaintyScoring
 
     monkeypatch.setattr(layout, "load_image", lambda uri, image_id=None: (np.zeros((8, 8), np.float32), None))
-    runtime = SimpleNamespace(get=lambda: flow, lock=threading.RLock(), describe=lambda: "fake models")
-    return XFlowUncertaintyScoring(runtime)
+    return XFlowUncertaintyScoring(StubRuntime(flow))
 
 
 def test_scoring_is_bounded_incremental_and_reports_unknown_ids(monkeypatch, tmp_path):
