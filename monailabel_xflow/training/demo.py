@@ -457,12 +457,255 @@ def reuse_segmenter(source: str | Path, seg_dir: Path) -> dict[str, Any]:
     return info
 
 
+@dataclass
+class _DemoRun:
+    """One invocation of the recipe: its settings, folders and phase log, shared by the phases.
+
+    ``rng`` (seeded with ``recipe.seed``) is drawn from in a fixed order (the π_rev questions,
+    then the ``init-rl`` questions) so a rerun picks the same questions.
+    """
+
+    recipe: DemoRecipe
+    out: Path
+    progress: bool
+    phases: _Phases
+    rng: Any
+
+    @property
+    def work(self) -> Path:
+        return self.out / "work"
+
+    @property
+    def built(self) -> Path:
+        return self.work / "built"
+
+    @property
+    def runs(self) -> Path:
+        return self.work / "runs"
+
+    @property
+    def seg_dir(self) -> Path:
+        return self.work / "segmenter"
+
+    @property
+    def base(self) -> Path:
+        return self.work / "vlm" / "base"
+
+    def build(self, kind: str, subset: Sequence, **kw) -> dict:
+        """Builder rows of ``kind`` into ``work/built/<kind>``; returns the row and reject counts."""
+        from monailabel_xflow.training import builders
+
+        report = builders.build(kind, subset, self.built / kind, seed=self.recipe.seed, progress=self.progress, **kw)
+        return {"rows": report.rows, "rejected": report.rejected}
+
+    def sft(self, stage: str, steps: int, data: Any, dest: Path, init_from: Path | None, aux: float) -> dict:
+        """SFT of the base VLM's ``stage`` adapter into ``dest``; returns steps and first/last loss."""
+        from monailabel_xflow.training.config import load_config
+        from monailabel_xflow.training.sft import train_sft
+
+        r = self.recipe
+        cfg = load_config(stage, max_steps=steps, effective_batch=r.sft_batch, learning_rate=r.sft_lr,
+                          lora_r=DEMO_VLM_SPEC["lora_r"], lora_alpha=DEMO_VLM_SPEC["lora_r"], vision_lr_scale=1.0,
+                          aux_mask_loss_weight=aux, seed=r.seed)
+        s = train_sft(stage, data, self.base, dest, cfg, init_from=init_from, per_device_batch=r.sft_batch,
+                      progress=self.progress)
+        return {"steps": s["steps"], "first_loss": s["losses"][0] if s["losses"] else None,
+                "last_loss": s["losses"][-1] if s["losses"] else None}
+
+    def rl(self, stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path, clicker: Any) -> dict:
+        """Build ``stage``'s rows, then GRPO from adapter ``start`` into ``dest`` (F_seg in the loop
+        for ``rev-rl``); returns steps and reward."""
+        from monailabel_xflow.training.config import load_config
+        from monailabel_xflow.training.grpo import train_grpo
+
+        r = self.recipe
+        self.build(stage, data_cases, clicker=clicker)
+        cfg = load_config(stage, max_steps=steps, effective_batch=r.rl_batch, num_generations=r.rl_generations,
+                          learning_rate=r.rl_lr, max_clicks=r.max_clicks, seed=r.seed)
+        s = train_grpo(stage, self.built / stage, self.base, dest, start, cfg,
+                       segmenter=str(self.seg_dir) if stage == "rev-rl" else None,
+                       max_new_tokens=200 if stage == "init-rl" else 48, per_device_batch=r.rl_batch,
+                       progress=self.progress)
+        return {"steps": s["steps"], "reward": s["reward"]}
+
+
+@dataclass
+class _PendingSegmenter:
+    """F_seg training running in a worker process (``pool`` runs ``future``)."""
+
+    pool: Any
+    future: Any
+
+
+def data_phase(run: _DemoRun) -> tuple[str, list]:
+    """Phase ``phantoms``: export the training phantoms (once per work folder).
+
+    Returns:
+        ``(json_path, cases)``: the ``mimic_ils.json`` path and its questions, every split.
+    """
+    r = run.recipe
+    json_path = run.phases.run("phantoms", lambda: str(_export(
+        run.work / "phantoms", r.train_studies, r.seed, r.phantom_size, run.progress, "training phantoms")))
+    cases = training_cases(Path(json_path))
+    log.info("demo: %d training questions from %d phantoms", len(cases), r.train_studies)
+    return json_path, cases
+
+
+def start_segmenter_phase(run: _DemoRun, json_path: str) -> _PendingSegmenter | None:
+    """Phase ``segmenter``: copy ``recipe.segmenter_from``, or train F_seg into ``work/segmenter``.
+
+    With ``recipe.parallel`` the training runs in a second process while the policy trains
+    (two independent jobs on two cores) and this returns it pending, for
+    :func:`finish_segmenter_phase`; otherwise the phase is done on return (None).
+    """
+    r = run.recipe
+    if "segmenter" not in run.phases.state["done"] and r.segmenter_from:
+        run.phases.run("segmenter", reuse_segmenter, r.segmenter_from, run.seg_dir)
+    if "segmenter" in run.phases.state["done"]:
+        return None
+    if not r.parallel:
+        run.phases.run("segmenter", segmenter_phase, str(run.work), json_path, r, run.progress)
+        return None
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    future = pool.submit(segmenter_phase, str(run.work), json_path, r, run.progress, 1, os.getpid())
+    _set_threads(1)
+    return _PendingSegmenter(pool, future)
+
+
+def finish_segmenter_phase(run: _DemoRun, pending: _PendingSegmenter | None) -> dict[str, Any]:
+    """Wait for a pending F_seg process (recorded as phase ``segmenter``); return the phase's record."""
+    if pending is not None:
+        run.phases.run("segmenter", pending.future.result)
+        pending.pool.shutdown()
+        _set_threads(run.recipe.threads)
+    return run.phases.state["done"]["segmenter"]["result"]
+
+
+def base_vlm_phase(run: _DemoRun) -> Path:
+    """Phase ``base-vlm``: the random demo-size Gemma 3 in ``work/vlm/base``; returns that folder."""
+    run.phases.run("base-vlm", lambda: str(build_demo_vlm(run.work / "vlm", run.recipe.seed)))
+    return run.base
+
+
+def init_sft_phase(run: _DemoRun, json_path: str, cases: Sequence) -> Path:
+    """Phases ``build init-sft`` and ``init-sft``: π_init's rows (lung boxes from the phantoms'
+    lung masks), presence-balanced, then SFT with the auxiliary mask loss.
+
+    ``recipe.init_from`` warm-starts the SFT, or, with ``init_sft_steps == 0``, is π_init as it is.
+
+    Returns:
+        π_init's adapter folder.
+    """
+    from monailabel_xflow.training import builders
+
+    r = run.recipe
+    lungs = builders.LungBoxes.for_dataset(Path(json_path).parent.parent)
+    run.phases.run("build init-sft", run.build, "init-sft", cases, lung_boxes=lungs)
+    init_sft = run.runs / "init-sft"
+    balanced = balanced_presence(builders.load_built(run.built / "init-sft"), r.seed)
+    warm = Path(r.init_from) if r.init_from else None
+    if warm is not None and r.init_sft_steps == 0:  # π_init reused as it is (e.g. an F_seg-only change)
+        log.info("demo: π_init reused from %s", warm)
+        return warm
+    run.phases.run("init-sft", run.sft, "init-sft", r.init_sft_steps, balanced, init_sft, warm, r.aux_weight)
+    return init_sft
+
+
+def rev_sft_phase(run: _DemoRun, cases: Sequence, init_sft: Path) -> tuple[Path, list, Any]:
+    """Phases ``build rev-sft`` and ``rev-sft``: oracle trajectories with the trained F_seg in the
+    loop on ``recipe.rev_components`` lung-level questions, stop-balanced, then π_rev SFT
+    warm-started from π_init.
+
+    ``recipe.rev_from`` is π_rev as it is (no build, no SFT). When every trajectory is discarded
+    (an F_seg that does not improve with clicks) π_rev starts from π_init's adapter.
+
+    Returns:
+        ``(rev_sft, rev_cases, clicker)``: π_rev's adapter folder, the questions drawn and the
+        oracle clicker (``rev-rl`` reuses both).
+    """
+    from monailabel_xflow.policy.oracle import OracleClicker
+    from monailabel_xflow.training import builders
+
+    r = run.recipe
+    positives = [c for c in cases if c.positive and c.level == "lung"]  # one question per lesion set
+    rev_cases = [positives[k] for k in sorted(run.rng.permutation(len(positives))[: r.rev_components])]
+    clicker = OracleClicker(box_noise=r.rev_box_noise)
+
+    def build_rev() -> dict:
+        from monailabel_xflow.segmenter.loading import load_segmenter
+
+        return run.build("rev-sft", rev_cases, segmenter=load_segmenter(str(run.seg_dir)), clicker=clicker)
+
+    if r.rev_from:  # a trained π_rev is reused as it is (its own SFT and GRPO are not redone)
+        log.info("demo: π_rev reused from %s", r.rev_from)
+        return Path(r.rev_from), rev_cases, clicker
+    run.phases.run("build rev-sft", build_rev)
+    try:
+        rows = builders.load_built(run.built / "rev-sft")
+    except builders.BuildError:  # every trajectory discarded: an F_seg that clicks cannot improve
+        log.warning("demo: no π_rev trajectory was kept (F_seg does not improve with clicks); "
+                    "π_rev starts from π_init's SFT adapter without revision SFT")
+        return init_sft, rev_cases, clicker
+    rev_sft = run.runs / "rev-sft"
+    rev_rows = balanced_revisions(rows, r.rev_stop_ratio, r.seed)
+    run.phases.run("rev-sft", run.sft, "rev-sft", r.rev_sft_steps, rev_rows, rev_sft, init_sft, 0.0)
+    return rev_sft, rev_cases, clicker
+
+
+def rl_phase(run: _DemoRun, cases: Sequence, rev_cases: Sequence, init_sft: Path, rev_sft: Path,
+             clicker: Any) -> tuple[Path, Path]:
+    """Phases ``init-rl`` and ``rev-rl``: short GRPO of each policy from its SFT adapter (skipped
+    at 0 steps; ``rev-rl`` also when π_rev was reused).
+
+    Returns:
+        ``(init_final, rev_final)``: the adapters to package.
+    """
+    r = run.recipe
+    init_final, rev_final = init_sft, rev_sft
+    if r.rl_steps_init > 0:
+        rl_cases = [cases[k] for k in sorted(run.rng.permutation(len(cases))[: 4 * r.rl_batch * r.rl_steps_init])]
+        run.phases.run("init-rl", run.rl, "init-rl", r.rl_steps_init, rl_cases, init_sft, run.runs / "init-rl",
+                       clicker)
+        init_final = run.runs / "init-rl"
+    if r.rl_steps_rev > 0 and not r.rev_from:
+        run.phases.run("rev-rl", run.rl, "rev-rl", r.rl_steps_rev, rev_cases, rev_sft, run.runs / "rev-rl", clicker)
+        rev_final = run.runs / "rev-rl"
+    return init_final, rev_final
+
+
+def package_phase(run: _DemoRun, init_final: Path, rev_final: Path, seg_info: dict[str, Any],
+                  total_start: float) -> Path:
+    """Package the base, both adapters and F_seg into ``out/model`` with the phases' durations
+    (an F_seg trained in parallel is listed apart: waiting for it is not its duration)."""
+    model = run.out / "model"
+    seconds = dict(run.phases.times)
+    if run.recipe.parallel:
+        seconds.pop("segmenter", None)
+        seconds["total"] = sum(seconds.values())
+        seconds["segmenter (ran in parallel with init-sft)"] = float(seg_info.get("seconds", 0.0))
+    else:
+        seconds["total"] = sum(seconds.values())
+    log.info("demo: this invocation took %.1f min", (time.perf_counter() - total_start) / 60)
+    package(model, run.base, init_final, rev_final, run.seg_dir, run.recipe,
+            {"phases_seconds": seconds, "segmenter": seg_info, "done": run.phases.state["done"]})
+    log.info("demo: model written to %s (%.1f min in all)", model, seconds["total"] / 60)
+    return model
+
+
 def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool = True) -> Path:
     """Run the whole recipe into ``out`` and return the packaged model folder ``out/model``.
 
+    The phases, in order: data -> F_seg (in parallel with the policy when ``recipe.parallel``)
+    -> base VLM -> π_init SFT -> π_rev trajectories and SFT -> GRPO -> package. Each finished
+    phase is recorded in ``out/work/phases.json`` and skipped when the recipe is rerun unchanged.
+
     Args:
         out: working folder (``out/work`` intermediate outputs, ``out/model`` the result).
-        recipe: sizes and steps (default :class:`DemoRecipe`, ~30 min on two CPU cores).
+        recipe: sizes and steps (default :class:`DemoRecipe`).
         progress: show progress bars.
 
     Returns:
@@ -470,152 +713,22 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     """
     import numpy as np
 
-    from monailabel_xflow.training import builders
-    from monailabel_xflow.training.config import load_config
-
     recipe = recipe or DemoRecipe()
     out = Path(out)
-    work = out / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    (out / "work").mkdir(parents=True, exist_ok=True)
     _set_threads(recipe.threads)
-    phases = _Phases(work, _fingerprint(recipe))
-    seed = recipe.seed
     total_start = time.perf_counter()
+    run = _DemoRun(recipe, out, progress, _Phases(out / "work", _fingerprint(recipe)),
+                   np.random.default_rng(recipe.seed))
 
-    # 1. data
-    json_path = phases.run("phantoms", lambda: str(_export(
-        work / "phantoms", recipe.train_studies, seed, recipe.phantom_size, progress, "training phantoms")))
-    cases = training_cases(Path(json_path))
-    log.info("demo: %d training questions from %d phantoms", len(cases), recipe.train_studies)
-
-    # 2. F_seg, in a second process while the policy trains (two cores, two independent jobs)
-    seg_dir = work / "segmenter"
-    seg_future = None
-    pool = None
-    if "segmenter" not in phases.state["done"] and recipe.segmenter_from:
-        phases.run("segmenter", reuse_segmenter, recipe.segmenter_from, seg_dir)
-    if "segmenter" not in phases.state["done"]:
-        if recipe.parallel:
-            import multiprocessing
-            import os
-            from concurrent.futures import ProcessPoolExecutor
-
-            pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-            seg_future = pool.submit(segmenter_phase, str(work), json_path, recipe, progress, 1, os.getpid())
-            _set_threads(1)
-        else:
-            phases.run("segmenter", segmenter_phase, str(work), json_path, recipe, progress)
-
-    # 3. base VLM
-    vlm_dir = work / "vlm"
-    phases.run("base-vlm", lambda: str(build_demo_vlm(vlm_dir, seed)))
-    base = vlm_dir / "base"
-
-    # 4. π_init SFT
-    lungs = builders.LungBoxes.for_dataset(Path(json_path).parent.parent)
-    built = work / "built"
-
-    def build(kind: str, subset: Sequence, **kw) -> dict:
-        report = builders.build(kind, subset, built / kind, seed=seed, progress=progress, **kw)
-        return {"rows": report.rows, "rejected": report.rejected}
-
-    phases.run("build init-sft", build, "init-sft", cases, lung_boxes=lungs)
-
-    def sft(stage: str, steps: int, data: Any, dest: Path, init_from: Path | None, aux: float) -> dict:
-        from monailabel_xflow.training.sft import train_sft
-
-        cfg = load_config(stage, max_steps=steps, effective_batch=recipe.sft_batch, learning_rate=recipe.sft_lr,
-                          lora_r=DEMO_VLM_SPEC["lora_r"], lora_alpha=DEMO_VLM_SPEC["lora_r"], vision_lr_scale=1.0,
-                          aux_mask_loss_weight=aux, seed=seed)
-        s = train_sft(stage, data, base, dest, cfg, init_from=init_from, per_device_batch=recipe.sft_batch,
-                      progress=progress)
-        return {"steps": s["steps"], "first_loss": s["losses"][0] if s["losses"] else None,
-                "last_loss": s["losses"][-1] if s["losses"] else None}
-
-    runs = work / "runs"
-    init_sft = runs / "init-sft"
-    balanced = balanced_presence(builders.load_built(built / "init-sft"), seed)
-    warm = Path(recipe.init_from) if recipe.init_from else None
-    if warm is not None and recipe.init_sft_steps == 0:  # π_init reused as it is (e.g. an F_seg-only change)
-        init_sft = warm
-        log.info("demo: π_init reused from %s", warm)
-    else:
-        phases.run("init-sft", sft, "init-sft", recipe.init_sft_steps, balanced, init_sft, warm, recipe.aux_weight)
-
-    if seg_future is not None:
-        phases.run("segmenter", seg_future.result)
-        pool.shutdown()
-        _set_threads(recipe.threads)
-    seg_info = phases.state["done"]["segmenter"]["result"]
-
-    # 5. π_rev SFT: oracle trajectories with the fine-tuned F_seg in the loop
-    positives = [c for c in cases if c.positive and c.level == "lung"]  # one question per lesion set
-    rng = np.random.default_rng(seed)
-    rev_cases = [positives[k] for k in sorted(rng.permutation(len(positives))[: recipe.rev_components])]
-
-    from monailabel_xflow.policy.oracle import OracleClicker
-
-    clicker = OracleClicker(box_noise=recipe.rev_box_noise)
-
-    def build_rev() -> dict:
-        from monailabel_xflow.segmenter.loading import load_segmenter
-
-        return build("rev-sft", rev_cases, segmenter=load_segmenter(str(seg_dir)), clicker=clicker)
-
-    rev_sft = runs / "rev-sft"
-    if recipe.rev_from:  # a trained π_rev is reused as it is (its own SFT and GRPO are not redone)
-        rev_sft = Path(recipe.rev_from)
-        log.info("demo: π_rev reused from %s", rev_sft)
-    else:
-        phases.run("build rev-sft", build_rev)
-    try:
-        if not recipe.rev_from:
-            builders.load_built(built / "rev-sft")
-    except builders.BuildError:  # every trajectory discarded: an F_seg that clicks cannot improve
-        log.warning("demo: no π_rev trajectory was kept (F_seg does not improve with clicks); "
-                    "π_rev starts from π_init's SFT adapter without revision SFT")
-        rev_sft = init_sft
-    else:
-        if not recipe.rev_from:
-            rev_rows = balanced_revisions(builders.load_built(built / "rev-sft"), recipe.rev_stop_ratio, seed)
-            phases.run("rev-sft", sft, "rev-sft", recipe.rev_sft_steps, rev_rows, rev_sft, init_sft, 0.0)
-
-    # 6. short GRPO
-    def rl(stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path) -> dict:
-        from monailabel_xflow.training.grpo import train_grpo
-
-        build(stage, data_cases, clicker=clicker)
-        cfg = load_config(stage, max_steps=steps, effective_batch=recipe.rl_batch, num_generations=recipe.rl_generations,
-                          learning_rate=recipe.rl_lr, max_clicks=recipe.max_clicks, seed=seed)
-        s = train_grpo(stage, built / stage, base, dest, start, cfg,
-                       segmenter=str(seg_dir) if stage == "rev-rl" else None,
-                       max_new_tokens=200 if stage == "init-rl" else 48, per_device_batch=recipe.rl_batch,
-                       progress=progress)
-        return {"steps": s["steps"], "reward": s["reward"]}
-
-    init_final, rev_final = init_sft, rev_sft
-    if recipe.rl_steps_init > 0:
-        rl_cases = [cases[k] for k in sorted(rng.permutation(len(cases))[: 4 * recipe.rl_batch * recipe.rl_steps_init])]
-        phases.run("init-rl", rl, "init-rl", recipe.rl_steps_init, rl_cases, init_sft, runs / "init-rl")
-        init_final = runs / "init-rl"
-    if recipe.rl_steps_rev > 0 and not recipe.rev_from:
-        phases.run("rev-rl", rl, "rev-rl", recipe.rl_steps_rev, rev_cases, rev_sft, runs / "rev-rl")
-        rev_final = runs / "rev-rl"
-
-    # 7. package
-    model = out / "model"
-    seconds = dict(phases.times)
-    if recipe.parallel:  # the wait for the F_seg process is not its duration; it overlaps init-sft
-        seconds.pop("segmenter", None)
-        seconds["total"] = sum(seconds.values())
-        seconds["segmenter (ran in parallel with init-sft)"] = float(seg_info.get("seconds", 0.0))
-    else:
-        seconds["total"] = sum(seconds.values())
-    log.info("demo: this invocation took %.1f min", (time.perf_counter() - total_start) / 60)
-    package(model, base, init_final, rev_final, seg_dir, recipe,
-            {"phases_seconds": seconds, "segmenter": seg_info, "done": phases.state["done"]})
-    log.info("demo: model written to %s (%.1f min in all)", model, seconds["total"] / 60)
-    return model
+    json_path, cases = data_phase(run)
+    pending = start_segmenter_phase(run, json_path)
+    base_vlm_phase(run)
+    init_sft = init_sft_phase(run, json_path, cases)
+    seg_info = finish_segmenter_phase(run, pending)
+    rev_sft, rev_cases, clicker = rev_sft_phase(run, cases, init_sft)
+    init_final, rev_final = rl_phase(run, cases, rev_cases, init_sft, rev_sft, clicker)
+    return package_phase(run, init_final, rev_final, seg_info, total_start)
 
 
 _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
