@@ -1,4 +1,4 @@
-"""Coordinates: the one place where conventions meet (DESIGN §4). Never transpose elsewhere.
+"""Coordinates: the one place where conventions meet. Never transpose elsewhere.
 
 Conventions used everywhere in the package:
 
@@ -256,7 +256,7 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def grow_box(box: Sequence[float], click: Click) -> Box:
-    """Stage 2 box-growth rule (DESIGN §5).
+    """Stage 2 box-growth rule.
 
     A positive click outside the box grows it to the smallest box enclosing the old box and
     the click; any other click leaves the box unchanged.

@@ -1,4 +1,4 @@
-"""Instructions: what a user asks for, in MIMIC-ILS canonical form (DESIGN §2).
+"""Instructions: what a user asks for, in MIMIC-ILS canonical form.
 
 An :class:`Instruction` is a finding plus the regions it is asked about. It renders the
 canonical instruction and answer sentences, which are scored by exact match, so they are only

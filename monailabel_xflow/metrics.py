@@ -1,4 +1,4 @@
-"""Segmentation metrics of the XFlow evaluation (DESIGN §8, paper §5.2, §6.1, App. B).
+"""Segmentation metrics of the XFlow evaluation (paper §5.2, §6.1, App. B).
 
 Work is split in two so that large evaluations stay fast and resumable:
 

@@ -1,4 +1,4 @@
-"""The fixed vocabulary of XFlow and MIMIC-ILS (DESIGN §2).
+"""The fixed vocabulary of XFlow and MIMIC-ILS.
 
 Text answers are scored by exact match, so every string the models read or write comes from
 here. Nothing in this module imports anything heavy.

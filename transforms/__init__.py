@@ -11,7 +11,7 @@
   cannot be loaded.
 
 Names resolve lazily (PEP 562) so that importing this package costs numpy only: the MONAI
-transforms import monai (~15 s) when first touched, and ``load_cxr`` imports its readers
+transforms import monai (slow) when first touched, and ``load_cxr`` imports its readers
 when first called.
 """
 

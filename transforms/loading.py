@@ -148,7 +148,7 @@ def save_nifti_2d(array_hw: np.ndarray, path: PathLike,
     """Write an ``(H, W)`` image or mask as NIfTI the way MONAI Label and ITK hold a 2D image.
 
     On disk the voxel array is ``(W, H, 1)``: index ``i`` is the column, ``j`` the row, one
-    slice ``k = 0`` (what MONAI Label gets from a single-frame DICOM series, DESIGN §10b). The
+    slice ``k = 0`` (what MONAI Label gets from a single-frame DICOM series). The
     affine is ``diag(-col_mm, -row_mm, 1)`` in NIfTI's RAS, i.e. ITK/Slicer (LPS) read an
     identity direction with spacing ``(col_mm, row_mm, 1)`` and origin 0. :func:`load_cxr`
     reads it back to the same ``(H, W)`` array. Write every mask NIfTI with this function.

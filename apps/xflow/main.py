@@ -32,7 +32,7 @@ class XFlowApp(MONAILabelApp):
         logger.info("ROSALIA: %s", self.rosalia.runtime.describe())
         super().__init__(app_dir=app_dir, studies=studies, conf=conf, name="XFlow",
                          description=app_description(self.xflow.runtime), version="0.1.0")
-        install_guard()  # body limit, id checks, infer params confined (DESIGN §16)
+        install_guard()  # body limit, id checks, infer params confined
 
     def init_datastore(self):
         return init_datastore(self, super().init_datastore)
@@ -40,7 +40,7 @@ class XFlowApp(MONAILabelApp):
     def init_remote_datastore(self):
         from monailabel_xflow.app.datastore import make_dicomweb_datastore
 
-        return make_dicomweb_datastore(self.studies, self.conf)  # no dcmqi download (DESIGN §10b)
+        return make_dicomweb_datastore(self.studies, self.conf)  # no dcmqi download
 
     def init_infers(self):
         return {**self.xflow.infer(), **self.rosalia.infer()}

@@ -7,7 +7,7 @@
     leaves ``datastore_v2.json``, the images and ``labels/`` untouched.
 
 :class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``)
-    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes DESIGN §10b found necessary:
+    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes running it against Orthanc showed necessary:
 
     * start-up never downloads dcmqi (:func:`make_dicomweb_datastore` replaces
       ``MONAILabelApp._init_dicomweb_datastore``);

@@ -1,4 +1,4 @@
-"""The XFlow app's guard around MONAI Label 0.8.5's web server (DESIGN §16).
+"""The XFlow app's guard around MONAI Label 0.8.5's web server.
 
 MONAI Label has no hook for request validation: its infer route copies the client's ``params``
 over the request (so ``{"image": "/any/path"}`` used to read any file the server can read), it

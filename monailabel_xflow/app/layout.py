@@ -1,4 +1,4 @@
-"""Images in, label maps out, in the layout MONAI Label clients expect (DESIGN §4, §10b).
+"""Images in, label maps out, in the layout MONAI Label clients expect.
 
 Inside XFlow every array is ``(H, W)`` (:mod:`monailabel_xflow.geometry`). MONAI Label, Slicer
 and OHIF hold a radiograph the way MONAI's readers do: ``(W, H)`` for PNG and ``(W, H, 1)``

@@ -1,7 +1,7 @@
 """Request validation: the one module every request parameter of the XFlow app goes through.
 
-MONAI Label 0.8.5 hands a task whatever JSON a client sent, merged over the task's config
-(DESIGN §16). Every parameter a task reads is parsed here, strictly, so that a hostile or
+MONAI Label 0.8.5 hands a task whatever JSON a client sent, merged over the task's config.
+Every parameter a task reads is parsed here, strictly, so that a hostile or
 careless client gets one clear ``4xx`` naming the parameter and the accepted range instead of a
 bare 500, a runaway request, or a file read outside the datastore. Adding a request parameter
 to a task means calling one of these functions (or adding one here), never ``int(x)`` inline.

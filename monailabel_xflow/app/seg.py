@@ -14,7 +14,7 @@ One SEG per XFlow result holds every finding asked for, as viewers and PACS expe
   Frame of Reference, so highdicom (rightly) writes no plane geometry; OHIF's SEG loader,
   however, reads the plane orientation unconditionally and compares it with what it derives for
   the source image, which for a radiograph without ``ImageOrientationPatient`` is
-  ``[0, 1, 0, 0, 0, -1]`` at position ``[0, 0, 0]`` (DESIGN §15). :func:`write_seg` adds exactly
+  ``[0, 1, 0, 0, 0, -1]`` at position ``[0, 0, 0]``. :func:`write_seg` adds exactly
   that (shared Plane Orientation, per-frame Plane Position) and nothing else, so the frames stay
   tied to the source instance through their Derivation Image Sequence.
 

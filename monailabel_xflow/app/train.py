@@ -66,7 +66,7 @@ STATS_FILE = "train_stats.json"
 
 
 MIN_COMPONENT_SHARE = 0.001
-"""Components smaller than this share of the image are specks (DESIGN §8), not lesions to prompt."""
+"""Components smaller than this share of the image are specks, not lesions to prompt."""
 
 MAX_PROMPTS_PER_IMAGE = 8
 """The largest components of an image that become prompts (bounds the decoder batch)."""

@@ -77,7 +77,7 @@ def confined_image(image: Any, datastore: Any) -> tuple[str, str | None]:
 
 
 def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, Any], datastore: Any = None) -> Any:
-    """``MONAILabelApp.infer`` confined to the datastore (DESIGN §16) with every documented error
+    """``MONAILabelApp.infer`` confined to the datastore with every documented error
     type mapped to its HTTP status (:mod:`.errors`).
 
     The image is resolved by :func:`confined_image` (upstream would read any existing path a

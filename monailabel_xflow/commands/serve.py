@@ -7,7 +7,7 @@ Usage::
 
 Runs ``python -m monailabel.main start_server --app APP --studies STUDIES --host H --port P
 --conf K V ...`` with this interpreter (not the ``monailabel`` shell launcher, which splits JSON
-arguments on spaces and prepends a parent folder to PYTHONPATH; DESIGN §10b) and an environment
+arguments on spaces and prepends a parent folder to PYTHONPATH) and an environment
 that suits radiographs:
 
 * ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER={"Modality":"CR,DX"}`` (the PACS' CR/DX series are the

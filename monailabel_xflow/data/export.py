@@ -1,4 +1,4 @@
-"""Writing phantoms to disk: PNG, DICOM, ground-truth masks and MIMIC-ILS JSON (DESIGN §9).
+"""Writing phantoms to disk: PNG, DICOM, ground-truth masks and MIMIC-ILS JSON.
 
 Layout of a set written by :func:`export_set` (``DIR`` is ``--out``; images at the top level so a
 MONAI Label local datastore lists them, everything else in sub-folders)::
@@ -342,7 +342,7 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
         subject = str(19000000 + (seed % 1000) * 10000 + i)
         v12, v8 = quantize(ph.image)
         out.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(v8).save(out / f"{stem}.png", compress_level=3)  # 3x faster than 6, ~15 % larger
+        Image.fromarray(v8).save(out / f"{stem}.png", compress_level=3)  # faster than 6, slightly larger files
         variant = dicom_variant(i)
         if dicom:
             write_dicom(out / DICOM_DIR / f"{stem}.dcm", ph, v12, v8, variant, subject, study)

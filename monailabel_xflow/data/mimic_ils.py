@@ -28,7 +28,7 @@ LOCATION_CATEGORIES: tuple[str, ...] = (
     "pleura",
     "lateral view location",
 )
-"""The 17 location categories of MIMIC-ILS (DESIGN §14)."""
+"""The 17 location categories of MIMIC-ILS."""
 
 LUNG_LOBES: tuple[str, ...] = (
     "right upper lobe",

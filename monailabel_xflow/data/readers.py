@@ -1,4 +1,4 @@
-"""Evaluation-set readers: MIMIC-ILS, CheXlocalize and a plain folder format (DESIGN §9).
+"""Evaluation-set readers: MIMIC-ILS, CheXlocalize and a plain folder format.
 
 Every reader yields :class:`EvalCase` objects, one per question (image + instruction), and never
 stops half-way on a bad entry: problems are collected in :attr:`ReadResult.problems` (each names

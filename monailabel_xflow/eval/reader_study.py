@@ -1,4 +1,4 @@
-"""Reader-study analysis: tie-aware Bradley–Terry models (paper §6.2, App. C.3; DESIGN §8).
+"""Reader-study analysis: tie-aware Bradley–Terry models (paper §6.2, App. C.3).
 
 Input is a long-format ranking table, one row per (case, reader, item)::
 
@@ -19,7 +19,7 @@ strengths ``pi_i > 0``:
 
 Both are fitted jointly (log-strengths and the tie parameter together) by maximum likelihood with
 :func:`scipy.optimize.minimize` (bounded truncated Newton, TNC, with analytic gradients;
-scipy's L-BFGS-B measured ~20x slower per small fit here). Strengths are identified up to a common factor, so
+scipy's L-BFGS-B was much slower per small fit). Strengths are identified up to a common factor, so
 log-strengths are reported **centred to sum to zero**; a difference ``d`` means the stronger item
 is preferred ``e^d`` times as often as the weaker when the reader does not tie. Uncertainty is a
 percentile bootstrap over **cases** (all readers' rankings of a resampled case move together),

@@ -1,4 +1,4 @@
-"""Lesion masks from three visual cues: Algorithm 1 of the MIMIC-ILS paper (DESIGN §14).
+"""Lesion masks from three visual cues: Algorithm 1 of the MIMIC-ILS paper.
 
 Inputs per image, all on the same ``(H, W)`` pixel grid (row 0 at the top):
 

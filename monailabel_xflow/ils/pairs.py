@@ -1,7 +1,7 @@
 """Location verification, quality control and the instruction-answer rules of MIMIC-ILS.
 
 After Algorithm 1 (:mod:`monailabel_xflow.ils.masks`) each reported finding has three location
-sets (paper §3.1, DESIGN §14):
+sets (paper §3.1):
 
 * **reported**: every fine lung label of the finding (:func:`reported_labels`);
 * **grounded**: the reported labels whose anatomy mask the generated lesion mask overlaps;

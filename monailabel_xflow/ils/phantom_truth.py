@@ -98,7 +98,7 @@ PAPER_TABLE8 = {
     "default": {"atelectasis": 13.4, "pneumonia": 28.5, "edema": 58.0, "mean": 28.3},
     "halved": {"atelectasis": 28.7, "edema": 82.1, "mean": 47.3},
 }
-"""The recall figures (%) of the paper's Table 8 quoted in its text (DESIGN §14); the others are
+"""The recall figures (%) of the paper's Table 8 quoted in its text; the others are
 not in the summaries we have."""
 
 

@@ -1,7 +1,7 @@
 """The report side of the MIMIC-ILS pipeline: section choice and structuring into 6-tuples.
 
 A report becomes :class:`~monailabel_xflow.data.mimic_ils.ReportedFinding` tuples in two steps
-(MIMIC-ILS §3.1 / DESIGN §14):
+(MIMIC-ILS §3.1):
 
 1. :func:`choose_section`: the findings section, else the impression, else the last paragraph;
    a report with none of them (empty) raises :class:`SectionNotFound`, whose message is the

@@ -1,6 +1,6 @@
 """The pluggable vision stages of the MIMIC-ILS pipeline and their phantom stand-ins.
 
-Four roles (DESIGN §14), each a :class:`typing.Protocol`, so a hospital plugs in its own models
+Four roles, each a :class:`typing.Protocol`, so a hospital plugs in its own models
 by naming a class in the stage configuration (:func:`load_stages`):
 
 ============  ==================  =====================================================

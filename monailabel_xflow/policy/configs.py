@@ -1,12 +1,12 @@
 """Small random Gemma3 vision-language models, built offline, for tests, benchmarks and demos.
 
 The XFlow policies are MedGemma-1.5-4B-it (``Gemma3ForConditionalGeneration``) with two LoRA
-adapters (DESIGN §6). Nothing here downloads anything: the tokenizer is trained in code with the
+adapters. Nothing here downloads anything: the tokenizer is trained in code with the
 ``tokenizers`` library, the model is built from a small config with random weights, and both are
 saved in Hugging Face format so that :class:`monailabel_xflow.policy.vlm.VLMPolicy` loads them
 through the same code path a user's real checkpoint takes.
 
-Choices that matter (DESIGN §6, §12):
+Choices that matter:
 
 * **Digits are single tokens** (``pre_tokenizers.Digits(individual_digits=True)`` before
   ``ByteLevel``), so a text coordinate ``(123,456)`` is always ``( 1 2 3 , 4 5 6 )``.
@@ -70,9 +70,9 @@ CHAT_TEMPLATE = (
 turn, unlike Gemma's, which folds it into the first user turn; the policies do not use one)."""
 
 SIZES: dict[str, dict[str, Any]] = {
-    # ~0.2 M parameters: each generate call of a few tokens takes milliseconds on one core.
+    # ~0.2 M parameters: small enough for the unit tests to call generate freely.
     # Layer 0 uses a sliding window of 24 tokens so that a 4-turn conversation (6 image tokens
-    # a turn) runs past it: cache reuse must stay exact there too (DESIGN §6).
+    # a turn) runs past it: cache reuse must stay exact there too.
     "tiny": dict(
         image_size=32, patch_size=8, mm_tokens_per_image=4,
         vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -123,7 +123,7 @@ LORA_TARGET_MODULES = (
     r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 )
 """Regex restricting LoRA to the language model's linear layers. Plain module names would also
-catch SigLIP's ``q_proj``/``k_proj``/... in the vision tower (DESIGN §6)."""
+catch SigLIP's ``q_proj``/``k_proj``/... in the vision tower."""
 
 
 class RandomVLM(NamedTuple):

@@ -1,4 +1,4 @@
-"""The simulated user of XFlow (paper Appendix A.3, Algorithm 1; DESIGN §7).
+"""The simulated user of XFlow (paper Appendix A.3, Algorithm 1).
 
 The oracle clicker builds the revision trajectories π_rev is fine-tuned on, evaluates revision,
 and drives active learning from saved labels. For one ground-truth component ``G``:
@@ -461,7 +461,7 @@ class OracleClicker:
 
 
 class OracleRevisionPolicy:
-    """The simulated user of Algorithm 1 (DESIGN §7) acting as a revision policy.
+    """The simulated user of Algorithm 1 (paper Appendix A.3) acting as a revision policy.
 
     Each turn asks :meth:`OracleClicker.decide` for the ground-truth component: stop once
     ``IoU(M, G) >= τ``, after ``T`` clicks, or when no admissible click is left; otherwise click

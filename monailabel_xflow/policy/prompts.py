@@ -34,7 +34,7 @@ COORDINATES_NOTE = "with integers from 0 to 1000, x first"
 STAGE1_PREAMBLE = f"You are a radiologist reading a chest X-ray. Write every box as (x1,y1),(x2,y2) {COORDINATES_NOTE}."
 """Text right after the image in Stage 1; identical for every instruction (shared prefix).
 Everything that does not depend on the instruction belongs here: "all findings" prefills it once
-and then runs only the short requests, one per finding (DESIGN §6)."""
+and then runs only the short requests, one per finding."""
 
 
 STAGE2_PREAMBLE = (

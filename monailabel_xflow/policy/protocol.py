@@ -1,4 +1,4 @@
-"""The text protocol of the two policies (DESIGN §3): one grammar, formatter and parser.
+"""The text protocol of the two policies: one grammar, formatter and parser.
 
 Inference, SFT target building and the RL format reward all use this module, so what a model
 is trained to write is exactly what the workflow reads.

@@ -1,12 +1,12 @@
-"""π_init (Stage 1) and π_rev (Stage 2) as one Gemma 3 vision-language model (paper §4,
-DESIGN §3 and §6): MedGemma-1.5-4B-it in the paper, with the two policies as peft LoRA adapters,
+"""π_init (Stage 1) and π_rev (Stage 2) as one Gemma 3 vision-language model (paper §4):
+MedGemma-1.5-4B-it in the paper, with the two policies as peft LoRA adapters,
 ``"init"`` and ``"rev"``, on one shared base model.
 
 The conversations are encoded by :class:`~monailabel_xflow.policy.conversation.ConversationEncoder`,
 the same code SFT and GRPO use, so training sees the token ids inference feeds the model.
 
-Stage 2 reuses the key/value cache of the previous turn instead of re-reading the conversation
-(DESIGN §6): the next turn's token ids are *appended* to the previous ``generate`` output (never
+Stage 2 reuses the key/value cache of the previous turn instead of re-reading the conversation:
+the next turn's token ids are *appended* to the previous ``generate`` output (never
 re-rendered from decoded text, which changes the ids), ``token_type_ids`` cover the whole
 sequence, and ``pixel_values`` hold only the new observation. A cache is only ever used under the
 adapter that built it (LoRA changes every layer's keys and values).
@@ -223,7 +223,7 @@ class VLMPolicy:
         return self.encoder.stage1_prompt(image, instruction).to(self.device, self.model.dtype)
 
     def generate(self, enc: Piece, cache=None, pixel_values=None, attention_mask=None):
-        """One ``generate`` call over the whole sequence so far (DESIGN §6's working call).
+        """One ``generate`` call over the whole sequence so far.
 
         Args:
             enc: all token ids so far (those in ``cache`` included) and their token types.

@@ -1,1 +1,1 @@
-"""ROSALIA, the single-shot baseline of the XFlow and MIMIC-ILS papers (LISA: LLaVA + SAM, DESIGN §13)."""
+"""ROSALIA, the single-shot baseline of the XFlow and MIMIC-ILS papers (LISA: LLaVA + SAM)."""

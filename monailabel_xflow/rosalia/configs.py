@@ -1,4 +1,4 @@
-"""ROSALIA sizes built in code: configs, an offline tokenizer, random models (DESIGN §13).
+"""ROSALIA sizes built in code: configs, an offline tokenizer, random models.
 
 ROSALIA is LISA-7B fine-tuned on MIMIC-ILS: LLaVA (Llama + CLIP ViT-L/14 + a linear
 ``mm_projector``) and SAM ViT-H, joined by the ``[SEG]`` token. Here the same architecture is

@@ -23,7 +23,7 @@ task works out of the box, on synthetic phantoms only (**not** for clinical imag
    ``recipe.json``); ``--install`` copies it to :data:`monailabel_xflow.workflow.model_config.ROSALIA_DEMO_DIR`.
 
 Command (documented in the README; the committed demo is this default recipe: 1,200 SAM steps
-and 1,500 ROSALIA steps, 17 min on two CPU cores when nothing else runs)::
+and 1,500 ROSALIA steps)::
 
     nice -n 10 xflow train rosalia-demo --out /tmp/rosalia-demo --install
 """
@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RosaliaDemoRecipe:
-    """Sizes and steps of the demo (defaults: the committed demo, ~17 min on two idle CPU cores).
+    """Sizes and steps of the demo (defaults: the committed demo).
 
     Attributes:
         seed: phantoms (the XFlow demo's seed), weights, data order.

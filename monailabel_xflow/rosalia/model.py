@@ -1,4 +1,4 @@
-"""ROSALIA as a model: transformers' LLaVA + SAM joined by the ``[SEG]`` token (DESIGN §13).
+"""ROSALIA as a model: transformers' LLaVA + SAM joined by the ``[SEG]`` token.
 
 :class:`RosaliaModel` holds
 

@@ -1,4 +1,4 @@
-"""ROSALIA's text: the ``llava_v1`` prompt and the answer templates (DESIGN §13).
+"""ROSALIA's text: the ``llava_v1`` prompt and the answer templates.
 
 Prompt (LLaVA's ``llava_v1`` conversation, as LISA/ROSALIA build it with ``mm_use_im_start_end``)::
 

@@ -1,4 +1,4 @@
-"""Training ROSALIA with the paper's recipe (DESIGN §13), on one CPU or under accelerate.
+"""Training ROSALIA with the paper's recipe, on one CPU or under accelerate.
 
 Recipe (ROSALIA / LISA ``train_ds.py``; :class:`RosaliaTrainConfig` holds the numbers):
 

@@ -1,6 +1,6 @@
-"""A process-wide, thread-safe LRU cache of image embeddings (DESIGN §5: encode once per image).
+"""A process-wide, thread-safe LRU cache of image embeddings (encode once per image).
 
-The SAM3 image encoder costs ~100 s per radiograph on a 2-core CPU and the mask decoder ~0.2 s,
+The SAM3 image encoder costs orders of magnitude more than the mask decoder per radiograph,
 so every box and click of a revision must reuse one embedding. The workflow, the MONAI Label
 tasks and the trainers share :func:`default_cache`, keyed by image *content* (see
 ``segmenter.image_key``) plus the identity of the model that computed the value, never by file

@@ -1,6 +1,6 @@
 """Load an official SAM3 checkpoint (``sam3.pt``) into ``transformers.Sam3TrackerModel``.
 
-Fine-tuned F_seg checkpoints come in the official layout of facebookresearch/sam3 (DESIGN §5):
+Fine-tuned F_seg checkpoints come in the official layout of facebookresearch/sam3:
 one state dict whose keys start with ``detector.`` (the SAM3 image model: ViT trunk, necks, text
 encoder, DETR heads) or ``tracker.`` (the SAM2-style tracker: prompt encoder, mask decoder,
 video memory). The promptable segmenter needs only

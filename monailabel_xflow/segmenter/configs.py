@@ -1,10 +1,10 @@
-"""Small ``Sam3TrackerConfig`` builders for tests, demos and CPU training (DESIGN §5, §12).
+"""Small ``Sam3TrackerConfig`` builders for tests, demos and CPU training.
 
-The full SAM3 tracker (458 M parameters) needs ~100 s per image encode on a 2-core CPU. Tests
+The full SAM3 tracker (458 M parameters) is slow to encode an image on a CPU. Tests
 and the demo training loop use the same architecture at a fraction of the width and depth:
 
-* ``"tiny"``: a 2-layer, 32-wide ViT and a 32-wide prompt encoder / mask decoder; the encoder
-  runs in well under a second on one CPU core.
+* ``"tiny"``: a 2-layer, 32-wide ViT and a 32-wide prompt encoder / mask decoder, for unit
+  tests.
 * ``"small"``: a reduced-size model (4 layers, 128 wide) for demos that should learn something.
 * ``"full"``: the default configuration of transformers (the real SAM3 tracker shape).
 
@@ -12,7 +12,8 @@ By default every size keeps the real input geometry: a 1008 x 1008 input, 14-pix
 72 x 72 embedding and 288 x 288 low-resolution masks, so preprocessing, prompt scaling and
 ``previous`` logits behave exactly as with the released weights. The reduced sizes also take a
 smaller input (``image_size``, a multiple of 14): the demo F_seg uses 336 px (24 x 24 embedding,
-96 x 96 masks), which makes end-to-end training ~10x cheaper per step on a CPU.
+96 x 96 masks), 9x fewer pixels than 1008 px, which makes end-to-end training that much cheaper
+per step.
 
 Heavy imports (torch, transformers) stay inside the functions: ``import monailabel_xflow``
 must stay light.

@@ -1,6 +1,6 @@
 """Optional F_seg backend on Meta's official ``sam3`` package (extra ``sam3``; CUDA only).
 
-The official package hard-codes CUDA and needs torchvision (DESIGN §5), so it is imported only
+The official package hard-codes CUDA and needs torchvision, so it is imported only
 when this backend is selected, and refused with :class:`Sam3BackendUnavailable` -- saying why --
 on a machine without a CUDA device or without the package. The transformers backend
 (:class:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter`) is the default everywhere; this one exists

@@ -1,4 +1,4 @@
-"""F_seg: the promptable SAM3 segmenter shared by both policies (DESIGN §5, XFlow §4.1).
+"""F_seg: the promptable SAM3 segmenter shared by both policies (XFlow §4.1).
 
 Contract (segment-anything style: set the image once, prompt many times):
 
@@ -131,7 +131,7 @@ class Sam3Segmenter:
         key = f"{self.cache_tag}:{image_key(image)}"
 
         def encode() -> list[torch.Tensor]:
-            # the one slow step (~100 s for the full model on a 2-core CPU): say so
+            # the one slow step (the full model's image encoder): say so
             logger.info("SAM3: encoding a %dx%d image on %s ...", image.shape[1], image.shape[0], self.device)
             start = time.perf_counter()
             with torch.no_grad():

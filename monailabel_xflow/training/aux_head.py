@@ -1,4 +1,4 @@
-"""The training-only auxiliary mask loss of DESIGN §12.
+"""The training-only auxiliary mask loss of π_init SFT (optional, off by default).
 
 Why: a from-scratch (or randomly initialised) vision tower gets almost no gradient from the
 cross-entropy on a few answer tokens; the language model fits the text prior and ignores the

@@ -62,7 +62,7 @@ class PolicySFTConfig:
     effective_batch: int = 256
     epochs: int = 15
     max_steps: int = -1
-    aux_mask_loss_weight: float = 0.0  # DESIGN §12: training-only head on image tokens; off by default
+    aux_mask_loss_weight: float = 0.0  # training-only head on image tokens; off by default
     seed: int = 0
 
 

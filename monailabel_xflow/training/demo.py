@@ -3,7 +3,7 @@
 Real XFlow weights cannot be fetched everywhere; the demo makes the app and ``xflow segment`` do
 their job out of the box, on synthetic phantoms only (it is **not** for clinical images). The
 recipe (``xflow train demo``, or ``python -m monailabel_xflow.training.demo``) runs every step a
-real training runs, at a size two CPU cores manage in about half an hour:
+real training runs, at a size a CPU trains:
 
 1. **Data**: a phantom training set (:func:`~monailabel_xflow.data.export.export_set`, 256 px)
    read as MIMIC-ILS questions; every split of it is training data (the held-out evaluation set
@@ -14,13 +14,13 @@ real training runs, at a size two CPU cores manage in about half an hour:
    trainer (:func:`~monailabel_xflow.training.segmenter.finetune_segmenter`: SAM 2 loss, jittered
    box + click prompts). At 336 px a step costs ~1/10 of one at SAM3's 1008 px, which is what
    makes a from-scratch encoder trainable on a CPU.
-3. **Base VLM**: a randomly initialised ``Gemma3ForConditionalGeneration`` of DESIGN §12's size
+3. **Base VLM**: a randomly initialised ``Gemma3ForConditionalGeneration`` of :data:`DEMO_VLM_SPEC`'s size
    (128 px images, patch 16, 16 image tokens; 128-wide vision and text) with the offline
    tokenizer of :mod:`~monailabel_xflow.policy.configs` (single-digit tokens, protocol tags).
 4. **π_init SFT** on ``init-sft`` rows (:mod:`~monailabel_xflow.training.builders`),
    presence-balanced (:func:`balanced_presence`: phantom questions are ~13 % positive), with
    :func:`~monailabel_xflow.training.sft.train_sft` and the auxiliary mask loss **on**, one
-   channel per finding (DESIGN §12: without it a from-scratch VLM ignores the image); LoRA rank
+   channel per finding (without it a from-scratch VLM ignores the image); LoRA rank
    = text width, so the adapter can move the random language model anywhere; vision tower trained.
 5. **π_rev SFT** on ``rev-sft`` rows (oracle trajectories with the fine-tuned F_seg in the loop),
    warm-started from π_init.
@@ -60,7 +60,7 @@ __all__ = [
 
 DEMO_VLM_SIZE = "demo"
 DEMO_VLM_SPEC: dict[str, Any] = dict(
-    # DESIGN §12: 1.7 M parameters; 8 x 8 patches pooled 2 x 2 into 16 image tokens.
+    # ~1.7 M parameters; 8 x 8 patches pooled 2 x 2 into 16 image tokens.
     image_size=128, patch_size=16, mm_tokens_per_image=16,
     vision=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4),
     text=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
@@ -75,7 +75,7 @@ DEMO_VLM_SPEC: dict[str, Any] = dict(
 
 @dataclass
 class DemoRecipe:
-    """Sizes and step counts of the recipe (the defaults fit ~30 min of two CPU cores).
+    """Sizes and step counts of the recipe (the defaults are sized for a CPU).
 
     Attributes:
         seed: everything is drawn from it.
@@ -93,8 +93,8 @@ class DemoRecipe:
         sft_batch / sft_lr: policy SFT batch and peak learning rate (both policies).
         init_sft_steps / rev_sft_steps: SFT optimiser steps of π_init / π_rev. π_init trains on
             presence-balanced rows (:func:`balanced_presence`).
-        aux_weight: weight of the auxiliary mask loss in π_init SFT (DESIGN §12 used 1.0 with one
-            channel; the per-finding loss is a mean over seven mostly empty channels).
+        aux_weight: weight of the auxiliary mask loss in π_init SFT (a probe with one channel used
+            1.0; the per-finding loss is a mean over seven mostly empty channels).
         rev_components: at most this many lesion components become π_rev trajectories.
         rev_stop_ratio: at most this many stop-only trajectories per clicking one in π_rev SFT
             (:func:`balanced_revisions`; 0: keep all).
@@ -109,15 +109,15 @@ class DemoRecipe:
             committed demo's ``init/`` to correct it with a few hundred steps on other data; with
             ``init_sft_steps=0`` (and ``rl_steps_init=0``) the adapter is reused as it is.
         rev_from: a trained π_rev adapter folder reused as it is ("": π_rev SFT and GRPO run).
-        threads: torch threads of the policy phases (1 on a machine shared with other jobs: two
-            OpenMP threads on oversubscribed cores ran an SFT step ~10x slower than one).
+        threads: torch threads of the policy phases (1 on a machine shared with other jobs: OpenMP
+            threads on oversubscribed cores slow an SFT step down far more than they help).
         seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
             (:class:`~monailabel_xflow.training.config.SegmenterTrainConfig` ``revision_clicks`` /
             ``revision_prob``): simulated Stage 2 turns with the previous logits as mask input.
         seg_init_from: a trained F_seg folder the segmenter phase fine-tunes ("": a random SAM3).
         segmenter_from: a trained F_seg folder (``save_pretrained``, e.g. the committed demo's
             ``segmenter/``) to reuse instead of training one; "" trains it. F_seg does not depend
-            on the policies, so a policy-only change of the recipe need not pay its ~15 min.
+            on the policies, so a policy-only change of the recipe need not retrain it.
     """
 
     seed: int = 0

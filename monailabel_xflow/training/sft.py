@@ -24,7 +24,7 @@ What is adapted, and how it is saved
 ------------------------------------
 LoRA (r/α from the config) on every linear layer of the *language model* only
 (:data:`~monailabel_xflow.policy.configs.LORA_TARGET_MODULES`, a regex on ``language_model`` so
-SigLIP's ``q_proj``… are not caught, DESIGN §6). The vision tower and the multimodal projector
+SigLIP's ``q_proj``… are not caught). The vision tower and the multimodal projector
 are unfrozen (paper A.4) as peft ``modules_to_save``: each adapter folder then carries its own
 trained copy of them, and ``PeftModel.from_pretrained`` / ``load_adapter`` (what
 ``VLMPolicy.from_pretrained`` calls) swap that copy in whenever the adapter is active. So π_init
@@ -35,7 +35,7 @@ Optimizer parameter groups: LoRA at the base rate, tower and projector at
 π_rev is warm-started from π_init's SFT adapter (``init_from``): the LoRA weights and the trained
 tower are loaded into the new adapter before training (rank and α are the warm-start adapter's).
 
-The optional auxiliary mask loss (``aux_mask_loss_weight > 0``, DESIGN §12, π_init only) lives in
+The optional auxiliary mask loss (``aux_mask_loss_weight > 0``, π_init only) lives in
 :mod:`monailabel_xflow.training.aux_head`; its head belongs to the trainer and is never saved.
 
 Output folder: ``adapter_config.json`` + ``adapter_model.safetensors`` (peft), and

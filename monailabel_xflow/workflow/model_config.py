@@ -1,4 +1,4 @@
-"""Model configuration: which weights XFlow runs, and where they come from (DESIGN §6).
+"""Model configuration: which weights XFlow runs, and where they come from.
 
 XFlow needs three things: the policies' VLM (a base model with the π_init and π_rev LoRA
 adapters, or two merged models) and the segmenter F_seg. :class:`ModelConfig` names them; each

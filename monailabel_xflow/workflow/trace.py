@@ -1,4 +1,4 @@
-"""The XFlow trace: every decision of one run, as versioned JSON, and its pictures (DESIGN §1).
+"""The XFlow trace: every decision of one run, as versioned JSON, and its pictures.
 
 The trace is a product feature, not a debug log: a radiologist reads it to see how a mask was
 reached (which lungs were grounded, whether the finding was called present, which boxes
