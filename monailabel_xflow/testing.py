@@ -18,7 +18,6 @@ app's model runtime. Helpers draw simple synthetic ground truths.
 from __future__ import annotations
 
 from collections.abc import Sequence
-import threading
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any

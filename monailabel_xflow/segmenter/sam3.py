@@ -1,16 +1,7 @@
 """F_seg: the promptable SAM3 segmenter shared by both policies (XFlow §4.1).
 
-Contract (segment-anything style: set the image once, prompt many times):
-
-* :meth:`PromptableSegmenter.set_image` takes an ``(H, W)`` float image in ``[0, 1]`` (or uint8),
-  or an ``(H, W, 3)`` uint8/float RGB image, and computes -- or fetches from the shared
-  :class:`~monailabel_xflow.segmenter.cache.EmbeddingCache` -- its embedding. Setting an image
-  whose *content* was seen before encodes nothing.
-* :meth:`PromptableSegmenter.predict` takes ``N`` normalised xyxy boxes (``geometry.Box``), an
-  optional list of clicks per box and optionally the ``low_res_logits`` of an earlier call, and
-  runs all ``N`` prompts through the mask decoder in **one** batched call. Masks come back at the
-  original ``(H, W)``, row 0 at the top, as XFlow's Eq. 4.4 needs:
-  ``M_t = F_seg(I, b_t, {(s_i, p_i)}_{i<=t}, M_{t-1})``.
+It implements the contract of :mod:`.base` (set the image once, prompt many times; masks at
+the original ``(H, W)``, as XFlow's Eq. 4.4 needs).
 
 Model input (hand-written, no AutoProcessor and no torchvision): grey -> 3 channels, bilinear
 antialiased resize to the model's square input, ``S = prompt_encoder_config.image_size`` (1008
