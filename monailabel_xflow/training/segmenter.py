@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from monailabel_xflow.geometry import (
+    MIN_COMPONENT_PX,
     Box,
     Click,
     box_to_sam,
@@ -64,7 +65,7 @@ class SegSample:
     mask: np.ndarray
 
 
-def samples_from_cases(cases: Iterable, min_px: int = 16, progress: bool = True) -> list[SegSample]:
+def samples_from_cases(cases: Iterable, min_px: int = MIN_COMPONENT_PX, progress: bool = True) -> list[SegSample]:
     """One :class:`SegSample` per ground-truth component of every positive case.
 
     Args:
