@@ -2,6 +2,7 @@
 
 * F_seg: a random tiny SAM3 fine-tuned on a few ellipses raises box-prompted IoU on held-out ones.
 * π_init SFT: init-sft on a few phantoms raises the likelihood of held-out phantoms' answers.
+* π_init GRPO: init-rl with the real R_init and parser raises the mean reward on a fixed batch.
 
 Tiny models on CPU, each cut to run in well under a minute; the figures are printed (``-s``). The
 slower π_init check on greedy answers stays ``slow``
@@ -94,3 +95,57 @@ def test_init_sft_raises_held_out_answer_likelihood(tmp_path):
           f"loss {np.mean(losses[:5]):.3f} -> {np.mean(losses[-5:]):.3f} (means of first/last 5)")
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.3 * np.mean(losses[:5])
     assert after < 0.5 * before, (before, after)
+
+
+def _mean_init_reward(base, adapter, rows, seeds, temperature: float, max_new_tokens: int) -> float:
+    """Mean R_init (training/rewards.py, its own parser) of Stage 1 answers sampled by the
+    inference policy with fixed seeds: one answer per row and seed, the same draws every call."""
+    from monailabel_xflow.instructions import parse_instruction
+    from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+    from monailabel_xflow.training import rewards
+    from monailabel_xflow.transforms import load_cxr
+
+    policy = VLMPolicy.from_pretrained(base, init_adapter=adapter)
+    totals = []
+    for row in rows:
+        image = load_cxr(row["image"])[0]
+        for seed in seeds:
+            policy.generation = GenerationSettings(do_sample=True, temperature=temperature, seed=seed,
+                                                   max_new_tokens=max_new_tokens)
+            answer = policy.stage1(image, parse_instruction(row["instruction"]))
+            totals.append(rewards.init_reward(answer, [tuple(b) for b in row["gt_boxes"]])["total"])
+    return float(np.mean(totals))
+
+
+def test_init_grpo_raises_mean_reward_on_a_fixed_batch(tmp_path):
+    """From a short init-sft adapter (150 steps on 4 effusion-free phantoms), 6 init-rl steps with
+    the real R_init and parser (4 rows x 4 completions, temperature 0.3, no KL, lr 3e-4) raise the
+    mean reward of 8 fixed-seed samples per row on those rows (measured: 0.875 -> 1.531; reward per
+    step 0.25 -> 1.75). lr >= 1e-3 collapses this tiny model to unterminated answers (reward 0);
+    at temperature 1.0 every answer scores 0, so no group has an advantage."""
+    from datasets import Dataset
+
+    from monailabel_xflow.training.config import load_config
+    from monailabel_xflow.training.grpo import train_grpo
+    from monailabel_xflow.training.sft import train_sft
+    from test_training_sft import _learnable_base, init_sft_rows, sft_config
+
+    base = _learnable_base(tmp_path / "vlm")
+    rows = [r for r in init_sft_rows(tmp_path / "data", 12) if not r["positive"]]
+    cfg = sft_config(max_steps=150, effective_batch=2, learning_rate=2e-2, aux_mask_loss_weight=1.0, seed=0)
+    train_sft("init-sft", Dataset.from_list(rows), base, tmp_path / "sft", cfg, progress=False)
+    batch = [dict(image=r["image"], prompt=r["prompt"], instruction=r["instruction"], gt_boxes=[],
+                  case_id=r["case_id"]) for r in rows[:4]]
+    temperature, max_new, seeds = 0.3, 80, range(8)
+    before = _mean_init_reward(base, tmp_path / "sft", batch, seeds, temperature, max_new)
+    cfg = load_config("init-rl", max_steps=6, effective_batch=16, num_generations=4, learning_rate=3e-4,
+                      lora_r=8, lora_alpha=16, kl_beta=0.0, temperature=temperature, seed=0)
+    summary = train_grpo("init-rl", Dataset.from_list(batch), base, tmp_path / "rl", tmp_path / "sft", cfg,
+                         max_new_tokens=max_new, progress=False)
+    after = _mean_init_reward(base, tmp_path / "rl", batch, seeds, temperature, max_new)
+    per_step = summary["reward"]
+    print(f"\nπ_init GRPO mean R_init on the fixed batch {before:.3f} -> {after:.3f} after {summary['steps']} "
+          f"steps; reward per step {np.round(per_step, 3).tolist()}")
+    assert summary["steps"] == 6 and len(per_step) == 6
+    assert np.mean(per_step[-2:]) > per_step[0] + 0.5, per_step
+    assert after > before + 0.3, (before, after)
