@@ -4,7 +4,7 @@
 * π_init SFT: init-sft on a few phantoms raises the likelihood of held-out phantoms' answers.
 * π_init GRPO: init-rl with the real R_init and parser raises the mean reward on a fixed batch.
 
-Tiny models on CPU, each cut to run in well under a minute; the figures are printed (``-s``). The
+Tiny models on CPU, cut to a few minutes together; the figures are printed (``-s``). The
 slower π_init check on greedy answers stays ``slow``
 (tests/test_training_sft.py::test_init_sft_learns_to_place_boxes).
 """
