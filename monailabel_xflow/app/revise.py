@@ -115,7 +115,7 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
         InstructionError: an instruction naming zero or several findings, or an unknown finding.
         RequestError: nothing says which finding and the previous label does not tell.
     """
-    from monailabel_xflow.instructions import parse_instruction
+    from monailabel_xflow.instructions import from_choices, parse_instruction
 
     text = data.get("instruction")
     if isinstance(text, str) and text.strip():
@@ -125,8 +125,7 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
     if len(picked) > 1:
         raise RequestError(f"revise one finding at a time, got {picked}")
     if picked:
-        ins = parse_instruction(f"segment {picked[0]}")  # validates the name
-        return ins.finding, None
+        return from_choices(picked)[0].finding, None
     values = sorted(int(v) for v in np.unique(previous) if v) if previous is not None else []
     if len(values) == 1:
         return FINDINGS[values[0] - 1], None
@@ -211,9 +210,9 @@ class XFlowReviseTask(_base_infer_task()):
         The workflow has no "Stage 2 from a person's mask" entry point yet, so the previous
         mask is replaced by XFlow's own answer (documented in the result as ``auto_from``).
         """
-        from monailabel_xflow.instructions import parse_instruction
+        from monailabel_xflow.instructions import from_choices
 
-        res = xflow.run(image, instruction or parse_instruction(f"segment the {finding}"), max_clicks=max_clicks,
+        res = xflow.run(image, instruction or from_choices([finding])[0], max_clicks=max_clicks,
                         revise=True)
         clicks = [{"positive": c.positive, "x": c.x, "y": c.y} for lesion in res.trace.lesions for c in lesion.clicks]
         return np.asarray(res.mask, dtype=bool), {"answer": res.message, "proposed_clicks": clicks,
