@@ -543,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chexpert-phrases", metavar="DIR",
                     help="with --cmc2007: a chexpert-labeler checkout; its phrases become the peer system")
     ap.add_argument("--llm-model", metavar="PATH", help="with --cmc2007: also score the LLM structurer (local model)")
+    ap.add_argument("--llm-max-new-tokens", type=int, default=512, metavar="N",
+                    help="with --llm-model: longest answer per report (default 512)")
     ap.add_argument("--resamples", type=int, default=2000, help="with --cmc2007: bootstrap resamples (default 2000)")
     ap.add_argument("--splits", default="dev,held-out,all",
                     help="with --cmc2007: comma-separated splits to score (default dev,held-out,all)")
@@ -566,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def external_structurers(chexpert_phrases: str | None = None, llm_model: str | None = None) -> dict[str, Callable]:
+def external_structurers(chexpert_phrases: str | None = None, llm_model: str | None = None,
+                         llm_max_new_tokens: int = 512) -> dict[str, Callable]:
     """The systems scored on an external set: the rules, the keyword + NegEx baseline, the
     CheXpert labeler's phrases (given a checkout) and the LLM structurer (given a model)."""
     from monailabel_xflow.ils.report import default_structurer
@@ -577,7 +580,7 @@ def external_structurers(chexpert_phrases: str | None = None, llm_model: str | N
     if llm_model:
         from monailabel_xflow.ils.report_llm import structurer_from_name
 
-        systems["llm"] = structurer_from_name("llm", model=llm_model)
+        systems["llm"] = structurer_from_name("llm", model=llm_model, max_new_tokens=llm_max_new_tokens)
     return systems
 
 
@@ -586,7 +589,8 @@ def _main_external(args) -> int:
     splits = [x.strip() for x in args.splits.split(",") if x.strip()]
     if not splits or set(splits) - {"dev", "held-out", "all"}:
         raise SystemExit(f"--splits: a comma-separated list of dev, held-out, all; got {args.splits!r}")
-    result = evaluate_external(reports, external_structurers(args.chexpert_phrases, args.llm_model),
+    systems = external_structurers(args.chexpert_phrases, args.llm_model, args.llm_max_new_tokens)
+    result = evaluate_external(reports, systems,
                                resamples=args.resamples, splits=splits)
     how = (f"CMC 2007 chest radiograph reports ({len(reports)} of `{Path(args.cmc2007).name}`), labels = the "
            f"coders' majority ICD-9-CM codes; {args.resamples} bootstrap resamples of the reports.")

@@ -71,6 +71,9 @@ FINDING_PHRASES: dict[str, tuple[str, ...]] = {
         "air space disease", "airspace opacity", "airspace opacities", "haziness",
         "airspace density", "air space density", "airspace densities", "parenchymal density",
         "parenchymal densities", "retrocardiac density", "alveolar density", "pulmonary density",
+        "increased density", "patchy density", "patchy densities", "streaky density", "streaky densities",
+        "linear density", "linear densities", "focal density", "hazy density", "ill-defined density",
+        "lung density", "lung densities", "nodular density",
         "infiltrate", "infiltrates", "infiltration", "interstitial opacities", "reticular opacities",
     ),
     "consolidation": (
@@ -215,7 +218,7 @@ TYPE_LINKS: tuple[str, ...] = (
     "possibly", "could be", "may be", "which may", "which could", "which is", "attributed to",
     "in keeping with", "characteristic of", "typical of", "indicating", "indicative of", "concern for",
     "favored to be", "favor", "may relate to", "most likely", "from", "c/w", "compatible", "consistent",
-    "may", "could", "might", "either", "versus", "vs",
+    "may", "could", "might", "either", "versus", "vs", "questionable for", "question of", "differential includes",
 )
 """Phrases that tie a non-specific finding to a specific one ("opacity reflects pneumonia")."""
 
