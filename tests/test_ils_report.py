@@ -377,3 +377,22 @@ def test_section_option_findings_and_impression():
     assert choose_section(only, "findings+impression") == choose_section(only)
     with pytest.raises(ValueError, match="findings, findings\\+impression"):
         choose_section(report, "everything")
+
+
+def test_xflow_ils_section_option_reaches_the_reader(tmp_path):
+    """`xflow ils build --section findings+impression` structures both sections of each report."""
+    import argparse
+
+    from monailabel_xflow.commands.ils import _inputs, register
+
+    (tmp_path / "a.png").write_bytes(b"not read here")
+    write_reports_csv(tmp_path / "reports.csv", [{"study_id": "s1", "image_path": "a.png", "report":
+                      "FINDINGS: The lungs are clear.\n\nIMPRESSION: Early right lower lobe pneumonia."}])
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    base = ["ils", "build", "--images", str(tmp_path), "--reports", str(tmp_path / "reports.csv"), "--out", str(tmp_path / "o")]
+    (study,), _ = _inputs(parser.parse_args(base))
+    assert study.section_name == "findings" and study.findings == ()
+    (study,), _ = _inputs(parser.parse_args(base + ["--section", "findings+impression"]))
+    assert study.section_name == "findings+impression"
+    assert [(f.finding, f.present) for f in study.findings] == [("pneumonia", True)]
