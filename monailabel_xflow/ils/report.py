@@ -409,7 +409,9 @@ class RuleStructurer:
     mapped with :func:`map_location` and attached to the finding they modify (just before it,
     "left lower lobe consolidation"; or after it behind a preposition, "opacity in the right
     base"; or a sentence-opening phrase, "At the left base, there is atelectasis"); coordinated
-    findings share a location ("bibasilar atelectasis and effusions"); an opacity or
+    findings share a location ("bibasilar atelectasis and effusions"); a zone word without a side
+    takes the one side its sentence names; findings offered as alternatives ("atelectasis versus
+    pneumonia") are both tentative; an opacity or
     consolidation tied to a specific finding by "reflects", "likely", "concerning for", ...
     takes it as its predicted type and the specific mention is folded into it. Devices take
     their own location words and are then dropped; hypothetical mentions ("evaluate for
