@@ -5,6 +5,7 @@ Usage::
     xflow ils build --images DIR --reports CSV --out OUT [--stages YAML] [--high-recall]
                     [--workers N | --dask ADDRESS | --dask local:N] [--shard i/N] [--split SPLIT]
                     [--structurer rules | --structurer llm --llm-model PATH]
+                    [--section findings | --section findings+impression]
     xflow ils recall --images PHANTOM_SET --out DIR [--reports CSV | phantom-truth]
 
 ``--images`` is the folder the CSV's image paths are relative to; a set written by ``xflow
@@ -12,7 +13,9 @@ phantom`` runs with the phantom stand-in stages without ``--stages``. ``--report
 ``study_id``, ``image_path`` (or ``image``) and ``report`` columns (optional ``split``,
 ``subject_id``; ``xflow phantom`` writes one as ``reports.csv``); each report's findings section
 (else impression, else last paragraph) is structured by :mod:`monailabel_xflow.ils.report`
-(medspaCy rules, or ``--structurer llm --llm-model PATH``). ``--reports phantom-truth`` instead
+(medspaCy rules, or ``--structurer llm --llm-model PATH``); ``--section findings+impression``
+structures findings and impression together instead (more recall: findings stated only in the
+impression are kept). ``--reports phantom-truth`` instead
 takes the findings a perfect structurer would give from a phantom set's ground truth (measures
 the image side alone).
 
@@ -73,6 +76,9 @@ def _structurer_args(p) -> None:
                    "(never downloaded)")
     p.add_argument("--llm-max-new-tokens", type=int, default=512, metavar="N",
                    help="with --structurer llm: longest answer per report (default 512)")
+    p.add_argument("--section", choices=("findings", "findings+impression"), default="findings",
+                   help="what is structured: 'findings' (default, the papers' rule: findings, else impression, "
+                   "else last paragraph) or 'findings+impression' (both together: more recall)")
 
 
 def _raw():
@@ -100,9 +106,12 @@ def _inputs(args, structure=None):
         from monailabel_xflow.ils.phantom_truth import truth_inputs
 
         return truth_inputs(args.images), []
+    from functools import partial
+
     from monailabel_xflow.ils.report import choose_section
 
-    return read_reports(args.reports, args.images, structure or _structurer(args), choose_section, args.split)
+    choose = partial(choose_section, rule=getattr(args, "section", "findings"))
+    return read_reports(args.reports, args.images, structure or _structurer(args), choose, args.split)
 
 
 def run_build(args) -> int:

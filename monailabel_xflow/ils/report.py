@@ -37,8 +37,13 @@ from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.ils import report_rules as R
 
-SECTION_NAMES: tuple[str, ...] = ("findings", "impression", "last_paragraph")
-"""What :attr:`ReportSection.name` can be, in order of preference."""
+SECTION_NAMES: tuple[str, ...] = ("findings", "impression", "last_paragraph", "findings+impression")
+"""What :attr:`ReportSection.name` can be."""
+
+SECTION_RULES: tuple[str, ...] = ("findings", "findings+impression")
+"""How :func:`choose_section` picks: ``"findings"`` (default, the papers' rule: findings, else
+impression, else last paragraph) or ``"findings+impression"`` (both together when a report has
+both: more recall, since findings stated only in the impression are kept)."""
 
 
 class SectionNotFound(InputError):
@@ -144,7 +149,7 @@ def _usable(text: str) -> bool:
     return bool(_HAS_WORD.search(text))
 
 
-def choose_section(report: str) -> ReportSection:
+def choose_section(report: str, rule: str = "findings") -> ReportSection:
     """The section MIMIC-ILS structures: findings, else impression, else the last paragraph.
 
     Headers are found by medspaCy's Sectionizer (a header word and a colon, any case:
@@ -154,6 +159,10 @@ def choose_section(report: str) -> ReportSection:
 
     Args:
         report: the whole free-text report.
+        rule: ``"findings"`` (default, the papers' rule) or ``"findings+impression"``: a report
+            with both gets them together, findings first, as one section named
+            ``"findings+impression"`` (sentence indices run on through the impression); a report
+            with one of them gets that one, as under the default.
 
     Returns:
         The chosen :class:`ReportSection`.
@@ -161,9 +170,12 @@ def choose_section(report: str) -> ReportSection:
     Raises:
         SectionNotFound: the report is empty or has no words; the message is the skip reason.
         TypeError: ``report`` is not a string.
+        ValueError: ``rule`` is not one of :data:`SECTION_RULES`.
     """
     if not isinstance(report, str):
         raise TypeError(f"a report is text, got {type(report).__name__}")
+    if rule not in SECTION_RULES:
+        raise ValueError(f"unknown section rule {rule!r}; supported: {', '.join(SECTION_RULES)}")
     if not _usable(report):
         raise SectionNotFound("no findings, impression or last paragraph: the report has no text")
     doc = _run(_section_nlp(), report)
@@ -173,6 +185,8 @@ def choose_section(report: str) -> ReportSection:
             body = doc[sec.body_start:sec.body_end].text.strip() if sec.body_end > sec.body_start else ""
             if _usable(body):
                 bodies[sec.category] = body
+    if rule == "findings+impression" and len(bodies) == 2:
+        return ReportSection("findings+impression", bodies["findings"] + "\n\n" + bodies["impression"])
     for name in ("findings", "impression"):
         if name in bodies:
             return ReportSection(name, bodies[name])
@@ -208,15 +222,21 @@ def finding_of(entity: str) -> str | None:
     e = " ".join(entity.lower().replace("_", " ").split()).strip(" .")
     if e in _ENTITY_TO_FINDING:
         return _ENTITY_TO_FINDING[e]
+    if e in R.ENTITY_SYNONYMS:
+        return R.ENTITY_SYNONYMS[e]
     if e in ("enlarged", "enlargement", "enlarged heart size", "cardiac silhouette enlargement"):
         return "cardiomegaly"
     hits = [(len(p), f) for p, f in _ENTITY_TO_FINDING.items() if re.search(rf"\b{re.escape(p)}\b", e)]
     if any(o in e for o in ("pneumothorax", "congestion", "nodul", "mass")):
         return None  # "fluid" in "hydropneumothorax", "vascular congestion" are not our findings
+    other = max((len(p) for p in R.OTHER_FINDINGS if re.search(rf"\b{re.escape(p)}\b", e)), default=0)
+    if hits and other > max(hits)[0]:
+        return None  # "pericardial effusion", "prior granulomatous infection": not our findings
     return max(hits)[1] if hits else None
 
 
 _WORD = re.compile(r"[a-z]+")
+_COMPARED_SIDES = re.compile(r" (?:right|left) (?:[a-z]+ ){0,2}?(?:greater|more|worse|larger) than (?:the )?(?:right|left) ")
 
 
 def _sides_for(tokens: list[str], i: int) -> tuple[str, ...]:
@@ -267,6 +287,7 @@ def map_location(phrase: str) -> tuple[str, ...]:
         Labels in the order named, without repeats; ``()`` when nothing matches.
     """
     text = " " + " ".join(_WORD.findall(phrase.lower().replace("mid-lung", "midlung"))) + " "
+    text = _COMPARED_SIDES.sub(" bilateral ", text)  # "right greater than left": both sides
     categories: list[str] = []
     for ph, cat in R.CATEGORY_PHRASES.items():
         if f" {ph} " in text:
@@ -319,6 +340,7 @@ _CONNECTORS = set(R.LOCATION_CONNECTORS)
 _PREPOSITIONS = set(R.LOCATION_PREPOSITIONS)
 _MODIFIERS = set(R.FINDING_MODIFIERS)
 _HEDGES = set(R.TENTATIVE_LINKS)
+_ALTERNATIVES = set(R.ALTERNATIVE_WORDS)
 _LINK = re.compile(r"\b(" + "|".join(sorted((re.escape(x) for x in R.TYPE_LINKS), key=len, reverse=True)) + r")\b")
 
 
@@ -348,7 +370,9 @@ def _mention(ent) -> _Mention:
         present = present and not ({"not", "no"} & set(words))
         label = "cardiomegaly"
     finding = label if label not in ("OTHER", "DEVICE") else None
-    return _Mention(ent.start, ent.end, label, entity, present, bool(ent._.is_uncertain),
+    # "borderline heart size" is a hedge inside the phrase itself, out of ConText's reach
+    tentative = bool(ent._.is_uncertain) or "borderline" in entity.lower()
+    return _Mention(ent.start, ent.end, label, entity, present, tentative,
                     bool(ent._.is_hypothetical), locs, [], finding)
 
 
@@ -385,7 +409,9 @@ class RuleStructurer:
     mapped with :func:`map_location` and attached to the finding they modify (just before it,
     "left lower lobe consolidation"; or after it behind a preposition, "opacity in the right
     base"; or a sentence-opening phrase, "At the left base, there is atelectasis"); coordinated
-    findings share a location ("bibasilar atelectasis and effusions"); an opacity or
+    findings share a location ("bibasilar atelectasis and effusions"); a zone word without a side
+    takes the one side its sentence names; findings offered as alternatives ("atelectasis versus
+    pneumonia") are both tentative; an opacity or
     consolidation tied to a specific finding by "reflects", "likely", "concerning for", ...
     takes it as its predicted type and the specific mention is folded into it. Devices take
     their own location words and are then dropped; hypothetical mentions ("evaluate for
@@ -400,6 +426,7 @@ class RuleStructurer:
             ents = [e for e in doc.ents if e.start >= sent.start and e.end <= sent.end]
             mentions = [_mention(e) for e in ents]
             self._locate(doc, sent, mentions)
+            self._hedge_alternatives(doc, mentions)
             mentions = self._fold_predicted_types(doc, mentions)
             for m in mentions:
                 if m.label == "DEVICE" or m.skip:
@@ -411,8 +438,15 @@ class RuleStructurer:
     @staticmethod
     def _locate(doc, sent, mentions: list[_Mention]) -> None:
         taken = {i for m in mentions for i in range(m.start, m.end)}
+        # a zone word without a side takes the one side the sentence names ("left effusion with
+        # basilar atelectasis": the left base), else both
+        named = {s for t in sent if t.lower_ in R.SIDE_WORDS for s in R.SIDE_WORDS[t.lower_]}
         for g0, g1 in _groups(sent, taken):
-            labels = list(map_location(doc[g0:g1].text))
+            words = [t.lower_ for t in doc[g0:g1]]
+            phrase = doc[g0:g1].text
+            if len(named) == 1 and not set(words) & set(R.SIDE_WORDS) and set(words) & set(R.ZONE_PARTS):
+                phrase = f"{next(iter(named))} {phrase}"
+            labels = list(map_location(phrase))
             if not labels:
                 continue
             nxt = next((m for m in mentions if m.start >= g1), None)
@@ -443,6 +477,16 @@ class RuleStructurer:
                 b.pre = list(a.pre)
             if b.post and not (a.pre or a.post) and "DEVICE" not in (a.label, b.label):
                 a.post = list(b.post)
+
+    @staticmethod
+    def _hedge_alternatives(doc, mentions: list[_Mention]) -> None:
+        """Present findings offered as alternatives ("atelectasis or pneumonia", "atelectasis
+        versus pneumonia") are both tentative: the report commits to neither."""
+        for a, b in zip(mentions, mentions[1:]):
+            gap = [t.lower_ for t in doc[a.end:b.start]]
+            if (a.present and b.present and "DEVICE" not in (a.label, b.label)
+                    and set(gap) & _ALTERNATIVES and set(gap) <= _ALTERNATIVES | _MODIFIERS | {",", "either"}):
+                a.tentative = b.tentative = True
 
     @staticmethod
     def _fold_predicted_types(doc, mentions: list[_Mention]) -> list[_Mention]:
@@ -482,13 +526,15 @@ def structure_section(section: str, structurer: Structurer | None = None) -> lis
     return (structurer or default_structurer())(section)
 
 
-def structure_report(report: str, structurer: Structurer | None = None) -> list[ReportedFinding]:
+def structure_report(report: str, structurer: Structurer | None = None,
+                     section_rule: str = "findings") -> list[ReportedFinding]:
     """Choose the section of a whole report (:func:`choose_section`) and structure it.
 
     Args:
         report: the free-text report.
         structurer: default :class:`RuleStructurer`; or e.g. an
             :class:`~monailabel_xflow.ils.report_llm.LLMStructurer`.
+        section_rule: :data:`SECTION_RULES` (default the papers' findings-first rule).
 
     Returns:
         One :class:`ReportedFinding` per finding mentioned, in reading order; ``[]`` when the
@@ -497,4 +543,4 @@ def structure_report(report: str, structurer: Structurer | None = None) -> list[
     Raises:
         SectionNotFound: nothing to structure (the message is the skip reason).
     """
-    return structure_section(choose_section(report).text, structurer)
+    return structure_section(choose_section(report, section_rule).text, structurer)

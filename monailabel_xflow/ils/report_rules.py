@@ -8,11 +8,15 @@ Choices where the MIMIC-ILS paper is silent (a radiology-AI engineer's reading, 
 they can be argued with):
 
 * **Finding synonyms** map to :data:`~monailabel_xflow.vocabulary.FINDINGS`: "pleural effusion",
-  "pleural fluid", layering "fluid" -> effusion; "pulmonary edema", "interstitial edema",
-  "fluid overload" -> edema; "airspace disease", "infiltrate", "density", "haziness" ->
-  opacity; "enlarged heart", "cardiac enlargement", "the heart is enlarged" -> cardiomegaly;
-  "infection", "infectious process", "aspiration" -> pneumonia (as the CheXpert labeler does);
-  "collapse" -> atelectasis. **"Vascular congestion" is not edema** here (the CheXpert labeler
+  "pleural fluid", "layering fluid" -> effusion; "pulmonary edema", "interstitial edema",
+  "fluid overload" -> edema; "airspace disease", "infiltrate", "airspace density",
+  "retrocardiac density", "haziness" -> opacity; "enlarged heart", "cardiac enlargement", "the
+  heart (size) is (mildly) enlarged", "heart size mildly enlarged", "enlarged cardiomediastinal
+  silhouette", "borderline heart size" (tentative) -> cardiomegaly; "infection", "infectious
+  process", "aspiration" -> pneumonia (as the CheXpert labeler does); "collapse" -> atelectasis.
+  Kept out, as entities of their own with no finding type: bare "fluid" and "density", "bone /
+  soft tissue density", "interstitial markings", "pericardial effusion", "(prior) granulomatous
+  infection". **"Vascular congestion" is not edema** here (the CheXpert labeler
   lumps them): congestion is a vascular sign, and a mask for it would teach a model to segment
   vessels as edema; it is kept as its own entity with no finding type.
 * Words that are part of a finding's name stay in the entity ("*pleural* effusion",
@@ -20,15 +24,21 @@ they can be argued with):
   ("hilar adenopathy" -> adenopathy @ hilar; "the heart is enlarged" -> enlarged @ heart).
 * **Certainty**: "possible", "probable", "likely", "may/could/might", "suggest(s/ive of)",
   "concerning/suspicious/worrisome for", "questionable", "cannot be excluded/ruled out",
-  "versus", "presumed" are tentative; "consistent with", "compatible with", "in keeping with",
-  "represents", "reflects", "due to" are definitive.
+  "versus", "presumed", "differential (diagnosis) includes", "correlate clinically for",
+  "question ...", "favored", "would be (consistent with)" are tentative; "consistent with",
+  "compatible with", "in keeping with", "represents", "reflects", "due to" are definitive.
+  **Alternatives** ("atelectasis or pneumonia", "atelectasis versus pneumonia") are both
+  tentative: the report commits to neither. A tentative finding stays a present tuple; what a
+  tentative tuple means downstream is MIMIC-ILS §C.1: its positive prompt names an *opacity*,
+  not the finding (:mod:`~monailabel_xflow.ils.pairs`).
 * A hedge between an opacity and its predicted type makes the tuple tentative only when the
   opacity is present ("no consolidation to suggest pneumonia" is a definite negative).
 * **Presence**: "stable", "unchanged", "no change in", "persistent", "partially resolved",
   "improving" keep a finding present; "resolved", "resolution of", "no longer seen", "has
   cleared" make it absent; "clear" / "normal" statements are not extracted at all.
-* **Location words without a side** name both sides ("bibasilar", "the bases", "upper lobes",
-  "apical" -> right and left); singular "lung" / "pulmonary" with no side give the category
+* **Location words without a side** take the one side their sentence names ("left effusion
+  with basilar atelectasis": the left base), else both sides ("bibasilar", "the bases", "upper
+  lobes", "apical" -> right and left); "right greater than left" is both sides; singular "lung" / "pulmonary" with no side give the category
   ``lung``; "retrocardiac" is the left lung base; "hilar" / "perihilar" are lung (side-specific
   when a side is named).
 """
@@ -44,6 +54,9 @@ FINDING_PHRASES: dict[str, tuple[str, ...]] = {
     "cardiomegaly": (
         "cardiomegaly", "cardiac enlargement", "enlarged heart", "enlargement of the heart",
         "enlargement of the cardiac silhouette", "enlarged cardiac silhouette",
+        "enlarged cardiomediastinal silhouette", "enlargement of the cardiomediastinal silhouette",
+        "borderline heart size", "borderline cardiomegaly", "borderline cardiac size",
+        "borderline enlarged heart", "borderline enlargement of the heart",
     ),
     "pneumonia": (
         "pneumonia", "pneumonias", "pneumonic", "bronchopneumonia", "infection", "infectious process",
@@ -55,9 +68,13 @@ FINDING_PHRASES: dict[str, tuple[str, ...]] = {
     ),
     "opacity": (
         "opacity", "opacities", "opacification", "opacifications", "airspace disease",
-        "air space disease", "airspace opacity", "airspace opacities", "haziness", "density",
-        "densities", "infiltrate", "infiltrates", "infiltration", "interstitial opacities",
-        "interstitial markings", "reticular opacities",
+        "air space disease", "airspace opacity", "airspace opacities", "haziness",
+        "airspace density", "air space density", "airspace densities", "parenchymal density",
+        "parenchymal densities", "retrocardiac density", "alveolar density", "pulmonary density",
+        "increased density", "patchy density", "patchy densities", "streaky density", "streaky densities",
+        "linear density", "linear densities", "focal density", "hazy density", "ill-defined density",
+        "lung density", "lung densities", "nodular density",
+        "infiltrate", "infiltrates", "infiltration", "interstitial opacities", "reticular opacities",
     ),
     "consolidation": (
         "consolidation", "consolidations", "consolidative opacity", "consolidative opacities",
@@ -69,20 +86,30 @@ FINDING_PHRASES: dict[str, tuple[str, ...]] = {
     ),
     "effusion": (
         "effusion", "effusions", "pleural effusion", "pleural effusions", "pleural fluid",
-        "fluid", "hydrothorax",
+        "layering fluid", "fissural fluid", "subpulmonic fluid", "fluid in the pleural space",
+        "hydrothorax",
     ),
 }
-"""Phrases per vocabulary finding; the longest match wins ("fluid overload" beats "fluid")."""
+"""Phrases per vocabulary finding the TargetMatcher looks for; the longest match wins ("fluid
+overload" beats "pleural fluid"). Bare "fluid", "density" and "interstitial markings" are not
+among them: in real reports they name stomach fluid, bone or soft-tissue density and chronic
+interstitial change as often as an effusion or an opacity."""
+
+ENTITY_SYNONYMS: dict[str, str] = {"fluid": "effusion", "density": "opacity", "densities": "opacity"}
+"""Entity names an LLM structurer may answer with (already separated from their location words,
+"fluid" @ pleural) that name a finding; never searched for in text."""
 
 # "The heart is (mildly) enlarged", "heart size is enlarged", "cardiac silhouette remains enlarged".
 _ADVERBS = ["mildly", "moderately", "severely", "markedly", "slightly", "minimally", "again", "still",
             "stably", "significantly", "somewhat", "borderline", "not", "no", "longer", "substantially"]
 CARDIOMEGALY_PATTERNS: tuple[list[dict], ...] = (
-    [{"LOWER": {"IN": ["heart", "cardiac"]}}, {"LOWER": {"IN": ["size", "silhouette", "contour"]}, "OP": "?"},
-     {"LOWER": {"IN": ["is", "remains", "appears", "was", "seems"]}}, {"LOWER": {"IN": _ADVERBS}, "OP": "*"},
-     {"LOWER": {"IN": ["enlarged", "large", "increased"]}}],
+    [{"LOWER": {"IN": ["heart", "cardiac", "cardiomediastinal"]}},
+     {"LOWER": {"IN": ["size", "silhouette", "contour", "shadow"]}, "OP": "?"},
+     {"LOWER": {"IN": ["is", "remains", "appears", "was", "seems", "looks"]}, "OP": "?"},
+     {"LOWER": {"IN": _ADVERBS}, "OP": "*"}, {"LOWER": {"IN": ["enlarged", "large", "increased"]}}],
 )
-"""Token patterns for cardiomegaly written as a clause; anatomy words become the location."""
+"""Token patterns for cardiomegaly written as a clause, the verb optional ("heart size mildly
+enlarged", "the cardiomediastinal silhouette is enlarged"); anatomy words become the location."""
 
 OTHER_FINDINGS: tuple[str, ...] = (
     "pneumothorax", "pneumothoraces", "hydropneumothorax", "nodule", "nodules", "mass", "masses",
@@ -92,6 +119,12 @@ OTHER_FINDINGS: tuple[str, ...] = (
     "degenerative change", "scoliosis", "kyphosis", "hyperinflation", "bronchiectasis", "free air",
     "pneumomediastinum", "subcutaneous emphysema", "volume loss", "elevation", "blunting", "deformity",
     "cavitation", "cavity", "lesion", "lesions", "air-fluid level", "pneumoperitoneum", "cyst",
+    # near-synonyms that are not the seven: matched so the shorter finding word inside them is not
+    "pericardial effusion", "pericardial effusions", "pericardial fluid", "granulomatous infection",
+    "granulomatous disease", "prior granulomatous infection", "old granulomatous disease",
+    "prior infection", "previous infection", "old infection", "interstitial markings",
+    "interstitial marking", "bone density", "soft tissue density", "soft tissue densities",
+    "breast density", "nipple density", "calcified density",
 )
 """Findings outside the seven: extracted with ``finding=None`` (they still occupy locations)."""
 
@@ -144,17 +177,23 @@ CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
         "cannot rule out", "differential includes", "versus", "vs", "presumed", "presumably",
         "equivocal", "raising the possibility of", "difficult to exclude", "suspect",
         "concern for", "borderline", "potentially", "not excluded",
+        "differential diagnosis includes", "differential diagnosis would include", "differential considerations include",
+        "differential considerations", "differential diagnosis", "differential", "question", "questionable for",
+        "correlate clinically for", "clinically correlate for", "correlate for", "clinical correlation for",
+        "correlate clinically to exclude", "correlation for", "cannot be distinguished from", "either", "favor",
+        "favored", "favoring", "may represent either", "would be", "would favor", "would be consistent with",
+        "would be most consistent with",
     )],
     *[("POSSIBLE_EXISTENCE", "BACKWARD", s) for s in (
         "cannot be excluded", "can not be excluded", "not be excluded", "is not excluded", "cannot be ruled out",
         "can not be ruled out", "not ruled out", "are not excluded", "is possible", "is suspected", "are suspected",
-        "is likely", "are likely", "is not excluded", "is questioned", "?",
+        "is likely", "are likely", "is not excluded", "is questioned", "?", "is favored", "are favored",
     )],
+    *[("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", s) for s in ("is favored over", "favored over", "are favored over")],
     # not a statement about this image: dropped
     *[("HYPOTHETICAL", "FORWARD", s) for s in (
         "evaluate for", "evaluation for", "assess for", "assessment for", "to assess", "to evaluate",
-        "to exclude", "rule out", "r/o", "if", "in case of", "recommend", "recommended", "correlate for",
-        "clinical correlation for", "follow-up for",
+        "to exclude", "rule out", "r/o", "if", "in case of", "recommend", "recommended", "follow-up for",
     )],
     # scope ends
     *[("TERMINATE", "TERMINATE", s) for s in (
@@ -179,9 +218,13 @@ TYPE_LINKS: tuple[str, ...] = (
     "possibly", "could be", "may be", "which may", "which could", "which is", "attributed to",
     "in keeping with", "characteristic of", "typical of", "indicating", "indicative of", "concern for",
     "favored to be", "favor", "may relate to", "most likely", "from", "c/w", "compatible", "consistent",
-    "may", "could", "might", "either", "versus", "vs",
+    "may", "could", "might", "either", "versus", "vs", "questionable for", "question of", "differential includes",
 )
 """Phrases that tie a non-specific finding to a specific one ("opacity reflects pneumonia")."""
+
+ALTERNATIVE_WORDS: tuple[str, ...] = ("or", "versus", "vs", "and/or", "/")
+"""A word between two present findings that offers them as alternatives ("atelectasis or
+pneumonia", "atelectasis versus pneumonia"): both are tentative, neither is definite."""
 
 PREDICTED_TYPES: dict[str, tuple[str, ...]] = {
     "opacity": ("pneumonia", "atelectasis", "edema", "consolidation", "effusion"),
@@ -289,8 +332,12 @@ CATEGORY_PHRASES: dict[str, str] = {
 SIDELESS_LUNG: tuple[str, ...] = ("lung", "pulmonary", "parenchyma", "parenchymal")
 """Whole-lung words that, without a side, give the category ``lung``."""
 
-LOCATION_CONNECTORS: tuple[str, ...] = ("and", "or", ",", "the", "of", "-", "/", "to", "both", "sided")
-"""Tokens allowed inside one location phrase ("right upper and left lower lobes")."""
+LOCATION_CONNECTORS: tuple[str, ...] = (
+    "and", "or", ",", "the", "of", "-", "/", "to", "both", "sided", "greater", "than", "more", "worse",
+    "larger", "medial", "lateral", "medially", "laterally",
+)
+"""Tokens allowed inside one location phrase ("right upper and left lower lobes", "right greater
+than left", "medial left base")."""
 
 LOCATION_PREPOSITIONS: tuple[str, ...] = (
     "in", "at", "on", "within", "of", "involving", "along", "over", "overlying", "throughout", "near",

@@ -1,0 +1,220 @@
+"""The external-label evaluation harness of report structuring (reports/ils/external.md):
+the CMC 2007 reader and its chest filter, the dev / held-out split, report labels under the
+MIMIC-ILS §C.1 certainty rule, bootstrap scoring, the comparison structurers, the LLM path."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
+
+from monailabel_xflow.data.mimic_ils import ReportedFinding as F  # noqa: E402
+from monailabel_xflow.ils.report_eval import (  # noqa: E402
+    KEYWORDS,
+    LabelledReport,
+    PhraseNegExStructurer,
+    certainty_agreement,
+    chexpert_structurer,
+    evaluate_external,
+    external_structurers,
+    main,
+    read_cmc2007,
+    report_labels,
+    score_labels,
+    split_of,
+)
+
+# The CMC layout; impressions are real CMC 2007 sentences (its unlabelled test file), codes ours.
+CMC_XML = """<?xml version='1.0' standalone='yes'?>
+<docs>
+  <doc id="1001" type="RADIOLOGY_REPORT">
+    <codes><code origin="CMC_MAJORITY" type="ICD-9-CM">486</code>
+           <code origin="COMPANY1" type="ICD-9-CM">518.0</code></codes>
+    <texts><text origin="CCHMC_RADIOLOGY" type="CLINICAL_HISTORY">Cough and fever.</text>
+           <text origin="CCHMC_RADIOLOGY" type="IMPRESSION">New left basilar infiltrate, as described above.</text></texts>
+  </doc>
+  <doc id="1002" type="RADIOLOGY_REPORT">
+    <codes><code origin="CMC_MAJORITY" type="ICD-9-CM">786.2</code></codes>
+    <texts><text origin="CCHMC_RADIOLOGY" type="CLINICAL_HISTORY">Rule out pneumonia.</text>
+           <text origin="CCHMC_RADIOLOGY" type="IMPRESSION">Left lower lobe atelectasis vs pneumonia.</text></texts>
+  </doc>
+  <doc id="1003" type="RADIOLOGY_REPORT">
+    <codes><code origin="CMC_MAJORITY" type="ICD-9-CM">593.70</code></codes>
+    <texts><text origin="CCHMC_RADIOLOGY" type="CLINICAL_HISTORY">Reflux.</text>
+           <text origin="CCHMC_RADIOLOGY" type="IMPRESSION">Normal study.</text></texts>
+  </doc>
+  <doc id="1004" type="RADIOLOGY_REPORT">
+    <codes><code origin="CMC_MAJORITY" type="ICD-9-CM">780.6</code></codes>
+    <texts><text origin="CCHMC_RADIOLOGY" type="CLINICAL_HISTORY">Fever.</text>
+           <text origin="CCHMC_RADIOLOGY" type="IMPRESSION">Enlarged kidneys.</text></texts>
+  </doc>
+  <doc id="1005" type="RADIOLOGY_REPORT">
+    <codes><code origin="CMC_MAJORITY" type="ICD-9-CM">518.0</code>
+           <code origin="CMC_MAJORITY" type="ICD-9-CM">786.2</code></codes>
+    <texts><text origin="CCHMC_RADIOLOGY" type="CLINICAL_HISTORY">Cough.</text>
+           <text origin="CCHMC_RADIOLOGY" type="IMPRESSION">Right basilar plate - like atelectasis.</text></texts>
+  </doc>
+</docs>
+"""
+
+
+@pytest.fixture()
+def cmc(tmp_path):
+    path = tmp_path / "cmc.xml"
+    path.write_text(CMC_XML)
+    return path
+
+
+def test_read_cmc2007_keeps_chest_reports_with_majority_labels(cmc, tmp_path):
+    reports = read_cmc2007(cmc)
+    assert [r.id for r in reports] == ["1001", "1002", "1005"]  # urinary code / renal words left out
+    assert [set(r.labels) for r in reports] == [{"pneumonia"}, set(), {"atelectasis"}]  # majority codes only
+    assert reports[0].text == "CLINICAL HISTORY: Cough and fever.\n\nIMPRESSION: New left basilar infiltrate, as described above."
+    assert all(r.split == split_of(r.id) for r in reports)
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<docs><doc id='1'><texts/></doc></docs>")
+    with pytest.raises(ValueError, match="IMPRESSION"):
+        read_cmc2007(bad)
+    bad.write_text("not xml")
+    with pytest.raises(ValueError, match="cannot read"):
+        read_cmc2007(bad)
+
+
+def test_split_is_fixed_by_the_id_alone():
+    ids = [str(97000000 + k) for k in range(2000)]
+    splits = [split_of(i) for i in ids]
+    assert splits == [split_of(i) for i in ids]
+    assert set(splits) == {"dev", "held-out"}
+    assert 0.35 < splits.count("dev") / len(ids) < 0.45
+
+
+def test_report_labels_follow_c1():
+    tuples = [
+        F("opacity", 1, True, True, ("right lower lobe",), "pneumonia"),  # tentative: an opacity, not pneumonia
+        F("opacities", 2, True, False, (), "atelectasis"),  # re-typed opacity: both
+        F("pleural effusion", 3, False, False, (), "effusion"),  # absent
+        F("pericardial effusion", 4, True, False, (), None),  # not one of ours
+        F("enlarged", 5, True, True, ("heart",), "cardiomegaly"),  # tentative cardiomegaly: neither
+    ]
+    assert report_labels(tuples) == {"opacity", "atelectasis"}
+    assert report_labels(tuples, "any") == {"opacity", "pneumonia", "atelectasis", "cardiomegaly"}
+    with pytest.raises(ValueError, match="definite, any"):
+        report_labels(tuples, "maybe")
+
+
+def test_score_labels_counts_and_paired_intervals():
+    true = np.array([[1, 0], [1, 1], [0, 0], [0, 1], [1, 0], [0, 0]], bool)
+    perfect = true.copy()
+    some = np.array([[1, 0], [0, 1], [1, 0], [0, 1], [1, 0], [0, 0]], bool)
+    out = score_labels({"perfect": perfect, "some": some}, true, ["pneumonia", "atelectasis"],
+                       baseline="some", resamples=300)
+    s = out["systems"]["some"]
+    pn = s["per_finding"]["pneumonia"]
+    assert (pn["tp"], pn["fp"], pn["fn"], pn["positives"]) == (2, 1, 1, 3)
+    assert pn["precision"] == pn["recall"] == pn["f1"] == pytest.approx(2 / 3)
+    assert s["per_finding"]["atelectasis"]["f1"] == 1.0
+    assert s["micro"] == pytest.approx({"precision": 0.8, "recall": 0.8, "f1": 0.8})
+    assert s["micro_f1_ci"][0] <= 0.8 <= s["micro_f1_ci"][1]
+    assert out["macro_findings"] == []  # fewer than MACRO_MIN_POSITIVES positives each
+    p = out["systems"]["perfect"]
+    assert p["micro"]["f1"] == 1.0 and p["micro_f1_ci"] == [1.0, 1.0]
+    lo, hi = p["diff_micro_ci"]  # paired: the perfect system is never worse on a resample
+    assert 0.0 <= lo <= 0.2 <= hi <= 1.0
+    assert "diff_micro_ci" not in s  # the baseline itself
+
+
+def test_certainty_agreement_with_coded_labels():
+    tuples = [[F("pneumonia", 1, True, False, (), "pneumonia")],  # definite, coded: agree
+              [F("pneumonia", 1, True, True, (), "pneumonia")],  # tentative, not coded: agree
+              [F("pneumonia", 1, True, False, (), "pneumonia")],  # definite, not coded: disagree
+              [F("pneumonia", 1, False, False, (), "pneumonia")]]  # absent: not a mention
+    true = np.array([[1], [0], [0], [1]], bool)
+    assert certainty_agreement(tuples, true, ["pneumonia"]) == {"pneumonia": {"mentions": 3, "agree": 2,
+                                                                              "accuracy": 2 / 3}}
+
+
+def test_keyword_negex_baseline_and_unmentions():
+    base = PhraseNegExStructurer(KEYWORDS)
+    assert base("No pneumonia. Possible right effusion.") == [
+        F("pneumonia", 1, False, False, (), "pneumonia"), F("effusion", 2, True, True, (), "effusion")]
+    peer = PhraseNegExStructurer({"effusion": [r"effusion"]}, {"effusion": [r"pericardial effusion"]})
+    assert peer("Small pericardial effusion. Small pleural effusion.") == [F("effusion", 2, True, False, (), "effusion")]
+
+
+def test_chexpert_phrases_read_from_a_checkout(tmp_path):
+    with pytest.raises(ValueError, match="no CheXpert mention phrases"):
+        chexpert_structurer(tmp_path)
+    (tmp_path / "phrases" / "mention").mkdir(parents=True)
+    (tmp_path / "phrases" / "unmention").mkdir()
+    (tmp_path / "phrases" / "mention" / "atelectasis.txt").write_text("atelecta\ncollapse\n")
+    (tmp_path / "phrases" / "mention" / "pleural_effusion.txt").write_text("pleural fluid\neffusion")
+    (tmp_path / "phrases" / "unmention" / "pleural_effusion.txt").write_text("pericardial effusion")
+    peer = chexpert_structurer(tmp_path)
+    got = peer("Right basilar plate - like atelectasis. No pericardial effusion.")
+    assert [(f.finding, f.present) for f in got] == [("atelectasis", True)]  # prefix match, unmention voids
+
+
+def test_evaluate_external_scores_every_split_rule_and_mode(cmc):
+    reports = read_cmc2007(cmc) + [LabelledReport("x1", "FINDINGS: Lungs clear.\n\nIMPRESSION: Right lower lobe "
+                                                  "pneumonia.", frozenset({"pneumonia"}), "dev")]
+
+    def broken(section):
+        raise ValueError("no answer")
+
+    systems = {**external_structurers(), "broken": broken}
+    out = evaluate_external(reports, systems, resamples=50)
+    assert out["findings"] == ["pneumonia", "atelectasis"]
+    assert set(out["splits"]) == {"dev", "held-out", "all"}
+    runs = out["splits"]["all"]["runs"]
+    assert set(runs) == {f"{r}/{m}" for r in ("findings", "findings+impression") for m in ("definite", "any")}
+    rules_default = runs["findings/definite"]["systems"]["rules"]["per_finding"]["pneumonia"]
+    rules_both = runs["findings+impression/definite"]["systems"]["rules"]["per_finding"]["pneumonia"]
+    assert rules_default["fn"] == rules_both["fn"] + 1  # the impression-only pneumonia of x1
+    # "atelectasis vs pneumonia" is tentative: not pneumonia under C.1, pneumonia when any certainty counts
+    assert runs["findings/definite"]["systems"]["rules"]["per_finding"]["pneumonia"]["fp"] == 0
+    assert runs["findings/any"]["systems"]["rules"]["per_finding"]["pneumonia"]["fp"] == 1
+    assert out["splits"]["all"]["failures"]["broken"] == len(reports)
+    assert runs["findings/definite"]["systems"]["broken"]["micro"]["recall"] == 0.0
+    assert "diff_micro_ci" in runs["findings/definite"]["systems"]["rules"]
+
+
+def test_cli_writes_the_report(cmc, tmp_path, capsys):
+    out = tmp_path / "ext.md"
+    assert main(["--cmc2007", str(cmc), "--resamples", "20", "--splits", "all", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "### all (3 reports" in text and "| rules |" in text and "| keyword+NegEx |" in text
+    assert json.loads(out.with_suffix(".json").read_text())["splits"]["all"]["reports"] == 3
+    with pytest.raises(SystemExit):
+        main(["--cmc2007", str(cmc), "--splits", "test"])
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    from monailabel_xflow.ils.report_llm import save_random_llm
+
+    return save_random_llm(tmp_path_factory.mktemp("tiny_lm"))
+
+
+def test_llm_structurer_through_the_same_harness(cmc, tiny_lm):
+    """The tiny random model's answers fail validation: every report counts as a failure that
+    states nothing, and the harness still scores it beside the rules."""
+    systems = external_structurers(llm_model=str(tiny_lm), llm_max_new_tokens=4)
+    assert set(systems) == {"rules", "keyword+NegEx", "llm"}
+    out = evaluate_external(read_cmc2007(cmc), systems, section_rules=("findings",), resamples=20, splits=("all",))
+    assert out["splits"]["all"]["failures"]["llm"] == 3
+    llm = out["splits"]["all"]["runs"]["findings/definite"]["systems"]["llm"]
+    assert llm["micro"]["recall"] == 0.0 and llm["micro"]["precision"] == 0.0
+
+
+def test_scripted_llm_through_the_harness(cmc):
+    from monailabel_xflow.ils.report_llm import LLMStructurer
+
+    answer = json.dumps([{"entity": "atelectasis", "sentence": 1, "presence": "positive", "certainty": "definitive",
+                          "location": ["right basilar"], "predicted_type": None}])
+    out = evaluate_external(read_cmc2007(cmc), {"llm": LLMStructurer(lambda prompt: answer)},
+                            section_rules=("findings",), baseline=None, resamples=20, splits=("all",))
+    per = out["splits"]["all"]["runs"]["findings/definite"]["systems"]["llm"]["per_finding"]["atelectasis"]
+    assert (per["tp"], per["fp"], per["fn"]) == (1, 2, 0)  # says atelectasis in all three reports
