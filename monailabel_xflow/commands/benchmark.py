@@ -3,7 +3,7 @@
 Choices are made on the dev seed (the default); the report's run is ``--test``, once. Example
 (how ``reports/phantom-benchmark/`` was made)::
 
-    xflow benchmark phantom --test --questions 180 --out reports/phantom-benchmark \\
+    xflow benchmark phantom --test --questions 300 --out reports/phantom-benchmark \\
         --rosalia monailabel_xflow/rosalia/demo
 """
 

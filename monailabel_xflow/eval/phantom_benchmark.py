@@ -853,8 +853,9 @@ def write_summary(out: str | Path, methods: Sequence[str], cases: Sequence[EvalC
              "| Method | gIoU | cIoU | F1 | N-Acc | ΔC | ΔC (all drew) | Specks |", "|---|---|---|---|---|---|---|---|"]
     for m in methods:
         c = boot["methods"][m]
+        all_drew = "—" if m in BASELINES else _ci(c["delta_c_all_drew"], 2, True)  # a subset the models chose
         lines.append(f"| {METHOD_TITLES[m]} | {_ci(c['giou'])} | {_ci(c['ciou'])} | {_ci(c['f1'])} | {_ci(c['n_acc'])} | "
-                     f"{_ci(c['delta_c'], 2, True)} | {_ci(c['delta_c_all_drew'], 2, True)} | {_ci(c['specks'], 2)} |")
+                     f"{_ci(c['delta_c'], 2, True)} | {all_drew} | {_ci(c['specks'], 2)} |")
     gt_noise = reports[methods[0]]["noise"] if methods else None
     if gt_noise:
         lines.append(f"| Ground truth | — | — | — | — | — | — | {_f(gt_noise['gt_specks'], 2)} |")
