@@ -30,7 +30,7 @@ def register(subparsers) -> None:
         "reports and predictions), OUT/benchmark.md and benchmark.json (Table 1 and Table 3 layouts, the "
         "effect of revision case by case, latency), levels.png, findings.png and contact-sheet.png. Two "
         "trivial baselines (never present; always present with the whole region the question names) are in "
-        "every table; every figure has a bootstrap 95 %% interval over phantoms and every claim its paired "
+        "every table; every figure has a bootstrap 95 % interval over phantoms and every claim its paired "
         "interval. Protocol: make every choice on the dev seed (default); run --test once, for the report. "
         "Resumable: a rerun with the same --out continues where it stopped (records of another model are "
         "redone on the dev split); an --out made with another seed, size, question count or data is refused.",
