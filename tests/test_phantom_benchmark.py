@@ -391,3 +391,22 @@ def test_region_mask_is_the_region_the_question_names():
     chest = region_mask(Instruction("edema", (), "global"), anatomy)
     assert np.array_equal(chest, anatomy > 0) and chest[8, :6].all() and not chest[9].any()
     assert np.array_equal(region_mask(Instruction("cardiomegaly", (), "global"), anatomy), anatomy > 0)
+
+
+def test_model_content_identity_follows_weights_not_cards_or_times(tmp_path):
+    """The manifest's model identity: bytes of the model's files, not their times and not the
+    model card (editing a card must not read as another model on the test split)."""
+    import os
+
+    from monailabel_xflow.eval.phantom_benchmark import content_identity
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"\0\1\2")
+    (model / "README.md").write_text("card")
+    first = content_identity(model)
+    os.utime(model / "weights.bin", (1, 1))
+    (model / "README.md").write_text("a rewritten card")
+    assert content_identity(model) == first
+    (model / "weights.bin").write_bytes(b"\0\1\3")
+    assert content_identity(model) != first

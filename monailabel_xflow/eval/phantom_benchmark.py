@@ -288,9 +288,11 @@ def stage1_identity(cfg: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-def _hash_files(digest: Any, path: Path) -> None:
-    """Feed the names (relative to ``path``) and bytes of a file or a folder's files to ``digest``."""
-    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+def _hash_files(digest: Any, path: Path, skip_suffixes: tuple[str, ...] = ()) -> None:
+    """Feed the names (relative to ``path``) and bytes of a file or a folder's files to ``digest``
+    (a folder's files ending in one of ``skip_suffixes`` left out)."""
+    files = (sorted(f for f in path.rglob("*") if f.is_file() and not f.name.endswith(skip_suffixes))
+             if path.is_dir() else [path])
     for f in files:
         digest.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
         digest.update(hashlib.sha256(f.read_bytes()).digest())
@@ -298,13 +300,14 @@ def _hash_files(digest: Any, path: Path) -> None:
 
 def content_identity(*paths: str | Path) -> str:
     """A content hash of files and folders (names and bytes, not times): the same for a copy or a
-    fresh checkout, new for any changed byte. A path that does not exist enters as its text."""
+    fresh checkout, new for any changed byte. A folder's Markdown files (its model card) are left
+    out: documentation is not the model. A path that does not exist enters as its text."""
     digest = hashlib.sha256()
     for p in paths:
         p = Path(p)
         digest.update(str(p.name).encode())
         if p.exists():
-            _hash_files(digest, p)
+            _hash_files(digest, p, skip_suffixes=(".md",))
         else:
             digest.update(f"absent:{p}".encode())
     return digest.hexdigest()[:16]
@@ -904,8 +907,14 @@ def write_summary(out: str | Path, methods: Sequence[str], cases: Sequence[EvalC
     return summary
 
 
+def _bounds(ci: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """``(low, high)`` of an interval, or None."""
+    return None if not ci or ci.get("low") is None else (ci["low"], ci["high"])
+
+
 def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> list[Path]:
-    """``levels.png`` (gIoU, F1, N-Acc per level) and ``findings.png`` (gIoU and F1 per finding)."""
+    """``levels.png`` (gIoU, F1, N-Acc per level) and ``findings.png`` (gIoU and F1 per finding),
+    with the bootstrap 95 % intervals as error bars (gIoU only per finding)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -918,11 +927,12 @@ def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> lis
     groups = list(LEVELS) + ["average"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
     for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1"), ("n_acc", "N-Acc"))):
-        series = {}
+        series, intervals = {}, {}
         for m, t in zip(methods, titles):
             s = summary["methods"][m]
             series[t] = [(s["average"] if g == "average" else s["levels"].get(g, {})).get(key) for g in groups]
-        _grouped_bars(ax, groups, series)
+            intervals[t] = [_bounds(s.get("ci", {}).get(key if g == "average" else f"{g}/{key}")) for g in groups]
+        _grouped_bars(ax, groups, series, intervals=intervals)
         ax.set_title(label)
         ax.set_ylim(0, 1)
     axes[0].legend(fontsize=7, loc="upper left")
@@ -932,9 +942,12 @@ def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> lis
     plt.close(fig)
 
     fig, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    boot_findings = summary.get("bootstrap", {}).get("findings", {})
     for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1"))):
+        intervals = ({t: [_bounds(boot_findings.get(m, {}).get(f)) for f in FINDINGS] for m, t in zip(methods, titles)}
+                     if key == "giou" else None)
         _grouped_bars(ax, list(FINDINGS), {t: [summary["methods"][m]["findings"].get(f, {}).get(key) for f in FINDINGS]
-                                           for m, t in zip(methods, titles)}, rotation=20)
+                                           for m, t in zip(methods, titles)}, rotation=20, intervals=intervals)
         ax.set_ylabel(label)
         ax.set_ylim(0, 1)
     axes[0].set_title("Per finding (equal-weight average over levels)")
