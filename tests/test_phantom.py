@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR, META_NAME, dicom_variant, export_set
+from monailabel_xflow.data.export import GT_DIR, JSON_NAME, MASK_DIR, META_NAME, dicom_variant, export_set, study_ids
 from monailabel_xflow.data.phantom import CTR_NORMAL_MAX, PhantomError, cardiothoracic_ratio, generate_phantom
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
@@ -101,6 +101,23 @@ def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("phantoms")
     release, phantoms = export_set(out, 8, seed=3, size=SIZE, dicom=True)
     return out, release, phantoms
+
+
+def test_study_ids_are_unique_per_seed(tmp_path):
+    """Sets drawn with seeds 0 and 1000 (the demo's training and dev seeds) share no study, subject
+    or mask folder: results and caches keyed by study cannot mix their phantoms."""
+    ids = {seed: [study_ids(seed, i) for i in range(50)] for seed in (0, 1, 10, 1000, 10000)}
+    studies = [s for v in ids.values() for s, _ in v]
+    subjects = [p for v in ids.values() for _, p in v]
+    assert len(set(studies)) == len(studies) and len(set(subjects)) == len(subjects)
+    assert all(len(s) <= 16 for s in studies)  # DICOM StudyID
+    a, _ = export_set(tmp_path / "a", 2, seed=0, size=128)
+    b, _ = export_set(tmp_path / "b", 2, seed=1000, size=128)
+    in_a = {s for split in a.values() for s in split}
+    in_b = {s for split in b.values() for s in split}
+    assert len(in_a) == len(in_b) == 2 and not in_a & in_b
+    with pytest.raises(PhantomError, match="seed"):
+        study_ids(-1, 0)
 
 
 def _instruction_of(pair) -> Instruction:

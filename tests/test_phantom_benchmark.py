@@ -114,31 +114,109 @@ def bench_models(tmp_path_factory, tiny_vlm):
     return cfg
 
 
-def test_command_runs_resumes_and_writes_the_report(bench_models, tmp_path, capsys):
-    out = tmp_path / "bench"
-    args = ["benchmark", "phantom", "--out", str(out), "--model", str(bench_models), "--questions", "6",
-            "--size", "128", "--no-progress"]
-    assert main(args) == 0
-    printed = capsys.readouterr().out
-    assert "XFlow Stage 1 only" in printed and "XFlow + oracle clicks" in printed
+def _bench_args(out, cfg, *extra):
+    return ["benchmark", "phantom", "--out", str(out), "--model", str(cfg), "--questions", "6", "--size", "128",
+            "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def bench_out(bench_models, tmp_path_factory):
+    """One dev-split run of the whole command on six questions (the tests below read or copy it)."""
+    out = tmp_path_factory.mktemp("bench") / "out"
+    assert main(_bench_args(out, bench_models)) == 0
+    return out
+
+
+def test_command_runs_resumes_and_writes_the_report(bench_out, bench_models, capsys):
+    out = bench_out
     summary = json.loads((out / "benchmark.json").read_text())
-    assert summary["questions"] == 6 and list(summary["methods"]) == ["stage1", "stage1+2", "oracle"]
+    assert summary["questions"] == 6
+    assert list(summary["methods"]) == ["never-present", "always-present", "stage1", "stage1+2", "oracle"]
+    assert summary["protocol"]["split"] == "dev" and summary["protocol"]["seed"] == 1000
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["split"], manifest["seed"], manifest["questions"], manifest["size"]) == ("dev", 1000, 6, 128)
+    assert set(manifest["models"]) == {"xflow"} and manifest["data"]
     for m in ("stage1", "stage1+2", "oracle"):
         lines = (out / m / "results.jsonl").read_text().splitlines()
         assert len(lines) == 6 and all("stats" in json.loads(x) for x in lines)
         assert len((out / m / "latency.jsonl").read_text().splitlines()) == 6
     levels = [json.loads(x)["level"] for x in (out / "stage1" / "results.jsonl").read_text().splitlines()]
     assert sorted(levels) == ["chest", "chest", "lung", "lung", "zone", "zone"]
+    # the trivial baselines: never present answers every negative right and finds nothing; always
+    # present finds every positive (F1 2P / (2P + N) = 2/3 on a balanced set) and no negative
+    never, always = summary["methods"]["never-present"], summary["methods"]["always-present"]
+    assert never["ci"]["n_acc"]["value"] == 1.0 and never["ci"]["f1"]["value"] == 0.0 and never["ci"]["giou"]["value"] == 0.0
+    assert always["ci"]["n_acc"]["value"] == 0.0 and always["ci"]["f1"]["value"] == pytest.approx(2 / 3)
+    assert 0.0 < always["ci"]["giou"]["value"] < 1.0
+    ci = summary["methods"]["stage1"]["ci"]["giou"]
+    assert ci["low"] <= ci["value"] <= ci["high"]
     md = (out / "benchmark.md").read_text()
-    assert "| **XFlow Stage 1 + 2** | **average** |" in md and "ΔC" in md and "What revision changed" in md
+    assert "dev split, seed 1000" in md and "Trivial: always present, whole region" in md
+    assert "ΔC (all drew)" in md and "What revision changed" in md and "bootstrap 95 %" in md
+    assert "| Stage 2 adds to Stage 1 (gIoU, Table 2) |" in md
     for png in ("levels.png", "findings.png", "contact-sheet.png"):
         assert (out / png).stat().st_size > 1000
     # Stage 1 ran once per question for all three methods (texts stored with the model's identity)
     assert len((out / "stage1-texts.jsonl").read_text().splitlines()) == 6
     # resumable: a second run predicts nothing again
-    assert main(args) == 0
+    capsys.readouterr()
+    assert main(_bench_args(out, bench_models)) == 0
+    assert "dev split, seed 1000" in capsys.readouterr().out
     for m in ("stage1", "stage1+2", "oracle"):
         assert len((out / m / "latency.jsonl").read_text().splitlines()) == 6
+
+
+def test_command_refuses_an_out_of_another_benchmark(bench_out, bench_models, tmp_path, capsys):
+    """Results and drawings are keyed by case id: a folder made with another seed, size or
+    question count is refused, not silently reused; so is a folder without a manifest."""
+    before = (bench_out / "stage1" / "results.jsonl").read_text()
+    assert main(_bench_args(bench_out, bench_models, "--seed", "1001")) == 2
+    assert main(_bench_args(bench_out, bench_models, "--test")) == 2  # the test seed, into the dev folder
+    err = capsys.readouterr().err
+    assert "seed 1000" in err and "1001" in err and "new --out" in err and "split 'dev'" in err
+    assert (bench_out / "stage1" / "results.jsonl").read_text() == before
+    legacy = tmp_path / "legacy"
+    (legacy / "data").mkdir(parents=True)
+    assert main(_bench_args(legacy, bench_models)) == 2
+    assert "without manifest.json" in capsys.readouterr().err
+    assert main(_bench_args(tmp_path / "train", bench_models, "--seed", "0")) == 2
+    assert "training phantoms" in capsys.readouterr().err
+
+
+def test_manifest_refuses_changed_data_and_test_split_models(tmp_path):
+    from monailabel_xflow.eval.phantom_benchmark import BenchmarkOutError, check_manifest
+
+    setup = {"split": "test", "seed": 7301, "questions": 6, "size": 128}
+    first = check_manifest(tmp_path, {**setup, "data": "aaa", "models": {"xflow": "m1"}})
+    (tmp_path / "manifest.json").write_text(json.dumps(first))
+    assert check_manifest(tmp_path, {**setup, "data": "aaa", "models": {"xflow": "m1", "rosalia": "r1"}})["models"] == {
+        "xflow": "m1", "rosalia": "r1"}
+    with pytest.raises(BenchmarkOutError, match="data"):
+        check_manifest(tmp_path, {**setup, "data": "bbb"})  # same seed, other phantoms (e.g. a changed generator)
+    with pytest.raises(BenchmarkOutError, match="scored once"):
+        check_manifest(tmp_path, {**setup, "data": "aaa", "models": {"xflow": "m2"}})
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "manifest.json").write_text(json.dumps({**first, "split": "dev", "seed": 1000}))
+    again = check_manifest(dev, {"split": "dev", "seed": 1000, "questions": 6, "size": 128, "data": "aaa",
+                                 "models": {"xflow": "m2"}})
+    assert again["models"]["xflow"] == "m2"  # dev: another model is redone, not refused
+
+
+def test_a_missing_prediction_is_an_error_not_an_empty_mask(bench_out, bench_models, tmp_path, capsys):
+    import shutil
+
+    from monailabel_xflow.data.readers import read_mimic_ils
+    from monailabel_xflow.eval.phantom_benchmark import interleaved
+
+    out = tmp_path / "copy"
+    shutil.copytree(bench_out, out)
+    cases = interleaved(read_mimic_ils(out / "data" / "ground-truth" / "heldout.json", split="test").cases)
+    drawn = contact_cases(cases)[0]
+    (out / "stage1+2" / "predictions" / f"{drawn.case_id}.png").unlink()
+    assert main(_bench_args(out, bench_models)) == 2
+    err = capsys.readouterr().err
+    assert "XFlow Stage 1 + 2" in err and drawn.case_id in err and "never drawn as empty" in err
 
 
 def test_command_refuses_bad_arguments(bench_models, tmp_path, capsys):
@@ -200,3 +278,135 @@ def test_stage1_identity_follows_pi_init_bytes_only(bench_models, tmp_path):
     data[-1] ^= 1
     adapter.write_bytes(bytes(data))
     assert stage1_identity(ModelConfig.load(copy / "models.yaml")) != first
+
+
+# --- bootstrap intervals over phantoms ------------------------------------------------------------
+
+
+def _scored_records(ious, level="chest", drawn=None):
+    """Positive records with the given IoUs (GT 100 px, prediction of the same size)."""
+    out = []
+    for k, iou in enumerate(ious):
+        inter = round(200 * iou / (1 + iou))  # |A| = |B| = 100: IoU = I / (200 - I)
+        pred = 100 if (drawn is None or drawn[k]) else 0
+        inter = inter if pred else 0
+        rec = _record(inter, 200 - inter if pred else 100, pred, 100)
+        out.append({"case_id": str(k), "level": level, **rec})
+    return out
+
+
+def test_bootstrap_resamples_phantoms_not_questions():
+    """Two phantoms of 50 questions each, every question of one perfect, of the other missed: the
+    only uncertainty is which phantoms were drawn. Resampling phantoms gives the exact
+    distribution {0: 1/4, 0.5: 1/2, 1: 1/4}, so the 95 % interval is [0, 1]; resampling the 100
+    questions as if independent would give about 0.5 ± 0.1."""
+    from monailabel_xflow.eval.bootstrap import Scored, interval, metrics, resample_weights
+
+    records = _scored_records([1.0] * 50 + [0.0] * 50)
+    s = Scored.from_records(records, ["a"] * 50 + ["b"] * 50)
+    w = resample_weights(s.group, 4000, seed=0)
+    assert w.shape == (4000, 100) and set(np.unique(w)) <= {0.0, 1.0, 2.0}
+    assert np.all(w.sum(1) == 100)  # two phantoms drawn, 50 questions each
+    giou = metrics(s, w)["giou"]
+    assert np.mean(giou == 0.5) == pytest.approx(0.5, abs=0.03) and np.mean(giou == 0.0) == pytest.approx(0.25, abs=0.03)
+    ci = interval(giou, float(metrics(s, np.ones((1, 100)))["giou"][0]))
+    assert ci == {"value": 0.5, "low": 0.0, "high": 1.0}
+
+
+def test_bootstrap_interval_matches_the_normal_approximation():
+    """One question per phantom: the percentile interval of a mean is close to mean ± 1.96 sd / √n."""
+    from monailabel_xflow.eval.bootstrap import Scored, interval, metrics, resample_weights
+
+    rng = np.random.default_rng(3)
+    ious = rng.uniform(0, 1, 400)
+    records = _scored_records(ious)
+    s = Scored.from_records(records, list(range(400)))
+    point = float(metrics(s, np.ones((1, 400)))["giou"][0])
+    got = [r["stats"] for r in records]
+    exact = np.mean([g["intersection"] / g["union"] for g in got])
+    assert point == pytest.approx(exact)
+    ci = interval(metrics(s, resample_weights(s.group, 3000, seed=1))["giou"], point)
+    half = 1.96 * np.std([g["intersection"] / g["union"] for g in got], ddof=1) / np.sqrt(400)
+    assert ci["low"] == pytest.approx(point - half, abs=0.15 * half)
+    assert ci["high"] == pytest.approx(point + half, abs=0.15 * half)
+
+
+def test_paired_difference_of_a_constant_gain_has_no_width():
+    """Method b gains 0.1 IoU on every question of every phantom: whatever phantoms are drawn the
+    paired difference is 0.1, so its interval is [0.1, 0.1] (an unpaired comparison would be wide)."""
+    from monailabel_xflow.eval.bootstrap import Scored, interval, metrics, resample_weights
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.1, 0.8, 60)
+    groups = np.repeat(np.arange(12), 5).tolist()
+    a = Scored.from_records(_scored_records(base), groups)
+    b = Scored.from_records(_scored_records(base + 0.1), groups)
+    w = resample_weights(a.group, 1000, seed=2)
+    diff = metrics(b, w)["giou"] - metrics(a, w)["giou"]
+    point = float(metrics(b, np.ones((1, 60)))["giou"][0] - metrics(a, np.ones((1, 60)))["giou"][0])
+    ci = interval(diff, point)
+    assert ci["value"] == pytest.approx(0.1, abs=0.01) and ci["high"] - ci["low"] < 0.005
+
+
+def test_bootstrap_point_estimates_are_the_reports_figures():
+    """With weights of one the bootstrap's figures are build_report's (levels averaged equally,
+    noise over positives), on a mix of levels, positives, negatives and empty predictions."""
+    from monailabel_xflow.eval.bootstrap import Scored, metrics
+    from monailabel_xflow.eval.evaluate import build_report
+
+    rng = np.random.default_rng(5)
+    records = []
+    for k in range(90):
+        level = ("chest", "lung", "zone")[k % 3]
+        positive = k % 2 == 0
+        pred = int(rng.integers(0, 3)) * 40
+        gt = 100 if positive else 0
+        inter = min(pred, gt, int(rng.integers(0, 60)))
+        rec = _record(inter, pred + gt - inter, pred, gt)
+        rec["stats"]["pred_components"] = int(rng.integers(0, 4)) if pred else 0
+        rec["stats"]["pred_specks"] = int(rng.integers(0, 3)) if pred else 0
+        records.append({"case_id": str(k), "level": level, "finding": "edema", **rec})
+    report = build_report(records)
+    got = {k: float(v[0]) for k, v in metrics(Scored.from_records(records, [k // 3 for k in range(90)]),
+                                               np.ones((1, 90))).items()}
+    for key in ("giou", "ciou", "f1", "n_acc"):
+        assert got[key] == pytest.approx(report["average"][key])
+        for lv in ("chest", "lung", "zone"):
+            assert got[f"{lv}/{key}"] == pytest.approx(report["levels"][lv][key])
+    for key in ("delta_c", "specks"):
+        assert got[key] == pytest.approx(report["noise"][key])
+
+
+def test_region_mask_is_the_region_the_question_names():
+    from monailabel_xflow.eval.phantom_benchmark import region_mask
+    from monailabel_xflow.vocabulary import ALL_ZONES
+
+    anatomy = np.zeros((10, 12), np.uint8)
+    for k in range(8):
+        anatomy[k, :] = k + 1  # one row per zone, in ALL_ZONES order
+    anatomy[8, :6] = 9  # the heart
+    assert np.array_equal(region_mask(Instruction("edema", ("left lung",)), anatomy), (anatomy >= 5) & (anatomy <= 8))
+    zone = Instruction("effusion", ("right lung base",))
+    assert np.array_equal(region_mask(zone, anatomy), anatomy == ALL_ZONES.index("right lung base") + 1)
+    chest = region_mask(Instruction("edema", (), "global"), anatomy)
+    assert np.array_equal(chest, anatomy > 0) and chest[8, :6].all() and not chest[9].any()
+    assert np.array_equal(region_mask(Instruction("cardiomegaly", (), "global"), anatomy), anatomy > 0)
+
+
+def test_model_content_identity_follows_weights_not_cards_or_times(tmp_path):
+    """The manifest's model identity: bytes of the model's files, not their times and not the
+    model card (editing a card must not read as another model on the test split)."""
+    import os
+
+    from monailabel_xflow.eval.phantom_benchmark import content_identity
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"\0\1\2")
+    (model / "README.md").write_text("card")
+    first = content_identity(model)
+    os.utime(model / "weights.bin", (1, 1))
+    (model / "README.md").write_text("a rewritten card")
+    assert content_identity(model) == first
+    (model / "weights.bin").write_bytes(b"\0\1\3")
+    assert content_identity(model) != first

@@ -62,8 +62,9 @@ def test_input_follows_sam_and_llava_v1(tiny_rosalia):
     assert torch.all(enc.sam_pixels[:, :, enc.resized[1]:] == 0)  # padded on the right
     text = model.encoder.text("Segment the effusion in the left lung.", "There is no effusion in the left lung.")
     decoded = model.tokenizer.decode(text.input_ids)
-    assert decoded.startswith("<s>" + SYSTEM + " USER: <im_start><image>")
-    assert "<im_end>\nSegment the effusion in the left lung. ASSISTANT:[SEG] There is no" in decoded
+    # the reference tokenisation: whitespace around LISA's added tokens stripped (tests/test_rosalia_reference.py)
+    assert decoded.startswith("<s>" + SYSTEM + " USER:<im_start><image>")
+    assert "<im_end>Segment the effusion in the left lung. ASSISTANT:[SEG]There is no" in decoded
     assert decoded.endswith("</s>")
     assert text.input_ids[text.prompt_length] == model.seg_token_id  # the answer starts with [SEG]
     assert (text.labels[: text.prompt_length] == -100).all() and (text.labels[text.prompt_length:] >= 0).all()
@@ -77,7 +78,8 @@ def test_equalisation_flattens_the_histogram():
 
 
 def test_training_and_inference_decode_the_same_mask(tiny_rosalia):
-    """The predictor's mask is the one the training forward decodes from the same prompt."""
+    """The predictor's mask is the one the training forward decodes from the same prompt and the
+    image as given (no histogram equalisation at inference)."""
     model = RosaliaModel.from_pretrained(tiny_rosalia)
     seg_first(model)
     predictor = RosaliaPredictor(model)
@@ -86,7 +88,8 @@ def test_training_and_inference_decode_the_same_mask(tiny_rosalia):
     predictor.set_image(image)
     mask, answer, trace = predictor.predict("fluid at the left base?")
     assert trace["seg_tokens"] >= 1 and trace["raw_text"].startswith(SEG_TOKEN)
-    enc = model.encoder.image(image, equalise=True)
+    enc = model.encoder.image(image)  # not equalised, as the public inference code
+    assert not torch.equal(enc.sam_pixels, model.encoder.image(image, equalise=True).sam_pixels)
     text = model.encoder.text(Instruction("effusion", ("left lung base",)).text)
     with torch.no_grad():
         out = model.llava(input_ids=text.input_ids[None], pixel_values=enc.clip_pixels[None], output_hidden_states=True)

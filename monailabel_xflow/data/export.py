@@ -56,7 +56,7 @@ from PIL import Image
 
 from monailabel_xflow.data.mimic_ils import TRUTH_NAME as REPORT_TRUTH_NAME
 from monailabel_xflow.data.mimic_ils import tuple_to_dict, write_reports_csv
-from monailabel_xflow.data.phantom import Phantom, generate_phantom
+from monailabel_xflow.data.phantom import Phantom, PhantomError, generate_phantom
 from monailabel_xflow.data.phantom_reports import phantom_report
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import (
@@ -306,6 +306,21 @@ def image_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1)[0])
 
 
+def study_ids(seed: int, index: int) -> tuple[str, str]:
+    """``(study_id, subject_id)`` of the ``index``-th phantom of a set drawn with ``seed``.
+
+    Unique per (seed, index), so two sets never share an id (``s<seed>n<index>``: results, masks
+    and caches keyed by study cannot mix phantoms of two seeds), and at most 16 characters (DICOM
+    ``StudyID`` / ``AccessionNumber``) for seeds below 10^9 and sets below 10^5 studies.
+
+    Raises:
+        PhantomError: a negative seed or index, or one too large for a 16-character id.
+    """
+    if not (0 <= int(seed) < 10**9 and 0 <= int(index) < 10**5):
+        raise PhantomError(f"phantom ids need 0 <= seed < 10**9 and 0 <= index < 10**5, got {seed}, {index}")
+    return f"s{int(seed)}n{int(index):05d}", f"p{int(seed)}n{int(index):05d}"
+
+
 def split_of(index: int) -> str:
     """train / val / test, 8:1:1 by index."""
     return {8: "val", 9: "test"}.get(index % 10, "train")
@@ -338,8 +353,7 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
         ph = generate_phantom(s, size=size, findings=scheduled_findings(i, rng))
         phantoms.append(ph)
         stem = f"phantom_{seed}_{i:05d}"
-        study = f"s{50000000 + (seed % 1000) * 10000 + i}"
-        subject = str(19000000 + (seed % 1000) * 10000 + i)
+        study, subject = study_ids(seed, i)
         v12, v8 = quantize(ph.image)
         out.mkdir(parents=True, exist_ok=True)
         Image.fromarray(v8).save(out / f"{stem}.png", compress_level=3)  # faster than 6, slightly larger files

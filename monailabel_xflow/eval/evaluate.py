@@ -401,12 +401,21 @@ def format_markdown(report: Mapping[str, Any], title: str = "XFlow evaluation") 
     return "\n".join(lines) + "\n"
 
 
-def _grouped_bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float | None]], rotation: float = 0) -> None:
-    """One cluster of bars per group, one bar per series (None drawn as a gap)."""
+def _grouped_bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float | None]], rotation: float = 0,
+                  intervals: Mapping[str, Sequence[tuple[float, float] | None]] | None = None) -> None:
+    """One cluster of bars per group, one bar per series (None drawn as a gap); ``intervals``
+    (per series, ``(low, high)`` per group or None) are drawn as error bars."""
     width = 0.8 / len(series)
     for k, (label, ys) in enumerate(series.items()):
         offset = (k - (len(series) - 1) / 2) * width
-        ax.bar(np.arange(len(groups)) + offset, [np.nan if y is None else y for y in ys], width, label=label)
+        heights = np.asarray([np.nan if y is None else y for y in ys], float)
+        yerr = None
+        if intervals and label in intervals:
+            bounds = [b if b is not None and not np.isnan(h) else (h, h) for b, h in zip(intervals[label], heights)]
+            yerr = np.abs(np.asarray([[h - lo for (lo, _), h in zip(bounds, heights)],
+                                      [hi - h for (_, hi), h in zip(bounds, heights)]], float))
+        ax.bar(np.arange(len(groups)) + offset, heights, width, label=label, yerr=yerr,
+               error_kw={"elinewidth": 0.8, "capsize": 1.5})
     ax.set_xticks(np.arange(len(groups)), groups, rotation=rotation)
 
 

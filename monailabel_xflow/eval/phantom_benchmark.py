@@ -12,6 +12,25 @@ training never used, balanced over chest / lung / zone and positive / negative b
   truth (:class:`GroundTruthReviser`), the upper bound of what revision can add to these Stage 1
   boxes and this F_seg.
 
+and, always, two trivial baselines that look at nothing but the question (:data:`BASELINES`):
+``never-present`` (an empty mask for every question) and ``always-present`` (the whole region the
+instruction names, from the phantom's true anatomy: the lung, the zones, or the chest = lungs and
+heart). A method is worth its compute only where it beats them.
+
+**Protocol.** Every choice (steps, variants, thresholds) is made on the *dev* seed
+(:data:`DEV_SEED`); the *test* seed (:data:`TEST_SEED`, ``--test``) is run once, for the report,
+with the models chosen on dev, and the summary records which split and seed it is. Every figure
+comes with a bootstrap 95 % interval over phantoms (:mod:`monailabel_xflow.eval.bootstrap`: whole
+images are resampled, so the questions of one image move together), every difference in the claims
+table with its paired interval, and a claim reads "reproduced" only when that interval excludes 0
+in the claimed direction.
+
+**Integrity.** ``OUT/manifest.json`` records the split, seed, question count, phantom size, a
+content hash of the phantoms and questions, and a content hash of each model; a rerun into an
+``OUT`` made with another seed, count, size or data is refused (results and drawings are keyed by
+case id, so reusing them would score other images), as is a test-split rerun with other models. A
+prediction file the contact sheet needs and cannot find is an error, never drawn as empty.
+
 Each method is an ordinary :func:`~monailabel_xflow.eval.evaluate.evaluate` run into ``OUT/<method>/``
 (``results.jsonl``, ``report.json``, ``report.md``, plots, ``predictions/``), so an interrupted run
 continues where it stopped and a retrained model's records are redone, never reused. The three XFlow
@@ -43,21 +62,42 @@ from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
 
 __all__ = [
-    "METHODS", "METHOD_TITLES", "SharedStage1", "stage1_identity", "GroundTruthReviser", "xflow_predictors", "run_benchmark",
-    "write_summary", "stage2_effect", "interleaved",
+    "METHODS", "BASELINES", "METHOD_TITLES", "DEV_SEED", "TEST_SEED", "BenchmarkOutError", "SharedStage1",
+    "stage1_identity", "GroundTruthReviser", "xflow_predictors", "baseline_predictors", "region_mask",
+    "check_manifest", "run_benchmark", "write_summary", "stage2_effect", "interleaved",
 ]
 
 log = logging.getLogger(__name__)
 
 METHODS = ("rosalia", "stage1", "stage1+2", "oracle")
-"""Every method, in the order of the tables (Table 1 of the paper: the baseline first)."""
+"""Every model method, in the order of the tables (Table 1 of the paper: the baseline first)."""
+
+BASELINES = ("never-present", "always-present")
+"""The trivial baselines, in every table (they need no model and run in no time)."""
 
 METHOD_TITLES = {
+    "never-present": "Trivial: never present",
+    "always-present": "Trivial: always present, whole region",
     "rosalia": "ROSALIA",
     "stage1": "XFlow Stage 1 only",
     "stage1+2": "XFlow Stage 1 + 2",
     "oracle": "XFlow + oracle clicks",
 }
+
+TRAIN_SEED = 0
+"""The seed the demos' training phantoms are drawn with (never scored here)."""
+
+DEV_SEED = 1000
+"""The seed every choice is made on (the demos' held-out seed until the protocol existed)."""
+
+TEST_SEED = 7301
+"""The seed of the report: used once, with models chosen on :data:`DEV_SEED`, never for a choice."""
+
+SPLITS = {"dev": DEV_SEED, "test": TEST_SEED}
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "xflow-phantom-benchmark/1"
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 0
 
 LATENCY_NAME = "latency.jsonl"
 REVISIONS_NAME = "revisions.jsonl"
@@ -243,13 +283,46 @@ def stage1_identity(cfg: Any) -> str:
             continue
         _, path = cfg.locate(value)
         digest.update(f"{name}={value if path is None else ''}".encode())
-        if path is None:  # a hub id: its text
-            continue
-        files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
-        for f in files:
-            digest.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-            digest.update(hashlib.sha256(f.read_bytes()).digest())
+        if path is not None:  # a hub id enters as its text
+            _hash_files(digest, path)
     return digest.hexdigest()[:16]
+
+
+def _hash_files(digest: Any, path: Path, skip_suffixes: tuple[str, ...] = ()) -> None:
+    """Feed the names (relative to ``path``) and bytes of a file or a folder's files to ``digest``
+    (a folder's files ending in one of ``skip_suffixes`` left out)."""
+    files = (sorted(f for f in path.rglob("*") if f.is_file() and not f.name.endswith(skip_suffixes))
+             if path.is_dir() else [path])
+    for f in files:
+        digest.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        digest.update(hashlib.sha256(f.read_bytes()).digest())
+
+
+def content_identity(*paths: str | Path) -> str:
+    """A content hash of files and folders (names and bytes, not times): the same for a copy or a
+    fresh checkout, new for any changed byte. A folder's Markdown files (its model card) are left
+    out: documentation is not the model. A path that does not exist enters as its text."""
+    digest = hashlib.sha256()
+    for p in paths:
+        p = Path(p)
+        digest.update(str(p.name).encode())
+        if p.exists():
+            _hash_files(digest, p, skip_suffixes=(".md",))
+        else:
+            digest.update(f"absent:{p}".encode())
+    return digest.hexdigest()[:16]
+
+
+def xflow_content_identity(config: str | Path) -> str:
+    """:func:`content_identity` of a models file and every local weight folder it names."""
+    from monailabel_xflow.workflow.model_config import ModelConfig
+
+    cfg = ModelConfig.load(config)
+    paths: list[str | Path] = [config]
+    for value in cfg.weights().values():
+        _, path = cfg.locate(value)
+        paths.append(path if path is not None else str(value))
+    return content_identity(*paths)
 
 
 def xflow_predictors(config: str | Path, out: Path, cases: Sequence[EvalCase] = ()) -> tuple[dict[str, Callable[[EvalCase], np.ndarray]], str]:
@@ -355,6 +428,117 @@ def rosalia_predictor(folder: str | Path, out: Path) -> tuple[Callable[[EvalCase
     return predict, files_fingerprint(folder)
 
 
+# --- the trivial baselines ----------------------------------------------------------------------
+
+
+def region_mask(instruction: Instruction, anatomy: np.ndarray) -> np.ndarray:
+    """The whole region an instruction names, from a phantom's anatomy label map.
+
+    Args:
+        instruction: the question; its regions are lungs, zones or the heart, or none (chest level).
+        anatomy: ``(H, W)`` uint8 label map of ``data.export`` (1..8 the zones in
+            :data:`~monailabel_xflow.vocabulary.ALL_ZONES` order, 9 the heart, 0 elsewhere).
+
+    Returns:
+        ``(H, W)`` bool: the named lungs' zones, the named zones, the heart, or (no region: chest
+        level) both lungs and the heart.
+    """
+    from monailabel_xflow.vocabulary import ALL_ZONES, HEART, ZONES
+
+    labels: set[int] = set()
+    for region in instruction.regions:
+        if region == HEART:
+            labels.add(len(ALL_ZONES) + 1)
+        else:
+            labels.update(ALL_ZONES.index(z) + 1 for z in ZONES.get(region, (region,)))
+    if not labels:
+        labels = set(range(1, len(ALL_ZONES) + 2))
+    return np.isin(anatomy, sorted(labels))
+
+
+def baseline_predictors() -> dict[str, tuple[Callable[[EvalCase], np.ndarray | None], str]]:
+    """``{name: (predict, identity)}`` of :data:`BASELINES` on exported phantoms (the anatomy map
+    beside the image: ``<image dir>/ground-truth/anatomy/<image name>``).
+
+    Raises (from ``predict``):
+        EvaluationError: the phantom's anatomy map is missing.
+    """
+    from monailabel_xflow.data.export import GT_DIR
+    from monailabel_xflow.eval.evaluate import EvaluationError
+
+    def always(case: EvalCase) -> np.ndarray:
+        path = case.image_path.parent / GT_DIR / "anatomy" / case.image_path.name
+        if not path.is_file():
+            raise EvaluationError(f"no anatomy map {path} for the always-present baseline")
+        from PIL import Image
+
+        return region_mask(case.instruction, np.asarray(Image.open(path)))
+
+    return {"never-present": (lambda case: None, "baseline:never-present/1"),
+            "always-present": (always, "baseline:always-present/1")}
+
+
+# --- the output folder's manifest ------------------------------------------------------------------
+
+
+class BenchmarkOutError(ValueError):
+    """An ``--out`` folder that holds another benchmark (other seed, size, questions, data or
+    test-split models) than the one asked for."""
+
+
+def data_identity(heldout: Path, cases: Sequence[EvalCase]) -> str:
+    """A content hash of the questions file and of every image and GT mask the cases use."""
+    paths: list[Path] = [heldout]
+    for c in cases:
+        paths.append(c.image_path)
+        if c.mask_path is not None:
+            paths.append(c.mask_path)
+    digest = hashlib.sha256()
+    for p in dict.fromkeys(paths):
+        digest.update(p.name.encode())
+        digest.update(hashlib.sha256(p.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def check_manifest(out: Path, wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """Refuse an ``out`` made for another benchmark; return the manifest to write.
+
+    ``wanted`` holds ``split``, ``seed``, ``questions``, ``size`` (and, once the data exist,
+    ``data``; once the models are known, ``models``: ``{name: content identity}``). A folder
+    without a manifest is accepted only while it holds no phantoms and no results. The dev split
+    accepts other models (their records are redone); the test split does not: it is scored once.
+
+    Raises:
+        BenchmarkOutError: what differs, and what to do.
+    """
+    path = out / MANIFEST_NAME
+    if not path.is_file():
+        if (out / "data").exists() or any((out / m / "results.jsonl").exists() for m in METHODS + BASELINES):
+            raise BenchmarkOutError(f"{out} holds a benchmark without {MANIFEST_NAME} (made before the manifest "
+                                    "existed, or by hand): its phantoms and results cannot be checked; use a new --out")
+        return {"format": MANIFEST_FORMAT, **wanted}
+    stored = json.loads(path.read_text())
+    for key in ("split", "seed", "questions", "size", "data"):
+        if key in wanted and key in stored and stored[key] != wanted[key]:
+            raise BenchmarkOutError(f"{out} was made with {key} {stored[key]!r}, this run asks {wanted[key]!r}: its "
+                                    "phantoms and results are of another benchmark; use a new --out")
+    models = dict(stored.get("models", {}))
+    for name, identity in wanted.get("models", {}).items():
+        if name in models and models[name] != identity:
+            if stored.get("split") == "test":
+                raise BenchmarkOutError(f"{out} is a test-split run scored with another {name} model ({models[name]}, "
+                                        f"now {identity}); the test seed is scored once, with the models chosen on "
+                                        f"the dev seed: compare models on --seed {DEV_SEED} instead")
+            log.warning("benchmark: %s model changed (%s -> %s); its records are redone", name, models[name], identity)
+        models[name] = identity
+    return {**stored, **{k: v for k, v in wanted.items() if k != "models"}, "models": models}
+
+
+def _write_manifest(out: Path, manifest: Mapping[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 
@@ -377,61 +561,82 @@ def run_benchmark(
     *,
     rosalia: str | Path | None = None,
     questions: int = 300,
-    seed: int = 1000,
+    seed: int | None = None,
     phantom_size: int = 256,
     methods: Sequence[str] | None = None,
     progress: bool = True,
     plots: bool = True,
+    split: str = "dev",
 ) -> dict[str, Any]:
-    """Score every method on the held-out phantom questions and write the summary.
+    """Score every method and the trivial baselines on held-out phantom questions; write the summary.
 
     Args:
-        out: the benchmark folder (``data/`` holds the phantoms; one folder per method).
+        out: the benchmark folder (``data/`` holds the phantoms; one folder per method;
+            ``manifest.json`` says what it holds, see :func:`check_manifest`).
         model: XFlow models file (e.g. ``monailabel_xflow/demo/models.yaml``).
         rosalia: ROSALIA model folder (``RosaliaPredictor.from_pretrained``), or None to leave the
             ``rosalia`` row out.
         questions: held-out questions (split evenly over levels, then over positive/negative).
-        seed: phantom seed (the demo trains on seed 0; 1000 is its held-out seed).
+        seed: phantom seed; default the split's (:data:`DEV_SEED` or :data:`TEST_SEED`).
         phantom_size: phantom side in pixels (the demo trained on 256).
-        methods: subset of :data:`METHODS` (default: all available).
+        methods: subset of :data:`METHODS` (default: all available); the baselines always run.
         progress: tqdm bars.
         plots: write the PNG plots and the contact sheet.
+        split: ``"dev"`` (every choice is made here) or ``"test"`` (the report's run, once).
 
     Returns:
         The summary dict (also ``OUT/benchmark.json``).
 
     Raises:
-        ValueError: an unknown method, or ``rosalia`` asked for without a ROSALIA model.
+        ValueError: an unknown method or split, ``rosalia`` asked for without a ROSALIA model, or
+            the training seed.
+        BenchmarkOutError: ``out`` holds another benchmark.
     """
     from monailabel_xflow.data.readers import read_mimic_ils
     from monailabel_xflow.eval.evaluate import evaluate
     from monailabel_xflow.training.demo import export_heldout
 
     out = Path(out)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {list(SPLITS)}")
+    seed = SPLITS[split] if seed is None else int(seed)
+    if seed == TRAIN_SEED:
+        raise ValueError(f"seed {TRAIN_SEED} drew the demos' training phantoms; score held-out seeds only")
     wanted = list(methods) if methods else [m for m in METHODS if m != "rosalia" or rosalia is not None]
     unknown = [m for m in wanted if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
     if "rosalia" in wanted and rosalia is None:
         raise ValueError("method 'rosalia' needs a ROSALIA model (--rosalia CONFIG)")
+    setup = {"split": split, "seed": seed, "questions": int(questions), "size": int(phantom_size)}
+    _write_manifest(out, check_manifest(out, setup))
     heldout = export_heldout(out / "data", seed=seed, questions=questions, size=phantom_size, progress=progress)
     cases = interleaved(read_mimic_ils(heldout, split="test", kinds=("basic", "global")).cases)
-    log.info("benchmark: %d held-out questions from %s", len(cases), heldout)
-
-    predictors: dict[str, tuple[Callable, str]] = {}
+    log.info("benchmark (%s split, seed %d): %d held-out questions from %s", split, seed, len(cases), heldout)
+    identities = {}
     if "rosalia" in wanted:
-        predictors["rosalia"] = rosalia_predictor(rosalia, out)
+        identities["rosalia"] = content_identity(rosalia)
+    if any(m != "rosalia" for m in wanted):
+        identities["xflow"] = xflow_content_identity(model)
+    _write_manifest(out, check_manifest(out, {**setup, "data": data_identity(heldout, cases), "models": identities}))
+
+    predictors: dict[str, tuple[Callable, str]] = dict(baseline_predictors())
+    if "rosalia" in wanted:
+        predict, identity = rosalia_predictor(rosalia, out)
+        # the inference changed (no equalisation, the reference tokenisation): old records are redone
+        predictors["rosalia"] = (predict, f"{identity}:inference-2")
     xflow_methods = [m for m in wanted if m != "rosalia"]
     if xflow_methods:
         fns, identity = xflow_predictors(model, out, cases)
         predictors.update({m: (fns[m], f"{identity}:{m}") for m in xflow_methods})
-    for m in wanted:  # the table order, whatever order they were asked in
+    for m in list(BASELINES) + wanted:
         fn, identity = predictors[m]
         (out / m).mkdir(parents=True, exist_ok=True)
         log.info("benchmark: %s", METHOD_TITLES[m])
-        evaluate(cases, fn, out / m, predictor_id=identity, progress=progress, save_predictions=True,
-                 title=f"{METHOD_TITLES[m]} on {len(cases)} held-out phantom questions", plots=plots)
-    return write_summary(out, [m for m in METHODS if m in wanted], cases, plots=plots)
+        evaluate(cases, fn, out / m, predictor_id=identity, progress=progress and m not in BASELINES,
+                 save_predictions=m not in BASELINES, title=f"{METHOD_TITLES[m]} on {len(cases)} held-out phantom questions",
+                 plots=plots and m not in BASELINES)
+    return write_summary(out, list(BASELINES) + [m for m in METHODS if m in wanted], cases, plots=plots)
 
 
 # --- the summary -------------------------------------------------------------------------------
@@ -500,28 +705,134 @@ def _f(v: Any, digits: int = 3) -> str:
     return "—" if v is None or (isinstance(v, float) and v != v) else f"{v:.{digits}f}"
 
 
+def _ci(c: Mapping[str, Any] | None, digits: int = 3, sign: bool = False) -> str:
+    """``value [low, high]`` of an :func:`~monailabel_xflow.eval.bootstrap.interval`."""
+    if not c or c.get("value") is None:
+        return "—"
+    fmt = f"{{:{'+' if sign else ''}.{digits}f}}"
+    if c.get("low") is None:
+        return fmt.format(c["value"])
+    return f"{fmt.format(c['value'])} [{fmt.format(c['low'])}, {fmt.format(c['high'])}]"
+
+
+CLAIMS = (
+    # (claim, the paper's figures, metric, a, b): the claim is that a - b > 0
+    ("XFlow segments better than ROSALIA (gIoU, Table 1)", "0.703 vs 0.621", "giou", "stage1+2", "rosalia"),
+    ("XFlow segments better than ROSALIA (cIoU, Table 1)", "0.731 vs 0.688", "ciou", "stage1+2", "rosalia"),
+    ("XFlow decides presence better than ROSALIA (F1, Table 1)", "0.961 vs 0.945", "f1", "stage1+2", "rosalia"),
+    ("ROSALIA's masks have more excess components than XFlow's (ΔC, Table 3)", "+5.63 vs +1.71", "delta_c",
+     "rosalia", "stage1+2"),
+    ("... the same, on the positives every method drew", "—", "delta_c_all_drew", "rosalia", "stage1+2"),
+    ("ROSALIA's masks have more specks than XFlow's (Table 3)", "5.57 vs 1.69", "specks", "rosalia", "stage1+2"),
+    ("Stage 2 adds to Stage 1 (gIoU, Table 2)", "+0.010", "giou", "stage1+2", "stage1"),
+    ("Stage 2 makes masks cleaner (Stage 1 ΔC − Stage 1 + 2 ΔC)", "—", "delta_c", "stage1", "stage1+2"),
+    ("XFlow's presence beats always answering present (F1)", "—", "f1", "stage1+2", "always-present"),
+    ("ROSALIA's presence beats always answering present (F1)", "—", "f1", "rosalia", "always-present"),
+    ("XFlow segments better than drawing the whole region (gIoU)", "—", "giou", "stage1+2", "always-present"),
+    ("ROSALIA segments better than drawing the whole region (gIoU)", "—", "giou", "rosalia", "always-present"),
+    ("Oracle clicks add to Stage 1 (gIoU; headroom for revision, not a paper claim)", "—", "giou", "oracle", "stage1"),
+)
+"""The claims table: paired differences with bootstrap intervals over phantoms."""
+
+
+def verdict(diff: Mapping[str, Any]) -> str:
+    """"reproduced" when the interval of a - b lies above 0, "reversed" below, else "not shown"."""
+    if diff.get("low") is None:
+        return "—"
+    if diff["low"] > 0:
+        return "reproduced"
+    if diff["high"] < 0:
+        return "reversed"
+    return "not shown (CI includes 0)"
+
+
+def bootstrap_summary(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
+                      replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+    """Every figure of the summary with a bootstrap 95 % interval over phantoms, and the claims.
+
+    Only questions every method scored enter (so differences are paired); the positives every
+    model method drew a mask on (the baselines aside) give ``delta_c_all_drew``.
+
+    Returns:
+        ``{"n", "n_images", "replicates", "seed", "all_drew": {"n", "n_positive"}, "methods":
+        {m: {metric: interval}}, "findings": {m: {finding: interval of gIoU}}, "claims": [...]}``.
+    """
+    from monailabel_xflow.eval.bootstrap import Scored, interval, metrics, resample_weights
+
+    records = {m: _records(out / m, cases) for m in methods}
+    common = [c for c in cases if all(c.case_id in records[m] for m in methods)]
+    groups = [str(c.image_path) for c in common]
+    scored = {m: Scored.from_records([records[m][c.case_id] for c in common], groups) for m in methods}
+    first = next(iter(scored.values()))
+    models = [m for m in methods if m not in BASELINES]
+    all_drew = first.positive.copy()
+    for m in models:
+        all_drew &= scored[m].drawn
+    weights = resample_weights(first.group, replicates, seed)
+    ones = np.ones((1, len(common)))
+
+    def figures(m: str, w: np.ndarray) -> dict[str, np.ndarray]:
+        f = metrics(scored[m], w)
+        f["delta_c_all_drew"] = metrics(scored[m], w, subset=all_drew)["delta_c"]
+        return f
+
+    point = {m: {k: float(v[0]) for k, v in figures(m, ones).items()} for m in methods}
+    boot = {m: figures(m, weights) for m in methods}
+    result: dict[str, Any] = {
+        "n": len(common), "n_images": int(first.group.max()) + 1 if len(common) else 0, "unit": "phantom",
+        "replicates": replicates, "seed": seed,
+        "all_drew": {"n": int(all_drew.sum()), "n_positive": int(first.positive.sum()), "methods": models},
+        "methods": {m: {k: interval(boot[m][k], point[m][k]) for k in point[m]} for m in methods},
+        "findings": {}, "claims": [],
+    }
+    for m in methods:
+        per = {}
+        for finding in FINDINGS:
+            subset = np.asarray([c.finding == finding for c in common])
+            if subset.any():
+                per[finding] = interval(metrics(scored[m], weights, subset)["giou"],
+                                        float(metrics(scored[m], ones, subset)["giou"][0]))
+        result["findings"][m] = per
+    for claim, paper, metric, a, b in CLAIMS:
+        if a in methods and b in methods:
+            diff = interval(boot[a][metric] - boot[b][metric], point[a][metric] - point[b][metric])
+            result["claims"].append({"claim": claim, "paper": paper, "metric": metric, "a": a, "b": b,
+                                     "difference": diff, "verdict": verdict(diff)})
+    return result
+
+
 def write_summary(out: str | Path, methods: Sequence[str], cases: Sequence[EvalCase], plots: bool = True) -> dict[str, Any]:
-    """``OUT/benchmark.md`` and ``benchmark.json`` from the methods' reports, plus the figures.
+    """``OUT/benchmark.md`` and ``benchmark.json`` from the methods' records, plus the figures.
+
+    Every table carries bootstrap 95 % intervals over phantoms (:func:`bootstrap_summary`); the
+    split and seed come from ``OUT/manifest.json``.
 
     Args:
         out: the benchmark folder holding ``<method>/report.json`` and ``results.jsonl``.
-        methods: the methods to put side by side, in table order.
+        methods: the methods to put side by side, in table order (baselines included).
         cases: the questions (for the case-by-case comparisons and the contact sheet).
         plots: also write ``levels.png``, ``findings.png`` and ``contact-sheet.png``.
-    """
-    from monailabel_xflow.training.demo import eval_table
 
+    Raises:
+        EvaluationError: a prediction the contact sheet draws is missing.
+    """
     out = Path(out)
+    manifest = json.loads((out / MANIFEST_NAME).read_text()) if (out / MANIFEST_NAME).is_file() else {}
     reports = {m: json.loads((out / m / "report.json").read_text()) for m in methods}
     records = {m: _records(out / m, cases) for m in methods}
     ids = {c.case_id for c in cases}
-    summary: dict[str, Any] = {"questions": len(cases), "methods": {}}
+    boot = bootstrap_summary(out, methods, cases)
+    protocol = {"split": manifest.get("split"), "seed": manifest.get("seed"), "dev_seed": DEV_SEED,
+                "test_seed": TEST_SEED, "train_seed": TRAIN_SEED, "size": manifest.get("size"),
+                "data": manifest.get("data"), "models": manifest.get("models", {})}
+    summary: dict[str, Any] = {"questions": len(cases), "protocol": protocol, "methods": {}, "bootstrap": boot}
     for m in methods:
         r = reports[m]
         summary["methods"][m] = {
             "title": METHOD_TITLES[m], "average": r["average"], "levels": r["levels"], "noise": r["noise"],
             "findings": {f: e["average"] for f, e in r["findings"].items()},
             "latency": _latency(out / m, ids), "n_scored": r["n_scored"], "errors": len(r["errors"]),
+            "ci": boot["methods"][m],
         }
     effects = {}
     for a, b in (("stage1", "stage1+2"), ("stage1", "oracle")):
@@ -529,55 +840,81 @@ def write_summary(out: str | Path, methods: Sequence[str], cases: Sequence[EvalC
             effects[f"{a} -> {b}"] = stage2_effect(records[a], records[b])
     summary["revision"] = effects
 
-    lines = [f"# ROSALIA beside XFlow on {len(cases)} held-out phantom questions", "",
+    split = protocol["split"] or "unrecorded"
+    lines = [f"# ROSALIA beside XFlow on {len(cases)} held-out phantom questions ({split} split, seed {protocol['seed']})",
+             "",
              "Generated by `xflow benchmark phantom` (monailabel_xflow/eval/phantom_benchmark.py); the "
              "hand-written conclusions are in README.md.", "",
-             "## Segmentation and presence (paper Table 1 layout; levels averaged with equal weight)", "",
-             eval_table({METHOD_TITLES[m]: out / m for m in methods}),
-             "## Mask noise over the positive questions (paper Table 3 layout)", "",
-             "ΔC = components(pred) − components(GT); specks = components < 0.1 % of the image "
-             "(8-connectivity).", "",
-             "| Method | ΔC | Specks | Specks outside GT | Speck area % of mask |", "|---|---|---|---|---|"]
-    gt_noise = None
+             f"Protocol: choices are made on the dev seed ({DEV_SEED}); the test seed ({TEST_SEED}) is scored once "
+             f"for the report; the demos trained on seed {TRAIN_SEED}. Every figure: value [bootstrap 95 % interval], "
+             f"{boot['replicates']} resamplings of the {boot['n_images']} phantoms (questions of one phantom move "
+             f"together), {boot['n']} questions every method scored. Levels averaged with equal weight.", "",
+             "## Segmentation, presence and mask noise (paper Tables 1 and 3)", "",
+             "ΔC = components(pred) − components(GT) over positives; specks = components < 0.1 % of the image "
+             f"(8-connectivity). ΔC (all drew): over the {boot['all_drew']['n']} of {boot['all_drew']['n_positive']} "
+             "positives on which every model method drew a mask.", "",
+             "| Method | gIoU | cIoU | F1 | N-Acc | ΔC | ΔC (all drew) | Specks |", "|---|---|---|---|---|---|---|---|"]
     for m in methods:
-        n = reports[m]["noise"]
-        gt_noise = gt_noise or n
-        lines.append(f"| {METHOD_TITLES[m]} | {_f(n['delta_c'], 2)} | {_f(n['specks'], 2)} | "
-                     f"{_f(n['specks_outside_gt'], 2)} | {_f(n['speck_area_pct'], 2)} |")
+        c = boot["methods"][m]
+        all_drew = "—" if m in BASELINES else _ci(c["delta_c_all_drew"], 2, True)  # a subset the models chose
+        lines.append(f"| {METHOD_TITLES[m]} | {_ci(c['giou'])} | {_ci(c['ciou'])} | {_ci(c['f1'])} | {_ci(c['n_acc'])} | "
+                     f"{_ci(c['delta_c'], 2, True)} | {all_drew} | {_ci(c['specks'], 2)} |")
+    gt_noise = reports[methods[0]]["noise"] if methods else None
     if gt_noise:
-        lines.append(f"| Ground truth | — | {_f(gt_noise['gt_specks'], 2)} | — | {_f(gt_noise['gt_speck_area_pct'], 2)} |")
+        lines.append(f"| Ground truth | — | — | — | — | — | — | {_f(gt_noise['gt_specks'], 2)} |")
+    for key, label in (("giou", "gIoU"), ("f1", "presence F1"), ("n_acc", "N-Acc")):
+        lines += ["", f"## {label} per level", "", "| Method | " + " | ".join(LEVELS) + " |", "|---|" + "---|" * len(LEVELS)]
+        for m in methods:
+            c = boot["methods"][m]
+            lines.append(f"| {METHOD_TITLES[m]} | " + " | ".join(_ci(c.get(f"{lv}/{key}")) for lv in LEVELS) + " |")
     lines += ["", "## gIoU per finding (equal-weight average over the levels it is asked at)", "",
               "| Finding | " + " | ".join(METHOD_TITLES[m] for m in methods) + " |", "|---|" + "---|" * len(methods)]
     for f in FINDINGS:
-        cells = [_f(summary["methods"][m]["findings"].get(f, {}).get("giou")) for m in methods]
-        lines.append(f"| {f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {f} | " + " | ".join(_ci(boot["findings"][m].get(f)) for m in methods) + " |")
+    if boot["claims"]:
+        lines += ["", "## The paper's claims: paired differences (a − b) with bootstrap 95 % intervals", "",
+                  "A claim reads *reproduced* only when the interval lies above 0.", "",
+                  "| Claim | Paper | a − b | Difference | Verdict |", "|---|---|---|---|---|"]
+        for c in boot["claims"]:
+            lines.append(f"| {c['claim']} | {c['paper']} | {METHOD_TITLES[c['a']]} − {METHOD_TITLES[c['b']]} | "
+                         f"{_ci(c['difference'], 3, True)} | {c['verdict']} |")
     if effects:
         lines += ["", "## What revision changed, question by question", "",
                   "| Revision | Questions | Masks changed | IoU up | IoU down | Mean IoU change (positives) | "
-                  "Presence gained / lost |", "|---|---|---|---|---|---|---|"]
+                  "Presence gained / lost | gIoU change [95 % interval] |", "|---|---|---|---|---|---|---|---|"]
         for name, e in effects.items():
             a, b = name.split(" -> ")
+            claim = next((c for c in boot["claims"] if (c["a"], c["b"], c["metric"]) == (b, a, "giou")), None)
             lines.append(f"| {METHOD_TITLES[a]} → {METHOD_TITLES[b]} | {e['n']} | {e['changed']} | {e['iou_up']} | "
-                         f"{e['iou_down']} | {_f(e['mean_iou_delta'], 4)} | {e['presence_gained']} / {e['presence_lost']} |")
+                         f"{e['iou_down']} | {_f(e['mean_iou_delta'], 4)} | {e['presence_gained']} / {e['presence_lost']} | "
+                         f"{_ci(claim['difference'], 3, True) if claim else '—'} |")
     lat = {m: summary["methods"][m]["latency"] for m in methods if summary["methods"][m]["latency"]}
     if lat:
         base = lat.get("stage1+2")
-        lines += ["", "## Latency per question (this machine, CPU, as measured during the run)", "",
+        lines += ["", "## Latency per question (this machine, CPU, as measured during the run; a measurement, "
+                  "not an estimate: no interval)", "",
                   "| Method | Questions timed | Mean s | Median s | Mean ÷ XFlow Stage 1 + 2 |", "|---|---|---|---|---|"]
         for m, v in lat.items():
             ratio = _f(v["mean_s"] / base["mean_s"], 2) if base else "—"
             lines.append(f"| {METHOD_TITLES[m]} | {v['n']} | {_f(v['mean_s'], 2)} | {_f(v['median_s'], 2)} | {ratio} |")
     figures = []
     if plots:
-        figures = _plots(out, summary, methods) + [_contact_sheet(out, methods, cases, records)]
+        drawn = [m for m in methods if m not in BASELINES]
+        figures = _plots(out, summary, methods) + [_contact_sheet(out, drawn, cases, records)]
         lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     (out / SUMMARY_MD).write_text("\n".join(lines) + "\n")
     (out / SUMMARY_JSON).write_text(json.dumps(summary, indent=1, default=float))
     return summary
 
 
+def _bounds(ci: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """``(low, high)`` of an interval, or None."""
+    return None if not ci or ci.get("low") is None else (ci["low"], ci["high"])
+
+
 def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> list[Path]:
-    """``levels.png`` (gIoU, F1, N-Acc per level) and ``findings.png`` (gIoU and F1 per finding)."""
+    """``levels.png`` (gIoU, F1, N-Acc per level) and ``findings.png`` (gIoU and F1 per finding),
+    with the bootstrap 95 % intervals as error bars (gIoU only per finding)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -590,11 +927,12 @@ def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> lis
     groups = list(LEVELS) + ["average"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
     for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1"), ("n_acc", "N-Acc"))):
-        series = {}
+        series, intervals = {}, {}
         for m, t in zip(methods, titles):
             s = summary["methods"][m]
             series[t] = [(s["average"] if g == "average" else s["levels"].get(g, {})).get(key) for g in groups]
-        _grouped_bars(ax, groups, series)
+            intervals[t] = [_bounds(s.get("ci", {}).get(key if g == "average" else f"{g}/{key}")) for g in groups]
+        _grouped_bars(ax, groups, series, intervals=intervals)
         ax.set_title(label)
         ax.set_ylim(0, 1)
     axes[0].legend(fontsize=7, loc="upper left")
@@ -604,9 +942,12 @@ def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> lis
     plt.close(fig)
 
     fig, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
+    boot_findings = summary.get("bootstrap", {}).get("findings", {})
     for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1"))):
+        intervals = ({t: [_bounds(boot_findings.get(m, {}).get(f)) for f in FINDINGS] for m, t in zip(methods, titles)}
+                     if key == "giou" else None)
         _grouped_bars(ax, list(FINDINGS), {t: [summary["methods"][m]["findings"].get(f, {}).get(key) for f in FINDINGS]
-                                           for m, t in zip(methods, titles)}, rotation=20)
+                                           for m, t in zip(methods, titles)}, rotation=20, intervals=intervals)
         ax.set_ylabel(label)
         ax.set_ylim(0, 1)
     axes[0].set_title("Per finding (equal-weight average over levels)")
@@ -640,8 +981,14 @@ def contact_cases(cases: Sequence[EvalCase], per_level: int = 3) -> list[EvalCas
 
 def _contact_sheet(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
                    records: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Path:
-    """Rows: questions; columns: the GT, then each method's mask (red) over the GT outline (green)."""
+    """Rows: questions; columns: the GT, then each method's mask (red) over the GT outline (green).
+
+    Raises:
+        EvaluationError: a method has no record or no prediction file for a drawn question.
+    """
     from PIL import Image
+
+    from monailabel_xflow.eval.evaluate import EvaluationError
 
     from monailabel_xflow.rendering import contact_sheet, overlay
     from monailabel_xflow.transforms.loading import load_cxr
@@ -654,13 +1001,15 @@ def _contact_sheet(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
         titles.append(f"{case.level}: {case.finding}" + ("" if case.positive else " (absent)"))
         for m in methods:
             png = out / m / "predictions" / f"{case.case_id}.png"
-            pred = np.asarray(Image.open(png)) > 0 if png.is_file() else np.zeros(image.shape, bool)
+            record = records[m].get(case.case_id)
+            if record is None or not png.is_file():
+                raise EvaluationError(f"{METHOD_TITLES[m]} has no {'prediction file ' + str(png) if record else 'scored record'} "
+                                      f"for {case.case_id}: rerun the benchmark (it predicts what is missing); "
+                                      "a missing prediction is never drawn as empty")
+            pred = np.asarray(Image.open(png)) > 0
             pred = pred if pred.shape == image.shape else resize_mask(pred, image.shape)
             tiles.append(overlay(overlay(image, [gt], colors=[GT_COLOUR], alpha=0.0), [pred], colors=[PRED_COLOUR]))
-            record = records[m].get(case.case_id)
-            score = ""
-            if record is not None:
-                score = f"IoU {_iou(record):.2f}" if case.positive else ("empty" if not pred.any() else "drawn")
+            score = f"IoU {_iou(record):.2f}" if case.positive else ("empty" if not pred.any() else "drawn")
             titles.append(f"{METHOD_TITLES[m]} {score}")
     sheet = contact_sheet(tiles, titles, ncols=1 + len(methods), tile_size=200,
                           legend=[("ground truth", GT_COLOUR), ("prediction", PRED_COLOUR)])

@@ -139,6 +139,40 @@ def _metric(d: Any, key: str) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
+REFERENCE_DIFFERENCES = """## Inference against the public ROSALIA code, and what still differs
+
+Inference follows the public code (KAIST-Edlab/ROSALIA: `inference_rosalia_example.py`, LISA's
+`tokenizer_image_token`; pinned by `tests/test_rosalia_reference.py`):
+
+- **Images as given**: no histogram equalisation at inference (the released inference and
+  evaluation code read the image and hand its pixels on; equalisation, p = 0.5, is a training
+  augmentation). `RosaliaPredictor(equalise=True)` gives the research snapshots' evaluation, which
+  read pre-equalised PNGs. `rosalia.json`'s `"equalize": true` records the training augmentation.
+- **Prompt ids as the reference builds them** (`rosalia.templates.reference_ids`): the `llava_v1`
+  prompt split around `<image>`, each chunk tokenised on its own, `<s>` once, the whitespace next to
+  LISA's added tokens (`[SEG]`, `<im_start>`, `<im_end>`) stripped as its slow tokenizer does.
+
+What still differs:
+
+- **This model's tokenisation is its training's**: it was trained before the reference tokenisation
+  existed, on the whole prompt tokenised at once (`rosalia.json` has no `tokenisation` key, read as
+  `"whole-prompt"`), and is run that way: its ids keep the space before `<im_start>`, the newline
+  after `<im_end>` and the space after `[SEG]` that the reference strips. Models trained now, and
+  LISA / ROSALIA checkpoints converted by `rosalia.checkpoint`, record and use `"reference"`.
+- **No slow tokenizer**: transformers 5 has no SentencePiece-backed slow Llama tokenizer; the
+  reference's behaviour is reproduced on the fast tokenizer (pieces tokenised separately get their
+  own prefix `▁`, as SentencePiece's dummy prefix). The demo's tokenizer is a byte-level BPE on the
+  phantom questions, not Llama's.
+- **Size and pretraining**: 2.9 M parameters, every part trained from nothing on 240 phantoms
+  (LISA-7B: pretrained LLaVA-7B and SAM ViT-H; LoRA r 128 there, 32 here).
+- **SAM resize**: ResizeLongestSide is torch's antialiased bilinear here, PIL's in the reference
+  (the same sizes and rounding; pixel values differ slightly).
+- **Answer length**: at most 32 new tokens (512 in the reference); answers start with `[SEG]`, so
+  the mask never depends on it.
+"""
+"""The model card's account of how inference matches the public code (kept when the card is rewritten)."""
+
+
 def model_card(info: dict[str, Any]) -> str:
     """The demo's README: what it is, how it was made, what it reaches on held-out phantoms."""
     r = info["recipe"]
@@ -169,7 +203,8 @@ def model_card(info: dict[str, Any]) -> str:
         + ".\n\n"
         f"Held-out phantom questions (n = {after['n'] if after else 0}): "
         f"gIoU {_metric(after, 'giou')}, cIoU {_metric(after, 'ciou')}, N-Acc {_metric(after, 'n_acc')}, "
-        f"F1 {_metric(after, 'f1')}.{empty}\n\nWeights are stored in float16 (loaded as float32). Details: `recipe.json`.\n"
+        f"F1 {_metric(after, 'f1')}.{empty}\n\nWeights are stored in float16 (loaded as float32). Details: `recipe.json`.\n\n"
+        + REFERENCE_DIFFERENCES
     )
 
 

@@ -22,15 +22,18 @@ Model input (:class:`RosaliaEncoder`, shared by training and inference):
   S x S. Mask logits (``S/4`` square) are upsampled to S, cropped to the resized image and
   upsampled to the original (H, W) (SAM's ``postprocess_masks``).
 * VLM branch: the CLIP image processor (resize shortest side, centre crop, CLIP normalisation).
-* Histogram equalisation of the grey image (MONAI ``HistogramNormalize``, 256 bins): always at
-  inference; with probability 0.5 in training (the paper's recipe).
-* Text: :func:`~monailabel_xflow.rosalia.templates.prompt_text`, ``<s>`` first; training appends
+* Histogram equalisation of the grey image (MONAI ``HistogramNormalize``, 256 bins): with
+  probability 0.5 in training (the paper's recipe); not at inference, as in the public code
+  (:class:`~monailabel_xflow.rosalia.predictor.RosaliaPredictor`).
+* Text: :func:`~monailabel_xflow.rosalia.templates.prompt_ids` (chunks around ``<image>``
+  tokenised separately, as LISA's ``tokenizer_image_token``), ``<s>`` first; training appends
   the answer (:func:`~monailabel_xflow.rosalia.templates.rosalia_answer`) and ``</s>``, and the
   text loss is on those tokens only.
 
 Folder layout written by :meth:`RosaliaModel.save_pretrained` (Hugging Face format)::
 
-    rosalia.json                    format marker, size name, [SEG] token, equalisation
+    rosalia.json                    format marker, size name, [SEG] token, equalisation (of
+                                    training; inference does not), tokenisation
     llava/                          LlavaForConditionalGeneration.save_pretrained
     sam/                            SamModel.save_pretrained
     text_hidden_fcs.safetensors     the projection MLP ("0.weight", "0.bias", "2.weight", "2.bias")
@@ -51,7 +54,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from monailabel_xflow.errors import InputError
-from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN, prompt_text, rosalia_answer
+from monailabel_xflow.rosalia.templates import SEG_TOKEN, TOKENISATIONS, reference_ids, whole_prompt_ids
 from monailabel_xflow.segmenter.base import to_rgb01
 
 FORMAT = "rosalia"
@@ -135,15 +138,25 @@ class RosaliaEncoder:
         image_tokens: image features per image (the CLIP patch count).
         clip_size: CLIP input size.
         sam_size: SAM input size S.
+        tokenisation: one of :data:`~monailabel_xflow.rosalia.templates.TOKENISATIONS`:
+            ``"reference"`` (the public code's, the default) or ``"whole-prompt"`` (models trained
+            before it).
+
+    Raises:
+        RosaliaError: an unknown tokenisation.
     """
 
-    def __init__(self, tokenizer, image_tokens: int, clip_size: int, sam_size: int) -> None:
+    def __init__(self, tokenizer, image_tokens: int, clip_size: int, sam_size: int,
+                 tokenisation: str = "reference") -> None:
+        if tokenisation not in TOKENISATIONS:
+            raise RosaliaError(f"unknown tokenisation {tokenisation!r}; one of {list(TOKENISATIONS)}")
+        self.tokenisation = tokenisation
         self.tokenizer = tokenizer
         self.image_tokens = int(image_tokens)
         self.sam_size = int(sam_size)
         self.clip = clip_processor(clip_size)
 
-    def image(self, image: np.ndarray, equalise: bool = True) -> EncodedImage:
+    def image(self, image: np.ndarray, equalise: bool = False) -> EncodedImage:
         """Prepare an ``(H, W)`` / ``(H, W, 3)`` image (uint8, or float in [0, 1]).
 
         Raises:
@@ -171,12 +184,10 @@ class RosaliaEncoder:
     def text(self, instruction_text: str, answer_sentence: str | None = None) -> EncodedText:
         """Token ids of the prompt, plus ``[SEG] sentence</s>`` when ``answer_sentence`` is given
         (``""`` for a basic positive, whose answer is ``[SEG]`` alone)."""
-        tok = self.tokenizer
-        prompt = tok.bos_token + prompt_text(instruction_text, self.image_tokens, IMAGE_TOKEN, IM_START, IM_END)
-        prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        build = reference_ids if self.tokenisation == "reference" else whole_prompt_ids
+        prompt_ids, answer_ids = build(self.tokenizer, instruction_text, self.image_tokens, answer_sentence)
         if answer_sentence is None:
             return EncodedText(torch.tensor(prompt_ids), None, len(prompt_ids))
-        answer_ids = tok(rosalia_answer(answer_sentence), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         ids = torch.tensor(prompt_ids + answer_ids)
         labels = torch.tensor([IGNORE_INDEX] * len(prompt_ids) + answer_ids)
         return EncodedText(ids, labels, len(prompt_ids))
@@ -206,8 +217,9 @@ class RosaliaModel(nn.Module):
         if self.seg_token_id is None or self.seg_token_id == tokenizer.unk_token_id:
             raise RosaliaError(f"the tokenizer has no {SEG_TOKEN} token")
         vision = llava.config.vision_config
+        self.meta.setdefault("tokenisation", "reference")
         self.encoder = RosaliaEncoder(tokenizer, llava.config.image_seq_length, vision.image_size,
-                                      sam.config.vision_config.image_size)
+                                      sam.config.vision_config.image_size, self.meta["tokenisation"])
 
     # --- construction and storage -------------------------------------------------------------
 
@@ -281,6 +293,7 @@ class RosaliaModel(nn.Module):
         fcs = text_hidden_fcs(hidden, out_dim)
         fcs.load_state_dict(fcs_state)
         meta = {k: v for k, v in meta.items() if k not in ("format", "seg_token", "equalize")}
+        meta.setdefault("tokenisation", "whole-prompt")  # saved before the key: trained that way
         model = cls(llava, sam, tokenizer, fcs.to(dtype or torch.float32), meta=meta).eval()
         return model.to(device) if device is not None else model
 

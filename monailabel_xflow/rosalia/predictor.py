@@ -6,8 +6,11 @@
     predictor.set_image(image)                       # (H, W) in [0, 1] or uint8, or (H, W, 3)
     mask, answer, trace = predictor.predict("Segment the effusion in the left lung.")
 
-``set_image`` equalises the image (ROSALIA evaluates on equalised images) and computes the SAM
-embedding and the CLIP pixels once; each ``predict`` runs one greedy generation and one
+``set_image`` prepares the image as the public ROSALIA code does at inference, as given (no
+histogram equalisation: the released ``inference_rosalia_example.py`` and evaluation loader read
+the file and hand its pixels on; equalisation is a training augmentation, p = 0.5), and computes
+the SAM embedding and the CLIP pixels once; each ``predict`` tokenises the prompt as the reference
+does (:func:`~monailabel_xflow.rosalia.templates.prompt_ids`), runs one greedy generation and one
 single-mask decoding. Instructions are read with XFlow's parser
 (:func:`~monailabel_xflow.instructions.parse_instruction`) and ROSALIA is asked the canonical
 instruction; the answer the user gets is XFlow's sentence for the same decision, with ``[SEG]``
@@ -45,10 +48,15 @@ class RosaliaPredictor:
         model: a loaded :class:`RosaliaModel`.
         max_new_tokens: cap of the generated answer (ROSALIA's sentences are < 20 tokens).
         identity: what traces record as the model (its folder, "demo"...).
+        equalise: histogram-equalise images before encoding. Off, as in the public inference and
+            evaluation code; on reproduces the research snapshots, whose evaluation read
+            pre-equalised PNGs.
     """
 
-    def __init__(self, model: RosaliaModel, max_new_tokens: int = 32, identity: dict[str, str] | None = None) -> None:
+    def __init__(self, model: RosaliaModel, max_new_tokens: int = 32, identity: dict[str, str] | None = None,
+                 equalise: bool = False) -> None:
         self.model = model.eval()
+        self.equalise = bool(equalise)
         self.max_new_tokens = int(max_new_tokens)
         self.identity = dict(identity or {})
         self._image: EncodedImage | None = None
@@ -73,12 +81,13 @@ class RosaliaPredictor:
     # --- the image ------------------------------------------------------------------------------
 
     def set_image(self, image: np.ndarray) -> None:
-        """Equalise and encode ``image`` for both branches; later questions reuse the work.
+        """Encode ``image`` for both branches (equalised only with ``equalise``); later questions
+        reuse the work.
 
         Raises:
             SegmenterInputError: an image that is not ``(H, W)`` / ``(H, W, 3)`` uint8 or float in [0, 1].
         """
-        encoded = self.model.encoder.image(image, equalise=True)
+        encoded = self.model.encoder.image(image, equalise=self.equalise)
         with torch.inference_mode():
             self._embedding = self.model.image_embeddings(encoded.sam_pixels[None])
         self._image = encoded

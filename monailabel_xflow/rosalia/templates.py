@@ -34,6 +34,10 @@ SYSTEM = ("A chat between a curious human and an artificial intelligence assista
 """System line of LLaVA's ``llava_v1`` conversation template."""
 
 SEG = "[SEG]"
+SEG_TOKEN = SEG
+IM_START = "<im_start>"
+IM_END = "<im_end>"
+IMAGE_TOKEN = "<image>"
 
 
 def prompt_text(instruction_text: str, image_tokens: int, image_token: str = "<image>",
@@ -47,6 +51,80 @@ def prompt_text(instruction_text: str, image_tokens: int, image_token: str = "<i
     """
     image = im_start + image_token * image_tokens + im_end
     return f"{SYSTEM} USER: {image}\n{instruction_text.strip()} ASSISTANT:"
+
+
+TOKENISATIONS = ("reference", "whole-prompt")
+"""How a model's text is turned into ids: ``"reference"`` as the public ROSALIA / LISA code does
+(:func:`reference_ids`), ``"whole-prompt"`` the text tokenised at once (how models saved before
+this option existed were trained; their ``rosalia.json`` has no ``tokenisation`` key)."""
+
+LISA_ADDED_TOKENS = (SEG, IM_START, IM_END)
+"""Tokens LISA adds to Llama's tokenizer as plain strings (``add_tokens``); its slow tokenizer
+(transformers 4.31) strips the whitespace on both sides of them."""
+
+
+def _reference_pieces(tokenizer, text: str) -> list[int]:
+    """Ids of ``text`` (no ``<image>``) the way LISA's slow Llama tokenizer makes them: split at
+    LISA's added tokens, whitespace next to them stripped, every other piece tokenised on its own
+    (a SentencePiece tokenizer gives each its dummy-prefix ``▁``)."""
+    parts = re.split("(" + "|".join(map(re.escape, LISA_ADDED_TOKENS)) + ")", text)
+    for k, part in enumerate(parts):
+        if part in LISA_ADDED_TOKENS:
+            if k > 0:
+                parts[k - 1] = parts[k - 1].rstrip()
+            if k + 1 < len(parts):
+                parts[k + 1] = parts[k + 1].lstrip()
+    ids: list[int] = []
+    for part in parts:
+        if part in LISA_ADDED_TOKENS:
+            ids.append(tokenizer.convert_tokens_to_ids(part))
+        elif part:
+            ids += tokenizer(part, add_special_tokens=False)["input_ids"]
+    return ids
+
+
+def reference_ids(tokenizer, instruction_text: str, image_tokens: int,
+                  answer_sentence: str | None = None) -> tuple[list[int], list[int]]:
+    """Prompt (and answer) ids built as the public ROSALIA / LISA code builds them.
+
+    LISA's ``tokenizer_image_token`` splits the ``llava_v1`` text (one ``<image>`` placeholder)
+    around ``<image>`` and tokenises each chunk on its own with its slow Llama tokenizer, keeping
+    ``<s>`` once at the start and putting the image between the chunks; that tokenizer strips the
+    whitespace around LISA's added tokens (``USER: <im_start>`` becomes ``USER:<im_start>``, the
+    newline after ``<im_end>`` goes) and SentencePiece gives each text piece its own prefix ``▁``.
+    Here the image is ``image_tokens`` ``<image>`` ids (transformers' LLaVA expands them in the
+    ids; LISA inserts one index that the model expands). Training text (``ASSISTANT: [SEG]
+    sentence</s>``) is the same conversation with the answer: ``[SEG]``, the sentence, ``</s>``.
+
+    Args:
+        tokenizer: holds ``<image>`` and LISA's added tokens as single tokens, and ``bos_token_id``.
+        instruction_text: what the user asked.
+        image_tokens: how many ``<image>`` ids (the vision tower's patch count).
+        answer_sentence: the answer's sentence for training (``""`` for ``[SEG]`` alone), or None.
+
+    Returns:
+        ``(prompt_ids, answer_ids)`` (``answer_ids`` empty without an answer).
+    """
+    image_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+    ids = [tokenizer.bos_token_id]
+    for k, chunk in enumerate(prompt_text(instruction_text, 1, IMAGE_TOKEN, IM_START, IM_END).split(IMAGE_TOKEN)):
+        if k:
+            ids += [image_id] * int(image_tokens)
+        ids += _reference_pieces(tokenizer, chunk)
+    if answer_sentence is None:
+        return ids, []
+    return ids, _reference_pieces(tokenizer, rosalia_answer(answer_sentence)) + [tokenizer.eos_token_id]
+
+
+def whole_prompt_ids(tokenizer, instruction_text: str, image_tokens: int,
+                     answer_sentence: str | None = None) -> tuple[list[int], list[int]]:
+    """Prompt (and answer) ids with the text tokenised at once (the ``"whole-prompt"``
+    tokenisation of models trained before :func:`reference_ids`; same return as it)."""
+    prompt = tokenizer.bos_token + prompt_text(instruction_text, image_tokens, IMAGE_TOKEN, IM_START, IM_END)
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if answer_sentence is None:
+        return ids, []
+    return ids, tokenizer(rosalia_answer(answer_sentence), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
 def canonical_sentence(instruction: Instruction, present: bool, located: tuple[str, ...] = (),
@@ -127,15 +205,3 @@ def read_answer(text: str, instruction: Instruction) -> ReadAnswer:
                 pass
     problems.append(f"answer {sentence!r} fits no template of a {instruction.kind} instruction")
     return ReadAnswer(has_seg, None, "", problems=problems)
-
-
-SEG_TOKEN = "[SEG]"
-
-
-IM_START = "<im_start>"
-
-
-IM_END = "<im_end>"
-
-
-IMAGE_TOKEN = "<image>"

@@ -14,7 +14,7 @@ Recipe (ROSALIA / LISA ``train_ds.py``; :class:`RosaliaTrainConfig` holds the nu
   the same way; not used here);
 * AdamW (0.9, 0.95), weight decay 0, gradient clipping 1.0, peak lr 3e-4, 100 warm-up steps then
   linear decay to 0;
-* histogram equalisation with p = 0.5 (inference always equalises);
+* histogram equalisation with p = 0.5 (inference does not equalise, as in the public code);
 * questions phrased the builders' ways (:func:`monailabel_xflow.training.builders.phrasings`),
   answers in ROSALIA's templates; input built by :class:`~monailabel_xflow.rosalia.model.RosaliaEncoder`,
   the same code the predictor uses.
@@ -301,7 +301,7 @@ def evaluate(model: RosaliaModel, examples: Sequence[RosaliaExample], max_new_to
 
 
 def heldout_loss(model: RosaliaModel, examples: Sequence[RosaliaExample], batch: int = 8) -> dict[str, float]:
-    """The training loss and its terms on ``examples``, as inference sees them (equalised,
+    """The training loss and its terms on ``examples``, as inference sees them (not equalised,
     canonical instructions, no dropout); means over the examples."""
     collate = RosaliaCollator(model.tokenizer.pad_token_id)
     was_training = model.training
@@ -312,7 +312,7 @@ def heldout_loss(model: RosaliaModel, examples: Sequence[RosaliaExample], batch:
             items = []
             for ex in examples[start:start + batch]:
                 image, mask = load_example(ex)
-                img = model.encoder.image(image, equalise=True)
+                img = model.encoder.image(image, equalise=False)
                 txt = model.encoder.text(ex.instruction.text, ex.answer)
                 items.append({"input_ids": txt.input_ids, "labels": txt.labels, "seg_position": txt.prompt_length - 1,
                               "clip_pixels": img.clip_pixels, "sam_pixels": img.sam_pixels, "resized": img.resized,
