@@ -4,6 +4,7 @@ Usage::
 
     xflow ohif --install [--dir DIR]                        # once, by `make ohif` (the project's set-up)
     xflow ohif --studies http://HOST:PORT/dicom-web [--host 127.0.0.1] [--port 3000] [--dir DIR]
+               [--seg-encoding labelmap|bitmap]
 
 ``--install`` fetches the pinned OHIF release (:data:`OHIF_PACKAGE` :data:`OHIF_VERSION`) with
 ``npm pack`` (npm's own client, the registry's tarball), checks it against the pinned
@@ -77,6 +78,9 @@ def register(subparsers) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
     parser.add_argument("--dir", type=Path, default=None, help="where the viewer is installed (default: .ohif/)")
+    parser.add_argument("--seg-encoding", choices=SEG_ENCODINGS, default="labelmap",
+                        help="how OHIF stores segmentations: labelmap (OHIF's default, Label Map SEG) or bitmap "
+                        "(binary SEG, for PACS/tools without the Label Map IOD)")
     parser.add_argument("--install", action="store_true",
                         help=f"install {OHIF_PACKAGE}@{OHIF_VERSION} with npm (pinned, integrity-checked) and exit")
     parser.set_defaults(func=run)
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"xflow ohif: no OHIF {OHIF_VERSION} at {dist}; install it with `make ohif` "
               f"(or `xflow ohif --install`)", file=sys.stderr)
         return 2
-    server = make_server(dist, args.studies, args.host, args.port)
+    server = make_server(dist, args.studies, args.host, args.port, args.seg_encoding)
     print(f"OHIF {OHIF_VERSION} at http://{args.host}:{server.server_address[1]}/ "
           f"(DICOMweb: {args.studies} behind {PROXY_PREFIX})", flush=True)
     try:
@@ -158,8 +162,19 @@ def install(root: Path) -> Path:
 
 # --- serving ------------------------------------------------------------------------------------
 
-def app_config() -> str:
-    """OHIF's ``window.config``: one DICOMweb data source at this origin's :data:`PROXY_PREFIX`."""
+SEG_ENCODINGS = ("labelmap", "bitmap")
+
+
+def app_config(seg_encoding: str = "labelmap") -> str:
+    """OHIF's ``window.config``: one DICOMweb data source at this origin's :data:`PROXY_PREFIX`.
+
+    Args:
+        seg_encoding: how OHIF stores a segmentation: ``labelmap`` (OHIF's default, the Label Map
+            SEG IOD, RLE) or ``bitmap`` (the classic binary SEG, for PACS and tools that do not
+            know the Label Map IOD yet).
+    """
+    if seg_encoding not in SEG_ENCODINGS:
+        raise ValueError(f"seg_encoding must be one of {SEG_ENCODINGS}, got {seg_encoding!r}")
     source = {
         "namespace": "@ohif/extension-default.dataSourcesModule.dicomweb",
         "sourceName": "pacs",
@@ -169,6 +184,7 @@ def app_config() -> str:
             "enableStudyLazyLoad": True, "supportsFuzzyMatching": False, "supportsWildcard": True,
             "omitQuotationForMultipartRequest": True, "bulkDataURI": {"enabled": False},
             "dicomUploadEnabled": False, "supportsReject": False,
+            "segmentation": {"store": {"defaultMode": seg_encoding}},
         },
     }
     config = {"routerBasename": "/", "showStudyList": True, "extensions": [], "modes": [],
@@ -181,19 +197,21 @@ def app_config() -> str:
             f"  window.config.dataSources[0].configuration[key] = window.location.origin + '{PROXY_PREFIX}';\n")
 
 
-def make_server(dist: Path, studies: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
+def make_server(dist: Path, studies: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                seg_encoding: str = "labelmap") -> ThreadingHTTPServer:
     """The viewer + proxy server, bound but not yet serving (``serve_forever`` it)."""
     upstream = urllib.parse.urlsplit(studies.rstrip("/"))
     handler = type("OHIFHandler", (_Handler,), {"dist": dist.resolve(), "upstream": upstream,
-                                                "config_js": app_config().encode()})
+                                                "config_js": app_config(seg_encoding).encode()})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server
 
 
-def serve_in_thread(dist: Path, studies: str, host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, str]:
+def serve_in_thread(dist: Path, studies: str, host: str = "127.0.0.1", port: int = 0,
+                    seg_encoding: str = "labelmap") -> tuple[ThreadingHTTPServer, str]:
     """Start :func:`make_server` in a daemon thread; returns the server and its URL (tests, embedding)."""
-    server = make_server(dist, studies, host, port)
+    server = make_server(dist, studies, host, port, seg_encoding)
     threading.Thread(target=server.serve_forever, name="xflow-ohif", daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
 
