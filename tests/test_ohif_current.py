@@ -11,9 +11,10 @@ and stores the segmentation; the plugin's datastore then reads OHIF's Label Map 
 image's label with the stroke in it, and the ``xflow`` train task trains on it. A malformed SEG
 in the PACS is skipped with its reason while the others still train.
 
-Storing runs OHIF's own ``storeSegmentation`` command (what the segmentation panel's *Store* menu
-item runs) from the page's ``window.commandsManager``, then answers OHIF's dialog by clicking
-*Save*; everything else is mouse and page. Screenshots go to ``$XFLOW_OHIF_SCREENSHOTS`` when set
+Everything is done with the mouse, as an annotator would: thumbnails, OHIF's prompts, the brush
+(a stroke dragged across the image), the segmentation's menu (Export -> DICOM SEG) and its
+*Save*; page JavaScript only reads state (where the viewport draws the image, whether a
+segmentation is loaded). Screenshots go to ``$XFLOW_OHIF_SCREENSHOTS`` when set
 (the README's come from there).
 """
 
@@ -245,7 +246,7 @@ def test_basic_viewer_shows_xflows_seg_inside_the_mask_and_nowhere_else(pacs, ke
 def corrected(pacs):
     """The annotator's correction, done in OHIF's Segmentation mode on the CR: XFlow's SEG opened,
     a brush stroke painted with the mouse across the other lung, the segmentation stored to the
-    PACS. Yields the stroke's image coordinates and OHIF's stored SEG."""
+    PACS from its menu. Yields the stroke's image coordinates and the SEGs OHIF stored."""
     from selenium.webdriver.common.action_chains import ActionChains
 
     mask = xflow_mask(pacs, "cr")
@@ -279,20 +280,20 @@ def corrected(pacs):
                                "the brush stroke drawn")
         keep_screenshot(shot, "ohif-3.13-segmentation-edit.png")
         edit_s = time.perf_counter() - t0
-        d.execute_script(  # what the panel's Store item runs; OHIF then asks for a name (answered below)
-            "const s = window.services.segmentationService.getSegmentations()[0]; window._stored = null;"
-            "window.commandsManager.runCommand('storeSegmentation', {segmentationId: s.segmentationId})"
-            ".then(() => window._stored = 'stored', e => window._stored = 'failed: ' + e);")
+        t1 = time.perf_counter()
+        # the segmentation's menu (•••) -> Export -> DICOM SEG; OHIF asks for a name: Save
+        d.find_element("xpath", "//button[@data-cy='segmentation-collapsed-more-btn-Labelmap']").click()
+        wait_for(d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='Export']"), 30,
+                 "the segmentation's menu").click()
+        wait_for(d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='DICOM SEG']"), 30,
+                 "Export's sub-menu").click()
         wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Save']"), 30,
                  "OHIF's Store Segmentation dialog").click()
-        outcome = wait_for(d, lambda d: d.execute_script("return window._stored"), 120, "the store's outcome")
+        stored = wait_for(d, lambda d: {k: v for k, v in segs_in_pacs(pacs.orthanc).items() if k not in before},
+                          120, "OHIF's SEG in the PACS")
         logs = [e["message"] for e in console(d)]
-    stored = {}
-    while outcome == "stored" and not stored and time.perf_counter() - t0 < 600:  # STOW is done when it resolves
-        stored = {k: v for k, v in segs_in_pacs(pacs.orthanc).items() if k not in before}
-    yield SimpleNamespace(outcome=outcome, seg=next(iter(stored.values()), None), row=row, cols=cols, rows=rows,
-                          opened=opened, edit_s=edit_s, store_s=time.perf_counter() - t0 - edit_s, logs=logs,
-                          xflow=mask)
+    yield SimpleNamespace(stored=stored, row=row, cols=cols, rows=rows, opened=opened, edit_s=edit_s,
+                          store_s=time.perf_counter() - t1, logs=logs, xflow=mask)
 
 
 @needs_browser
@@ -303,9 +304,9 @@ def test_segmentation_mode_edit_is_stored_and_becomes_the_images_training_label(
     from monailabel_xflow.app import layout
     from monailabel_xflow.app.seg import LABELMAP_SOP_CLASS
 
-    assert corrected.outcome == "stored", corrected.outcome
+    assert len(corrected.stored) == 1, list(corrected.stored)
     assert any("effusion" in r for r in corrected.rows), corrected.rows
-    seg = corrected.seg
+    seg = next(iter(corrected.stored.values()))
     assert seg.SOPClassUID == LABELMAP_SOP_CLASS and seg.file_meta.TransferSyntaxUID == pydicom.uid.RLELossless
     assert seg.ReferencedSeriesSequence[0].SeriesInstanceUID == pacs.series["cr"]
     store = a_datastore(pacs, "cache-corrected")
