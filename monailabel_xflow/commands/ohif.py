@@ -155,7 +155,7 @@ def install(root: Path) -> Path:
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        (unpacked / "package" / "dist").rename(dist)
+        shutil.move(str(unpacked / "package" / "dist"), str(dist))  # may cross file systems
     (dist / "app-config.js").unlink(missing_ok=True)  # a public demo server's config: never served
     return dist
 
