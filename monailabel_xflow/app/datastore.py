@@ -22,10 +22,12 @@
       ``ContentLabel XFLOW_AUTO`` (ManufacturerModelName ``XFlow`` or ``ROSALIA``): OHIF shows
       them, the datastore does not count them as labels;
     * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
-      saved from 3D Slicer or another SEG tool replaces XFlow's or an earlier one; OHIF 3's own
-      export cannot write a SEG of a CR/DX image, see the README); segments map to
-      findings by code or name; labels are read without dcmqi, so ``datalist()``, training and
-      scoring work against Orthanc.
+      stored from the current OHIF, a Label Map or bitmap SEG, or saved from 3D Slicer replaces
+      XFlow's or an earlier one); segments map to findings by code or name; SEGs are fetched as
+      stored and read without dcmqi, so ``datalist()``, training and scoring work against
+      Orthanc; a label SEG that cannot be read is skipped with its reason (logged, and kept in
+      :attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the image's next newest label SEG
+      counts, so one bad SEG never stops ``datalist()`` for the others.
 """
 
 from __future__ import annotations
