@@ -268,7 +268,7 @@ def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs)
     (series description, model name, algorithm); an unreviewed answer (``XFLOW_AUTO``) that is not
     one of XFlow's pre-annotations (``xflow preannotate`` would not skip the series for it)."""
     from monailabel_xflow.app import layout
-    from monailabel_xflow.app.seg import read_seg
+    from monailabel_xflow.app.seg import read_seg, read_seg_masks
 
     before = set(segs_in_pacs(pacs))
     label_file, params = pacs.client.infer("rosalia", pacs.series["phantom"],
@@ -285,6 +285,9 @@ def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs)
     np.testing.assert_array_equal(read_seg(seg, (512, 512)), label)  # the SEG is the answer
     records = {r["finding"]: r for r in params["findings"]}
     assert records["effusion"]["present"] and int((label == 7).sum()) == records["effusion"]["pixels"] > 0
-    # where both are found the later finding (effusion) wins, as in xflow's labels
+    # where both are found the later finding (effusion) wins in the label map, as in xflow's labels ...
     assert int((label == 2).sum()) == records["pneumonia"]["pixels"] - params["overlap_pixels"]
+    # ... but the SEG keeps each finding's full mask (issue 25: overlaps are not cut out)
+    masks = read_seg_masks(seg, (512, 512))
+    assert {f: int(m.sum()) for f, m in masks.items()} == {f: records[f]["pixels"] for f in ("pneumonia", "effusion")}
     assert "pneumonia" not in a_datastore(pacs, "cache-rosalia").preannotated().get(pacs.series["phantom"], set())
