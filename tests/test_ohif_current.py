@@ -91,10 +91,17 @@ def pacs(tmp_path_factory):
     for lesion in phantoms["other"].lesions:
         other_label[lesion.mask] = 6  # edema, a label saved earlier (e.g. from 3D Slicer)
     saved = write_seg(other_label, tmp / "other.dcm", tmp / "other-label.dcm")
+    rows, cols = np.nonzero(other_label)
+    overlap = {"edema": other_label == 6, "opacity": np.zeros((512, 512), bool)}
+    overlap["opacity"][rows.min() - 20:(rows.min() + rows.max()) // 2, cols.min() - 20:cols.max() + 20] = True
+    both = write_seg(np.zeros((512, 512), np.uint8), tmp / "other.dcm", masks=overlap, description="Overlap check")
+    both.ContentLabel = "XFLOW_AUTO"  # shown, not a label
+    both.save_as(str(tmp / "other-overlap.dcm"))
     with orthanc_server(tmp / "orthanc") as orthanc, pytest.MonkeyPatch.context() as mp:
         for name in phantoms:
             orthanc_upload(orthanc, tmp / f"{name}.dcm")
         orthanc_upload(orthanc, tmp / "other-label.dcm")
+        orthanc_upload(orthanc, tmp / "other-overlap.dcm")
         for key in [k for k in os.environ if k.startswith("XFLOW_") and k != "XFLOW_OHIF_SCREENSHOTS"]:
             mp.delenv(key)  # the committed demo model
         t0 = time.perf_counter()
@@ -111,7 +118,7 @@ def pacs(tmp_path_factory):
                 series={k: str(h.SeriesInstanceUID) for k, h in headers.items()},
                 study={k: str(h.StudyInstanceUID) for k, h in headers.items()},
                 xflow={k: xflow[str(h.SeriesInstanceUID)] for k, h in headers.items()},
-                saved_label=str(saved.SeriesInstanceUID))
+                saved_label=str(saved.SeriesInstanceUID), overlap=overlap)
         finally:
             server.shutdown()
             server.server_close()
@@ -180,12 +187,13 @@ def open_study(d, url: str) -> float:
     return time.perf_counter() - t0
 
 
-def open_xflow_seg(d) -> None:
-    """Double-click XFlow's SEG in the study panel and accept OHIF's 'open this Segmentation?'."""
+def open_xflow_seg(d, name: str = "XFlow:") -> None:
+    """Double-click XFlow's SEG (the one whose description starts with ``name``) in the study
+    panel and accept OHIF's 'open this Segmentation?'."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
-                     60, "XFlow's SEG in the study panel")
+    thumb = wait_for(d, lambda d: d.find_element("xpath", f"//*[starts-with(normalize-space(text()), '{name}')]"),
+                     60, f"the SEG '{name}...' in the study panel")
     ActionChains(d).double_click(thumb).perform()
     wait_for(d, lambda d: d.find_element("xpath", "//button[@data-cy='yes-hydrate-btn']"), 60,
              "OHIF's 'open this Segmentation?' prompt").click()
@@ -240,6 +248,29 @@ def test_basic_viewer_shows_xflows_seg_inside_the_mask_and_nowhere_else(pacs, ke
     assert before["tint"] < 0.02 and outside < 0.02
     assert any("SEG parse complete" in m for m in logs)
     assert not [m for m in logs if "orthogonal" in m or "not yet supported" in m or "Failed to load" in m]
+
+
+@needs_browser
+def test_overlapping_findings_are_two_segments_each_shown_whole(pacs):
+    """A SEG with two overlapping findings (as XFlow now writes them): OHIF 3.13 loads two
+    segments and draws both whole, the overlap included."""
+    masks = pacs.overlap
+    common = masks["edema"] & masks["opacity"]
+    assert common.sum() > 500
+    with chromium() as d:
+        open_study(d, f"{pacs.url}/viewer?StudyInstanceUIDs={pacs.study['other']}")
+        open_xflow_seg(d, "Overlap check")
+        shot, drawn = wait_for(d, lambda d: (lambda s: s if s[1]["tint"] > 0.95 else None)(
+            tint_in(d, masks["edema"] | masks["opacity"])), 60, "both findings drawn")
+        segments = d.execute_script("const s = window.services.segmentationService.getSegmentations()[0];"
+                                    "return Object.values(s.segments).map(g => g.label);")
+        parts = {k: tinted(sample_page(shot, drawn["mapping"], m)).mean() for k, m in
+                 {"overlap": common, "edema only": masks["edema"] & ~common,
+                  "opacity only": masks["opacity"] & ~common}.items()}
+        keep_screenshot(shot, "ohif-3.13-viewer-overlap.png")
+    print(f"\nOHIF {OHIF_VERSION}, overlapping segments {segments}: tinted {parts}")
+    assert sorted(segments) == ["edema", "opacity"]
+    assert min(parts.values()) > 0.95
 
 
 @pytest.fixture(scope="module")
