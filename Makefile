@@ -35,5 +35,12 @@ ils-report: setup
 	$(VENV)/bin/xflow phantom --out $(ILS_SET) --count 200 --seed 1 --size 512
 	$(VENV)/bin/xflow ils recall --images $(ILS_SET) --out reports/ils --work build/ils-work
 
+# --- OHIF (issue 25) -------------------------------------------------------------------------
+# The current OHIF viewer (@ohif/app, version and sha512 pinned in monailabel_xflow/commands/ohif.py),
+# fetched once with npm into .ohif/ (git-ignored); `xflow ohif --studies URL` serves it, offline.
+.PHONY: ohif
+ohif: setup
+	$(VENV)/bin/xflow ohif --install
+
 clean:
 	rm -rf $(VENV)

@@ -49,14 +49,19 @@ def skip_without_chromium():
 
 @contextlib.contextmanager
 def chromium(width: int = 1200, height: int = 900) -> Iterator[Any]:
-    """A headless Chromium session (WebGL through SwiftShader), console logs kept; quit on exit."""
+    """A headless Chromium session (no GPU: WebGL through SwiftShader; no QUIC, no background
+    networking, a fresh profile), console logs kept; quit on exit."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    import tempfile
+
     opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--enable-unsafe-swiftshader", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}", "--force-device-scale-factor=1", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"):
+    profile = tempfile.TemporaryDirectory(prefix="xflow-chromium-")  # a fresh profile per session
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader", "--disable-quic",
+                "--disable-dev-shm-usage", f"--window-size={width},{height}", "--force-device-scale-factor=1",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={profile.name}"):
         opts.add_argument(arg)
     opts.binary_location = CHROMIUM
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -66,6 +71,7 @@ def chromium(width: int = 1200, height: int = 900) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+        profile.cleanup()
 
 
 def console(driver) -> list[dict]:

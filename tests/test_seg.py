@@ -12,7 +12,7 @@ from monailabel_xflow.app.seg import (
     CATEGORY,
     FINDING_CODES,
     NO_FINDING,
-    OHIF_ORIENTATION,
+    PLANE_ORIENTATION,
     read_seg,
     write_seg,
 )
@@ -55,7 +55,7 @@ def test_segments_are_numbered_1_to_n_with_codes_and_viewer_geometry(source):
     assert (seg.Rows, seg.Columns, int(seg.NumberOfFrames)) == (1024, 700, 4)
     assert seg.SegmentationType == "BINARY" and seg.Modality == "SEG"
     shared = seg.SharedFunctionalGroupsSequence[0]
-    assert [float(v) for v in shared.PlaneOrientationSequence[0].ImageOrientationPatient] == list(OHIF_ORIENTATION)
+    assert [float(v) for v in shared.PlaneOrientationSequence[0].ImageOrientationPatient] == list(PLANE_ORIENTATION)
     for frame in seg.PerFrameFunctionalGroupsSequence:
         source_ref = frame.DerivationImageSequence[0].SourceImageSequence[0]
         assert source_ref.ReferencedSOPInstanceUID == source.SOPInstanceUID
@@ -121,3 +121,103 @@ def test_cardiomegaly_is_read_by_either_snomed_code(source):
     seg.SegmentSequence[0].SegmentLabel = "Segment 1"  # no help from the name
     code.CodeValue = "287272002"
     np.testing.assert_array_equal(read_seg(seg), label)
+
+
+def test_overlapping_findings_each_keep_their_full_mask(source, tmp_path):
+    """The masks XFlow answered, overlapping, go into the SEG whole (the label map would cut the
+    earlier finding where a later one covers it); reading gives them back, and the label map
+    read from it paints them as the tasks do (later FINDINGS wins)."""
+    from monailabel_xflow.app.seg import read_seg_masks
+
+    opacity = np.zeros((1024, 700), bool)
+    opacity[100:400, 100:400] = True
+    effusion = np.zeros((1024, 700), bool)
+    effusion[300:600, 200:500] = True
+    label = np.zeros((1024, 700), np.uint8)
+    label[opacity] = label_value("opacity")
+    label[effusion] = label_value("effusion")
+    write_seg(label, source, tmp_path / "seg.dcm", masks={"opacity": opacity, "effusion": effusion})
+    back = read_seg_masks(tmp_path / "seg.dcm", (1024, 700))
+    assert set(back) == {"opacity", "effusion"}
+    np.testing.assert_array_equal(back["opacity"], opacity)  # 30,000 px under the effusion kept
+    np.testing.assert_array_equal(back["effusion"], effusion)
+    assert (back["opacity"] & back["effusion"]).sum() == 100 * 200
+    np.testing.assert_array_equal(read_seg(tmp_path / "seg.dcm"), label)
+    with pytest.raises(LabelError, match="edema mask of shape"):
+        write_seg(label, source, masks={"edema": np.zeros((10, 10), bool)})
+    with pytest.raises(LabelError, match="unknown findings"):
+        write_seg(label, source, masks={"pneumothorax": opacity})
+
+
+# --- what the current OHIF stores (tests/data/ohif/README.md says how these were made) -----------
+
+OHIF_SEGS = __import__("pathlib").Path(__file__).parent / "data" / "ohif"
+
+
+def _stroke_and_effusion(radius: float):
+    """The phantom's effusion and the brush stroke drawn over it in OHIF (see the README there):
+    a capsule of ``radius`` px around row 250, columns 330..400 (OHIF's brush: 25 mm = 32 px)."""
+    from monailabel_xflow.data.phantom import generate_phantom
+
+    effusion = generate_phantom(7, size=512, findings=("effusion",)).lesions[0].mask
+    rows, cols = np.mgrid[:512, :512]
+    nearest = np.clip(cols, 330, 400)
+    return effusion, (cols - nearest) ** 2 + (rows - 250) ** 2 <= radius ** 2
+
+
+@pytest.mark.parametrize("name", ["ohif-3.13.2-labelmap.dcm", "ohif-3.13.2-bitmap.dcm"])
+def test_reads_what_ohif_3_13_stores_label_map_and_bitmap(name):
+    """OHIF 3.13's Label Map SEG (RLE) and its bitmap SEG (RLE, 1 bit): the finding by name (OHIF
+    re-codes types as "Tissue"), XFlow's effusion whole and the annotator's stroke added."""
+    from monailabel_xflow.app.seg import LABELMAP_SOP_CLASS, read_seg_masks
+
+    ds = pydicom.dcmread(OHIF_SEGS / name)
+    assert (ds.SOPClassUID == LABELMAP_SOP_CLASS) == ("labelmap" in name)
+    assert ds.file_meta.TransferSyntaxUID == pydicom.uid.RLELossless
+    masks = read_seg_masks(ds, (512, 512))
+    effusion, inner = _stroke_and_effusion(30)
+    _, outer = _stroke_and_effusion(34)
+    assert set(masks) == {"effusion"}
+    assert (masks["effusion"] & effusion).sum() == effusion.sum()  # nothing of XFlow's mask lost
+    added = masks["effusion"] & ~effusion
+    assert (inner & ~effusion & ~added).sum() == 0 and added.sum() > 6000  # the stroke is in ...
+    assert not (added & ~outer).any()  # ... and nothing else
+    np.testing.assert_array_equal(read_seg(ds, (512, 512)), masks["effusion"] * np.uint8(label_value("effusion")))
+
+
+def test_reads_ohif_3_13s_overlapping_label_map_frames():
+    """Overlapping segments come back from OHIF 3.13 as two label-map frames of one image: the
+    overlap survives the round trip; the stroke went into the active segment (opacity)."""
+    from monailabel_xflow.app.seg import read_seg_masks
+
+    ds = pydicom.dcmread(OHIF_SEGS / "ohif-3.13.2-labelmap-overlap.dcm")
+    assert int(ds.NumberOfFrames) == 2
+    masks = read_seg_masks(ds, (512, 512))
+    effusion, inner = _stroke_and_effusion(30)
+    np.testing.assert_array_equal(masks["effusion"], effusion)
+    rows, cols = np.nonzero(effusion)
+    opacity = np.zeros((512, 512), bool)
+    opacity[rows.min():rows.min() + 60, cols.min():cols.max()] = True  # as written before OHIF opened it
+    assert (masks["opacity"] & effusion).sum() == (opacity & effusion).sum() > 5000  # the overlap kept
+    assert (opacity & ~masks["opacity"]).sum() == 0
+    assert (inner & ~masks["opacity"]).sum() == 0  # the stroke went into the active segment
+
+
+def test_unreadable_segs_say_why(source):
+    """What a SEG in the PACS may get wrong is a LabelError naming it (the datastore skips such a
+    SEG with that reason): a label-map value no segment describes, undecodable pixel data, a
+    frame naming no segment."""
+    from monailabel_xflow.app.seg import read_seg_masks
+
+    ds = pydicom.dcmread(OHIF_SEGS / "ohif-3.13.2-labelmap.dcm")
+    ds.SegmentSequence[0].SegmentNumber = 5
+    with pytest.raises(LabelError, match=r"values \[1\] that no segment describes"):
+        read_seg_masks(ds)
+    ds = pydicom.dcmread(OHIF_SEGS / "ohif-3.13.2-bitmap.dcm")
+    ds.PixelData = ds.PixelData[:40] + b"\0" * 8  # a truncated RLE stream
+    with pytest.raises(LabelError, match="cannot be decoded"):
+        read_seg_masks(ds)
+    seg = write_seg(several_findings(), source)
+    del seg.PerFrameFunctionalGroupsSequence[1].SegmentIdentificationSequence
+    with pytest.raises(LabelError, match="Segment Identification"):
+        read_seg_masks(seg)

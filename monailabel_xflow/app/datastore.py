@@ -22,10 +22,12 @@
       ``ContentLabel XFLOW_AUTO`` (ManufacturerModelName ``XFlow`` or ``ROSALIA``): OHIF shows
       them, the datastore does not count them as labels;
     * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
-      saved from 3D Slicer or another SEG tool replaces XFlow's or an earlier one; OHIF 3's own
-      export cannot write a SEG of a CR/DX image, see the README); segments map to
-      findings by code or name; labels are read without dcmqi, so ``datalist()``, training and
-      scoring work against Orthanc.
+      stored from the current OHIF, a Label Map or bitmap SEG, or saved from 3D Slicer replaces
+      XFlow's or an earlier one); segments map to findings by code or name; SEGs are fetched as
+      stored and read without dcmqi, so ``datalist()``, training and scoring work against
+      Orthanc; a label SEG that cannot be read is skipped with its reason (logged, and kept in
+      :attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the image's next newest label SEG
+      counts, so one bad SEG never stops ``datalist()`` for the others.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
 
     def store_seg(self, image_id: str, label: np.ndarray, findings: tuple[str, ...] | list[str] = (),
                   content_label: str = PREANNOTATION_CONTENT_LABEL, description: str = "",
-                  algorithm: str = "XFlow") -> str:
+                  algorithm: str = "XFlow", masks: Mapping[str, np.ndarray] | None = None) -> str:
         """Store an ``(H, W)`` label map of an image as a DICOM SEG in its study (DICOMweb STOW).
 
         Args:
@@ -184,6 +186,8 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
             algorithm: the model whose answer this is (``"XFlow"``, or ``"ROSALIA"`` for the
                 ``rosalia`` task): the SEG's ManufacturerModelName and every segment's
                 Algorithm Identification.
+            masks: ``{finding: bool (H, W)}``, each finding's full mask (overlaps kept; the
+                tasks' answers), written instead of the label map's (later finding wins) pixels.
 
         Returns:
             The new SEG's SeriesInstanceUID.
@@ -193,7 +197,7 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "seg.dcm"
             seg = write_seg(label, self._series_file(image_id), findings=findings, description=description,
-                            algorithm=algorithm)
+                            algorithm=algorithm, masks=masks)
             seg.ContentLabel = content_label
             seg.save_as(str(out))
             series_uid = dicom_web_upload_dcm(str(out), self._client)
@@ -241,7 +245,8 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         label (XFlow's unreviewed pre-annotations are not; see :data:`PREANNOTATION_CONTENT_LABEL`).
 
         "Newest" orders by the SEG's SeriesDate + SeriesTime, then ContentDate + ContentTime
-        (an OHIF correction stored after XFlow's SEG or an earlier label replaces it). Cached for
+        (an OHIF correction stored after XFlow's SEG or an earlier label replaces it). SEGs found
+        unreadable (:attr:`unreadable_labels`) are passed over. Cached for
         ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` seconds; storing a SEG through this datastore
         clears the cache.
         """
@@ -259,6 +264,8 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
                 continue
             if str(meta.get("ContentLabel", "")) == PREANNOTATION_CONTENT_LABEL:
                 continue
+            if str(row.SeriesInstanceUID) in self.unreadable_labels:
+                continue  # skipped with its reason (_download_labeled_data); an older label SEG counts
             image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
             if image not in images:
                 continue
@@ -294,14 +301,32 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
         if stale:
             self._update_datastore_file()
         for image_id, seg_series in current.items():
-            self.get_image_uri(image_id)
-            self.get_label_uri(seg_series, DefaultLabelTag.FINAL, image_id=image_id)
+            while seg_series:
+                try:
+                    self.get_image_uri(image_id)
+                    self.get_label_uri(seg_series, DefaultLabelTag.FINAL, image_id=image_id)
+                    break
+                except Exception as exc:  # noqa: BLE001  (one bad SEG must not stop datalist() for all)
+                    reason = f"{type(exc).__name__}: {getattr(exc, 'detail', None) or exc}"
+                    self.unreadable_labels[seg_series] = reason
+                    logger.warning("label SEG %s of image %s skipped: %s", seg_series, image_id, reason)
+                    self._seg_index = None
+                    seg_series = self.label_series().get(image_id)  # the next newest label SEG, if any
+
+    @property
+    def unreadable_labels(self) -> dict[str, str]:
+        """``{SEG SeriesInstanceUID: why it could not be read}``: label SEGs skipped by
+        ``datalist()`` (logged as warnings); the image's next newest label SEG counts instead."""
+        if not hasattr(self, "_unreadable_labels"):
+            self._unreadable_labels: dict[str, str] = {}
+        return self._unreadable_labels
 
     def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
         """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.app.seg.read_seg`
         (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache."""
-        from monailabel.datastore.utils.dicom import dicom_web_download_series
         from monailabel.interfaces.datastore import DefaultLabelTag
+
+        from monailabel_xflow.app.seg import fetch_seg_series
 
         check_id(label_id, "label")
         check_id(label_tag, "label tag")
@@ -317,7 +342,7 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
 
         label_dir = os.path.join(self._datastore.label_path(label_tag), label_id)
         if not os.path.isdir(label_dir) or not os.listdir(label_dir):
-            dicom_web_download_series(None, label_id, label_dir, self._client, self._fetch_by_frame)
+            fetch_seg_series(self._client, label_id, label_dir)  # as stored: no PACS transcoding
         seg_files = sorted(Path(label_dir).glob("*.dcm"))
         if not seg_files:
             return ""

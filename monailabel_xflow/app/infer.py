@@ -277,6 +277,17 @@ def paint(results: Sequence[Any], shape: tuple[int, int]) -> tuple[np.ndarray, i
     return label, overlap
 
 
+def finding_masks(results: Sequence[Any], shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """Each finding's full ``bool (H, W)`` mask (the union of its results), overlaps kept: what a
+    stored SEG's segments hold (:func:`~monailabel_xflow.app.seg.write_seg`), where the label map
+    of :func:`paint` lets a later finding cover an earlier one."""
+    out: dict[str, np.ndarray] = {}
+    for res in results:
+        finding = res.instruction.finding
+        out[finding] = out.get(finding, np.zeros(shape, bool)) | np.asarray(res.mask, dtype=bool)
+    return out
+
+
 def finding_record(res: Any) -> dict[str, Any]:
     ins = res.instruction
     pixels = int(np.count_nonzero(res.mask))
@@ -371,7 +382,7 @@ class XFlowInferTask(_base_infer_task()):
         if with_trace:
             params["traces"] = [r.trace.to_dict() for r in results]
         if seg:  # done by the app, which holds the datastore (app.xflow_app.checked_infer)
-            params["store_seg"] = seg
+            params["store_seg"] = {**seg, "masks": finding_masks(results, ref.shape)}
         if overlay:
             params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()

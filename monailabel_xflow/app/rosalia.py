@@ -38,6 +38,7 @@ from monailabel_xflow.app.infer import (
     LOCATION_CHOICES,
     _base_infer_task,
     as_bool,
+    finding_masks,
     finding_record,
     instructions_from_request,
     paint,
@@ -220,7 +221,7 @@ class RosaliaInferTask(_base_infer_task()):
         if with_trace:
             params["traces"] = [r.trace for r in results]
         if seg:  # done by the app, which holds the datastore (app.xflow_app.checked_infer)
-            params["store_seg"] = seg
+            params["store_seg"] = {**seg, "masks": finding_masks(results, ref.shape)}
         if overlay:
             params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()

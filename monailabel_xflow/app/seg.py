@@ -10,13 +10,19 @@ One SEG per XFlow result holds every finding asked for, as viewers and PACS expe
   allows empty frames), so the SEG says "looked for, not there" rather than "not asked";
 * **"no finding"** (nothing asked that was present, or an all-zero label saved) is one segment
   labelled ``no finding`` (SNOMED CT "Normal") with an all-zero frame;
+* **overlaps are kept**: each finding's segment holds its full mask (:func:`write_seg` takes the
+  per-finding masks; a binary SEG may overlap), so the SEG shows everything the model answered
+  even where two findings cover the same pixels;
 * highdicom builds and validates the object from the source radiograph. A CR/DX image has no
   Frame of Reference, so highdicom (rightly) writes no plane geometry; OHIF's SEG loader,
   however, reads the plane orientation unconditionally and compares it with what it derives for
-  the source image, which for a radiograph without ``ImageOrientationPatient`` is
-  ``[0, 1, 0, 0, 0, -1]`` at position ``[0, 0, 0]``. :func:`write_seg` adds exactly
-  that (shared Plane Orientation, per-frame Plane Position) and nothing else, so the frames stay
-  tied to the source instance through their Derivation Image Sequence.
+  the source image. The current OHIF (3.13, ``xflow ohif``) derives ``[1, 0, 0, 0, 1, 0]`` for a
+  CR/DX without ``ImageOrientationPatient`` and refuses anything else as "orthogonal to the
+  acquisition plane"; :func:`write_seg` adds exactly that (shared Plane Orientation, per-frame
+  Plane Position ``[0, 0, 0]``) and nothing else, so the frames stay tied to the source instance
+  through their Derivation Image Sequence. (The older OHIF bundled with MONAI Label 0.8.5 derives
+  ``[0, 1, 0, 0, 0, -1]`` instead; no single orientation opens in both, and we follow the
+  current one.)
 
 Codes (:data:`FINDING_CODES`): category SCT 49755003 "Morphologically Abnormal Structure" for every
 finding (DICOM PS3.16 CID 7150 "Segmentation Property Categories"); types, with their source:
@@ -41,10 +47,13 @@ as SCT 287272002, but PS3.16's own SNOMED mapping gives 287272002 the fully spec
 "Enlarged septal foramen of heart (disorder)"; SEGs are written with 8186001 and 287272002 is
 accepted as cardiomegaly when reading, see :data:`READ_ALIASES`.)
 
-Reading (:func:`read_seg`) accepts SEGs written here and SEGs written by other tools (OHIF's
-Segmentation mode, 3D Slicer): a segment is mapped to a finding by its type code, else by its
-label ("pleural effusion", "Edema" ...); overlapping segments are painted in FINDINGS order
-(later wins), as the ``xflow`` task paints its label maps.
+Reading (:func:`read_seg_masks`, :func:`read_seg`) accepts SEGs written here and by other tools:
+bitmap (BINARY) and FRACTIONAL SEGs (highdicom, 3D Slicer, OHIF's bitmap export) and the **Label
+Map** SEGs the current OHIF stores by default (``SegmentationType LABELMAP``, pixel value =
+segment number, RLE-compressed), each segment mapped to a finding by its type code, else by its
+label ("pleural effusion", "Edema" ...). A label map paints overlapping segments in FINDINGS
+order (later wins), as the ``xflow`` task paints its label maps. Anything else is a
+:class:`~monailabel_xflow.app.errors.LabelError` naming what is wrong.
 """
 
 from __future__ import annotations
@@ -62,8 +71,10 @@ from monailabel_xflow.vocabulary import FINDINGS
 logger = logging.getLogger(__name__)
 
 NO_FINDING = "no finding"
-OHIF_ORIENTATION = (0.0, 1.0, 0.0, 0.0, 0.0, -1.0)
-"""The plane orientation OHIF derives for a radiograph without ImageOrientationPatient (§15)."""
+PLANE_ORIENTATION = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+"""The plane orientation the current OHIF (3.13) derives for a radiograph without
+ImageOrientationPatient (DESIGN §17); the bundled OHIF of MONAI Label 0.8.5 derives
+``[0, 1, 0, 0, 0, -1]`` and refuses this one."""
 SERIES_NUMBER = 300
 MANUFACTURER = "monailabel-xflow"
 
@@ -122,18 +133,25 @@ def _segment(number: int, name: str, code: Coded, algorithm: str, version: str,
     return segment
 
 
-def segment_findings(label_hw: np.ndarray, findings: Sequence[str] = ()) -> list[str]:
-    """The findings a SEG of ``label_hw`` holds, in FINDINGS order: those painted plus those
-    asked (``findings``, present or not). Empty = "no finding"."""
+def segment_findings(label_hw: np.ndarray, findings: Sequence[str] = (),
+                     masks: Mapping[str, np.ndarray] | None = None) -> list[str]:
+    """The findings a SEG holds, in FINDINGS order: those painted in ``label_hw`` (or with pixels
+    in ``masks``) plus those asked (``findings``, present or not). Empty = "no finding".
+
+    Raises:
+        LabelError: a finding (asked or a key of ``masks``) is not one of the seven.
+    """
     values = {int(v) for v in np.unique(label_hw) if v}
-    unknown = [f for f in findings if f not in FINDINGS]
+    unknown = [f for f in (*findings, *(masks or {})) if f not in FINDINGS]
     if unknown:
         raise LabelError(f"unknown findings {unknown}; supported: {', '.join(FINDINGS)}")
-    return [f for i, f in enumerate(FINDINGS, 1) if i in values or f in findings]
+    painted = {f for f, m in (masks or {}).items() if np.any(m)}
+    return [f for i, f in enumerate(FINDINGS, 1) if i in values or f in painted or f in findings]
 
 
 def write_seg(label_hw: np.ndarray, source: Any, out: str | Path | None = None, findings: Sequence[str] = (),
-              algorithm: str = "XFlow", version: str = "", description: str = "") -> Any:
+              algorithm: str = "XFlow", version: str = "", description: str = "",
+              masks: Mapping[str, np.ndarray] | None = None) -> Any:
     """An ``(H, W)`` label map (0 background, 1..7 the findings' label values) as a SEG of ``source``.
 
     Args:
@@ -143,13 +161,16 @@ def write_seg(label_hw: np.ndarray, source: Any, out: str | Path | None = None, 
         findings: findings asked for; each becomes a segment even when absent (empty frame).
         algorithm / version: recorded in every segment's Algorithm Identification.
         description: SeriesDescription (default ``"XFlow: <findings>"``).
+        masks: ``{finding: bool (H, W)}``, each finding's full mask (overlaps kept); a finding
+            given here is written from its mask instead of from ``label_hw`` (where a later
+            finding may have painted over it).
 
     Returns:
         The :class:`highdicom.seg.Segmentation` (a pydicom Dataset).
 
     Raises:
-        LabelError: the label does not match the source's rows x columns, has values outside
-            0..7, or names an unknown finding.
+        LabelError: the label or a mask does not match the source's rows x columns, the label has
+            values outside 0..7, or a finding is unknown.
     """
     import highdicom as hd
     import pydicom
@@ -157,23 +178,26 @@ def write_seg(label_hw: np.ndarray, source: Any, out: str | Path | None = None, 
 
     ds = _source_header(source if isinstance(source, pydicom.Dataset) else pydicom.dcmread(str(source)))
     label = np.asarray(label_hw)
-    if label.shape != (int(ds.Rows), int(ds.Columns)):
-        raise LabelError(f"label of shape {label.shape} does not match the image's rows x columns "
-                         f"({ds.Rows}, {ds.Columns})")
+    shape = (int(ds.Rows), int(ds.Columns))
+    for name, array in (("label", label), *((f"{f} mask", np.asarray(m)) for f, m in (masks or {}).items())):
+        if array.shape != shape:
+            raise LabelError(f"{name} of shape {array.shape} does not match the image's rows x columns {shape}")
     if label.size and (label.min() < 0 or label.max() > len(FINDINGS)):
         raise LabelError(f"label values must be 0..{len(FINDINGS)}, got {np.unique(label)[:10].tolist()}")
-    names = segment_findings(label, findings)
+    names = segment_findings(label, findings, masks)
     if names:
         from monailabel_xflow.app.layout import FINDING_COLOURS
 
         segments = [_segment(i, f, FINDING_CODES[f], algorithm, version, FINDING_COLOURS[FINDINGS.index(f)])
                     for i, f in enumerate(names, 1)]
-        masks = np.stack([label == FINDINGS.index(f) + 1 for f in names], axis=-1)  # (H, W, N)
+        full = dict(masks or {})
+        masks_hwn = np.stack([np.asarray(full[f], bool) if f in full else label == FINDINGS.index(f) + 1
+                              for f in names], axis=-1)  # (H, W, N), segments may overlap
     else:
         segments = [_segment(1, NO_FINDING, NO_FINDING_CODE, algorithm, version)]
-        masks = np.zeros((*label.shape, 1), dtype=bool)
+        masks_hwn = np.zeros((*label.shape, 1), dtype=bool)
     seg = hd.seg.Segmentation(
-        source_images=[ds], pixel_array=masks[None].astype(np.uint8),  # (1 frame, H, W, N segments)
+        source_images=[ds], pixel_array=masks_hwn[None].astype(np.uint8),  # (1 frame, H, W, N segments)
         segmentation_type=hd.seg.SegmentationTypeValues.BINARY, segment_descriptions=segments,
         series_instance_uid=generate_uid(), series_number=SERIES_NUMBER, sop_instance_uid=generate_uid(),
         instance_number=1, manufacturer=MANUFACTURER, manufacturer_model_name=algorithm,
@@ -228,7 +252,7 @@ def _add_viewer_geometry(seg: Any) -> None:
     if "PlaneOrientationSequence" in shared:
         return
     orientation = Dataset()
-    orientation.ImageOrientationPatient = list(OHIF_ORIENTATION)
+    orientation.ImageOrientationPatient = list(PLANE_ORIENTATION)
     shared.PlaneOrientationSequence = DicomSequence([orientation])
     for frame in seg.PerFrameFunctionalGroupsSequence:
         if "PlanePositionSequence" not in frame:
@@ -268,52 +292,144 @@ def finding_of_segment(segment: Any) -> str | None:
                      f"the findings {', '.join(FINDINGS)} (by SNOMED/DCM type code or by label)")
 
 
-def read_seg(dataset: Any, shape: tuple[int, int] | None = None) -> np.ndarray:
-    """A single-frame-image SEG (ours or another tool's) -> ``uint8 (H, W)`` label map.
+LABELMAP_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.66.7"
+"""Label Map Segmentation Storage (DICOM 2024; what OHIF 3.13 stores by default)."""
+
+
+def read_seg_masks(dataset: Any, shape: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    """A single-image SEG (ours or another tool's) -> ``{finding: bool (H, W)}``, overlaps kept.
+
+    BINARY, FRACTIONAL (>= half the maximum counts) and LABELMAP SEGs; every finding a segment
+    names is a key, an empty mask when its segment has no pixels; "no finding" segments are not.
+    Two segments naming one finding are joined.
 
     Args:
         dataset: the SEG (pydicom Dataset or a file path).
         shape: the image's ``(H, W)``; a SEG of another size is refused.
 
     Raises:
-        LabelError: not a SEG of one radiograph, wrong size, or a segment naming no finding.
+        LabelError: not a SEG of one radiograph, wrong size, a segment naming no finding, frames
+            that do not say which segment they hold, or pixel data that cannot be decoded.
     """
     import pydicom
 
     ds = dataset if isinstance(dataset, pydicom.Dataset) else pydicom.dcmread(str(dataset))
-    if str(getattr(ds, "Modality", "")) != "SEG":
-        raise LabelError(f"not a DICOM SEG (Modality {getattr(ds, 'Modality', None)!r})")
+    if str(getattr(ds, "Modality", "")) != "SEG" or "SegmentSequence" not in ds:
+        raise LabelError(f"not a DICOM SEG (Modality {getattr(ds, 'Modality', None)!r}"
+                         f"{'' if 'SegmentSequence' in ds else ', no Segment Sequence'})")
     rows, cols = int(ds.Rows), int(ds.Columns)
     if shape is not None and (rows, cols) != tuple(shape):
         raise LabelError(f"SEG is {cols} x {rows} (W x H) but the image is {shape[1]} x {shape[0]}")
-    values = {int(s.SegmentNumber): finding_of_segment(s) for s in ds.SegmentSequence}
-    label = np.zeros((rows, cols), dtype=np.uint8)
-    numbers = [n for n, f in values.items() if f is not None]
-    if not numbers:
-        return label
-    # pydicom unpacks BINARY (1-bit) and FRACTIONAL frames alike; highdicom 0.22's reader cannot
-    # read its own SEGs of sources without a Frame of Reference (Pixel Measures lacks SliceThickness)
-    frames = np.asarray(ds.pixel_array).reshape(-1, rows, cols)
-    if str(getattr(ds, "SegmentationType", "BINARY")) == "FRACTIONAL":
+    findings = {int(s.SegmentNumber): finding_of_segment(s) for s in ds.SegmentSequence}
+    out = {f: np.zeros((rows, cols), bool) for f in findings.values() if f is not None}
+    if not out:
+        return out
+    try:  # pydicom unpacks 1-bit BINARY frames and decodes RLE (OHIF's label maps) natively
+        frames = _frames(ds, rows, cols)
+    except Exception as exc:  # noqa: BLE001  (any decoder failure is a bad SEG, said as such)
+        syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", "unknown transfer syntax")
+        raise LabelError(f"SEG pixel data cannot be decoded ({syntax}): {type(exc).__name__}: {exc}") from exc
+    kind = str(getattr(ds, "SegmentationType", "BINARY")).upper()
+    if kind == "LABELMAP" or str(getattr(ds, "SOPClassUID", "")) == LABELMAP_SOP_CLASS:
+        unknown = sorted(set(np.unique(frames).tolist()) - {0} - set(findings))
+        if unknown:
+            raise LabelError(f"label map SEG holds values {unknown[:10]} that no segment describes")
+        for number, finding in findings.items():
+            if finding is not None:
+                out[finding] |= (frames == number).any(axis=0)
+        return out
+    if kind == "FRACTIONAL":
         frames = frames >= max(1, int(getattr(ds, "MaximumFractionalValue", 255))) / 2
-    per_frame = ds.PerFrameFunctionalGroupsSequence
+    per_frame = ds.get("PerFrameFunctionalGroupsSequence") or []
     if len(per_frame) != len(frames):
         raise LabelError(f"SEG has {len(frames)} frames but {len(per_frame)} per-frame descriptions")
-    masks: dict[int, np.ndarray] = {}
-    shared = ds.SharedFunctionalGroupsSequence[0] if "SharedFunctionalGroupsSequence" in ds else None
+    shared = ds.SharedFunctionalGroupsSequence[0] if ds.get("SharedFunctionalGroupsSequence") else None
     for frame, group in zip(frames, per_frame):
         ident = group.get("SegmentIdentificationSequence") or (shared.get("SegmentIdentificationSequence")
                                                                if shared is not None else None)
         if not ident:
             raise LabelError("SEG frame without a Segment Identification Sequence")
         number = int(ident[0].ReferencedSegmentNumber)
-        if number not in values:
+        if number not in findings:
             raise LabelError(f"SEG frame refers to segment {number}, which the SEG does not describe")
-        masks[number] = masks.get(number, np.zeros((rows, cols), bool)) | (frame > 0)
-    for n in sorted(numbers, key=lambda k: FINDINGS.index(values[k])):
-        if n in masks:
-            label[masks[n]] = FINDINGS.index(values[n]) + 1
+        if findings[number] is not None:
+            out[findings[number]] |= frame > 0
+    return out
+
+
+def _frames(ds: Any, rows: int, cols: int) -> np.ndarray:
+    """The SEG's frames as ``(N, rows, cols)``. pydicom decodes every transfer syntax but one that
+    OHIF 3.13 writes in bitmap mode: RLE Lossless with BitsAllocated 1 (pydicom 2.x raises
+    NotImplementedError). There each frame is one RLE segment of the frame's packed bits (PS3.5
+    Annex G, bits packed little-endian as in native 1-bit data), decoded here with pydicom's own
+    RLE segment decoder."""
+    from pydicom.uid import RLELossless
+
+    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    if int(ds.BitsAllocated) != 1 or syntax != RLELossless:
+        return np.asarray(ds.pixel_array).reshape(-1, rows, cols)
+    from pydicom.encaps import generate_pixel_data_frame
+    from pydicom.pixel_data_handlers.rle_handler import _parse_rle_header, _rle_decode_segment
+
+    count = int(getattr(ds, "NumberOfFrames", 1) or 1)
+    out = []
+    for frame in generate_pixel_data_frame(ds.PixelData, count):
+        offsets = _parse_rle_header(frame[:64])
+        if len(offsets) != 1:
+            raise LabelError(f"1-bit RLE frame with {len(offsets)} segments (expected 1)")
+        bits = np.unpackbits(np.frombuffer(_rle_decode_segment(frame[offsets[0]:]), np.uint8), bitorder="little")
+        if bits.size < rows * cols:
+            raise LabelError(f"1-bit RLE frame holds {bits.size} pixels, {rows * cols} expected")
+        out.append(bits[: rows * cols].reshape(rows, cols))
+    if len(out) != count:
+        raise LabelError(f"SEG has {len(out)} RLE frames but NumberOfFrames {count}")
+    return np.stack(out)
+
+
+def read_seg(dataset: Any, shape: tuple[int, int] | None = None) -> np.ndarray:
+    """A single-image SEG -> ``uint8 (H, W)`` label map (:func:`read_seg_masks`, painted in FINDINGS
+    order, later wins, as the ``xflow`` task paints). Raises LabelError as :func:`read_seg_masks`."""
+    import pydicom
+
+    ds = dataset if isinstance(dataset, pydicom.Dataset) else pydicom.dcmread(str(dataset))
+    masks = read_seg_masks(ds, shape)
+    label = np.zeros((int(ds.Rows), int(ds.Columns)), dtype=np.uint8)
+    for finding in sorted(masks, key=FINDINGS.index):
+        label[masks[finding]] = FINDINGS.index(finding) + 1
     return label
+
+
+def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
+    """Download a SEG series over DICOMweb into ``folder`` as stored (``transfer-syntax=*``), one
+    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
+
+    Asking for the stored transfer syntax matters: a PACS asked for its default (Explicit VR
+    Little Endian) must transcode, which Orthanc 1.10 cannot do for some SEGs (HTTP 500 "Cannot
+    transcode image"); pydicom decodes what OHIF stores (RLE label maps, 1-bit bitmaps) itself.
+
+    Args:
+        client: a ``dicomweb_client.DICOMwebClient``.
+        series_uid: the SEG's SeriesInstanceUID.
+        folder: where to write (created).
+
+    Raises:
+        LabelError: the PACS does not list the series.
+    """
+    import pydicom
+
+    found = [pydicom.Dataset.from_json(s) for s in client.search_for_series(
+        search_filters={"SeriesInstanceUID": series_uid})]
+    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
+    if not found:
+        raise LabelError(f"SEG series {series_uid} is not in the PACS")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for ds in client.retrieve_series(str(found[0].StudyInstanceUID), series_uid,
+                                     media_types=(("application/dicom", "*"),)):
+        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
+        ds.save_as(str(files[-1]), write_like_original=False)
+    return files
 
 
 def seg_summary(dataset: Any) -> Mapping[str, Any]:

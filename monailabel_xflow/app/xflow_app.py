@@ -136,5 +136,5 @@ def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
     _, ref = layout.load_image(datastore.get_image_uri(image_id), image_id)
     label = layout.read_label(result["file"], ref.shape)
     params["seg_series"] = datastore.store_seg(image_id, label, findings=wanted.get("findings", ()),
-                                               algorithm=algorithm)
+                                               algorithm=algorithm, masks=wanted.get("masks"))
     logger.info("stored %s's answer for %s as SEG %s", algorithm, image_id, params["seg_series"])

@@ -110,10 +110,11 @@ def preannotate_one(store, task, image_id: str, request: dict, findings: list[st
     from monailabel_xflow.app import layout
 
     uri = store.get_image_uri(image_id)
-    label_file, params = task({**request, "image": uri, "image_id": image_id})
+    label_file, params = task({**request, "store_seg": True, "image": uri, "image_id": image_id})
     try:
         _, ref = layout.load_image(uri, image_id)
         label = layout.read_label(label_file, ref.shape)
     finally:
         os.unlink(label_file)
-    return store.store_seg(image_id, label, findings=findings, description=f"XFlow: {params['answer']}"[:64])
+    return store.store_seg(image_id, label, findings=findings, description=f"XFlow: {params['answer']}"[:64],
+                           masks=params["store_seg"]["masks"])  # each finding's full mask, overlaps kept
