@@ -183,7 +183,7 @@ def bad_requests(app, tmp: Path, cxr_samples: Path) -> list[tuple[str, requests.
     lateral = tmp / "lateral.dcm"
     import pydicom
 
-    ds = pydicom.dcmread(next((cxr_samples / "dicom").glob("siim_*.dcm")))
+    ds = pydicom.dcmread(cxr_samples / "dicom" / "cr.dcm")
     ds.ViewPosition = "LL"
     ds.save_as(lateral)
     wrong_size = tmp / "small.png"

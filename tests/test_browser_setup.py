@@ -1,9 +1,11 @@
-"""The browser tests cannot skip silently in CI (issue 16): ``.ci/run`` installs Chromium and
-chromedriver from the Debian packages and sets ``XFLOW_REQUIRE_BROWSER=1``, under which a missing
-browser is an error instead of a skip."""
+"""The browser and PACS tests cannot skip silently in CI: ``.ci/run`` installs Chromium,
+chromedriver, Orthanc and its DICOMweb plugin from the Debian packages and sets
+``XFLOW_REQUIRE_BROWSER=1`` and ``XFLOW_REQUIRE_ORTHANC=1``, under which a missing one is an error
+instead of a skip. Elsewhere they skip with a reason that names the apt command."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import browser
@@ -19,11 +21,32 @@ def test_ci_installs_chromium_and_requires_the_browser_tests():
     assert script.index("XFLOW_REQUIRE_BROWSER=1") < script.index("make test")
 
 
-def test_a_missing_browser_skips_with_the_reason_but_fails_when_required(monkeypatch, tmp_path):
-    monkeypatch.setattr(browser, "CHROMEDRIVER", str(tmp_path / "no-chromedriver"))
+@pytest.mark.parametrize("missing", ["chromium", "chromium-driver"])
+def test_a_missing_browser_skips_with_the_reason_but_fails_when_required(monkeypatch, tmp_path, missing):
+    """Whichever of the two packages is absent (this machine's own install does not matter)."""
+    present = tmp_path / "present"
+    present.write_text("")
+    absent = str(tmp_path / "absent")
+    monkeypatch.setattr(browser, "CHROMIUM", absent if missing == "chromium" else str(present))
+    monkeypatch.setattr(browser, "CHROMEDRIVER", absent if missing == "chromium-driver" else str(present))
     monkeypatch.delenv("XFLOW_REQUIRE_BROWSER", raising=False)
     mark = browser.skip_without_chromium()
-    assert mark.args[0] is True and "chromium-driver is not installed" in mark.kwargs["reason"]
+    reason = f"{missing} is not installed (apt-get install -y chromium chromium-driver)"
+    assert mark.args[0] is True and mark.kwargs["reason"] == reason
     monkeypatch.setenv("XFLOW_REQUIRE_BROWSER", "1")
-    with pytest.raises(RuntimeError, match="XFLOW_REQUIRE_BROWSER=1 but chromium-driver is not installed"):
+    with pytest.raises(RuntimeError, match=re.escape(f"XFLOW_REQUIRE_BROWSER=1 but {reason}")):
         browser.skip_without_chromium()
+
+
+def test_ci_requires_orthanc_and_a_missing_one_skips_with_the_apt_command(monkeypatch, tmp_path):
+    import servers
+
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "apt-get install" in script and " orthanc orthanc-dicomweb" in script
+    assert script.index("export XFLOW_REQUIRE_ORTHANC=1") < script.index("make test")
+    monkeypatch.setattr(servers, "ORTHANC_PLUGIN", tmp_path / "absent.so")
+    monkeypatch.delenv("XFLOW_REQUIRE_ORTHANC", raising=False)
+    assert servers.orthanc_binary() is None
+    monkeypatch.setenv("XFLOW_REQUIRE_ORTHANC", "1")
+    with pytest.raises(RuntimeError, match=re.escape(servers.ORTHANC_APT)):
+        servers.orthanc_binary()
