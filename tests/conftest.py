@@ -16,7 +16,7 @@ def cxr_samples(tmp_path_factory) -> Path:
     CR / CR MONOCHROME1 / DX DICOM files made from them, written once per session."""
     from radiographs import make_samples
 
-    return make_samples(tmp_path_factory.mktemp("cxr-samples"))
+    return make_samples(tmp_path_factory.mktemp("radiographs"))
 
 
 # --- tiny random models of the real architectures, built once per session ------------------------

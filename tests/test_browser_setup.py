@@ -50,3 +50,22 @@ def test_ci_requires_orthanc_and_a_missing_one_skips_with_the_apt_command(monkey
     monkeypatch.setenv("XFLOW_REQUIRE_ORTHANC", "1")
     with pytest.raises(RuntimeError, match=re.escape(servers.ORTHANC_APT)):
         servers.orthanc_binary()
+
+
+@pytest.mark.parametrize("load,cpus,factor", [(0.5, 2, 1.0), (5.0, 2, 2.5), (40.0, 2, 4.0)])
+def test_browser_waits_stretch_with_the_machine_load(monkeypatch, load, cpus, factor):
+    """A wait given N seconds on a quiet machine gets up to 4 N on a loaded one (the OHIF panel test
+    once timed out under load and passed on a quieter machine)."""
+    monkeypatch.setattr(browser.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(browser.os, "cpu_count", lambda: cpus)
+    assert browser.load_factor() == factor
+
+    class Page:  # wait_for reads the page text only when it times out
+        def find_element(self, *_):
+            return type("Body", (), {"text": "page"})()
+
+    monkeypatch.setattr(browser.time, "sleep", lambda s: None)
+    clock = iter(range(0, 10_000))
+    monkeypatch.setattr(browser.time, "monotonic", lambda: float(next(clock)))
+    with pytest.raises(pytest.fail.Exception, match=f"timed out after {10 * factor:.0f} s"):
+        browser.wait_for(Page(), lambda d: False, timeout=10, what="nothing")
