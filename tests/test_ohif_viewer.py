@@ -2,7 +2,7 @@
 
 One Orthanc (DICOMweb) and one MONAI Label server with the committed demo model, on loopback,
 for the module. The PACS holds a CR phantom with an effusion (what the browser opens) and a
-non-square (1024 x 700) crop of the SIIM CR. A real headless Chromium opens OHIF v3 as MONAI
+non-square (1024 x 700) crop of the test CR (made from an NIH PNG). A real headless Chromium opens OHIF v3 as MONAI
 Label serves it (``/ohif/``): it refuses SEGs in the current OHIF's geometry (what XFlow writes
 since issue 25; the current OHIF's review/correct/store loop is ``tests/test_ohif_current.py``).
 """
@@ -43,8 +43,8 @@ def phantom_cr(path):
 
 
 def non_square_cr(cxr_samples, path):
-    """The SIIM CR cropped to 1024 x 700 (H x W), uncompressed, with its own UIDs."""
-    ds = pydicom.dcmread(next((cxr_samples / "dicom").glob("siim_*.dcm")))
+    """The test CR (made from an NIH PNG) cropped to 1024 x 700 (H x W), uncompressed, with its own UIDs."""
+    ds = pydicom.dcmread(cxr_samples / "dicom" / "cr.dcm")
     pixels = ds.pixel_array[:, :700].copy()
     ds.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
     ds.Columns, ds.PixelData = 700, pixels.tobytes()
