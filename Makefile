@@ -6,6 +6,8 @@ PY     := $(VENV)/bin/python
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 STUDIES ?= sample-data
+# The pinned OHIF viewer lives in the checkout (git-ignored) for `make ohif`, `make test` and `xflow ohif`.
+export XFLOW_OHIF_DIR ?= $(CURDIR)/.ohif
 # the server's logs, trained models and caches (xflow serve --workspace; gitignored)
 WORKSPACE ?= xflow-workspace
 

@@ -15,7 +15,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from browser import chromium, console, screenshot, seen_texts, seg_errors, skip_without_chromium, wait_for, watch_texts
+from browser import (chromium, console, screenshot, seen_texts, seg_errors, skip_without_chromium, wait_for,
+                     wait_until_still, watch_texts)
 from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [
@@ -101,8 +102,7 @@ def test_panel_auto_segmentation_gets_a_file_it_parses(panel):
     auto.find_element("xpath", "following::button[normalize-space()='Run'][1]").click()
     text = wait_for(d, lambda d: next(iter(seen_texts(d)), None), 300, "the panel's answer")
     seconds = time.perf_counter() - t0
-    time.sleep(2)
-    shot = screenshot(d)
+    shot = wait_until_still(d)
     out = os.environ.get("XFLOW_OHIF_SCREENSHOTS")
     if out:
         from PIL import Image

@@ -60,9 +60,13 @@ CHUNK = 1 << 16
 
 
 def default_dir() -> Path:
-    """Where ``--install`` puts the viewer and serving looks for it: ``$XFLOW_OHIF_DIR``, else
-    ``.ohif/`` in the source tree (git-ignored)."""
-    return Path(os.environ.get("XFLOW_OHIF_DIR") or Path(__file__).resolve().parents[2] / ".ohif")
+    """Where ``--install`` puts the viewer and serving looks for it: ``$XFLOW_OHIF_DIR`` (the
+    Makefile sets the checkout's git-ignored ``.ohif/``), else ``$XDG_DATA_HOME/monailabel-xflow/ohif``
+    (``~/.local/share/...``): a per-user folder, never inside the installed package."""
+    if os.environ.get("XFLOW_OHIF_DIR"):
+        return Path(os.environ["XFLOW_OHIF_DIR"])
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
+    return data / "monailabel-xflow" / "ohif"
 
 
 def dist_dir(root: Path | None = None) -> Path:
@@ -77,7 +81,7 @@ def register(subparsers) -> None:
     parser.add_argument("--studies", help="the PACS's DICOMweb URL (http://host:port/dicom-web)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
-    parser.add_argument("--dir", type=Path, default=None, help="where the viewer is installed (default: .ohif/)")
+    parser.add_argument("--dir", type=Path, default=None, help="where the viewer is installed (default: $XFLOW_OHIF_DIR, else ~/.local/share/monailabel-xflow/ohif)")
     parser.add_argument("--seg-encoding", choices=SEG_ENCODINGS, default="labelmap",
                         help="how OHIF stores segmentations: labelmap (OHIF's default, Label Map SEG) or bitmap "
                         "(binary SEG, for PACS/tools without the Label Map IOD)")
