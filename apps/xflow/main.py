@@ -16,6 +16,7 @@ from lib.configs.xflow import XFlowConfig
 from monailabel.interfaces.app import MONAILabelApp
 
 from monailabel_xflow.app.guard import install as install_guard
+from monailabel_xflow.app.slicer import install as install_slicer_samples
 from monailabel_xflow.app.xflow_app import app_description, checked_infer, init_datastore
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class XFlowApp(MONAILabelApp):
         super().__init__(app_dir=app_dir, studies=studies, conf=conf, name="XFlow",
                          description=app_description(self.xflow.runtime), version="0.1.0")
         install_guard()  # body limit, id checks, infer params confined
+        install_slicer_samples()  # next sample: one file for Slicer, never a numbered series
 
     def init_datastore(self):
         return init_datastore(self, super().init_datastore)
