@@ -21,7 +21,8 @@ volume instead of the radiograph asked for.
   module downloads the image instead.
 
 :func:`install` wraps MONAI Label's ``/activelearning`` endpoint function with it (server
-process only), the same way :mod:`.guard` wraps the infer route.
+process only), the same way :mod:`.guard` wraps the infer route, and makes a stopped task's
+answer end with a ``details`` line (:func:`stop_with_details`), which Slicer's *Stop* reads.
 """
 
 from __future__ import annotations
@@ -129,4 +130,27 @@ def install() -> bool:
 
         endpoint.sample = sample  # api_sample looks it up at call time
         logger.info("next-sample answers name one file (Slicer reads numbered names as a series otherwise)")
+    from monailabel.utils.async_tasks.task import AsyncTask
+
+    if not hasattr(AsyncTask, "_xflow_upstream_stop"):
+        AsyncTask._xflow_upstream_stop = staticmethod(AsyncTask.stop)
+        AsyncTask.stop = staticmethod(stop_with_details)
     return True
+
+
+STOPPED_LINE = "stopped at the user's request; the serving segmenter is unchanged"
+
+
+def stop_with_details(method: str) -> Any:
+    """MONAI Label's ``AsyncTask.stop`` whose stopped task always has a last ``details`` line.
+
+    Slicer's ``onStopTraining`` shows ``status.get("result", status.get("details", [])[-1])``;
+    Python evaluates that default first, so a task stopped before it logged a line (empty
+    ``details``) raised ``IndexError`` in Slicer and left its buttons stale.
+    """
+    from monailabel.utils.async_tasks.task import AsyncTask
+
+    task = AsyncTask._xflow_upstream_stop(method)
+    if isinstance(task, dict) and task.get("status") == "STOPPED":
+        task.setdefault("details", []).append(f"{method}: {STOPPED_LINE}")
+    return task

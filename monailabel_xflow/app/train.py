@@ -97,6 +97,7 @@ class TrainProgress:
         return str(self._timedelta(seconds=int(time.time() - self.start)))
 
     def _write(self, stats: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(stats, indent=1))
         os.replace(tmp, self.path)  # the server reads it while training runs: never half a file
