@@ -33,14 +33,15 @@ name. Request keys (merged over :meth:`XFlowReviseTask.config`):
     The previous label map (what the client shows), uploaded with the request. The revised
     finding's region of it is the previous mask M_{t-1}; the other findings are kept as they are.
 
-The result's ``label_names`` lists the findings the returned label map holds (the revised one and
-those of an uploaded previous label), each with its fixed value 1..7; Slicer imports the single
-revised finding into the selected segment and leaves every other segment as it was.
 ``auto`` (bool)
     Let π_rev propose the clicks instead of the human (Stage 2 from the previous mask, or
     from Stage 1 when there is none); needs a revision policy in the model configuration.
 ``max_clicks`` (int)
     Budget of π_rev clicks for ``auto``.
+
+The result's ``label_names`` lists the findings the returned label map holds (the revised one and
+those of an uploaded previous label), each with its fixed value 1..7; Slicer imports the single
+revised finding into the selected segment and leaves every other segment as it was.
 
 The segmenter caches the image embedding per image content, so successive clicks on one image
 cost one mask decode each, not an image encode.
