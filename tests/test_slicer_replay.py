@@ -492,3 +492,23 @@ def test_progress_is_published_as_monai_label_trainers_do(tmp_path):
     assert out["epoch"] == out["total_epochs"] == 10 and out["total_time"] and out["best_metric"] == 0.5
     assert not list(tmp_path.glob("*.tmp"))
     assert os.path.getsize(path) > 0
+
+
+def test_answer_numbering_and_its_way_back_to_fixed_values():
+    """``label_values``: Slicer's pick numbers an answer 1..N in FINDINGS order; the option list
+    sent back (OHIF) or nothing (API) keeps the fixed values; stored SEGs get fixed values back."""
+    from monailabel_xflow.app.errors import RequestError
+    from monailabel_xflow.app.infer import LABEL_VALUE_CHOICES, label_names_for, to_fixed_values
+    from monailabel_xflow.vocabulary import label_value
+
+    asked = ["effusion", "edema", "effusion"]
+    answer = label_names_for(asked, {"label_values": "answer"})
+    assert answer == {"edema": 1, "effusion": 2}
+    fixed = {"edema": label_value("edema"), "effusion": label_value("effusion")}
+    assert label_names_for(asked, {}) == label_names_for(asked, {"label_values": list(LABEL_VALUE_CHOICES)}) == fixed
+    with pytest.raises(RequestError, match="label_values"):
+        label_names_for(asked, {"label_values": "/etc/passwd"})
+    label = np.array([[0, 1, 2], [2, 1, 0]], np.uint8)
+    back = to_fixed_values(label, answer)
+    np.testing.assert_array_equal(back, np.where(label == 1, fixed["edema"], np.where(label == 2, fixed["effusion"], 0)))
+    np.testing.assert_array_equal(to_fixed_values(back, fixed), back)
