@@ -55,7 +55,7 @@ def test_info_lists_rosalia_beside_xflow_and_names_the_demo(app):
     info = app.client.info()
     task = info["models"]["rosalia"]
     assert task["type"] == "segmentation" and task["dimension"] == 2 and task["labels"]["effusion"] == 7
-    assert {"instruction", "finding", "location", "overlay", "trace", "store_seg"} == set(task["config"])
+    assert {"instruction", "finding", "location", "overlay", "trace", "store_seg", "label_values"} == set(task["config"])
     assert task["config"]["store_seg"] is False  # no --conf store_seg: off, as for xflow
     assert task["config"]["store_seg"] == info["models"]["xflow"]["config"]["store_seg"]
     assert "xflow" in info["models"] and "xflow_revise" in info["models"]

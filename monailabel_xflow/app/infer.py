@@ -16,8 +16,12 @@ Request keys (MONAI Label merges the request ``params`` over :meth:`XFlowInferTa
     most :data:`~monailabel_xflow.app.requests.MAX_WORK_STEPS` (64) per request (422 above).
 
 Every parameter is parsed by :mod:`monailabel_xflow.app.requests` (strict types and ranges).
-``revise`` (bool)
-    Run Stage 2 (π_rev clicks); false gives the Stage 1 masks.
+``revise`` (bool; the option list is ``["false", "true"]``)
+    Run Stage 2 (π_rev clicks); false gives the Stage 1 masks. Not sent, or the option list sent
+    back unchanged (OHIF): true. 3D Slicer sends an option list's first entry, so its *Run* and
+    its auto-run on *Next Sample* ask Stage 1 only (about 7 s for all seven findings on 2 CPU
+    cores with the demo model, against minutes with Stage 2); pick ``true`` in Slicer's options
+    table for Stage 2, or revise one finding with ``xflow_revise`` (``auto``).
 ``overlay`` (bool)
     Also return ``overlay_png_base64``: a PNG of the image with the label tinted over it,
     base64-encoded in the result params (a server path would be useless to a remote client).
@@ -30,6 +34,16 @@ Every parameter is parsed by :mod:`monailabel_xflow.app.requests` (strict types 
     model's unreviewed answers: the datastore does not count them as labels (see
     :mod:`monailabel_xflow.app.datastore`). The ``rosalia`` task has the same option
     (:func:`seg_request`, :func:`store_seg_default`); its SEGs name ROSALIA.
+``label_values`` (``"answer"`` or ``"findings"``)
+    How the label map numbers the findings. ``answer``: this answer's findings only, 1..N in
+    :data:`~monailabel_xflow.vocabulary.FINDINGS` order, and ``label_names`` lists exactly them:
+    3D Slicer's module imports value v into the v-th name of ``label_names`` and clears every
+    segment named there, so the other segments survive (``MONAILabel.py``
+    ``updateSegmentationMask``). ``findings``: each finding its fixed value 1..7
+    (:func:`~monailabel_xflow.vocabulary.label_value`), ``label_names`` again only this answer's
+    findings. The option list offers ``answer`` first because Slicer sends an option list's
+    first entry; a client that sends the list back unchanged (OHIF) or nothing (API clients)
+    gets ``findings``.
 ``result_extension`` / ``result_dtype``
     The label file's format, as MONAI Label clients ask it (OHIF's panel: ``.nrrd`` / ``uint8``):
     one of :data:`RESULT_EXTENSIONS` / :data:`RESULT_DTYPES`; default the image's own label
@@ -38,8 +52,8 @@ Every parameter is parsed by :mod:`monailabel_xflow.app.requests` (strict types 
 
 With no ``instruction`` and no ``finding`` chosen, all seven findings are asked at chest level.
 
-Output: one label map for all instructions, each finding painted with its label value
-(1..7, :func:`~monailabel_xflow.vocabulary.label_value`); where two findings overlap the later
+Output: one label map for all instructions, each finding painted with its value in
+``label_names`` (see ``label_values``); where two findings overlap the later
 one in :data:`~monailabel_xflow.vocabulary.FINDINGS` order wins (``overlap_pixels`` reports how
 many pixels that affected). An absent finding paints nothing and its answer says so
 ("There is no effusion in the left lung."); a label with no finding at all is an all-zero
@@ -73,6 +87,8 @@ FINDING_CHOICES: list[str] = ["", *FINDINGS, ALL_FINDINGS]
 LOCATION_CHOICES: list[str] = ["", *LUNGS, *ALL_ZONES]
 MAX_CLICKS_LIMIT = 16
 LABELS: dict[str, int] = {f: label_value(f) for f in FINDINGS}
+LABEL_VALUE_CHOICES: list[str] = ["answer", "findings"]
+REVISE_CHOICES: list[str] = ["false", "true"]
 
 
 def _base_infer_task():
@@ -97,6 +113,14 @@ def _picked(value: Any, choices: Sequence[str], name: str = "finding") -> list[s
     if values is None or not all(isinstance(v, str) for v in values):
         raise RequestError(f"{name} must be text or a list of text, got {value!r}")
     return [v.strip() for v in values if v.strip()]
+
+
+def _unpicked(value: Any, choices: Sequence[str], default: Any) -> Any:
+    """``default`` when a request did not pick from an option list (sent nothing, or the list
+    itself back unchanged, as OHIF does), else ``value``."""
+    if value is None or (isinstance(value, (list, tuple)) and list(value) == list(choices)):
+        return default
+    return value
 
 
 def instructions_from_request(data: Mapping[str, Any]) -> list:
@@ -126,6 +150,43 @@ def instructions_from_request(data: Mapping[str, Any]) -> list:
             return parse_instructions(text)  # whitespace only: the parser's own "empty" message
         findings = [ALL_FINDINGS]  # nothing chosen (OHIF's "auto segmentation"): screen for everything
     return from_choices(findings, locations)  # "all findings" + "edema": edema once
+
+
+def label_names_for(findings: Sequence[str], data: Mapping[str, Any]) -> dict[str, int]:
+    """``label_names`` of an answer on ``findings``: each finding once, in FINDINGS order, with the
+    value the request's ``label_values`` gives it (``answer``: 1..N; ``findings``: fixed 1..7;
+    the option list itself or nothing: ``findings``).
+
+    Raises:
+        RequestError: ``label_values`` is not one of :data:`LABEL_VALUE_CHOICES`.
+    """
+    from monailabel_xflow.app.requests import as_choice
+
+    numbering = as_choice(_unpicked(data.get("label_values"), LABEL_VALUE_CHOICES, None), "label_values",
+                          LABEL_VALUE_CHOICES, default="findings")
+    ordered = sorted(set(findings), key=label_value)
+    if numbering == "answer":
+        return {f: i for i, f in enumerate(ordered, 1)}
+    return {f: label_value(f) for f in ordered}
+
+
+def present_label_names(label: np.ndarray, also: Sequence[str] = ()) -> dict[str, int]:
+    """``label_names`` of a label map holding fixed values 1..7: the findings painted in it plus
+    ``also``, in FINDINGS order."""
+    painted = {FINDINGS[int(v) - 1] for v in np.unique(label) if 0 < v <= len(FINDINGS)}
+    return {f: label_value(f) for f in FINDINGS if f in painted or f in also}
+
+
+def to_fixed_values(label: np.ndarray, label_names: Mapping[str, int] | None) -> np.ndarray:
+    """A label map numbered by ``label_names`` (name -> value in it) -> fixed finding values 1..7
+    (what stored SEGs and saved labels hold). Values no name maps become 0."""
+    if not label_names:
+        return label
+    out = np.zeros_like(label)
+    for name, value in label_names.items():
+        if name in FINDINGS:
+            out[label == int(value)] = label_value(name)
+    return out
 
 
 def store_seg_default(conf: Mapping[str, Any] | None) -> bool:
@@ -261,9 +322,12 @@ def answer_of_file(path: str) -> str | None:
 
 # --- results --------------------------------------------------------------------------------
 
-def paint(results: Sequence[Any], shape: tuple[int, int]) -> tuple[np.ndarray, int]:
+def paint(results: Sequence[Any], shape: tuple[int, int],
+          values: Mapping[str, int] | None = None) -> tuple[np.ndarray, int]:
     """One ``uint8 (H, W)`` label map from XFlow results, each mask painted with its finding's
-    label value in FINDINGS order (later wins). Returns ``(label, overlap_pixels)``."""
+    value (``values``, default the fixed label values) in FINDINGS order (later wins).
+    Returns ``(label, overlap_pixels)``."""
+    values = values or LABELS
     label = np.zeros(shape, dtype=np.uint8)
     covered = np.zeros(shape, dtype=bool)
     overlap = 0
@@ -272,7 +336,7 @@ def paint(results: Sequence[Any], shape: tuple[int, int]) -> tuple[np.ndarray, i
         if mask.shape != shape:
             raise RuntimeError(f"XFlow returned a mask of shape {mask.shape} for an image of shape {shape}")
         overlap += int((mask & covered).sum())
-        label[mask] = label_value(res.instruction.finding)
+        label[mask] = values[res.instruction.finding]
         covered |= mask
     return label, overlap
 
@@ -289,6 +353,8 @@ def finding_masks(results: Sequence[Any], shape: tuple[int, int]) -> dict[str, n
 
 
 def finding_record(res: Any) -> dict[str, Any]:
+def finding_record(res: Any, values: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """One instruction's record in the result params; ``label_value`` is its value in the label map."""
     ins = res.instruction
     pixels = int(np.count_nonzero(res.mask))
     return {
@@ -296,7 +362,7 @@ def finding_record(res: Any) -> dict[str, Any]:
         "instruction": ins.text,
         "level": ins.level,
         "location": ins.location,
-        "label_value": label_value(ins.finding),
+        "label_value": (values or LABELS)[ins.finding],
         "present": bool(res.present),
         "pixels": pixels,
         "empty": pixels == 0,
@@ -326,10 +392,11 @@ class XFlowInferTask(_base_infer_task()):
                 "finding": list(FINDING_CHOICES),
                 "location": list(LOCATION_CHOICES),
                 "max_clicks": int(runtime.config.max_clicks),
-                "revise": True,
+                "revise": list(REVISE_CHOICES),
                 "overlay": False,
                 "trace": True,
                 "store_seg": bool(store_seg),
+                "label_values": list(LABEL_VALUE_CHOICES),
             },
         )
         self.runtime = runtime
@@ -350,11 +417,12 @@ class XFlowInferTask(_base_infer_task()):
         t0 = time.perf_counter()
         instructions = instructions_from_request(data)
         max_clicks = as_max_clicks(data.get("max_clicks"))
-        revise = as_bool(data.get("revise", True), "revise")
+        revise = as_bool(_unpicked(data.get("revise"), REVISE_CHOICES, True), "revise")
         overlay = as_bool(data.get("overlay", False), "overlay")
         with_trace = as_bool(data.get("trace", True), "trace")
         check_work(len(instructions), (self.runtime.config.max_clicks if max_clicks is None else max_clicks)
                    if revise else 0)
+        names = label_names_for([i.finding for i in instructions], data)
         seg = seg_request(data, instructions, "XFlow")
         extension, dtype = result_format(data)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
@@ -367,16 +435,16 @@ class XFlowInferTask(_base_infer_task()):
             results = xflow.run_all(image, max_clicks=max_clicks, revise=revise, instructions=instructions)
         t_model = time.perf_counter()
 
-        label, overlap = paint(results, ref.shape)
+        label, overlap = paint(results, ref.shape, names)
         answer = " ".join(r.message for r in results)
         label_file = write_result(label, ref, extension, dtype, answer)
-        records = [finding_record(r) for r in results]
+        records = [finding_record(r, names) for r in results]
         params: dict[str, Any] = {
             "answer": answer,
             "findings": records,
             "empty": not bool(label.any()),
             "overlap_pixels": overlap,
-            "label_names": dict(LABELS),
+            "label_names": names,
             "models": self.runtime.describe(),
         }
         if with_trace:

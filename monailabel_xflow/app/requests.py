@@ -40,6 +40,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError
+from monailabel_xflow.vocabulary import FINDINGS
 
 MAX_ID_CHARS = 256
 MAX_PARAMS_BYTES = 64 * 1024
@@ -220,14 +221,44 @@ def parse_params(text: str | bytes | None) -> dict[str, Any]:
 
 
 def check_params(params: Mapping[str, Any]) -> None:
-    """Refuse reserved or too many keys in client params (see :func:`parse_params`)."""
+    """Refuse reserved or too many keys in client params (see :func:`parse_params`).
+
+    ``label`` is the one reserved key a client may set, and only to a label *name* the app
+    declares (:func:`is_label_name`): 3D Slicer's click panel sends the selected segment's name
+    there. Any other value (a path, a file name, a number, ...) is refused as before.
+    """
     if len(params) > MAX_PARAM_KEYS:
         raise RequestError(f"params holds {len(params)} keys; at most {MAX_PARAM_KEYS}")
-    reserved = sorted(k for k in params if k in RESERVED_PARAMS or str(k).startswith("_"))
+    reserved = sorted(k for k in params if (k in RESERVED_PARAMS or str(k).startswith("_"))
+                      and not (k == "label" and is_label_name(params[k])))
     if reserved:
         raise RequestError(f"params may not set {', '.join(map(repr, reserved))}: the image is the `image` id "
                            "of the URL (or an uploaded file), a previous label an uploaded `label` file; "
-                           "labels are saved with PUT /datastore/label")
+                           "labels are saved with PUT /datastore/label"
+                           + ("; `label` may only name a finding's segment (one of "
+                              f"{', '.join(FINDINGS)})" if "label" in reserved else ""))
+
+
+LABEL_NAME_KEY = "label_name"
+"""Where :func:`take_label_name` moves a ``label`` that names a label, so that ``label`` only
+ever holds the server's own upload path."""
+
+
+def is_label_name(value: Any) -> bool:
+    """Whether ``value`` is exactly the name of a label the app declares (one of the findings,
+    :data:`~monailabel_xflow.vocabulary.FINDINGS`): a name, never a path or a file."""
+    return isinstance(value, str) and value in FINDINGS
+
+
+def take_label_name(request: dict[str, Any]) -> None:
+    """Move a ``label`` that names a declared label to :data:`LABEL_NAME_KEY` (in place).
+
+    MONAI Label copies the client's ``params`` over the request, so Slicer's ``{"label":
+    "effusion"}`` (the segment being clicked) arrives where an uploaded previous label's path
+    would be; after this call ``request["label"]`` is an upload path or absent.
+    """
+    if is_label_name(request.get("label")):
+        request[LABEL_NAME_KEY] = request.pop("label")
 
 
 def number_lists(value: Any, name: str, arity: Sequence[int] = (2, 3), max_items: int = 64) -> list[list[float]]:
@@ -248,3 +279,4 @@ def number_lists(value: Any, name: str, arity: Sequence[int] = (2, 3), max_items
             raise RequestError(f"{name} click {short(p)} must hold finite indices below 2^31")
         out.append([float(v) for v in p])
     return out
+

@@ -1,7 +1,13 @@
 """The ``xflow_revise`` interactive task: the human plays π_rev (XFlow §4.2).
 
-Registered as ``type=deepedit`` so Slicer lists it in its click panel and OHIF offers point
-prompts. Request keys (merged over :meth:`XFlowReviseTask.config`):
+Registered as ``type=deepedit`` **without labels of its own** (the app's labels are the
+findings, declared by ``xflow``): 3D Slicer's MONAI Label module then shows both point lists
+(foreground and background) and sends, for the selected segment,
+``{"label": "<segment name>", "foreground": [...], "background": [...], "slice": 0}``
+(``MONAILabel.py`` ``onClickDeepgrow``, the branch for models that are not multi-label
+``deepedit``); a ``deepedit`` model *with* labels would get one positive list per segment and no
+negative clicks. OHIF's panel falls back to the app's labels and keys positive clicks by label
+name. Request keys (merged over :meth:`XFlowReviseTask.config`):
 
 ``foreground`` / ``background`` (lists of ``[i, j, k]``)
     The clicks so far, as MONAI Label clients send them: voxel indices of the image as
@@ -15,17 +21,27 @@ prompts. Request keys (merged over :meth:`XFlowReviseTask.config`):
     (:func:`label_keyed_clicks`); clicks under several names need ``finding`` to say which.
 ``result_extension`` / ``result_dtype``
     As for ``xflow`` (OHIF asks ``.nrrd`` / ``uint8``).
+``label`` (a finding's name)
+    The segment the clicks are for, as Slicer sends it: that finding is revised. Only a
+    declared label name is accepted here (never a path; see
+    :func:`~monailabel_xflow.app.requests.take_label_name`, which moves it to ``label_name``).
 ``finding`` (str) or ``instruction`` (text naming one finding)
-    Which finding is being revised; decides the label value written. Optional when the
-    previous label holds exactly one finding.
+    Which finding is being revised when no ``label`` names it; decides the label value
+    written. Optional when the previous label holds exactly one finding. Naming another
+    finding than ``label`` is a 422.
 ``label`` (file, optional)
     The previous label map (what the client shows), uploaded with the request. The revised
     finding's region of it is the previous mask M_{t-1}; the other findings are kept as they are.
+
 ``auto`` (bool)
     Let π_rev propose the clicks instead of the human (Stage 2 from the previous mask, or
     from Stage 1 when there is none); needs a revision policy in the model configuration.
 ``max_clicks`` (int)
     Budget of π_rev clicks for ``auto``.
+
+The result's ``label_names`` lists the findings the returned label map holds (the revised one and
+those of an uploaded previous label), each with its fixed value 1..7; Slicer imports the single
+revised finding into the selected segment and leaves every other segment as it was.
 
 The segmenter caches the image embedding per image content, so successive clicks on one image
 cost one mask decode each, not an image encode.
@@ -43,14 +59,14 @@ from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError, http_errors
 from monailabel_xflow.app.infer import (
     FINDING_CHOICES,
-    LABELS,
     _base_infer_task,
     _picked,
     as_max_clicks,
+    present_label_names,
     result_format,
     write_result,
 )
-from monailabel_xflow.app.requests import as_bool, number_lists
+from monailabel_xflow.app.requests import LABEL_NAME_KEY, as_bool, number_lists
 from monailabel_xflow.app.runtime import XFlowRuntime
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 
@@ -86,15 +102,21 @@ def label_keyed_clicks(data: Mapping[str, Any]) -> dict[str, Any]:
     request already has ``foreground``; else ``{"foreground": points}`` plus ``finding`` when the
     request names none.
 
+    The segment named by ``label`` (Slicer's selected segment) says which finding's clicks
+    count; clicks stored under other findings' names are then ignored, never a 422.
+
     Raises:
-        RequestError: clicks under several findings' names and no ``finding`` saying which one
-            is revised, or a ``finding`` other than the one clicked.
+        RequestError: clicks under several findings' names and no ``label`` / ``finding`` saying
+            which one is revised, or a ``finding`` other than the one clicked.
     """
     if data.get("foreground"):
         return {}
     keyed = {f: data[f] for f in FINDINGS if data.get(f)}
     if not keyed:
         return {}
+    segment = data.get(LABEL_NAME_KEY)
+    if segment:
+        return {"foreground": keyed[segment]} if segment in keyed else {}
     picked = _picked(data.get("finding"), REVISE_FINDING_CHOICES)
     if len(keyed) > 1 and len(picked) != 1:
         raise RequestError(f"clicks for several findings ({', '.join(keyed)}); revise one at a time: set "
@@ -111,25 +133,34 @@ def label_keyed_clicks(data: Mapping[str, Any]) -> dict[str, Any]:
 def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -> tuple[str, Any | None]:
     """The finding under revision and, when given as text, its instruction.
 
+    The segment a ``label`` names (Slicer's selected segment) decides; ``instruction`` or
+    ``finding`` may then only name the same finding. Without ``label``: the instruction, else the
+    ``finding`` picker, else the single finding of the previous label.
+
     Raises:
         InstructionError: an instruction naming zero or several findings, or an unknown finding.
-        RequestError: nothing says which finding and the previous label does not tell.
+        RequestError: nothing says which finding and the previous label does not tell, or
+            ``label`` and ``instruction`` / ``finding`` name different findings.
     """
+    from monailabel_xflow.app.requests import as_choice
     from monailabel_xflow.instructions import from_choices, parse_instruction
 
+    segment = as_choice(data.get(LABEL_NAME_KEY), "label", FINDINGS)
     text = data.get("instruction")
-    if isinstance(text, str) and text.strip():
-        ins = parse_instruction(text)
-        return ins.finding, ins
     picked = _picked(data.get("finding"), REVISE_FINDING_CHOICES)
     if len(picked) > 1:
         raise RequestError(f"revise one finding at a time, got {picked}")
-    if picked:
-        return from_choices(picked)[0].finding, None
+    ins = parse_instruction(text) if isinstance(text, str) and text.strip() else None
+    asked = ins.finding if ins is not None else from_choices(picked)[0].finding if picked else None
+    if segment and asked and asked != segment:
+        raise RequestError(f"the clicks are for the {segment!r} segment but the options ask {asked!r}: "
+                           "clear `instruction` / `finding`, or select that finding's segment")
+    if segment or asked:
+        return segment or asked, ins
     values = sorted(int(v) for v in np.unique(previous) if v) if previous is not None else []
     if len(values) == 1:
         return FINDINGS[values[0] - 1], None
-    raise RequestError("say which finding to revise: set `finding` (one of "
+    raise RequestError("say which finding to revise: select its segment (`label`), set `finding` (one of "
                        f"{', '.join(FINDINGS)}) or `instruction`"
                        + (f"; the previous label holds {len(values)} findings" if values else ""))
 
@@ -142,7 +173,7 @@ class XFlowReviseTask(_base_infer_task()):
 
         super().__init__(
             type=InferType.DEEPEDIT,
-            labels=dict(LABELS),
+            labels={},  # the app's labels come from `xflow`; see the module docstring
             dimension=2,
             description=description or "XFlow click revision: positive clicks grow, negative clicks shrink "
                                        f"the finding's mask ({runtime.describe()})",
@@ -196,7 +227,7 @@ class XFlowReviseTask(_base_infer_task()):
             "label_value": value,
             "clicks": [{"positive": c.positive, "x": c.x, "y": c.y} for c in clicks],
             "pixels": int(mask.sum()),
-            "label_names": dict(LABELS),
+            "label_names": present_label_names(label, also=[finding]),
             **extra,
             "latencies": {"pre": round(t_pre - t0, 4), "infer": round(t_model - t_pre, 4),
                           "total": round(time.perf_counter() - t0, 4)},

@@ -1,9 +1,10 @@
 """The ``rosalia`` infer task: the papers' single-shot baseline beside ``xflow``.
 
 Same request keys as ``xflow`` (``instruction`` free text or the ``finding`` / ``location``
-pickers, ``overlay``, ``trace``, ``result_extension`` / ``result_dtype``, ``store_seg``;
+pickers, ``overlay``, ``trace``, ``result_extension`` / ``result_dtype``, ``store_seg``,
+``label_values``;
 :func:`~monailabel_xflow.app.infer.instructions_from_request` reads them), same output: one
-label map painted with the findings' label values (:func:`~monailabel_xflow.app.infer.paint`),
+label map painted with the values ``label_names`` gives (:func:`~monailabel_xflow.app.infer.paint`),
 ``answer`` sentences and ``findings`` records in XFlow's words, ``traces`` (ROSALIA's: raw text
 with ``[SEG]``, decision, timings). ROSALIA has no clicks: ``max_clicks`` / ``revise`` are not
 options of this task.
@@ -34,6 +35,7 @@ from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ModelsNotConfiguredError, http_errors
 from monailabel_xflow.app.infer import (
     FINDING_CHOICES,
+    LABEL_VALUE_CHOICES,
     LABELS,
     LOCATION_CHOICES,
     _base_infer_task,
@@ -41,6 +43,7 @@ from monailabel_xflow.app.infer import (
     finding_masks,
     finding_record,
     instructions_from_request,
+    label_names_for,
     paint,
     result_format,
     seg_request,
@@ -174,7 +177,8 @@ class RosaliaInferTask(_base_infer_task()):
             description=description or f"ROSALIA (the papers' baseline) instruction-guided CXR lesion "
                                        f"segmentation ({runtime.describe()})",
             config={"instruction": "", "finding": list(FINDING_CHOICES), "location": list(LOCATION_CHOICES),
-                    "overlay": False, "trace": True, "store_seg": bool(store_seg)},
+                    "overlay": False, "trace": True, "store_seg": bool(store_seg),
+                    "label_values": list(LABEL_VALUE_CHOICES)},
         )
         self.runtime = runtime
 
@@ -196,6 +200,7 @@ class RosaliaInferTask(_base_infer_task()):
         overlay = as_bool(data.get("overlay", False), "overlay")
         with_trace = as_bool(data.get("trace", True), "trace")
         seg = seg_request(data, instructions, "ROSALIA")  # stored by the app, as for `xflow`
+        names = label_names_for([i.finding for i in instructions], data)
         extension, dtype = result_format(data)  # the same result files as `xflow` (NRRD/NIfTI for OHIF)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
         t_pre = time.perf_counter()
@@ -207,15 +212,15 @@ class RosaliaInferTask(_base_infer_task()):
                 mask, answer, trace = predictor.predict(instr)
                 results.append(RosaliaResult(instr, bool(mask.any()), mask, answer, trace))
         t_model = time.perf_counter()
-        label, overlap = paint(results, ref.shape)
+        label, overlap = paint(results, ref.shape, names)
         answer = " ".join(r.message for r in results)
         label_file = write_result(label, ref, extension, dtype, answer)
         params: dict[str, Any] = {
             "answer": answer,
-            "findings": [finding_record(r) for r in results],
+            "findings": [finding_record(r, names) for r in results],
             "empty": not bool(label.any()),
             "overlap_pixels": overlap,
-            "label_names": dict(LABELS),
+            "label_names": names,
             "models": self.runtime.describe(),
         }
         if with_trace:

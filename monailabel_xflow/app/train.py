@@ -18,6 +18,16 @@ starts). It calls :func:`finetune_from_labels`, which
    ``<model_dir>/xflow_segmenter.rejected/`` with the reason logged and in the stats;
 5. writes ``train_stats.json`` beside it (``promoted``, ``reason``, the held-out IoUs).
 
+Progress and outcome use the keys MONAI Label's own trainers publish
+(``monailabel.tasks.train.handler.prepare_stats``) and 3D Slicer's module reads
+(``MONAILabel.py`` ``monitorTraining`` / ``updateGUIFromParameterNode``): ``epoch`` and
+``total_epochs`` count optimiser steps (done / asked; :class:`TrainProgress` rewrites the file
+after every step, so Slicer's bar moves), ``current_time`` while running and ``total_time`` when
+done, ``start_ts``, and ``best_metric``: the held-out mean IoU of the segmenter that serves after
+the run (Slicer's accuracy bar; the previous value while running, 0 when never measured).
+``promoted`` / ``reason`` say what happened to the result ("kept aside: held-out IoU ... is below
+the serving segmenter's ...").
+
 Request parameters are validated by :func:`train_params` (also before the subprocess starts).
 The serving app picks promoted weights up at the next request (see
 :meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`). The policies' trainers come from
@@ -63,6 +73,52 @@ def train_params(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 STATS_FILE = "train_stats.json"
+
+
+class TrainProgress:
+    """Publishes a training run's progress in ``train_stats.json`` under MONAI Label's keys.
+
+    Args:
+        path: the stats file (``<model_dir>/train_stats.json``), rewritten atomically.
+        total: optimiser steps asked (published as ``total_epochs``).
+    """
+
+    def __init__(self, path: str | os.PathLike, total: int):
+        import datetime
+
+        self._timedelta = datetime.timedelta
+        self.path = Path(path)
+        self.total = int(total)
+        self.start = time.time()
+        previous = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.best_metric = float(previous.get("best_metric") or 0.0)
+
+    def _elapsed(self) -> str:
+        return str(self._timedelta(seconds=int(time.time() - self.start)))
+
+    def _write(self, stats: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(stats, indent=1))
+        os.replace(tmp, self.path)  # the server reads it while training runs: never half a file
+
+    def step(self, step: int, total: int | None = None, loss: float | None = None) -> None:
+        """Publish ``step`` of ``total`` optimiser steps done (running: ``current_time``)."""
+        self.total = int(total or self.total)
+        self._write({"epoch": int(step), "total_epochs": self.total, "best_metric": self.best_metric,
+                     "start_ts": int(self.start), "current_time": self._elapsed(),
+                     "loss": None if loss is None else float(loss)})
+
+    def done(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """Publish the outcome: ``stats`` plus ``epoch = total_epochs``, ``total_time`` and
+        ``best_metric`` (held-out IoU of the segmenter serving now; unchanged when not measured)."""
+        serving = stats.get("heldout_iou_candidate") if stats.get("promoted") else stats.get("heldout_iou_current")
+        if serving is not None:
+            self.best_metric = float(serving)
+        out = {**stats, "epoch": int(stats.get("steps", self.total)), "total_epochs": self.total,
+               "best_metric": self.best_metric, "start_ts": int(self.start), "total_time": self._elapsed()}
+        self._write(out)
+        return out
 
 
 MIN_COMPONENT_SHARE = 0.001
@@ -112,7 +168,8 @@ def finetune_from_labels(
     Returns:
         Stats: ``images`` (trained on), ``prompts``, ``steps``, ``losses``, ``loss_first``,
         ``loss_last``, ``heldout_images``, the :func:`promotion_check` keys, ``seconds``,
-        ``output`` (where the model went), ``start_weights``.
+        ``output`` (where the model went), ``start_weights``, and MONAI Label's ``epoch``,
+        ``total_epochs``, ``best_metric``, ``start_ts``, ``total_time`` (:class:`TrainProgress`).
 
     Raises:
         RequestError: no labeled image holds a finding to train on.
@@ -136,9 +193,11 @@ def finetune_from_labels(
     samples = [SegSample(image, mask) for _, image, prompts in train for _, mask in prompts]
     cfg = SegmenterTrainConfig(learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed))
     output_dir = Path(output_dir)
+    progress = TrainProgress(output_dir.parent / STATS_FILE, int(steps))
+    progress.step(0)
     tmp = output_dir.with_name(output_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False)
+    result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False, on_step=progress.step)
     check = promotion_check(segmenter, tmp, [(image, prompts) for _, image, prompts in held])
     destination = output_dir if check["promoted"] else output_dir.with_name(output_dir.name + ".rejected")
     old = destination.with_name(destination.name + ".old")
@@ -152,7 +211,7 @@ def finetune_from_labels(
              "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
              "heldout_images": [path for path, _, _ in held], **check,
              "seconds": round(time.perf_counter() - t0, 3), "output": str(destination), "start_weights": str(segmenter)}
-    (output_dir.parent / STATS_FILE).write_text(json.dumps(stats, indent=1))
+    stats = progress.done(stats)
     log = logger.info if check["promoted"] else logger.warning
     log("fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f; %s (%s)", len(samples), len(train),
         stats["loss_first"], stats["loss_last"], check["reason"], destination)

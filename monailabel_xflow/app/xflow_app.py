@@ -47,6 +47,7 @@ class XFlowApp(MONAILabelApp):
     def __init__(self, app_dir: str, studies: str, conf: Mapping[str, str]):
         from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
         from monailabel_xflow.app.guard import install as install_guard
+        from monailabel_xflow.app.slicer import install as install_slicer_samples
 
         conf = app_conf(conf)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
@@ -59,6 +60,7 @@ class XFlowApp(MONAILabelApp):
         super().__init__(app_dir=app_dir, studies=studies, conf=conf, name="XFlow",
                          description=app_description(self.xflow.runtime), version=__version__)
         install_guard()  # body limit, id checks, infer params confined
+        install_slicer_samples()  # next sample: one file for Slicer, never a numbered series
 
     def init_datastore(self):
         return init_datastore(self, super().init_datastore)
@@ -180,10 +182,11 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
     ``save_label`` (batch infer) the result is saved under a checked tag through the datastore.
     """
     from monailabel_xflow.app.guard import upload_paths_allowed
-    from monailabel_xflow.app.requests import as_bool, check_id
+    from monailabel_xflow.app.requests import as_bool, check_id, take_label_name
 
     with http_errors("infer"):
         request = dict(request)
+        take_label_name(request)  # Slicer's `label`: the clicked segment's name, not a file
         store = datastore or app.datastore()
         request["image"], image_id = confined_image(request.get("image"), store)
         if image_id is not None:
@@ -226,10 +229,11 @@ def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
         params["seg_not_stored"] = "the image is an upload, not a series of the PACS; name it by its `image` id"
         return
     from monailabel_xflow.app import layout
+    from monailabel_xflow.app.infer import to_fixed_values
 
     algorithm = str(wanted.get("algorithm") or "XFlow")
     _, ref = layout.load_image(datastore.get_image_uri(image_id), image_id)
-    label = layout.read_label(result["file"], ref.shape)
+    label = to_fixed_values(layout.read_label(result["file"], ref.shape), params.get("label_names"))
     params["seg_series"] = datastore.store_seg(image_id, label, findings=wanted.get("findings", ()),
                                                algorithm=algorithm, masks=wanted.get("masks"))
     logger.info("stored %s's answer for %s as SEG %s", algorithm, image_id, params["seg_series"])

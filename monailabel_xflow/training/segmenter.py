@@ -34,7 +34,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -236,6 +236,7 @@ def finetune_segmenter(
     out_dir: str | Path,
     cfg: SegmenterTrainConfig | None = None,
     progress: bool = True,
+    on_step: Callable[[int, int, float], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune a Sam3Tracker checkpoint on ``samples`` and save it to ``out_dir``.
 
@@ -245,6 +246,8 @@ def finetune_segmenter(
         out_dir: where the fine-tuned model is saved (``save_pretrained``).
         cfg: hyperparameters; defaults are the paper's.
         progress: show a tqdm bar (rank 0 only).
+        on_step: called on the main process after every optimiser step with
+            ``(step, total_steps, loss)`` (e.g. to publish training progress).
 
     Returns:
         ``{"steps", "losses", "out_dir"}`` with the loss of every optimiser step.
@@ -318,6 +321,8 @@ def finetune_segmenter(
                 step += 1
                 bar.update(1)
                 bar.set_postfix(loss=f"{losses[-1]:.4f}")
+                if on_step is not None and accelerator.is_main_process:
+                    on_step(step, total, losses[-1])
                 if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < total \
                         and accelerator.is_main_process:
                     # no LR schedule: the checkpoint of step k is what a k-step run would save
