@@ -352,7 +352,6 @@ def finding_masks(results: Sequence[Any], shape: tuple[int, int]) -> dict[str, n
     return out
 
 
-def finding_record(res: Any) -> dict[str, Any]:
 def finding_record(res: Any, values: Mapping[str, int] | None = None) -> dict[str, Any]:
     """One instruction's record in the result params; ``label_value`` is its value in the label map."""
     ins = res.instruction
