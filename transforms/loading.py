@@ -118,7 +118,8 @@ PathLike = str | os.PathLike
 
 
 class CXRLoadError(BadRequestError):
-    """A file that cannot be loaded as a frontal chest radiograph.
+    """A file that cannot be loaded as a frontal chest radiograph. The message names the file by
+    its base name (a server never hands out its folders); :attr:`path` keeps the whole path.
 
     Attributes:
         path: the file, as a string.
@@ -128,7 +129,7 @@ class CXRLoadError(BadRequestError):
     def __init__(self, path: PathLike, reason: str):
         self.path = str(path)
         self.reason = reason
-        super().__init__(f"cannot load chest radiograph {self.path!r}: {reason}")
+        super().__init__(f"cannot load chest radiograph {Path(self.path).name!r}: {reason}")
 
 
 def load_cxr(path: PathLike, allow_lateral: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
@@ -354,18 +355,21 @@ def check_nifti_header(path: PathLike, what: str = "image") -> None:
 
 
 def open_nifti(path: PathLike, what: str = "image"):
-    """``(NibabelReader, image)`` of a single-file NIfTI after :func:`check_nifti_header` and
-    :func:`check_pixel_count` (every dimension counts); nothing but the header is read yet.
+    """``(NibabelReader, image)`` of a single-file 2D NIfTI (``(W, H)`` or ``(W, H, 1)``) after
+    :func:`check_nifti_header` and :func:`check_pixel_count`; nothing but the header is read yet.
 
     Raises:
-        CXRLoadError: refused header (see above).
+        CXRLoadError: refused header (see above), or not 2D.
     """
     from monai.data import NibabelReader
 
     check_nifti_header(path, what)
     reader = NibabelReader()
     nifti = reader.read(str(path))  # the header only: a .nii.gz is not decompressed yet
-    check_pixel_count(tuple(int(n) for n in nifti.header.get_data_shape()), path, what)
+    declared = tuple(int(n) for n in nifti.header.get_data_shape())
+    if len(declared) < 2 or any(n != 1 for n in declared[2:]):
+        raise CXRLoadError(path, f"a volume of shape {declared} is not a 2D {what}: expected (W, H) or (W, H, 1)")
+    check_pixel_count(declared, path, what)
     return reader, nifti
 
 
@@ -528,11 +532,7 @@ def _read_nifti(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     """NIfTI through MONAI's NibabelReader: voxel index ``(i, j)`` = (column, row), see
     :func:`save_nifti_2d`. The affine's direction is not applied (as for MONAI Label clients,
     voxel indices are the display frame)."""
-    reader, nifti = open_nifti(path)
-    declared = tuple(int(n) for n in nifti.shape)
-    if len(declared) < 2 or any(n != 1 for n in declared[2:]):
-        raise CXRLoadError(path, f"a volume of shape {declared} is not a 2D "
-                                 "radiograph: expected (W, H) or (W, H, 1)")
+    reader, nifti = open_nifti(path, "radiograph")
     voxels, _ = reader.get_data(nifti)  # (W, H[, 1, ...]) as stored
     voxels = voxels.reshape(voxels.shape[:2])
     zooms = nifti.header.get_zooms()
