@@ -113,7 +113,8 @@ def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
         fmt = sniff_format(raw) if os.path.getsize(raw) else None
         if fmt not in formats:
             kinds = ", ".join(sorted({CANONICAL_SUFFIX[f] for f in formats}))
-            raise UploadError(f"uploaded {field} is not {kinds} by its content (the file name does not decide)")
+            raise UploadError(f"cannot load uploaded {field}: unreadable as {kinds} by its content (the file name "
+                              "does not decide)")
         final = raw + CANONICAL_SUFFIX[fmt]
         os.rename(raw, final)
         return final
