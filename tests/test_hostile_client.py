@@ -30,19 +30,12 @@ import pytest
 import requests
 from PIL import Image
 from servers import REPO, monailabel_server
+from test_hostile_server import SQUARE, WIDE, hostile_setup, png_bytes
 
 pytestmark = pytest.mark.timeout(1200)
 
-WIDE = "wide_00000129"  # 512 wide, 400 high
-SQUARE = "00004296_000"
 LINKED = "linked_00001933"
 BOMB_BYTES = 512 << 20  # what each compression bomb expands to
-
-
-def png_bytes(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def hashes(folder: Path) -> dict[str, str]:
@@ -63,14 +56,7 @@ def rss_kib(pid: int) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("hostile2")
-    models = tiny_models(tmp / "models")
-    with open(models, "a") as f:
-        f.write("max_new_tokens: 24\n")
-    studies = tmp / "studies"
-    studies.mkdir()
-    nih = cxr_samples / "nih" / "images"
-    Image.open(nih / "00000129_000.png").convert("L").resize((512, 400)).save(studies / f"{WIDE}.png")
-    Image.open(nih / f"{SQUARE}.png").convert("L").resize((384, 384)).save(studies / f"{SQUARE}.png")
+    models, studies, nih = hostile_setup(tmp, cxr_samples, tiny_models)
     outside = tmp / "outside"
     outside.mkdir()
     target = outside / "admin_placed.png"

@@ -67,9 +67,9 @@ def nifti_bomb(path: Path, shape: tuple[int, ...], total_bytes: int | None = Non
     return path
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory, cxr_samples, tiny_models):
-    tmp = tmp_path_factory.mktemp("hostile")
+def hostile_setup(tmp: Path, cxr_samples: Path, tiny_models) -> tuple[Path, Path, Path]:
+    """``(models.yaml, studies, nih images)``: the tiny models (text capped so a request stays
+    quick) and a studies folder of two real radiographs, WIDE (512 x 400) and SQUARE (384 x 384)."""
     models = tiny_models(tmp / "models")
     with open(models, "a") as f:  # random tiny policies ramble: cap their text so a request stays quick
         f.write("max_new_tokens: 24\n")
@@ -78,6 +78,13 @@ def srv(tmp_path_factory, cxr_samples, tiny_models):
     nih = cxr_samples / "nih" / "images"
     Image.open(nih / "00000129_000.png").convert("L").resize((512, 400)).save(studies / f"{WIDE}.png")
     Image.open(nih / f"{SQUARE}.png").convert("L").resize((384, 384)).save(studies / f"{SQUARE}.png")
+    return models, studies, nih
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, cxr_samples, tiny_models):
+    tmp = tmp_path_factory.mktemp("hostile")
+    models, studies, nih = hostile_setup(tmp, cxr_samples, tiny_models)
     outside = tmp / "outside"
     outside.mkdir()
     canary = outside / "canary.png"

@@ -266,6 +266,11 @@ CANONICAL_SUFFIX = {"PNG": ".png", "JPEG": ".jpg", "DICOM": ".dcm", "NIfTI": ".n
                     "NRRD": ".nrrd"}
 """The suffix a stored file gets for the format its content shows (:func:`sniff_format`)."""
 
+IMAGE_FORMATS = ("PNG", "JPEG", "DICOM", "NIfTI", "NIfTI-gz")
+"""Formats (:func:`sniff_format`) a radiograph may be stored or uploaded as."""
+LABEL_FORMATS = ("PNG", "NIfTI", "NIfTI-gz", "NRRD")
+"""Formats (:func:`sniff_format`) a label map may be stored or uploaded as."""
+
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
 
@@ -403,14 +408,16 @@ def read_nrrd(path: PathLike, what: str = "label") -> np.ndarray:
         if end < 0:
             raise CXRLoadError(path, f"{what}: NRRD header without its blank line within {MAX_HEADER_BYTES} bytes "
                                      "(detached headers are not read)")
-        try:
-            header = nrrd.read_header(head[:end].decode("latin-1").split("\n"))
-        except Exception as exc:  # pynrrd's NRRDError and parsing errors: a bad header
-            raise CXRLoadError(path, f"{what}: bad NRRD header ({str(exc)[:160]})") from exc
-        named = sorted(k for k in header if k.lower() in _NRRD_REFERENCES)
-        if named:
+        lines = head[:end].decode("latin-1").split("\n")
+        named = sorted({line.split(":", 1)[0].strip() for line in lines[1:]
+                        if ":" in line and line.split(":", 1)[0].strip().lower() in _NRRD_REFERENCES})
+        if named:  # before parsing: "data file: LIST" is followed by lines that are file names
             raise CXRLoadError(path, f"{what}: NRRD header field(s) {', '.join(named)} refused: the data must "
                                      "follow the header in the same file")
+        try:
+            header = nrrd.read_header(lines)
+        except Exception as exc:  # pynrrd's NRRDError and parsing errors: a bad header
+            raise CXRLoadError(path, f"{what}: bad NRRD header ({str(exc)[:160]})") from exc
         sizes = [int(n) for n in np.atleast_1d(header.get("sizes", []))]
         if not sizes or len(sizes) != int(header.get("dimension", len(sizes))) or len(sizes) > 16:
             raise CXRLoadError(path, f"{what}: NRRD sizes {sizes[:20]} do not match its dimension")

@@ -187,8 +187,7 @@ class XFlowLocalDatastore(_local_base()):
         from filelock import FileLock
         from monailabel.datastore.local import DataModel, ImageLabelModel
 
-        from monailabel_xflow.app.guard import IMAGE_FORMATS
-        from monailabel_xflow.transforms.loading import load_cxr
+        from monailabel_xflow.transforms.loading import IMAGE_FORMATS, load_cxr
 
         with http_errors("add image"):
             check_id(image_id, "image")
@@ -234,7 +233,7 @@ class XFlowLocalDatastore(_local_base()):
                 self.refresh()
 
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
-        from monailabel_xflow.app.guard import LABEL_FORMATS
+        from monailabel_xflow.transforms.loading import LABEL_FORMATS
 
         with http_errors("save label"):
             check_id(image_id, "image")
@@ -244,7 +243,6 @@ class XFlowLocalDatastore(_local_base()):
             stored_name(self, image_id, suffix)
             if not label_filename.endswith(suffix):
                 raise _conflict(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
-            _check_info_size(dict(label_info or {}), "label info")
             return super().save_label(image_id, label_filename, label_tag, label_info)
 
     def remove_label(self, label_id: str, label_tag: str) -> None:

@@ -42,6 +42,7 @@ from urllib.parse import parse_qsl
 from monailabel_xflow.app.errors import (RequestError, SessionNotFoundError, UnsafeIdError, UploadError, http_errors,
                                          status_of)
 from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_json_object, parse_params
+from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +75,6 @@ def _check_upload_name(upload: Any, field: str) -> str:
 
 # --- the one upload path ------------------------------------------------------------------------
 
-IMAGE_FORMATS = ("PNG", "JPEG", "DICOM", "NIfTI", "NIfTI-gz")
-LABEL_FORMATS = ("PNG", "NIfTI", "NIfTI-gz", "NRRD")
 UPLOAD_PREFIX = "xflow-upload-"
 
 
@@ -88,7 +87,7 @@ def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
     Args:
         upload: a Starlette ``UploadFile`` (its size is bounded by the body limit).
         field: ``"image"`` or ``"label"``, for messages.
-        formats: the formats accepted (:data:`IMAGE_FORMATS` or :data:`LABEL_FORMATS`).
+        formats: the formats accepted (``loading.IMAGE_FORMATS`` or ``loading.LABEL_FORMATS``).
 
     Returns:
         The temporary file's path, ending in the format's canonical suffix.
@@ -391,7 +390,8 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
     queues: at most one train and one batch infer running or queued (a second is refused: 429
     naming the task); a scoring request while one is already queued joins it (returns that task)
     instead of queueing another run. On a server without CUDA a batch infer runs on the CPU
-    (upstream would divide by its zero GPUs)."""
+    (upstream would divide by its zero GPUs); its label tag is plain text (``original`` unless
+    given)."""
     from monailabel.utils.async_tasks.task import AsyncTask
 
     merged = {**(request or {}), **(params if isinstance(params, dict) else {})}
@@ -402,8 +402,10 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
     if method == "batch_infer":
         import torch
 
+        # upstream's default tag is an Enum whose str() names a folder "DefaultLabelTag.ORIGINAL"
+        params = {**(params or {}), "label_tag": str(merged.get("label_tag") or "original")}
         if not torch.cuda.is_available():
-            params = {**(params or {}), "device": "cpu", "multi_gpu": False}
+            params.update({"device": "cpu", "multi_gpu": False})
     with _TASK_LOCK:
         pending = _pending(method)
         if method in ONE_AT_A_TIME and pending and not force_sync:
