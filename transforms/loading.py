@@ -117,6 +117,17 @@ _PIL_GRAY_MODES = frozenset({"1", "L", "LA", "I", "F", "I;16", "I;16B", "I;16L",
 PathLike = str | os.PathLike
 
 
+UPLOAD_PREFIX = "xflow-upload-"
+"""Name prefix of the server's temporary upload files (``app.guard.receive_upload``)."""
+
+
+def shown_name(path: PathLike, what: str = "file") -> str:
+    """How a message names a file: ``what 'base name'``, never its folder; a temporary upload is
+    ``the uploaded <what>`` (its random name would tell the client nothing and vary per request)."""
+    name = Path(path).name
+    return f"the uploaded {what}" if name.startswith(UPLOAD_PREFIX) else f"{what} {name!r}"
+
+
 class CXRLoadError(BadRequestError):
     """A file that cannot be loaded as a frontal chest radiograph. The message names the file by
     its base name (a server never hands out its folders); :attr:`path` keeps the whole path.
@@ -129,7 +140,7 @@ class CXRLoadError(BadRequestError):
     def __init__(self, path: PathLike, reason: str):
         self.path = str(path)
         self.reason = reason
-        super().__init__(f"cannot load chest radiograph {Path(self.path).name!r}: {reason}")
+        super().__init__(f"cannot load {shown_name(path, 'chest radiograph')}: {reason}")
 
 
 def load_cxr(path: PathLike, allow_lateral: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
@@ -389,7 +400,8 @@ def read_nrrd(path: PathLike, what: str = "label") -> np.ndarray:
     pynrrd; a detached ``data file`` or a ``line skip``/``byte skip`` is refused; every one of
     ``sizes`` counts against :data:`MAX_PIXELS`; ``raw`` data is read, ``gzip``/``bzip2`` data
     stream-decompressed, in both cases stopping at the ``prod(sizes) x itemsize`` bytes the header
-    declares (memory at most that, whatever the stream would expand to).
+    declares (memory at most that, whatever the stream would expand to); a compressed stream that
+    goes on past them is refused.
 
     Raises:
         CXRLoadError: not NRRD, refused header field, too large, unsupported encoding or type,
@@ -436,8 +448,11 @@ def read_nrrd(path: PathLike, what: str = "label") -> np.ndarray:
             data = f.read(nbytes)
         elif encoding in ("gzip", "gz", "bzip2", "bz2"):
             gz = encoding in ("gzip", "gz")
-            data = _inflate(f, zlib.decompressobj(zlib.MAX_WBITS | 32) if gz else bz2.BZ2Decompressor(), nbytes,
+            data = _inflate(f, zlib.decompressobj(zlib.MAX_WBITS | 32) if gz else bz2.BZ2Decompressor(), nbytes + 1,
                             path)
+            if len(data) > nbytes:  # a bomb: the stream goes on past what the header declares
+                raise CXRLoadError(path, f"{what}: NRRD {encoding} data expands past the {nbytes} bytes its header "
+                                         "declares (refused while decompressing)")
         else:
             raise CXRLoadError(path, f"{what}: NRRD encoding {encoding!r}; raw, gzip or bzip2 are read")
     if len(data) < nbytes:

@@ -42,7 +42,7 @@ from urllib.parse import parse_qsl
 from monailabel_xflow.app.errors import (RequestError, SessionNotFoundError, UnsafeIdError, UploadError, http_errors,
                                          status_of)
 from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_json_object, parse_params
-from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS
+from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,6 @@ def _check_upload_name(upload: Any, field: str) -> str:
 
 # --- the one upload path ------------------------------------------------------------------------
 
-UPLOAD_PREFIX = "xflow-upload-"
 
 
 def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:

@@ -155,9 +155,9 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
             the file by its base name only.
     """
     from monailabel_xflow.transforms.loading import (CXRLoadError, check_pixel_count, from_reader_order, open_nifti,
-                                                     read_nrrd, sniff_format)
+                                                     read_nrrd, shown_name, sniff_format)
 
-    name = Path(path).name
+    name = shown_name(path, "label file")
     try:
         fmt = sniff_format(path)
         if fmt == "PNG":
@@ -179,13 +179,13 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
                 raise LabelError(f"label of shape {voxels.shape} is not 2D (expected (W, H) or (W, H, 1))")
             values = from_reader_order(voxels.reshape(voxels.shape[:2]))
         else:
-            raise LabelError(f"label file {name!r} is not PNG, NIfTI (.nii, .nii.gz) or NRRD by its content")
+            raise LabelError(f"{name} is not PNG, NIfTI (.nii, .nii.gz) or NRRD by its content")
     except LabelError:
         raise
     except CXRLoadError as exc:
-        raise LabelError(f"label file {name!r}: {exc.reason}") from exc
+        raise LabelError(f"{name}: {exc.reason}") from exc
     except Exception as exc:
-        raise LabelError(f"unreadable label file {name!r} ({type(exc).__name__})") from exc
+        raise LabelError(f"unreadable {name} ({type(exc).__name__})") from exc
     if shape is not None and tuple(values.shape) != tuple(shape):
         h, w = shape
         raise LabelError(f"label is {values.shape[1]} x {values.shape[0]} (W x H) but the image is {w} x {h}")
