@@ -121,16 +121,20 @@ UPLOAD_PREFIX = "xflow-upload-"
 """Name prefix of the server's temporary upload files (``app.guard.receive_upload``)."""
 
 
-def shown_name(path: PathLike, what: str = "file") -> str:
-    """How a message names a file: ``what 'base name'``, never its folder; a temporary upload is
-    ``the uploaded <what>`` (its random name would tell the client nothing and vary per request)."""
+def shown_name(path: PathLike, what: str = "file", whole: bool = False) -> str:
+    """How a message names a file: ``what 'name'`` (the base name, or the path as given with
+    ``whole``); a temporary upload is ``the uploaded <what>`` (its random name would tell the
+    client nothing). The server's answers never hold a folder either way (``app.guard`` cuts
+    absolute paths out of every JSON answer)."""
     name = Path(path).name
-    return f"the uploaded {what}" if name.startswith(UPLOAD_PREFIX) else f"{what} {name!r}"
+    if name.startswith(UPLOAD_PREFIX):
+        return f"the uploaded {what}"
+    return f"{what} {str(path) if whole else name!r}"
 
 
 class CXRLoadError(BadRequestError):
-    """A file that cannot be loaded as a frontal chest radiograph. The message names the file by
-    its base name (a server never hands out its folders); :attr:`path` keeps the whole path.
+    """A file that cannot be loaded as a frontal chest radiograph. The message names the file as
+    given (an upload as "the uploaded chest radiograph": :func:`shown_name`).
 
     Attributes:
         path: the file, as a string.
@@ -140,7 +144,7 @@ class CXRLoadError(BadRequestError):
     def __init__(self, path: PathLike, reason: str):
         self.path = str(path)
         self.reason = reason
-        super().__init__(f"cannot load {shown_name(path, 'chest radiograph')}: {reason}")
+        super().__init__(f"cannot load {shown_name(path, 'chest radiograph', whole=True)}: {reason}")
 
 
 def load_cxr(path: PathLike, allow_lateral: bool = False) -> tuple[np.ndarray, dict[str, Any]]:

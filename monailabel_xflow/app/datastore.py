@@ -19,7 +19,8 @@
       server keeps (:func:`check_client_info`).
 
 :class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``)
-    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes running it against Orthanc showed necessary:
+    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes running it against Orthanc showed necessary
+    (and ``PUT``/``DELETE /datastore/image`` refused, 405: the PACS is the source of images):
 
     * start-up never downloads dcmqi (:func:`make_dicomweb_datastore` replaces
       ``MONAILabelApp._init_dicomweb_datastore``);
@@ -172,6 +173,12 @@ def _conflict(detail: str):
     return HTTPException(status_code=409, detail=detail)
 
 
+def _refused(detail: str):
+    from fastapi import HTTPException
+
+    return HTTPException(status_code=405, detail=detail)
+
+
 class XFlowLocalDatastore(_local_base()):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
     is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
@@ -303,6 +310,16 @@ def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
 
 class XFlowDICOMwebDatastore(_dicomweb_base()):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
+
+    def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
+        """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
+        upstream would put the file in the local cache, where it shadows the PACS."""
+        raise _refused("images come from the PACS: store the radiograph there (DICOMweb STOW), not through "
+                       "PUT /datastore/image")
+
+    def remove_image(self, image_id: str) -> None:
+        """Refused (405): deleting a series is the PACS's business, not the labeling server's."""
+        raise _refused("images live in the PACS: delete a series there, not through DELETE /datastore/image")
 
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first
