@@ -15,12 +15,25 @@ starts; from then on, in the server process:
 * **infer requests** (``POST /infer/{model}``) go through :func:`guarded_run_inference`: the
   ``params`` JSON is parsed with its limits and may not set ``image``, ``label``, ``session``,
   ``save_label``, ``label_tag`` ... (:data:`~monailabel_xflow.app.requests.RESERVED_PARAMS`);
-  the image is the ``image`` id, an uploaded ``file`` or a session's image. Only inside this
+  the image is the ``image`` id, an uploaded ``file`` or a live session's image (an unknown or
+  expired session is a 404 saying so); ``output=dicom_seg`` is refused. Only inside this
   route does :func:`~monailabel_xflow.app.xflow_app.checked_infer` accept the server's own upload
   and session paths (:func:`upload_paths_allowed`); everywhere else an image is a datastore id;
+* **uploads** (infer ``file``/``label``, ``PUT /datastore/image``, ``PUT /datastore/label``) take
+  one path, :func:`receive_upload`: the client's file name is checked (255 bytes, no NUL) and
+  otherwise ignored, the content decides the type and the stored suffix, and the temporary file
+  is removed whatever happens; upload ``params`` and info updates are bounded JSON objects that
+  may not set the keys the server writes (:func:`~monailabel_xflow.app.datastore.check_client_info`);
 * **sessions** (``PUT /session/``) take plain uploads only (:func:`guarded_create_session`);
 * **train, scoring and batch-infer requests** are validated (:func:`validate_task_request`)
   before MONAI Label starts their subprocess, so a bad value is a 422 now, not a log line later;
+  their queues are bounded (:func:`guarded_async_run`: one train, one batch infer, one waiting
+  scoring run) and a stop cancels what is queued (:func:`guarded_stop`);
+* **closed routes** (:func:`refusal`): ``/logs/`` unless MONAI Label's authentication is on,
+  ``/proxy/`` unless the studies are a DICOMweb URL, the deprecated ``POST /train/``, model
+  replacement, whole-slide inference;
+* **answers**: every JSON answer loses its absolute paths (:func:`without_paths`) and every
+  answer carries ``X-Content-Type-Options: nosniff``;
 * **errors** of the documented types (:mod:`.errors`), malformed JSON form fields and MONAI
   Label's own input errors become 4xx with a ``detail`` instead of a bare 500.
 """
@@ -410,7 +423,7 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
         if method in ONE_AT_A_TIME and pending and not force_sync:
             task = pending[0]
             return None, (f"a {method} task ({task['id']}, {task['status'].lower()}) is already running or queued; "
-                          f"wait for it or stop it (DELETE /{'train' if method == 'train' else 'batch/infer'}/)")
+                          f"wait for it or stop it (DELETE {'/train/' if method == 'train' else '/batch/infer'})")
         queued = [t for t in pending if t.get("status") == "SUBMITTED"]
         if method == "scoring" and queued and not force_sync:
             logger.info("scoring request joins the queued scoring task %s", queued[0]["id"])
