@@ -156,6 +156,18 @@ def deflated_dicom_bomb(total: int) -> bytes:
     return out.getvalue() + stream
 
 
+def nifti_huge_extension() -> bytes:
+    """A gzipped 512 x 400 NIfTI label whose header extension claims 1 GiB (a reader allocates it)."""
+    import nibabel as nib
+
+    header = nib.Nifti1Header()
+    header.set_data_dtype(np.uint8)
+    header.set_data_shape((512, 400, 1))
+    header["vox_offset"] = 368.0
+    ext = struct.pack("<ii", 1 << 30, 6) + bytes(8)
+    return gzip.compress(header.binaryblock + b"\1\0\0\0" + ext + bytes(512 * 400) + bytes(1 << 20))
+
+
 def nifti_far_offset(total_zeros: int) -> bytes:
     """A gzipped 512 x 400 NIfTI whose ``vox_offset`` is 2^33 (a reader seeks through the stream)."""
     import nibabel as nib
@@ -329,6 +341,7 @@ def test_compression_bombs_keep_server_memory_bounded(srv):
             "gzip NRRD bomb to infer": (infer(srv, "xflow_revise", WIDE, {"finding": "edema"},
                                               files={"label": ("l.nrrd", gzip_bomb)}), "expands past"),
             "bzip2 NRRD label bomb": (put_label(srv, WIDE, "l.nrrd", bzip_bomb), "expands past"),
+            "NIfTI extension of 1 GiB": (put_label(srv, WIDE, "l.nii.gz", nifti_huge_extension()), "does not fit"),
             "Deflated DICOM bomb": (put_image(srv, "bomb.dcm", dicom_bomb, image="dcmbomb"), "inflates past"),
             "Deflated DICOM bomb to infer": (infer(srv, "xflow", params={"instruction": "edema"},
                                                    files={"file": ("b.dcm", dicom_bomb)}), "inflates past"),

@@ -341,8 +341,9 @@ def sniff_format(path: PathLike) -> str | None:
 def check_nifti_header(path: PathLike, what: str = "image") -> None:
     """Refuse, from the first bytes alone, a NIfTI that would make a reader follow another file,
     seek far or allocate much: a header/image pair (``ni1``/``ni2``: the pixels are in a second
-    file), header extensions, a ``vox_offset`` past :data:`MAX_HEADER_BYTES` (a gzip stream would
-    be decompressed up to it), a data type over 64 bits. Pixel counts are checked by the caller.
+    file), a ``vox_offset`` past :data:`MAX_HEADER_BYTES` (a gzip stream would be decompressed up
+    to it), a header extension that does not end before the pixel data (a reader allocates what
+    its size field says), a data type over 64 bits. Pixel counts are checked by the caller.
 
     Raises:
         CXRLoadError: one of the above, or not a NIfTI-1/2 header.
@@ -365,11 +366,20 @@ def check_nifti_header(path: PathLike, what: str = "image") -> None:
     if not single:
         raise CXRLoadError(path, f"{what}: a NIfTI header whose pixels are in a separate .img file; "
                                  "only single-file .nii / .nii.gz is read")
-    if len(head) < size_at + 4 or head[ext_at] != 0:
-        raise CXRLoadError(path, f"{what}: NIfTI header extensions are not accepted")
+    if len(head) < size_at + 4:
+        raise CXRLoadError(path, f"{what}: truncated NIfTI header")
     if not 0 <= offset <= MAX_HEADER_BYTES:
         raise CXRLoadError(path, f"{what}: NIfTI pixel data at byte {offset:.0f} (vox_offset); at most "
                                  f"{MAX_HEADER_BYTES} bytes of header are accepted")
+    if head[ext_at] != 0:  # extensions: each record must end before the pixel data (a reader reads whole records)
+        block, _ = _first_bytes(path, int(offset))
+        pos = ext_at + 4
+        while pos + 8 <= offset:
+            esize = struct.unpack(endian + "i", block[pos:pos + 4])[0] if len(block) >= pos + 4 else -1
+            if esize < 8 or pos + esize > offset:
+                raise CXRLoadError(path, f"{what}: NIfTI header extension of {esize} bytes at byte {pos} does not "
+                                         "fit before the pixel data")
+            pos += esize
     if not 0 < bitpix <= 64:
         raise CXRLoadError(path, f"{what}: NIfTI of {bitpix} bits per voxel; at most 64")
 

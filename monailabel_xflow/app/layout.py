@@ -179,7 +179,7 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
                 raise LabelError(f"label of shape {voxels.shape} is not 2D (expected (W, H) or (W, H, 1))")
             values = from_reader_order(voxels.reshape(voxels.shape[:2]))
         else:
-            raise LabelError(f"{name} is not PNG, NIfTI (.nii, .nii.gz) or NRRD by its content")
+            raise LabelError(f"unreadable {name}: not PNG, NIfTI (.nii, .nii.gz) or NRRD by its content")
     except LabelError:
         raise
     except CXRLoadError as exc:
