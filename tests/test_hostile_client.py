@@ -209,6 +209,7 @@ def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
         ("over-long upload name", put_image(srv, "a" * 300 + ".png", png), "255"),
         ("stored name over 255 bytes", put_image(srv, "x.png", png, image="\u00e9" * 127), "255 bytes"),
         ("label upload name NUL", put_label(srv, WIDE, "l\0.png", label), "NUL"),
+        ("label tag of 256 bytes", put_label(srv, WIDE, "l.png", label, tag="t" * 256), "names a folder"),
         ("batch infer writes final", call(srv, "POST", "/batch/infer/xflow", params={"run_sync": "true"},
                                           json={"label_tag": "final", "images": [WIDE]}), "final"),
         ("info sets a server key", call(srv, "PUT", "/datastore/image/info", params={"image": WIDE},

@@ -240,11 +240,15 @@ class XFlowLocalDatastore(_local_base()):
                 self.refresh()
 
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
+        from monailabel_xflow.app.errors import RequestError
         from monailabel_xflow.transforms.loading import LABEL_FORMATS
 
         with http_errors("save label"):
             check_id(image_id, "image")
             check_id(label_tag, "label tag")
+            if len(label_tag.encode("utf-8", "surrogatepass")) > MAX_STORED_NAME_BYTES or label_tag.startswith("."):
+                raise RequestError(f"label tag {label_tag[:40]!r}... names a folder: at most {MAX_STORED_NAME_BYTES} "
+                                   "bytes, not starting with '.'")
             _check_label_for(self, image_id, label_filename)
             suffix = stored_suffix(label_filename, LABEL_FORMATS, "label")
             stored_name(self, image_id, suffix)
