@@ -56,11 +56,8 @@ def rss_kib(pid: int) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("hostile2")
-    models, studies, nih = hostile_setup(tmp, cxr_samples, tiny_models)
-    outside = tmp / "outside"
-    outside.mkdir()
-    target = outside / "admin_placed.png"
-    Image.open(nih / "00001933_000.png").convert("L").resize((256, 256)).save(target)
+    models, studies, target = hostile_setup(tmp, cxr_samples, tiny_models, "admin_placed.png")
+    outside = target.parent
     (studies / f"{LINKED}.png").symlink_to(target)
     canary = outside / "canary.txt"
     canary.write_bytes(b"CANARY-SECRET-" + os.urandom(8).hex().encode() + b"\n" * 64)
