@@ -398,6 +398,9 @@ def test_ids_never_name_datastore_folders_and_deletes_stay_inside(srv):
     assert (srv.studies / "datastore_v2.json").is_file()
     listing = call(srv, "GET", "/datastore/", params={"output": "all"}).json()
     assert WIDE in json.dumps(listing) and str(srv.studies) not in json.dumps(listing)
+    train_list = call(srv, "GET", "/datastore/", params={"output": "train"})  # upstream: absolute paths
+    assert train_list.status_code == 200 and f"{WIDE}.png" in train_list.text
+    assert str(srv.studies) not in train_list.text
     # deleting a linked image removes the link, never the file outside the datastore
     assert call(srv, "DELETE", "/datastore/image", params={"id": LINKED}).status_code == 200
     assert not os.path.lexists(srv.studies / f"{LINKED}.png")
@@ -454,6 +457,8 @@ def test_sessions_and_clicks_on_the_image_edge(srv):
     s = call(srv, "PUT", "/session/", params={"expiry": 2}, files={"files": ("w.png", png)})
     assert s.status_code == 200, s.text
     sid = s.json()["session_id"]
+    got = call(srv, "GET", f"/session/{sid}")
+    assert got.status_code == 200 and str(srv.tmp) not in got.text
     assert str(srv.tmp) not in s.text  # the session's folder is not handed out
     live = infer(srv, "xflow", query={"session_id": sid}, params={"instruction": "edema", "revise": False})
     assert live.status_code == 200, live.text[:300]
