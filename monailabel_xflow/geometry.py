@@ -216,10 +216,13 @@ def client_index_to_point(index: Sequence[float], shape: Sequence[int]) -> tuple
     """A Slicer/OHIF click ``[i, j(, k)]`` on an ``(H, W)`` image -> normalised ``(x, y)``.
 
     MONAI's readers hold a 2D radiograph as ``(W, H[, 1])``, so ``i`` indexes columns and
-    ``j`` rows; the returned point is the centre of that pixel.
+    ``j`` rows; the returned point is the centre of the nearest pixel. Coordinates are continuous:
+    any ``-0.5 <= i < W`` and ``-0.5 <= j < H`` lies on the image (a viewer's ``[0, W)`` image
+    coordinates and ITK's voxel-centred indices alike; ``511.999`` on a 512-wide image is its
+    last column).
 
     Raises:
-        GeometryError: wrong arity, a non-zero slice index, or a pixel outside the image.
+        GeometryError: wrong arity, a non-zero slice index, or a point outside the image.
     """
     if len(index) not in (2, 3):
         raise GeometryError(f"a click needs 2 or 3 indices [i, j, k], got {list(index)}")
@@ -228,9 +231,9 @@ def client_index_to_point(index: Sequence[float], shape: Sequence[int]) -> tuple
     if len(index) == 3 and int(round(float(index[2]))) != 0:
         raise GeometryError(f"click {list(index)} is on slice {index[2]}; a radiograph has one slice (k=0)")
     h, w = int(shape[0]), int(shape[1])
-    col, row = int(round(i)), int(round(j))
-    if not (0 <= col < w and 0 <= row < h):
-        raise GeometryError(f"click {list(index)} lies outside the {w} x {h} image (i < W, j < H)")
+    if not (-0.5 <= i < w and -0.5 <= j < h):
+        raise GeometryError(f"click {list(index)} lies outside the {w} x {h} image (0 <= i < W, 0 <= j < H)")
+    col, row = min(max(int(round(i)), 0), w - 1), min(max(int(round(j)), 0), h - 1)
     return pixel_to_point(row, col, shape)
 
 

@@ -87,10 +87,17 @@ def test_dicomweb_ids_are_confined_and_the_pacs_is_untouched(pacs):
          "invalid image id"),
         ("scoring traversal", requests.post(f"{pacs.url}/scoring/xflow_uncertainty", params={"run_sync": "true"},
                                             json={"images": [f"{uid}/../x"]}, timeout=60), 400, "invalid image id"),
+        # issue 23: the PACS is the source of images; the logs stay closed without authentication
+        ("upload an image", requests.put(f"{ds}/image", params={"image": "x"},
+                                         files={"file": ("x.png", label_file.read_bytes())}, timeout=60), 405, "PACS"),
+        ("delete a series", requests.delete(f"{ds}/image", params={"id": uid}, timeout=60), 405, "PACS"),
+        ("logs", requests.get(f"{pacs.url}/logs/", timeout=60), 403, "authentication"),
+        ("dicom_seg output", infer(pacs, "xflow", uid, ok, output="dicom_seg"), 422, "store_seg"),
     ]
     for what, r, status, word in answers:
         assert r.status_code == status, (what, r.status_code, r.text[:300])
         assert word in r.json()["detail"], (what, r.text[:300])
+        assert str(pacs.tmp) not in r.text, what  # no server path in any answer
     by = {what: r for what, r, _, _ in answers}
     for a, b in (("params image = canary", "params image = missing"), ("query image = canary", "query image = missing")):
         assert by[a].text == by[b].text  # the answer does not tell which file exists
@@ -106,4 +113,6 @@ def test_dicomweb_ids_are_confined_and_the_pacs_is_untouched(pacs):
     assert not (pacs.cache.parent / "evil").exists() and not any(pacs.tmp.rglob("evil*"))
     again = infer(pacs, "xflow", uid, ok)
     assert again.status_code == 200 and again.json()["findings"][0]["finding"] == "edema"
+    info = requests.get(f"{ds}/image/info", params={"image": uid}, timeout=60)
+    assert info.status_code == 200 and str(pacs.tmp) not in info.text  # the cache folder is not handed out
     assert pacs.server.proc.alive()

@@ -67,9 +67,10 @@ def nifti_bomb(path: Path, shape: tuple[int, ...], total_bytes: int | None = Non
     return path
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory, cxr_samples, tiny_models):
-    tmp = tmp_path_factory.mktemp("hostile")
+def hostile_setup(tmp: Path, cxr_samples: Path, tiny_models, outside_png: str) -> tuple[Path, Path, Path]:
+    """``(models.yaml, studies, outside png)``: the tiny models (text capped so a request stays
+    quick), a studies folder of two real radiographs, WIDE (512 x 400) and SQUARE (384 x 384), and
+    a third (256 x 256) outside it, in ``tmp/outside/<outside_png>``."""
     models = tiny_models(tmp / "models")
     with open(models, "a") as f:  # random tiny policies ramble: cap their text so a request stays quick
         f.write("max_new_tokens: 24\n")
@@ -78,10 +79,17 @@ def srv(tmp_path_factory, cxr_samples, tiny_models):
     nih = cxr_samples / "nih" / "images"
     Image.open(nih / "00000129_000.png").convert("L").resize((512, 400)).save(studies / f"{WIDE}.png")
     Image.open(nih / f"{SQUARE}.png").convert("L").resize((384, 384)).save(studies / f"{SQUARE}.png")
-    outside = tmp / "outside"
-    outside.mkdir()
-    canary = outside / "canary.png"
-    Image.open(nih / "00001933_000.png").convert("L").resize((256, 256)).save(canary)
+    outside = tmp / "outside" / outside_png
+    outside.parent.mkdir()
+    Image.open(nih / "00001933_000.png").convert("L").resize((256, 256)).save(outside)
+    return models, studies, outside
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, cxr_samples, tiny_models):
+    tmp = tmp_path_factory.mktemp("hostile")
+    models, studies, canary = hostile_setup(tmp, cxr_samples, tiny_models, "canary.png")
+    outside = canary.parent
     stat = canary.stat()
     os.utime(canary, ns=(stat.st_mtime_ns - 10 ** 12, stat.st_mtime_ns))  # atime < mtime: a read moves it
     probe = outside / "probe.png"

@@ -4,10 +4,23 @@
     MONAI Label's ``LocalDatastore`` that refuses, before anything is written, images XFlow
     cannot load (corrupt, non-image, multi-slice, lateral: 400) and labels that do not fit
     their image (wrong size, values outside 0..7: 422; unknown image: 404). A refused request
-    leaves ``datastore_v2.json``, the images and ``labels/`` untouched.
+    leaves ``datastore_v2.json``, the images and ``labels/`` untouched. Besides:
+
+    * a stored file is named ``<id><suffix>`` with the suffix its **content** shows (``.png``,
+      ``.jpg``, ``.dcm``, ``.nii[.gz]``, ``.nrrd``), never the client's, so no id can name the
+      datastore's own files or folders (``labels``, ``datastore_v2.json``, ``.lock``): ids that
+      start with ``.``, whose stored name would exceed 255 bytes, or that would not read back as
+      the same id are refused (:func:`stored_name`);
+    * deletes never leave the folder: the image's (or label's) own directory entry is unlinked,
+      a symbolic link is removed and its target kept, a directory is never removed;
+    * an image that has labels is not replaced by a re-upload (409): its labels describe the old
+      pixels; delete it first (which removes its labels) or upload under a new id;
+    * image info is bounded (:data:`MAX_INFO_TOTAL_BYTES`) and clients cannot write the keys the
+      server keeps (:func:`check_client_info`).
 
 :class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``)
-    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes running it against Orthanc showed necessary:
+    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes running it against Orthanc showed necessary
+    (and ``PUT``/``DELETE /datastore/image`` refused, 405: the PACS is the source of images):
 
     * start-up never downloads dcmqi (:func:`make_dicomweb_datastore` replaces
       ``MONAILabelApp._init_dicomweb_datastore``);
@@ -65,6 +78,88 @@ def _dicomweb_base():
     return DICOMWebDatastore
 
 
+MAX_STORED_NAME_BYTES = 255
+MAX_INFO_TOTAL_BYTES = 64 * 1024
+"""Largest image or label info, as JSON, after an update (413 above)."""
+SERVER_INFO_KEYS = frozenset({"name", "ts", "path", "checksum", "strategy", "user"})
+"""Image/label info keys the server writes; a client's info update or upload params may not set
+them (nor any ``xflow_...`` key: scores written by scoring)."""
+
+
+def check_client_info(info: Mapping[str, Any], what: str = "info") -> dict[str, Any]:
+    """A client's image/label info (upload ``params``, ``PUT .../info``) without server keys.
+
+    Raises:
+        RequestError: a key of :data:`SERVER_INFO_KEYS` or starting with ``xflow_`` (422).
+    """
+    from monailabel_xflow.app.errors import RequestError
+
+    kept = sorted(k for k in info if k in SERVER_INFO_KEYS or str(k).startswith(("xflow_", "_")))
+    if kept:
+        raise RequestError(f"{what} may not set {', '.join(map(repr, kept))}: the server writes these keys")
+    return dict(info)
+
+
+def _check_info_size(info: Mapping[str, Any], what: str) -> None:
+    from monailabel_xflow.app.errors import RequestTooLargeError
+
+    size = len(json.dumps(info, default=str))
+    if size > MAX_INFO_TOTAL_BYTES:
+        raise RequestTooLargeError(f"{what} would be {size} bytes of JSON; at most {MAX_INFO_TOTAL_BYTES}")
+
+
+def stored_name(datastore: Any, item_id: str, suffix: str) -> str:
+    """``<id><suffix>``, the file name an image or label is stored under, checked.
+
+    Raises:
+        UnsafeIdError: not a plain id, starting with ``.``, or not reading back as ``item_id``
+            from its stored name (MONAI Label derives ids from file names).
+        RequestError: the stored name is over :data:`MAX_STORED_NAME_BYTES` bytes (422).
+    """
+    from monailabel_xflow.app.errors import RequestError, UnsafeIdError
+
+    check_id(item_id, "image")
+    name = f"{item_id}{suffix}"
+    if item_id.startswith("."):
+        raise UnsafeIdError(f"invalid image id {item_id[:40]!r}: an id may not start with '.'")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_STORED_NAME_BYTES:
+        raise RequestError(f"image id too long: its stored name {name[:40]!r}... would be over "
+                           f"{MAX_STORED_NAME_BYTES} bytes")
+    if datastore._to_id(name) != (item_id, suffix):
+        raise UnsafeIdError(f"invalid image id {item_id[:60]!r}: it ends in or holds a file suffix, so its "
+                            "stored file would read back as another id")
+    return name
+
+
+def stored_suffix(path: str, formats: tuple[str, ...], what: str) -> str:
+    """The suffix a file is stored under: the one its content shows.
+
+    Raises:
+        CXRLoadError: content none of ``formats``.
+    """
+    from monailabel_xflow.transforms.loading import CANONICAL_SUFFIX, CXRLoadError, sniff_format
+
+    fmt = sniff_format(path)
+    if fmt not in formats:
+        raise CXRLoadError(path, f"{what} is not {', '.join(formats)} by its content")
+    return CANONICAL_SUFFIX[fmt]
+
+
+def unlink_inside(path: str, folder: str) -> bool:
+    """Remove the directory entry ``path`` of ``folder`` itself: a file, or a symbolic link (its
+    target stays). Never a directory, never anything outside ``folder``. Returns whether removed."""
+    entry = os.path.abspath(path)
+    if os.path.dirname(entry) != os.path.abspath(folder):
+        logger.warning("refusing to delete %s: not an entry of %s", entry, folder)
+        return False
+    if os.path.islink(entry) or os.path.isfile(entry):
+        os.unlink(entry)
+        return True
+    if os.path.isdir(entry):
+        logger.warning("refusing to delete %s: a directory", entry)
+    return False
+
+
 def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None:
     """Refuse a label for an unknown image, or one that does not fit the image."""
     uri = datastore.get_image_uri(image_id)
@@ -74,25 +169,123 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
     layout.read_label(label_filename, ref.shape)
 
 
+def _conflict(detail: str):
+    from fastapi import HTTPException
+
+    return HTTPException(status_code=409, detail=detail)
+
+
+def _refused(detail: str):
+    from fastapi import HTTPException
+
+    return HTTPException(status_code=405, detail=detail)
+
+
 class XFlowLocalDatastore(_local_base()):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
     is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
     it read or write outside its folder."""
 
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
-        with http_errors("add image"):
-            from monailabel_xflow.transforms.loading import load_cxr
+        """Store a loadable radiograph as ``<id><suffix of its content>`` (see module docstring).
 
+        Raises (as HTTP): 400 not loadable or an unsafe id, 409 the id has labels, 413/422 info."""
+        import shutil
+        import time
+
+        from filelock import FileLock
+        from monailabel.datastore.local import DataModel, ImageLabelModel
+
+        from monailabel_xflow.transforms.loading import IMAGE_FORMATS, load_cxr
+
+        with http_errors("add image"):
             check_id(image_id, "image")
             load_cxr(image_filename)
-            return super().add_image(image_id, image_filename, image_info)
+            name = stored_name(self, image_id, stored_suffix(image_filename, IMAGE_FORMATS, "image"))
+            ext = name[len(image_id):]
+            info = dict(image_info or {})
+            _check_info_size(info, "image info")
+            folder = self._datastore.image_path()
+            with FileLock(self._lock_file):
+                old = self._datastore.objects.get(image_id)
+                if old is not None and old.labels:
+                    raise _conflict(f"image {image_id!r} has labels ({', '.join(sorted(old.labels))}) that describe "
+                                    "its current pixels: delete it first (its labels go with it) or upload under a "
+                                    "new id")
+                dest = os.path.join(folder, name)
+                if os.path.isdir(dest) or (os.path.lexists(dest) and old is None):
+                    raise _conflict(f"image {image_id!r}: the studies folder already holds {name!r} that is not "
+                                    "this image")
+                if old is not None:
+                    unlink_inside(os.path.join(folder, self._filename(image_id, old.image.ext)), folder)
+                shutil.copyfile(image_filename, dest)
+                info.update({"ts": int(time.time()), "name": name})
+                self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=info, ext=ext))
+                self._update_datastore_file(lock=False)
+            logger.info("added image %s as %s", image_id, name)
+            return image_id
+
+    def remove_image(self, image_id: str) -> None:
+        """Remove the image's labels and its own directory entry (a link, never its target)."""
+        from monailabel_xflow.app.errors import ImageNotFoundError
+
+        with http_errors("remove image"):
+            check_id(image_id, "image")
+            obj = self._datastore.objects.get(image_id)
+            if obj is None:
+                raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
+            for tag in list(obj.labels):
+                self.remove_label(image_id, tag)
+            folder = self._datastore.image_path()
+            unlink_inside(os.path.join(folder, self._filename(image_id, obj.image.ext)), folder)
+            if not self._auto_reload:
+                self.refresh()
 
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
+        from monailabel_xflow.app.errors import RequestError
+        from monailabel_xflow.transforms.loading import LABEL_FORMATS
+
         with http_errors("save label"):
             check_id(image_id, "image")
             check_id(label_tag, "label tag")
+            if len(label_tag.encode("utf-8", "surrogatepass")) > MAX_STORED_NAME_BYTES or label_tag.startswith("."):
+                raise RequestError(f"label tag {label_tag[:40]!r}... names a folder: at most {MAX_STORED_NAME_BYTES} "
+                                   "bytes, not starting with '.'")
             _check_label_for(self, image_id, label_filename)
+            suffix = stored_suffix(label_filename, LABEL_FORMATS, "label")
+            stored_name(self, image_id, suffix)
+            if not label_filename.endswith(suffix):
+                raise _conflict(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
             return super().save_label(image_id, label_filename, label_tag, label_info)
+
+    def remove_label(self, label_id: str, label_tag: str) -> None:
+        """Unlink the label's own entry in ``labels/<tag>/`` (a link, never its target)."""
+        check_id(label_id, "label")
+        check_id(label_tag, "label tag")
+        label = self._datastore.label(label_id, label_tag)
+        if label is not None:
+            folder = self._datastore.label_path(label_tag)
+            unlink_inside(os.path.join(folder, self._filename(label_id, label.ext)), folder)
+        if not self._auto_reload:
+            self.refresh()
+
+    def update_image_info(self, image_id: str, info: dict[str, Any]) -> None:
+        from monailabel_xflow.app.errors import ImageNotFoundError
+
+        with http_errors("image info"):
+            check_id(image_id, "image")
+            obj = self._datastore.objects.get(image_id)
+            if obj is None:
+                raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
+            _check_info_size({**obj.image.info, **info}, "image info")
+            return super().update_image_info(image_id, info)
+
+    def update_label_info(self, label_id: str, label_tag: str, info: dict[str, Any]) -> None:
+        with http_errors("label info"):
+            label = self._datastore.label(check_id(label_id, "label"), check_id(label_tag, "label tag"))
+            if label is not None:
+                _check_info_size({**label.info, **info}, "label info")
+            return super().update_label_info(label_id, label_tag, info)
 
     def get_image_uri(self, image_id: str) -> str:
         check_id(image_id, "image")
@@ -123,6 +316,16 @@ def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
 
 class XFlowDICOMwebDatastore(_dicomweb_base()):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
+
+    def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
+        """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
+        upstream would put the file in the local cache, where it shadows the PACS."""
+        raise _refused("images come from the PACS: store the radiograph there (DICOMweb STOW), not through "
+                       "PUT /datastore/image")
+
+    def remove_image(self, image_id: str) -> None:
+        """Refused (405): deleting a series is the PACS's business, not the labeling server's."""
+        raise _refused("images live in the PACS: delete a series there, not through DELETE /datastore/image")
 
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first

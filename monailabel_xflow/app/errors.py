@@ -62,6 +62,14 @@ class ImageNotFoundError(NotFoundError):
     """An image id the datastore does not hold."""
 
 
+class SessionNotFoundError(NotFoundError):
+    """A session id the server does not hold (never created, removed, or expired)."""
+
+
+class UploadError(BadRequestError):
+    """An uploaded file whose name or content is not accepted (see :mod:`.guard`)."""
+
+
 class ModelsNotConfiguredError(UnavailableError):
     """The app was started without XFlow weights; the message says how to configure them."""
 

@@ -15,12 +15,25 @@ starts; from then on, in the server process:
 * **infer requests** (``POST /infer/{model}``) go through :func:`guarded_run_inference`: the
   ``params`` JSON is parsed with its limits and may not set ``image``, ``label``, ``session``,
   ``save_label``, ``label_tag`` ... (:data:`~monailabel_xflow.app.requests.RESERVED_PARAMS`);
-  the image is the ``image`` id, an uploaded ``file`` or a session's image. Only inside this
+  the image is the ``image`` id, an uploaded ``file`` or a live session's image (an unknown or
+  expired session is a 404 saying so); ``output=dicom_seg`` is refused. Only inside this
   route does :func:`~monailabel_xflow.app.xflow_app.checked_infer` accept the server's own upload
   and session paths (:func:`upload_paths_allowed`); everywhere else an image is a datastore id;
+* **uploads** (infer ``file``/``label``, ``PUT /datastore/image``, ``PUT /datastore/label``) take
+  one path, :func:`receive_upload`: the client's file name is checked (255 bytes, no NUL) and
+  otherwise ignored, the content decides the type and the stored suffix, and the temporary file
+  is removed whatever happens; upload ``params`` and info updates are bounded JSON objects that
+  may not set the keys the server writes (:func:`~monailabel_xflow.app.datastore.check_client_info`);
 * **sessions** (``PUT /session/``) take plain uploads only (:func:`guarded_create_session`);
 * **train, scoring and batch-infer requests** are validated (:func:`validate_task_request`)
   before MONAI Label starts their subprocess, so a bad value is a 422 now, not a log line later;
+  their queues are bounded (:func:`guarded_async_run`: one train, one batch infer, one waiting
+  scoring run) and a stop cancels what is queued (:func:`guarded_stop`);
+* **closed routes** (:func:`refusal`): ``/logs/`` unless MONAI Label's authentication is on,
+  ``/proxy/`` unless the studies are a DICOMweb URL, the deprecated ``POST /train/``, model
+  replacement, whole-slide inference;
+* **answers**: every JSON answer loses its absolute paths (:func:`without_paths`) and every
+  answer carries ``X-Content-Type-Options: nosniff``;
 * **errors** of the documented types (:mod:`.errors`), malformed JSON form fields and MONAI
   Label's own input errors become 4xx with a ``detail`` instead of a bare 500.
 """
@@ -31,11 +44,18 @@ import contextlib
 import contextvars
 import json
 import logging
+import os
+import re
+import tempfile
+import threading
+import time
 from typing import Any, Iterator
 from urllib.parse import parse_qsl
 
-from monailabel_xflow.app.errors import RequestError, UnsafeIdError, http_errors, status_of
-from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_params
+from monailabel_xflow.app.errors import (RequestError, SessionNotFoundError, UnsafeIdError, UploadError, http_errors,
+                                         status_of)
+from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_json_object, parse_params
+from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -59,31 +79,256 @@ def _allow_uploads() -> Iterator[None]:
         _UPLOADS.reset(token)
 
 
-def _check_upload_name(upload: Any, field: str) -> None:
+def _check_upload_name(upload: Any, field: str) -> str:
     name = getattr(upload, "filename", None) or ""
-    if len(name) > MAX_UPLOAD_NAME_CHARS or "\x00" in name:
-        raise RequestError(f"uploaded {field} file name is over {MAX_UPLOAD_NAME_CHARS} characters or holds NUL")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_UPLOAD_NAME_CHARS or "\x00" in name:
+        raise RequestError(f"uploaded {field} file name is over {MAX_UPLOAD_NAME_CHARS} bytes or holds NUL")
+    return name
+
+
+# --- the one upload path ------------------------------------------------------------------------
+
+
+
+def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
+    """Copy one multipart upload to a new file in the server's temporary folder, named by what
+    its **content** is (:func:`~monailabel_xflow.transforms.loading.sniff_format`), never by the
+    client's file name. The caller removes the file (``finally``); on any refusal here it is
+    already gone.
+
+    Args:
+        upload: a Starlette ``UploadFile`` (its size is bounded by the body limit).
+        field: ``"image"`` or ``"label"``, for messages.
+        formats: the formats accepted (``loading.IMAGE_FORMATS`` or ``loading.LABEL_FORMATS``).
+
+    Returns:
+        The temporary file's path, ending in the format's canonical suffix.
+
+    Raises:
+        RequestError: a file name over 255 bytes or holding NUL (422).
+        UploadError: OHIF ``.bin`` scribbles, or content that is none of ``formats`` (400).
+    """
+    import shutil
+
+    from monailabel_xflow.transforms.loading import CANONICAL_SUFFIX, sniff_format
+
+    name = _check_upload_name(upload, field)
+    if name.lower().endswith(".bin"):
+        raise UploadError(f"{field}: binary scribbles (.bin) are not read by the XFlow tasks; send clicks as "
+                          "foreground/background points and a previous label as PNG, NIfTI or NRRD")
+    fd, raw = tempfile.mkstemp(prefix=UPLOAD_PREFIX)
+    final = raw
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(upload.file, out, 1 << 20)
+        fmt = sniff_format(raw) if os.path.getsize(raw) else None
+        if fmt not in formats:
+            kinds = ", ".join(sorted({CANONICAL_SUFFIX[f] for f in formats}))
+            raise UploadError(f"cannot load uploaded {field}: unreadable as {kinds} by its content (the file name "
+                              "does not decide)")
+        final = raw + CANONICAL_SUFFIX[fmt]
+        os.rename(raw, final)
+        return final
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(final)
+        raise
+
+
+def _remove(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _upload_stem(filename: str) -> str:
+    """The image id upstream derives from an upload's name: the base name without its suffixes."""
+    from monailabel.utils.others.generic import file_ext
+
+    base = os.path.basename(filename or "")
+    ext = file_ext(base)
+    return base[: -len(ext)] if ext else base
+
+
+def _open_session(session_id: str) -> Any:
+    """The live session ``session_id``; an unknown, removed or expired one is a 404 saying so."""
+    from monailabel.interfaces.utils.app import app_instance
+
+    check_id(session_id, "session")
+    sessions = app_instance().sessions()
+    session = sessions.get_session(session_id, update_ts=False) if sessions is not None else None
+    if session is not None and session.expiry and session.last_access_ts + session.expiry < time.time():
+        with contextlib.suppress(Exception):
+            sessions.remove_session(session_id)
+        session = None
+    if session is None:
+        raise SessionNotFoundError(f"unknown or expired session {session_id!r}: create one with PUT /session/")
+    sessions.get_session(session_id, update_ts=True)
+    return session
 
 
 def guarded_run_inference(background_tasks, model, image="", session_id="", params="{}", file=None, label=None,
                           output=None):
-    """MONAI Label's ``run_inference`` after the checks of the module docstring."""
+    """MONAI Label's ``run_inference`` with the checks of the module docstring: uploads through
+    :func:`receive_upload` (removed whatever happens), sessions checked, ``output=dicom_seg``
+    refused (the ``store_seg`` option stores results as DICOM SEG)."""
     from monailabel.endpoints import infer as endpoint
+    from monailabel.interfaces.utils.app import app_instance
 
-    with http_errors("infer"):
-        parse_params(params)
-        if session_id:
-            check_id(session_id, "session")
-        elif not file:
-            if not image:
-                raise RequestError("give an image id (`?image=ID`), upload a `file`, or give a `session_id`")
+    temps: list[str] = []
+    try:
+        with http_errors("infer"):
+            p = parse_params(params)
+            if str(getattr(output, "value", output) or "") == "dicom_seg":
+                raise RequestError("output=dicom_seg is not served (it needs dcmqi and a DICOM series on the "
+                                   "server); ask output=image, json or all, or set store_seg to store the result "
+                                   "as a DICOM SEG in the PACS")
+            session = _open_session(session_id) if session_id else None
+            if session is None and not file:
+                if not image:
+                    raise RequestError("give an image id (`?image=ID`), upload a `file`, or give a `session_id`")
+                check_id(image, "image")
+            request = {"model": model, "image": image}
+            if file is not None:
+                temps.append(receive_upload(file, "image", IMAGE_FORMATS))
+                request["image"] = temps[-1]
+            if label is not None:
+                temps.append(receive_upload(label, "label", LABEL_FORMATS))
+                request["label"] = temps[-1]
+            instance = app_instance()
+            request.update(instance.info().get("config", {}).get("infer", {}))
+            request.update(p)
+            if session is not None:
+                request["image"] = session.image
+                request["session"] = session.to_json()
+            with _allow_uploads():
+                result = instance.infer(request)
+            return endpoint.send_response(instance.datastore(), result, output, background_tasks)
+    finally:
+        _remove(temps)
+
+
+def guarded_add_image(background_tasks, image=None, params="{}", file=None, user=None):
+    """``PUT /datastore/image``: the id is ``image`` or the upload's name without suffixes (a plain
+    id either way); the file goes through :func:`receive_upload` and is stored under the suffix
+    its content shows."""
+    from monailabel.interfaces.utils.app import app_instance
+
+    temps: list[str] = []
+    try:
+        with http_errors("add image"):
+            from monailabel_xflow.app.datastore import check_client_info
+
+            save_params = check_client_info(parse_json_object(params, "params"), "params")
+            name = _check_upload_name(file, "image")
+            image_id = check_id(image or _upload_stem(name), "image")
+            temps.append(receive_upload(file, "image", IMAGE_FORMATS))
+            if user:
+                save_params["user"] = user
+            return {"image": app_instance().datastore().add_image(image_id, temps[-1], save_params)}
+    finally:
+        _remove(temps)
+
+
+def guarded_save_label(background_tasks, image, params="{}", tag="final", label=None, user=None):
+    """``PUT /datastore/label`` through :func:`receive_upload` (stored under its content's suffix)."""
+    from monailabel.interfaces.utils.app import app_instance
+
+    temps: list[str] = []
+    try:
+        with http_errors("save label"):
+            save_params = parse_json_object(params, "params")
+            tag = check_id(tag or "final", "label tag")
             check_id(image, "image")
-        for upload, field in ((file, "image"), (label, "label")):
-            if upload is not None:
-                _check_upload_name(upload, field)
-    with _allow_uploads():
-        return endpoint._xflow_upstream_run_inference(background_tasks, model, image, session_id, params, file,
-                                                      label, output)
+            temps.append(receive_upload(label, "label", LABEL_FORMATS))
+            instance = app_instance()
+            label_id = instance.datastore().save_label(image, temps[-1], tag, save_params)
+            res = instance.on_save_label(image, label_id) or {}
+            res.update({"image": image, "label": label_id})
+            return res
+    finally:
+        _remove(temps)
+
+
+MAX_INFO_BYTES = 16 * 1024
+"""Largest ``info`` JSON of one image/label info update (the datastore bounds the total)."""
+
+
+def guarded_update_image_info(image, info="{}", user=None):
+    from monailabel.interfaces.utils.app import app_instance
+
+    with http_errors("image info"):
+        from monailabel_xflow.app.datastore import check_client_info
+
+        check_id(image, "image")
+        values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
+        if user:
+            values["user"] = user
+        return app_instance().datastore().update_image_info(image, values)
+
+
+def guarded_update_label_info(label, tag, info="{}", user=None):
+    from monailabel.interfaces.utils.app import app_instance
+
+    with http_errors("label info"):
+        check_id(label, "label")
+        check_id(tag, "label tag")
+        from monailabel_xflow.app.datastore import check_client_info
+
+        values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
+        if user:
+            values["user"] = user
+        return app_instance().datastore().update_label_info(label, tag, values)
+
+
+CHECKSUM_ALGORITHMS = ("SHA256", "SHA512", "MD5")
+
+
+def guarded_download_image(image, check_only=False, check_sum=None):
+    """``GET``/``HEAD /datastore/image`` with the checksum's algorithm checked (upstream: a 500)."""
+    from monailabel.endpoints import datastore as endpoint
+
+    with http_errors("image"):
+        check_id(image, "image")
+        if check_sum:
+            algo = check_sum.split(":", 1)[0] if ":" in check_sum else "SHA256"
+            if algo not in CHECKSUM_ALGORITHMS or len(check_sum) > 200:
+                raise RequestError(f"check_sum is ALGO:HEX with ALGO one of {', '.join(CHECKSUM_ALGORITHMS)}")
+    return endpoint._xflow_upstream_download_image(image, check_only, check_sum)
+
+
+def guarded_download_dataset(limit_cases=None):
+    """``GET /datastore/dataset``: a 404 naming why when no image has a final label (upstream: a
+    500); the ZIP archive is removed once sent (upstream leaves it in the temporary folder)."""
+    from fastapi.responses import FileResponse
+    from monailabel.interfaces.utils.app import app_instance
+    from starlette.background import BackgroundTask
+
+    from monailabel_xflow.app.errors import ImageNotFoundError
+
+    with http_errors("dataset"):
+        as_int(limit_cases, "limit_cases", 1, 1_000_000)
+        store = app_instance().datastore()
+        if not store.datalist():
+            raise ImageNotFoundError("no image has a final label yet: nothing to put in a dataset archive")
+        path = store.get_dataset_archive(limit_cases)
+    return FileResponse(path, media_type="application/zip", filename="dataset.zip",
+                        background=BackgroundTask(_remove, [path]))
+
+
+def guarded_sample(strategy, params=None, user=None):
+    """``POST /activelearning/{strategy}`` with the parameters bounded (a JSON object) and the
+    strategy bookkeeping of upstream kept out of the client-writable image info's way."""
+    from monailabel.endpoints import activelearning as endpoint
+
+    with http_errors("activelearning"):
+        if params is not None and not isinstance(params, dict):
+            raise RequestError("active learning parameters must be a JSON object")
+        if params and "client_id" in params:
+            from monailabel_xflow.app.requests import as_text
+
+            as_text(params["client_id"], "client_id", 256)
+    return endpoint._xflow_upstream_sample(strategy, params, user)
 
 
 MAX_SESSION_FILES = 16
@@ -114,7 +359,8 @@ def validate_task_request(method: str, request: dict) -> None:
     (where a bad value would only fail later, in the log).
 
     Raises:
-        RequestError, UnsafeIdError: as the task itself would.
+        RequestError, UnsafeIdError: as the task itself would; a batch infer asked to write the
+            ``final`` tag (a model's answer never replaces a person's label).
     """
     from monailabel_xflow.app.requests import as_id_list
 
@@ -133,12 +379,31 @@ def validate_task_request(method: str, request: dict) -> None:
             raise RequestError("images must be 'all', 'labeled', 'unlabeled' or a list of image ids")
         if request.get("label_tag"):
             check_id(request.get("label_tag"), "label tag")
+            if request.get("label_tag") == "final":
+                raise RequestError("batch infer saves the model's answers; label_tag 'final' is a person's label "
+                                   "and is never written by a model (use 'original', the default, or another tag)")
         as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000)
         as_int(request.get("max_workers"), "max_workers", 0, 16)
 
 
+_TASK_LOCK = threading.Lock()
+ONE_AT_A_TIME = ("train", "batch_infer")
+"""Background tasks of which at most one is running or queued: a second request is refused (429)."""
+
+
+def _pending(method: str) -> list[dict]:
+    from monailabel.utils.async_tasks.utils import tasks
+
+    return [t for t in tasks(method) if t.get("status") in ("SUBMITTED", "RUNNING")]
+
+
 def guarded_async_run(method, request=None, params=None, force_sync=False, enqueue=False):
-    """``AsyncTask.run`` after :func:`validate_task_request` on the merged request."""
+    """``AsyncTask.run`` after :func:`validate_task_request` on the merged request, with bounded
+    queues: at most one train and one batch infer running or queued (a second is refused: 429
+    naming the task); a scoring request while one is already queued joins it (returns that task)
+    instead of queueing another run. On a server without CUDA a batch infer runs on the CPU
+    (upstream would divide by its zero GPUs); its label tag is plain text (``original`` unless
+    given)."""
     from monailabel.utils.async_tasks.task import AsyncTask
 
     merged = {**(request or {}), **(params if isinstance(params, dict) else {})}
@@ -146,7 +411,48 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
         if params is not None and not isinstance(params, dict):
             raise RequestError(f"{method} parameters must be a JSON object")
         validate_task_request(method, merged)
-    return AsyncTask._xflow_upstream_run(method, request, params, force_sync, enqueue)
+    if method == "batch_infer":
+        import torch
+
+        # upstream's default tag is an Enum whose str() names a folder "DefaultLabelTag.ORIGINAL"
+        params = {**(params or {}), "label_tag": str(merged.get("label_tag") or "original")}
+        if not torch.cuda.is_available():
+            params.update({"device": "cpu", "multi_gpu": False})
+    with _TASK_LOCK:
+        pending = _pending(method)
+        if method in ONE_AT_A_TIME and pending and not force_sync:
+            task = pending[0]
+            return None, (f"a {method} task ({task['id']}, {task['status'].lower()}) is already running or queued; "
+                          f"wait for it or stop it (DELETE {'/train/' if method == 'train' else '/batch/infer'})")
+        queued = [t for t in pending if t.get("status") == "SUBMITTED"]
+        if method == "scoring" and queued and not force_sync:
+            logger.info("scoring request joins the queued scoring task %s", queued[0]["id"])
+            return queued[0], None
+        return AsyncTask._xflow_upstream_run(method, request, params, force_sync, enqueue)
+
+
+def guarded_stop(method):
+    """``AsyncTask.stop`` that also cancels what is queued: every submitted task of ``method`` is
+    marked STOPPED and never starts (:func:`_skipping_stopped`)."""
+    from monailabel.utils.async_tasks.task import AsyncTask
+
+    with _TASK_LOCK:
+        for task in _pending(method):
+            if task.get("status") == "SUBMITTED":
+                task["status"] = "STOPPED"
+                task["end_ts"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        return AsyncTask._xflow_upstream_stop(method)
+
+
+def _skipping_stopped(upstream):
+    def task_func(task, method, callback=None):
+        if task.get("status") == "STOPPED":  # cancelled while queued
+            logger.info("%s task %s was stopped before it started", method, task.get("id"))
+            return None
+        return upstream(task, method, callback)
+
+    task_func._xflow = True
+    return task_func
 
 
 # --- ASGI middleware ----------------------------------------------------------------------------
@@ -159,6 +465,18 @@ async def _send_json(send, status: int, detail: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _auth_enabled() -> bool:
+    from monailabel.config import settings
+
+    return bool(settings.MONAI_LABEL_AUTH_ENABLE)
+
+
+def _dicomweb_studies() -> bool:
+    from monailabel.config import settings
+
+    return str(settings.MONAI_LABEL_STUDIES or "").startswith(("http://", "https://"))
+
+
 def refusal(method: str, path: str, query: bytes) -> tuple[int, str] | None:
     """``(status, detail)`` when a request is refused before any endpoint runs, else None."""
     segments = path.split("/")
@@ -168,6 +486,13 @@ def refusal(method: str, path: str, query: bytes) -> tuple[int, str] | None:
         return 405, "model files are not replaced over HTTP: the xflow train task and the models configuration change them"
     if segments[1:3] in (["infer", "wsi"], ["infer", "wsi_v2"]):
         return 404, "whole-slide inference is not served by the XFlow app"
+    if segments[1:2] == ["logs"] and not _auth_enabled():
+        return 403, ("the server log is served only behind MONAI Label's authentication "
+                     "(MONAI_LABEL_AUTH_ENABLE=true, admin role); read it on the server host")
+    if segments[1:2] == ["proxy"] and not _dicomweb_studies():
+        return 404, "the DICOMweb proxy serves a DICOMweb datastore only; this server's studies are a folder"
+    if segments[1:] in (["train"], ["train", ""]) and method == "POST":
+        return 405, "the all-models train route is deprecated: POST /train/xflow"
     if segments[1:2] == ["session"] and len(segments) > 2 and segments[2]:
         try:
             check_id(segments[2], "session")
@@ -187,8 +512,60 @@ def refusal(method: str, path: str, query: bytes) -> tuple[int, str] | None:
     return None
 
 
+_ABS_PATH = re.compile(r"(?<![\w.:/~-])/(?:[^\s/'\"<>|:]+/)+([^\s/'\"<>|:]*)")
+MAX_SCRUBBED_BYTES = 8 << 20
+
+
+def without_paths(value: Any) -> Any:
+    """``value`` (a JSON answer) with every absolute path, whole or inside text, cut to its base
+    name: a server never tells a client where its files live. URLs (``http://host/a/b``) stay."""
+    if isinstance(value, str):
+        return _ABS_PATH.sub(lambda m: m.group(1), value) if "/" in value else value
+    if isinstance(value, list):
+        return [without_paths(v) for v in value]
+    if isinstance(value, dict):
+        return {k: without_paths(v) for k, v in value.items()}
+    return value
+
+
+def _scrubbing_send(send):
+    """A ``send`` that holds a JSON answer back, removes paths (:func:`without_paths`) and sends it
+    whole; every answer gets ``X-Content-Type-Options: nosniff`` (a browser renders what the
+    server says it is, never what the bytes look like)."""
+    state: dict[str, Any] = {"start": None, "body": bytearray()}
+
+    async def wrapped(message):
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-content-type-options"]
+            headers.append((b"x-content-type-options", b"nosniff"))
+            message = {**message, "headers": headers}
+            ctype = dict((k.lower(), v) for k, v in headers).get(b"content-type", b"")
+            if ctype.startswith(b"application/json"):
+                state["start"] = message
+                return None
+            return await send(message)
+        if message["type"] == "http.response.body" and state["start"] is not None:
+            state["body"] += message.get("body", b"")
+            if message.get("more_body", False) and len(state["body"]) <= MAX_SCRUBBED_BYTES:
+                return None
+            body = bytes(state["body"])
+            if not message.get("more_body", False):
+                with contextlib.suppress(ValueError, RecursionError):
+                    body = json.dumps(without_paths(json.loads(body))).encode()
+            start, state["start"] = state["start"], None
+            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+            if not message.get("more_body", False):
+                headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            return await send({**message, "body": body})
+        return await send(message)
+
+    return wrapped
+
+
 class GuardMiddleware:
-    """Pure ASGI middleware: body limit, id checks, refused routes (see module docstring)."""
+    """Pure ASGI middleware: body limit, id checks, refused routes, no paths in JSON answers (see
+    module docstring)."""
 
     def __init__(self, app, max_body: int | None = None):
         self.app = app
@@ -225,7 +602,7 @@ class GuardMiddleware:
                     raise HTTPException(413, f"request body over {limit} bytes")
             return message
 
-        return await self.app(scope, limited_receive, send)
+        return await self.app(scope, limited_receive, _scrubbing_send(send))
 
 
 # --- exception handlers -------------------------------------------------------------------------
@@ -279,9 +656,29 @@ def install(fastapi_app: Any = None) -> bool:
     if not hasattr(session_endpoint, "_xflow_upstream_create_session"):
         session_endpoint._xflow_upstream_create_session = session_endpoint.create_session
         session_endpoint.create_session = guarded_create_session
+    from monailabel.endpoints import activelearning as al_endpoint
+    from monailabel.endpoints import datastore as ds_endpoint
+
+    if not hasattr(ds_endpoint, "_xflow_upstream_download_image"):  # the routes look these up at call time
+        ds_endpoint._xflow_upstream_download_image = ds_endpoint.download_image
+        ds_endpoint.download_image = guarded_download_image
+        ds_endpoint.add_image = guarded_add_image
+        ds_endpoint.save_label = guarded_save_label
+        ds_endpoint.update_image_info = guarded_update_image_info
+        ds_endpoint.update_label_info = guarded_update_label_info
+        ds_endpoint.download_dataset = guarded_download_dataset
+    if not hasattr(al_endpoint, "_xflow_upstream_sample"):
+        al_endpoint._xflow_upstream_sample = al_endpoint.sample
+        al_endpoint.sample = guarded_sample
+    from monailabel.utils.async_tasks import utils as task_utils
+
+    if not getattr(task_utils._task_func, "_xflow", False):
+        task_utils._task_func = _skipping_stopped(task_utils._task_func)
     if not hasattr(AsyncTask, "_xflow_upstream_run"):
         AsyncTask._xflow_upstream_run = staticmethod(AsyncTask.run)
         AsyncTask.run = staticmethod(guarded_async_run)
+        AsyncTask._xflow_upstream_stop = staticmethod(AsyncTask.stop)
+        AsyncTask.stop = staticmethod(guarded_stop)
     if getattr(fastapi_app.state, "xflow_guard", False):
         return True
     from monailabel.interfaces.exception import MONAILabelException

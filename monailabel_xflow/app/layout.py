@@ -35,7 +35,6 @@ FINDING_COLOURS: tuple[tuple[int, int, int], ...] = (
     (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
 )
 """RGB of label value ``v`` at index ``v - 1`` (overlays and DICOM SEG segments alike)."""
-_NIFTI = (".nii", ".nii.gz")
 
 
 @dataclass(frozen=True)
@@ -59,11 +58,6 @@ class ImageRef:
     @property
     def label_suffix(self) -> str:
         return ".png" if self.format in ("PNG", "JPEG") else ".nii.gz"
-
-
-def _suffix(path: str | os.PathLike) -> str:
-    name = str(path).lower()
-    return ".nii.gz" if name.endswith(".nii.gz") else Path(name).suffix
 
 
 def load_image(path: str | os.PathLike | None, image_id: str | None = None) -> tuple[np.ndarray, ImageRef]:
@@ -146,18 +140,27 @@ def write_label(label_hw: np.ndarray, ref: ImageRef, directory: str | None = Non
 def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) -> np.ndarray:
     """Read a label map written by a client or by :func:`write_label` as ``uint8 (H, W)``.
 
+    The format is the file's content (:func:`~monailabel_xflow.transforms.loading.sniff_format`),
+    never its name, and the decoders are the loader's bounded ones: sizes refused from the header,
+    NRRD read without following a detached ``data file``, compressed data never inflated past the
+    declared size (:func:`~monailabel_xflow.transforms.loading.read_nrrd`,
+    :func:`~monailabel_xflow.transforms.loading.open_nifti`).
+
     Args:
         path: PNG, NIfTI (``(W, H)`` or ``(W, H, 1)``) or NRRD label.
         shape: the image's ``(H, W)``; when given, a label of another size is refused.
 
     Raises:
-        LabelError: unreadable, not 2D, wrong size, or values outside ``0..7``.
+        LabelError: unreadable, not 2D, wrong size, or values outside ``0..7``. The message names
+            the file by its base name only.
     """
-    from monailabel_xflow.transforms.loading import CXRLoadError, check_pixel_count, from_reader_order
+    from monailabel_xflow.transforms.loading import (CXRLoadError, check_pixel_count, from_reader_order, open_nifti,
+                                                     read_nrrd, shown_name, sniff_format)
 
-    suffix = _suffix(path)
+    name = shown_name(path, "label file")
     try:
-        if suffix == ".png":
+        fmt = sniff_format(path)
+        if fmt == "PNG":
             from PIL import Image
 
             with Image.open(path) as img:
@@ -165,31 +168,24 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
                 values = np.asarray(img)  # (H, W) as PIL holds rows
             if values.ndim == 3:
                 values = values[..., 0]
-        elif suffix in _NIFTI or suffix == ".nrrd":
-            if suffix == ".nrrd":  # pynrrd keeps the file's (W, H[, 1]); ITK drops or moves a size-1 axis
-                import nrrd
-
-                check_pixel_count(_nrrd_sizes(path), path, "label")
-                voxels, _ = nrrd.read(str(path), index_order="F")
+        elif fmt in ("NIfTI", "NIfTI-gz", "NRRD"):
+            if fmt == "NRRD":  # the file's (W, H[, 1]); ITK would drop or move a size-1 axis
+                voxels = read_nrrd(path, "label")
             else:
-                from monai.data import NibabelReader
-
-                reader = NibabelReader()
-                data = reader.read(str(path))
-                check_pixel_count(data.shape, path, "label")  # the header: refuse before a .nii.gz is decompressed
+                reader, data = open_nifti(path, "label")
                 voxels, _ = reader.get_data(data)  # (W, H[, 1])
             voxels = np.asarray(voxels)
             if voxels.ndim < 2 or any(n != 1 for n in voxels.shape[2:]):
                 raise LabelError(f"label of shape {voxels.shape} is not 2D (expected (W, H) or (W, H, 1))")
             values = from_reader_order(voxels.reshape(voxels.shape[:2]))
         else:
-            raise LabelError(f"label file {Path(path).name!r}: use .png, .nii, .nii.gz or .nrrd")
+            raise LabelError(f"unreadable {name}: not PNG, NIfTI (.nii, .nii.gz) or NRRD by its content")
     except LabelError:
         raise
     except CXRLoadError as exc:
-        raise LabelError(f"label file {Path(path).name!r}: {exc.reason}") from exc
+        raise LabelError(f"{name}: {exc.reason}") from exc
     except Exception as exc:
-        raise LabelError(f"unreadable label file {Path(path).name!r} ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        raise LabelError(f"unreadable {name} ({type(exc).__name__})") from exc
     if shape is not None and tuple(values.shape) != tuple(shape):
         h, w = shape
         raise LabelError(f"label is {values.shape[1]} x {values.shape[0]} (W x H) but the image is {w} x {h}")
@@ -197,20 +193,6 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
         raise LabelError(f"label values must be integers 0..{MAX_LABEL_VALUE} (0 background, "
                          f"1..{MAX_LABEL_VALUE} the findings), got {np.unique(values)[:10].tolist()}")
     return values.astype(np.uint8)
-
-
-def _nrrd_sizes(path: str | os.PathLike) -> tuple[int, ...]:
-    """The ``sizes:`` field of an NRRD header (text before the first blank line)."""
-    with open(path, "rb") as f:
-        head = f.read(8192)
-    if not head.startswith(b"NRRD"):
-        raise LabelError(f"label file {Path(path).name!r} is not an NRRD file")
-    for line in head.split(b"\n"):
-        if line.strip() == b"":
-            break
-        if line.lower().startswith(b"sizes:"):
-            return tuple(int(v) for v in line.split(b":", 1)[1].split()[:8])
-    raise LabelError(f"label file {Path(path).name!r}: NRRD header without sizes")
 
 
 def overlay_png(image: np.ndarray, label_hw: np.ndarray) -> bytes:

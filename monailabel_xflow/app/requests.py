@@ -198,24 +198,39 @@ def check_work(findings: int, max_clicks: int) -> None:
                            f"steps; at most {MAX_WORK_STEPS} per request (ask fewer findings or lower max_clicks)")
 
 
+def parse_json_object(text: str | bytes | None, name: str = "params",
+                      max_bytes: int = MAX_PARAMS_BYTES) -> dict[str, Any]:
+    """A JSON-object form field (``params`` of an upload, ``info`` of an info update) of at most
+    ``max_bytes`` and :data:`MAX_PARAM_KEYS` keys; empty text is ``{}``.
+
+    Raises:
+        RequestTooLargeError: over ``max_bytes`` (413).
+        RequestError: not a JSON object or too many keys (422).
+    """
+    if not text:
+        return {}
+    if len(text) > max_bytes:
+        raise RequestTooLargeError(f"{name} is {len(text)} bytes; at most {max_bytes}")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # also Python's 4300-digit integer limit
+        raise RequestError(f"{name} is not valid JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
+    if not isinstance(value, dict):
+        raise RequestError(f"{name} must be a JSON object, got {type(value).__name__}")
+    if len(value) > MAX_PARAM_KEYS:
+        raise RequestError(f"{name} holds {len(value)} keys; at most {MAX_PARAM_KEYS}")
+    return value
+
+
 def parse_params(text: str | bytes | None) -> dict[str, Any]:
-    """The ``params`` form field of an infer request: a JSON object of at most
-    :data:`MAX_PARAMS_BYTES` and :data:`MAX_PARAM_KEYS` keys, none of :data:`RESERVED_PARAMS`.
+    """The ``params`` form field of an infer request: :func:`parse_json_object` with none of
+    :data:`RESERVED_PARAMS`.
 
     Raises:
         RequestTooLargeError: over :data:`MAX_PARAMS_BYTES` (413).
         RequestError: not a JSON object, too many keys, or a reserved key (422).
     """
-    if not text:
-        return {}
-    if len(text) > MAX_PARAMS_BYTES:
-        raise RequestTooLargeError(f"params is {len(text)} bytes; at most {MAX_PARAMS_BYTES}")
-    try:
-        params = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # also Python's 4300-digit integer limit
-        raise RequestError(f"params is not valid JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
-    if not isinstance(params, dict):
-        raise RequestError(f"params must be a JSON object, got {type(params).__name__}")
+    params = parse_json_object(text, "params")
     check_params(params)
     return params
 

@@ -10,6 +10,7 @@ it falls back to a random unlabeled image (``"fallback": True``); with none left
 from __future__ import annotations
 
 import logging
+import math
 import random
 from typing import Any, Mapping
 
@@ -40,9 +41,9 @@ class XFlowUncertaintyStrategy(_base_strategy()):
             return None
         scored = {}
         for image_id in unlabeled:
-            value = datastore.get_image_info(image_id).get(INFO_KEY)
-            if isinstance(value, (int, float)):
-                scored[image_id] = float(value)
+            value = (datastore.get_image_info(image_id) or {}).get(INFO_KEY)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                scored[image_id] = float(value)  # anything else (a hand-edited datastore file) is unscored
         if not scored:
             choice = self._random.choice(unlabeled)
             logger.info("xflow_uncertainty: no scores yet; random unlabeled image %s", choice)

@@ -52,6 +52,18 @@ Errors: every failure to produce such an image raises :class:`CXRLoadError` (a
 files, files that are no image of a supported format, multi-slice volumes or multi-frame
 DICOMs, constant or zero-size images, images over :data:`MAX_PIXELS` (refused from the header,
 before decoding), and lateral views unless ``allow_lateral=True``.
+
+Hostile files (every decoder here, images and labels alike):
+
+* **no reference inside a file is followed**: an NRRD header naming a detached ``data file``
+  (or any ``line skip``/``byte skip``) is refused, a NIfTI is one ``.nii``/``.nii.gz`` file;
+* **bounded memory**: sizes are checked from the header (every axis counts, an NRRD with 20
+  dimensions as much as one with 2); compressed data (gzip/bzip2 NRRD, Deflated DICOM) is
+  stream-decompressed and decoding stops at the size the header declares (NRRD) or at
+  :data:`MAX_INFLATED_BYTES` (Deflated DICOM): a 1 MiB bomb never expands past the pixel budget;
+* **bounded time**: a NIfTI whose ``vox_offset`` lies past :data:`MAX_HEADER_BYTES` (a gzip
+  stream would be read through gigabytes to find the pixels) is refused from its header;
+* the format is decided by the **content** (:func:`sniff_format`), never by the client's file name.
 """
 
 from __future__ import annotations
@@ -84,6 +96,14 @@ dim) before the pixel data is decoded, so a small compressed file cannot expand 
 the decoded image then needs at most ``MAX_PIXELS x 4 bytes`` (float32, 200 MB) plus the
 source pixels and one temporary of the same size (about 1 GB at the cap)."""
 
+MAX_HEADER_BYTES = 1 << 20
+"""Largest header accepted: a NIfTI ``vox_offset`` (header + extensions) or an NRRD header, in
+bytes. Radiograph headers are a few hundred bytes."""
+
+MAX_INFLATED_BYTES = 2 * MAX_PIXELS + (16 << 20)
+"""Largest Deflated DICOM data set once inflated: 16-bit pixels at :data:`MAX_PIXELS` plus 16 MiB of
+tags. A stream that inflates past it is refused after that many bytes."""
+
 LATERAL_VIEWS = frozenset({"LL", "RL", "LATERAL", "LAT"})
 """DICOM *View Position* values of lateral projections, refused unless ``allow_lateral``."""
 
@@ -97,8 +117,24 @@ _PIL_GRAY_MODES = frozenset({"1", "L", "LA", "I", "F", "I;16", "I;16B", "I;16L",
 PathLike = str | os.PathLike
 
 
+UPLOAD_PREFIX = "xflow-upload-"
+"""Name prefix of the server's temporary upload files (``app.guard.receive_upload``)."""
+
+
+def shown_name(path: PathLike, what: str = "file", whole: bool = False) -> str:
+    """How a message names a file: ``what 'name'`` (the base name, or the path as given with
+    ``whole``); a temporary upload is ``the uploaded <what>`` (its random name would tell the
+    client nothing). The server's answers never hold a folder either way (``app.guard`` cuts
+    absolute paths out of every JSON answer)."""
+    name = Path(path).name
+    if name.startswith(UPLOAD_PREFIX):
+        return f"the uploaded {what}"
+    return f"{what} {str(path) if whole else name!r}"
+
+
 class CXRLoadError(BadRequestError):
-    """A file that cannot be loaded as a frontal chest radiograph.
+    """A file that cannot be loaded as a frontal chest radiograph. The message names the file as
+    given (an upload as "the uploaded chest radiograph": :func:`shown_name`).
 
     Attributes:
         path: the file, as a string.
@@ -108,7 +144,7 @@ class CXRLoadError(BadRequestError):
     def __init__(self, path: PathLike, reason: str):
         self.path = str(path)
         self.reason = reason
-        super().__init__(f"cannot load chest radiograph {self.path!r}: {reason}")
+        super().__init__(f"cannot load {shown_name(path, 'chest radiograph', whole=True)}: {reason}")
 
 
 def load_cxr(path: PathLike, allow_lateral: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
@@ -220,32 +256,279 @@ def check_pixel_count(shape: Sequence[int], path: PathLike, what: str = "image")
 
 
 def _detect_format(path: Path) -> str:
-    """Name the format from the file's first bytes, else its suffix; refuse anything else."""
-    if not path.is_file():
-        raise CXRLoadError(path, "no such file" if not path.exists() else "not a regular file")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(132)
-    except OSError as exc:
-        raise CXRLoadError(path, f"cannot open file ({exc.strerror or exc})") from exc
-    if not head:
-        raise CXRLoadError(path, "file is empty (0 bytes)")
-    if head.startswith(_PNG_SIGNATURE):
-        return "PNG"
-    if head.startswith(_JPEG_SIGNATURE):
-        return "JPEG"
-    if head[128:132] == b"DICM":
-        return "DICOM"
+    """Name the format from the file's content (:func:`sniff_format`), else, for a DICOM without
+    preamble or a file no signature matched, its suffix; refuse anything else."""
+    sniffed = sniff_format(path)
+    if sniffed in ("NIfTI", "NIfTI-gz"):
+        return "NIfTI"
+    if sniffed in _READERS:
+        return sniffed
     name = path.name.lower()
     if name.endswith((".nii", ".nii.gz")):
-        return "NIfTI"
-    if name.endswith((".dcm", ".dicom")):
+        return "NIfTI"  # its reader names what is wrong with it
+    if name.endswith((".dcm", ".dicom")) and sniffed is None:
         return "DICOM"  # DICOM without the 128-byte preamble; pydicom decides
     if name.endswith((".png", ".jpg", ".jpeg")):
         raise CXRLoadError(path, f"not a {path.suffix[1:].upper()} image: the file does not "
                                  "start with the PNG or JPEG signature")
     raise CXRLoadError(path, "unsupported format: expected PNG, JPEG, DICOM (.dcm) "
                              "or NIfTI (.nii, .nii.gz)")
+
+
+# --- hostile files: content sniffing, header checks, capped decompression -------------------
+
+CANONICAL_SUFFIX = {"PNG": ".png", "JPEG": ".jpg", "DICOM": ".dcm", "NIfTI": ".nii", "NIfTI-gz": ".nii.gz",
+                    "NRRD": ".nrrd"}
+"""The suffix a stored file gets for the format its content shows (:func:`sniff_format`)."""
+
+IMAGE_FORMATS = ("PNG", "JPEG", "DICOM", "NIfTI", "NIfTI-gz")
+"""Formats (:func:`sniff_format`) a radiograph may be stored or uploaded as."""
+LABEL_FORMATS = ("PNG", "NIfTI", "NIfTI-gz", "NRRD")
+"""Formats (:func:`sniff_format`) a label map may be stored or uploaded as."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 20
+
+
+def _first_bytes(path: PathLike, n: int) -> tuple[bytes, bool]:
+    """Up to ``n`` bytes of the file, decompressed if it is gzip; ``(bytes, was_gzip)``.
+    Reads at most about ``n`` decompressed bytes, whatever the stream holds."""
+    import gzip
+
+    with open(path, "rb") as f:
+        gz = f.read(2) == _GZIP_MAGIC
+    if not gz:
+        with open(path, "rb") as f:
+            return f.read(n), False
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read(n), True
+    except (OSError, EOFError, ValueError):  # not a whole gzip member: what could be read counts as nothing
+        return b"", True
+
+
+def sniff_format(path: PathLike) -> str | None:
+    """The format the file's **content** shows, never its name: a key of :data:`CANONICAL_SUFFIX`
+    (``"PNG"``, ``"JPEG"``, ``"DICOM"`` (Part 10, with the ``DICM`` preamble), ``"NIfTI"``,
+    ``"NIfTI-gz"`` (gzip of a single-file NIfTI-1/2), ``"NRRD"``), or ``None``.
+
+    Raises:
+        CXRLoadError: no such file, not a regular file, unreadable or empty.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CXRLoadError(path, "no such file" if not path.exists() else "not a regular file")
+    try:
+        head, gz = _first_bytes(path, 544)
+    except OSError as exc:
+        raise CXRLoadError(path, f"cannot open file ({exc.strerror or exc})") from exc
+    if not head and not gz:
+        raise CXRLoadError(path, "file is empty (0 bytes)")
+    if not gz:
+        if head.startswith(_PNG_SIGNATURE):
+            return "PNG"
+        if head.startswith(_JPEG_SIGNATURE):
+            return "JPEG"
+        if head[128:132] == b"DICM":
+            return "DICOM"
+        if head.startswith(b"NRRD000"):
+            return "NRRD"
+    if head[344:348] in (b"n+1\0", b"ni1\0") or head[4:8] in (b"n+2\0", b"ni2\0"):
+        return "NIfTI-gz" if gz else "NIfTI"
+    return None
+
+
+def check_nifti_header(path: PathLike, what: str = "image") -> None:
+    """Refuse, from the first bytes alone, a NIfTI that would make a reader follow another file,
+    seek far or allocate much: a header/image pair (``ni1``/``ni2``: the pixels are in a second
+    file), a ``vox_offset`` past :data:`MAX_HEADER_BYTES` (a gzip stream would be decompressed up
+    to it), a header extension that does not end before the pixel data (a reader allocates what
+    its size field says), a data type over 64 bits. Pixel counts are checked by the caller.
+
+    Raises:
+        CXRLoadError: one of the above, or not a NIfTI-1/2 header.
+    """
+    import struct
+
+    head, _ = _first_bytes(path, 544)
+    if head[344:348] in (b"n+1\0", b"ni1\0"):
+        size_at, ext_at, single = 348, 348, head[344:348] == b"n+1\0"
+        endian = "<" if struct.unpack("<i", head[:4])[0] == 348 else ">"
+        offset = struct.unpack(endian + "f", head[108:112])[0]
+        bitpix = struct.unpack(endian + "h", head[72:74])[0]
+    elif head[4:8] in (b"n+2\0", b"ni2\0"):
+        size_at, ext_at, single = 540, 540, head[4:8] == b"n+2\0"
+        endian = "<" if struct.unpack("<i", head[:4])[0] == 540 else ">"
+        offset = struct.unpack(endian + "q", head[168:176])[0]
+        bitpix = struct.unpack(endian + "h", head[14:16])[0]
+    else:
+        raise CXRLoadError(path, f"{what}: not a NIfTI-1 or NIfTI-2 file")
+    if not single:
+        raise CXRLoadError(path, f"{what}: a NIfTI header whose pixels are in a separate .img file; "
+                                 "only single-file .nii / .nii.gz is read")
+    if len(head) < size_at + 4:
+        raise CXRLoadError(path, f"{what}: truncated NIfTI header")
+    if not 0 <= offset <= MAX_HEADER_BYTES:
+        raise CXRLoadError(path, f"{what}: NIfTI pixel data at byte {offset:.0f} (vox_offset); at most "
+                                 f"{MAX_HEADER_BYTES} bytes of header are accepted")
+    if head[ext_at] != 0:  # extensions: each record must end before the pixel data (a reader reads whole records)
+        block, _ = _first_bytes(path, int(offset))
+        pos = ext_at + 4
+        while pos + 8 <= offset:
+            esize = struct.unpack(endian + "i", block[pos:pos + 4])[0] if len(block) >= pos + 4 else -1
+            if esize < 8 or pos + esize > offset:
+                raise CXRLoadError(path, f"{what}: NIfTI header extension of {esize} bytes at byte {pos} does not "
+                                         "fit before the pixel data")
+            pos += esize
+    if not 0 < bitpix <= 64:
+        raise CXRLoadError(path, f"{what}: NIfTI of {bitpix} bits per voxel; at most 64")
+
+
+def open_nifti(path: PathLike, what: str = "image"):
+    """``(NibabelReader, image)`` of a single-file 2D NIfTI (``(W, H)`` or ``(W, H, 1)``) after
+    :func:`check_nifti_header` and :func:`check_pixel_count`; nothing but the header is read yet.
+
+    Raises:
+        CXRLoadError: refused header (see above), or not 2D.
+    """
+    from monai.data import NibabelReader
+
+    check_nifti_header(path, what)
+    reader = NibabelReader()
+    nifti = reader.read(str(path))  # the header only: a .nii.gz is not decompressed yet
+    declared = tuple(int(n) for n in nifti.header.get_data_shape())
+    if len(declared) < 2 or any(n != 1 for n in declared[2:]):
+        raise CXRLoadError(path, f"a volume of shape {declared} is not a 2D {what}: expected (W, H) or (W, H, 1)")
+    check_pixel_count(declared, path, what)
+    return reader, nifti
+
+
+_NRRD_REFERENCES = frozenset({"data file", "datafile", "line skip", "lineskip", "byte skip", "byteskip"})
+
+
+def read_nrrd(path: PathLike, what: str = "label") -> np.ndarray:
+    """An NRRD file's voxels in the file's own index order (``(W, H[, 1])`` for a 2D label, as
+    MONAI's readers hold it), read without following anything the header names.
+
+    The header (at most :data:`MAX_HEADER_BYTES`, ending at the first blank line) is parsed by
+    pynrrd; a detached ``data file`` or a ``line skip``/``byte skip`` is refused; every one of
+    ``sizes`` counts against :data:`MAX_PIXELS`; ``raw`` data is read, ``gzip``/``bzip2`` data
+    stream-decompressed, in both cases stopping at the ``prod(sizes) x itemsize`` bytes the header
+    declares (memory at most that, whatever the stream would expand to); a compressed stream that
+    goes on past them is refused.
+
+    Raises:
+        CXRLoadError: not NRRD, refused header field, too large, unsupported encoding or type,
+            truncated data.
+    """
+    import bz2
+    import zlib
+
+    import nrrd
+
+    with open(path, "rb") as f:
+        head = f.read(MAX_HEADER_BYTES)
+        if not head.startswith(b"NRRD000"):
+            raise CXRLoadError(path, f"{what}: not an NRRD file")
+        end = head.find(b"\n\n")
+        if end < 0:
+            raise CXRLoadError(path, f"{what}: NRRD header without its blank line within {MAX_HEADER_BYTES} bytes "
+                                     "(detached headers are not read)")
+        lines = head[:end].decode("latin-1").split("\n")
+        named = sorted({line.split(":", 1)[0].strip() for line in lines[1:]
+                        if ":" in line and line.split(":", 1)[0].strip().lower() in _NRRD_REFERENCES})
+        if named:  # before parsing: "data file: LIST" is followed by lines that are file names
+            raise CXRLoadError(path, f"{what}: NRRD header field(s) {', '.join(named)} refused: the data must "
+                                     "follow the header in the same file")
+        try:
+            header = nrrd.read_header(lines)
+        except Exception as exc:  # pynrrd's NRRDError and parsing errors: a bad header
+            raise CXRLoadError(path, f"{what}: bad NRRD header ({str(exc)[:160]})") from exc
+        sizes = [int(n) for n in np.atleast_1d(header.get("sizes", []))]
+        if not sizes or len(sizes) != int(header.get("dimension", len(sizes))) or len(sizes) > 16:
+            raise CXRLoadError(path, f"{what}: NRRD sizes {sizes[:20]} do not match its dimension")
+        check_pixel_count(sizes, path, what)
+        try:
+            dtype = nrrd.reader._determine_datatype(header)
+        except Exception as exc:
+            raise CXRLoadError(path, f"{what}: unsupported NRRD type ({str(exc)[:100]})") from exc
+        if dtype.itemsize > 8:
+            raise CXRLoadError(path, f"{what}: NRRD type of {dtype.itemsize} bytes per voxel; at most 8")
+        count = int(np.prod(sizes))
+        nbytes = count * dtype.itemsize
+        f.seek(end + 2)
+        encoding = str(header.get("encoding", "")).lower()
+        if encoding == "raw":
+            data = f.read(nbytes)
+        elif encoding in ("gzip", "gz", "bzip2", "bz2"):
+            gz = encoding in ("gzip", "gz")
+            data = _inflate(f, zlib.decompressobj(zlib.MAX_WBITS | 32) if gz else bz2.BZ2Decompressor(), nbytes + 1,
+                            path)
+            if len(data) > nbytes:  # a bomb: the stream goes on past what the header declares
+                raise CXRLoadError(path, f"{what}: NRRD {encoding} data expands past the {nbytes} bytes its header "
+                                         "declares (refused while decompressing)")
+        else:
+            raise CXRLoadError(path, f"{what}: NRRD encoding {encoding!r}; raw, gzip or bzip2 are read")
+    if len(data) < nbytes:
+        raise CXRLoadError(path, f"{what}: NRRD data holds {len(data)} of the {nbytes} bytes its header declares")
+    return np.frombuffer(data, dtype=dtype, count=count).reshape(sizes, order="F")
+
+
+def _inflate(f, decompressor, limit: int, path: PathLike) -> bytes:
+    """Decompress from ``f`` until ``limit`` bytes came out (or the stream ends): never more."""
+    import bz2
+    import zlib
+
+    out = bytearray()
+    try:
+        while len(out) < limit and not decompressor.eof:
+            if isinstance(decompressor, bz2.BZ2Decompressor):
+                chunk = f.read(_CHUNK) if decompressor.needs_input else b""
+                if decompressor.needs_input and not chunk:
+                    break
+            else:
+                chunk = decompressor.unconsumed_tail or f.read(_CHUNK)
+                if not chunk:
+                    break
+            out += decompressor.decompress(chunk, limit - len(out))
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CXRLoadError(path, f"corrupt compressed data ({exc})") from exc
+    return bytes(out)
+
+
+def _check_deflated(path: PathLike) -> None:
+    """A Deflated Explicit VR Little Endian DICOM whose data set inflates past
+    :data:`MAX_INFLATED_BYTES` is refused, counting the stream in 4 MiB pieces (pydicom inflates a
+    whole data set in memory)."""
+    import zlib
+
+    import pydicom
+    from pydicom.uid import DeflatedExplicitVRLittleEndian
+
+    try:
+        meta = pydicom.filereader.read_file_meta_info(str(path))
+    except Exception:  # not Part 10 or no meta: pydicom's own read reports it
+        return
+    if meta.get("TransferSyntaxUID") != DeflatedExplicitVRLittleEndian:
+        return
+    if "FileMetaInformationGroupLength" not in meta:
+        raise CXRLoadError(path, "Deflated DICOM without File Meta Information Group Length")
+    with open(path, "rb") as f:
+        start = 132 if f.read(132)[128:132] == b"DICM" else 0
+        f.seek(start + 12 + int(meta.FileMetaInformationGroupLength))
+        inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+        total = 0
+        try:
+            while not inflater.eof:
+                chunk = inflater.unconsumed_tail or f.read(_CHUNK)
+                if not chunk:
+                    break
+                total += len(inflater.decompress(chunk, 4 << 20))
+                if total > MAX_INFLATED_BYTES:
+                    raise CXRLoadError(path, f"Deflated DICOM inflates past {MAX_INFLATED_BYTES:,} bytes "
+                                             "(refused while decompressing)")
+        except zlib.error as exc:
+            raise CXRLoadError(path, f"corrupt Deflated DICOM ({exc})") from exc
 
 
 # --- readers: (path, allow_lateral) -> (gray float32 (H, W) display values, partial meta) -----
@@ -285,15 +568,7 @@ def _read_nifti(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     """NIfTI through MONAI's NibabelReader: voxel index ``(i, j)`` = (column, row), see
     :func:`save_nifti_2d`. The affine's direction is not applied (as for MONAI Label clients,
     voxel indices are the display frame)."""
-    from monai.data import NibabelReader
-
-    reader = NibabelReader()
-    nifti = reader.read(str(path))  # reads the header only (a .nii.gz is not decompressed yet)
-    declared = tuple(int(n) for n in nifti.shape)
-    if len(declared) < 2 or any(n != 1 for n in declared[2:]):
-        raise CXRLoadError(path, f"a volume of shape {declared} is not a 2D "
-                                 "radiograph: expected (W, H) or (W, H, 1)")
-    check_pixel_count(declared, path)
+    reader, nifti = open_nifti(path, "radiograph")
     voxels, _ = reader.get_data(nifti)  # (W, H[, 1, ...]) as stored
     voxels = voxels.reshape(voxels.shape[:2])
     zooms = nifti.header.get_zooms()
@@ -318,6 +593,7 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     from pydicom.errors import InvalidDicomError
     from pydicom.pixel_data_handlers.util import apply_color_lut, apply_modality_lut, apply_voi_lut
 
+    _check_deflated(path)
     with warnings.catch_warnings(record=True) as caught:  # pydicom warns on a truncated file
         warnings.simplefilter("always")
         try:
@@ -336,6 +612,10 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     if frames > 1:
         raise CXRLoadError(path, f"multi-frame DICOM with {frames} frames; expected one image")
     check_pixel_count((int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)), path)
+    samples, bits = int(ds.get("SamplesPerPixel", 1) or 1), int(ds.get("BitsAllocated", 16) or 16)
+    if samples not in (1, 3, 4) or bits not in (1, 8, 16, 32):
+        raise CXRLoadError(path, f"unsupported pixel format ({samples} samples of {bits} bits); "
+                                 "a radiograph has 1 or 3 samples of 8, 16 or 32 bits")
     photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).strip().upper()
     bits_stored = int(ds.BitsStored) if "BitsStored" in ds else None
 
