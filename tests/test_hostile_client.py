@@ -3,8 +3,8 @@ name, compression bombs stay bounded, ids never name the datastore's folders, de
 it, uploads are typed by content, temp files go, no 500 and no absolute path in any answer,
 human labels stay human, background work is bounded, and concurrent use loses nothing.
 
-One MONAI Label server for the module (``python -m monailabel.main start_server --app
-apps/xflow``, tiny random models, stopped by pid) on a studies folder of two radiographs and a
+One MONAI Label server for the module (the packaged app in a workspace, as ``xflow serve``
+starts it; tiny random models; stopped by pid) on a studies folder of two radiographs and a
 symbolic link to a third outside it; the server's ``TMPDIR`` is a folder of its own, so its
 temporary files can be counted. Tests run in file order: the first sees a datastore without
 labels.
