@@ -44,6 +44,8 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from monailabel_xflow.errors import InputError
+
 POINTER_IMPORT = "from monailabel_xflow.app.xflow_app import XFlowApp"
 WORKSPACE_MAIN = (
     '"""XFlow workspace for MONAI Label (written by `xflow serve`): the app is in the installed package."""\n'
@@ -52,7 +54,7 @@ WORKSPACE_MAIN = (
 """The ``main.py`` of a workspace: MONAI Label finds :class:`XFlowApp` in it."""
 
 
-class WorkspaceError(Exception):
+class WorkspaceError(InputError):
     """A workspace folder that cannot be used (exit status 2)."""
 
 

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.data.readers import EvalCase
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, resize_mask
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
@@ -481,7 +482,7 @@ def baseline_predictors() -> dict[str, tuple[Callable[[EvalCase], np.ndarray | N
 # --- the output folder's manifest ------------------------------------------------------------------
 
 
-class BenchmarkOutError(ValueError):
+class BenchmarkOutError(InputError):
     """An ``--out`` folder that holds another benchmark (other seed, size, questions, data or
     test-split models) than the one asked for."""
 
