@@ -102,7 +102,8 @@ def pacs(tmp_path_factory):
             orthanc_upload(orthanc, tmp / f"{name}.dcm")
         orthanc_upload(orthanc, tmp / "other-label.dcm")
         orthanc_upload(orthanc, tmp / "other-overlap.dcm")
-        for key in [k for k in os.environ if k.startswith("XFLOW_") and k != "XFLOW_OHIF_SCREENSHOTS"]:
+        kept = ("XFLOW_OHIF_SCREENSHOTS", "XFLOW_OHIF_DIR")  # where the viewer is installed
+        for key in [k for k in os.environ if k.startswith("XFLOW_") and k not in kept]:
             mp.delenv(key)  # the committed demo model
         t0 = time.perf_counter()
         assert main(["preannotate", "--studies", f"{orthanc}/dicom-web", "--finding", "effusion",

@@ -236,12 +236,17 @@ def test_next_sample_opens_one_image_and_auto_runs_stage_1(slicer):
             break
     assert len(seen) >= 2
     for image_id, sample in seen.items():
-        path = Path(sample["path"])  # M:1307-1316: opened with loadVolume when it exists locally
-        assert path.is_file() and archetype_series(path) == [path.name]
-        assert sitk.GetArrayFromImage(sitk.ReadImage(str(path))).shape == \
-            sitk.GetArrayFromImage(sitk.ReadImage(str(slicer.studies / f"{image_id}.png"))).shape
+        # M:1307-1316 opens `path` with loadVolume when it exists on the client; the server hands
+        # out no path of its own (README "Security"), so the module downloads the image
+        # (M:1321-1324: /datastore/image?image=<id>) into its cache under `name`
+        assert sample["path"] == sample["name"] and not os.path.isabs(sample["path"])
+        assert not Path(sample["path"]).exists()
         assert sample["name"].startswith(image_id) and sample["name"].endswith(".png")
-        (cache / sample["name"]).write_bytes(path.read_bytes())  # else downloaded under `name`
+        got = requests.get(f"{slicer.url}/datastore/image", params={"image": image_id}, timeout=60)
+        assert got.status_code == 200
+        (cache / sample["name"]).write_bytes(got.content)
+        assert sitk.GetArrayFromImage(sitk.ReadImage(str(cache / sample["name"]))).shape == \
+            sitk.GetArrayFromImage(sitk.ReadImage(str(slicer.studies / f"{image_id}.png"))).shape
     for f in cache.iterdir():
         assert archetype_series(f) == [f.name]  # every download opens alone, too
 
@@ -249,7 +254,7 @@ def test_next_sample_opens_one_image_and_auto_runs_stage_1(slicer):
     image_id = next(iter(seen))
     params = module_params(info, "infer", "xflow")
     assert params["revise"] == "false" and params["label_values"] == "answer" and params["finding"] == ""
-    scene = SlicerScene(Path(seen[image_id]["path"]), info["labels"])
+    scene = SlicerScene(cache / seen[image_id]["name"], info["labels"])
     label_file, result = module_infer(c, "xflow", image_id, params)
     assert all(t["settings"]["revise"] is False for t in result["traces"])  # Stage 1 only
     labels = ordered_label_names(result, info["models"]["xflow"]["labels"])

@@ -11,14 +11,11 @@ them as one volume. A studies folder of ``phantom_1_00000.png``, ``phantom_1_000
 (or a cache folder where such names were downloaded before) would open as one multi-slice
 volume instead of the radiograph asked for.
 
-:func:`single_file_sample` therefore answers with
-
-* ``name``: ``<image id>.<tag><ext>``, ``tag`` eight letters derived from the id (no digits), so
-  no other image's file name can differ from it in one digit group only;
-* ``path``: that name in a folder of its own (a hard link, else a copy, of the datastore's file
-  under the system temporary folder), so a Slicer on the server's machine opens exactly that
-  file; a ``path`` that is not a regular file (e.g. a DICOMweb series folder) is dropped, so the
-  module downloads the image instead.
+:func:`single_file_sample` therefore answers with ``name`` = ``<image id>.<tag><ext>``, ``tag``
+eight letters derived from the id (no digits), so no other image's file name can differ from it
+in one digit group only, and ``path`` = that name alone: the server hands out no path of its own
+(README "Security"), so the module never finds it locally and downloads the image into its
+cache under ``name``, where it opens alone.
 
 :func:`install` wraps MONAI Label's ``/activelearning`` endpoint function with it (server
 process only), the same way :mod:`.guard` wraps the infer route, and makes a stopped task's
@@ -29,17 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
-
-VIEW_FOLDER = "xflow-slicer-samples"
-"""Folder under the system temporary folder holding one sub-folder per sample handed out."""
-
 
 def letter_tag(image_id: str, length: int = 8) -> str:
     """``length`` lowercase letters derived from ``image_id`` (SHA-256, no digits)."""
@@ -62,50 +52,22 @@ def single_file_name(image_id: str, path: str) -> str:
     return f"{image_id}.{letter_tag(image_id)}{file_extension(path)}"
 
 
-def single_file_view(path: str, name: str, root: str | os.PathLike | None = None) -> str:
-    """``path`` under ``name`` alone in a folder of its own (hard link, else copy; reused when
-    already there with the same size and time), for a Slicer on this machine to open.
-
-    Returns:
-        The view's path: ``<root>/<sha256(path)[:16]>/<name>``.
-    """
-    root = Path(root or tempfile.gettempdir()) / VIEW_FOLDER
-    folder = root / hashlib.sha256(os.path.realpath(path).encode("utf-8")).hexdigest()[:16]
-    view = folder / name
-    source = os.stat(path)
-    if view.is_file() and (view.stat().st_size, int(view.stat().st_mtime)) == (source.st_size, int(source.st_mtime)):
-        return str(view)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{name}.tmp"
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(path, tmp)
-    except OSError:  # another file system, or links not allowed
-        shutil.copy2(path, tmp)
-    os.replace(tmp, view)
-    return str(view)
-
-
-def single_file_sample(sample: Mapping[str, Any], root: str | os.PathLike | None = None) -> dict[str, Any]:
+def single_file_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
     """A next-sample answer that Slicer opens as exactly one image (see the module docstring).
 
     Args:
         sample: MONAI Label's answer (``id``, ``path``, ``name`` and the image info).
-        root: where the single-file views go (default the system temporary folder).
 
     Returns:
-        A copy with ``name`` and ``path`` replaced (``path`` dropped when it is not a regular
-        file); an answer without ``id`` unchanged.
+        A copy with ``name`` the single-file name and ``path`` that name alone (never a server
+        path); an answer without ``id`` unchanged.
     """
     out = dict(sample)
-    image_id, path = out.get("id"), out.get("path")
+    image_id = out.get("id")
     if not image_id:
         return out
-    out["name"] = single_file_name(str(image_id), str(path or out.get("name") or ""))
-    if isinstance(path, str) and os.path.isfile(path):
-        out["path"] = single_file_view(path, out["name"], root)
-    else:
-        out.pop("path", None)
+    out["name"] = single_file_name(str(image_id), str(out.get("path") or out.get("name") or ""))
+    out["path"] = out["name"]
     return out
 
 
@@ -122,8 +84,8 @@ def install() -> bool:
         return False
     from monailabel.endpoints import activelearning as endpoint
 
-    if not hasattr(endpoint, "_xflow_upstream_sample"):
-        upstream = endpoint._xflow_upstream_sample = endpoint.sample
+    if not hasattr(endpoint, "_xflow_slicer_upstream_sample"):  # wraps whatever serves it now (the guard's)
+        upstream = endpoint._xflow_slicer_upstream_sample = endpoint.sample
 
         def sample(strategy: str, params: dict | None = None, user: str | None = None) -> dict[str, Any]:
             return single_file_sample(upstream(strategy, params, user))
