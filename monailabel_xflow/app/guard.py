@@ -201,6 +201,7 @@ def guarded_run_inference(background_tasks, model, image="", session_id="", para
             if session is not None:
                 request["image"] = session.image
                 request["session"] = session.to_json()
+            logger.info("Infer Request: %s", request)  # as upstream logs it (the log is closed to clients)
             with _allow_uploads():
                 result = instance.infer(request)
             return endpoint.send_response(instance.datastore(), result, output, background_tasks)
