@@ -6,8 +6,10 @@ PY     := $(VENV)/bin/python
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 STUDIES ?= sample-data
+# the server's logs, trained models and caches (xflow serve --workspace; gitignored)
+WORKSPACE ?= xflow-workspace
 
-.PHONY: setup run test bench clean ils-report
+.PHONY: setup run test bench clean ils-report dist
 
 setup: $(VENV)/.installed
 
@@ -22,7 +24,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml requirements/constraints.txt
 	touch $@
 
 run: setup
-	$(PY) -m monailabel_xflow.cli serve --app apps/xflow --studies $(STUDIES) --host $(HOST) --port $(PORT)
+	$(VENV)/bin/xflow serve --studies $(STUDIES) --workspace $(WORKSPACE) --host $(HOST) --port $(PORT)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -34,6 +36,11 @@ ils-report: setup
 	rm -rf $(ILS_SET) build/ils-work
 	$(VENV)/bin/xflow phantom --out $(ILS_SET) --count 200 --seed 1 --size 512
 	$(VENV)/bin/xflow ils recall --images $(ILS_SET) --out reports/ils --work build/ils-work
+
+# sdist + wheel into dist/ (python -m build; .ci/wheel-check installs the wheel in a fresh venv)
+dist: setup
+	rm -rf dist
+	$(PY) -m build --outdir dist .
 
 clean:
 	rm -rf $(VENV)

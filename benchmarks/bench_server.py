@@ -30,9 +30,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from radiographs import copy_nih_pngs  # noqa: E402
 from servers import build_tiny_models, monailabel_server  # noqa: E402
 
-NIH = REPO.parent / "shared" / "cxr-samples" / "nih" / "images"
 
 
 def timed_infer(client, model, image_id, params):
@@ -61,9 +61,7 @@ def main() -> int:
         models = build_tiny_models(tmp / "models")
         studies = tmp / "studies"
         studies.mkdir()
-        names = sorted(p.stem for p in NIH.glob("*.png"))[: args.images]
-        for name in names:
-            shutil.copy(NIH / f"{name}.png", studies)
+        names = copy_nih_pngs(studies, args.images)
         with monailabel_server(studies, tmp / "server", conf={"models": str(models)}) as server:
             results = {"start_s": round(server.start_seconds, 2)}
             print(f"server ready in {server.start_seconds:.1f} s", flush=True)

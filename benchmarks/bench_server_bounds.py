@@ -35,9 +35,9 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from radiographs import copy_nih_pngs  # noqa: E402
 from servers import build_tiny_models, monailabel_server  # noqa: E402
 
-NIH = REPO.parent / "shared" / "cxr-samples" / "nih" / "images"
 
 
 def proc_kb(pid: int, key: str) -> int:
@@ -88,10 +88,8 @@ def main() -> int:
         models = build_tiny_models(tmp / "models")
         studies = tmp / "studies"
         studies.mkdir()
-        names = sorted(p.stem for p in NIH.glob("*.png"))[: args.images]
-        for name in names:
-            shutil.copy(NIH / f"{name}.png", studies)
-        Image.open(NIH / f"{names[0]}.png").convert("L").resize((args.big, args.big)).save(studies / "big.png")
+        names = copy_nih_pngs(studies, args.images)
+        Image.open(studies / f"{names[0]}.png").convert("L").resize((args.big, args.big)).save(studies / "big.png")
         env = {"XFLOW_MAX_BODY_MB": "256"}
         with monailabel_server(studies, tmp / "server", conf={"models": str(models)}, env=env) as server:
             client = server.client(tmp)

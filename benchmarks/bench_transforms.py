@@ -1,7 +1,8 @@
 """Load time of the CXR loading transforms against the bare decoders, per format.
 
 Run: ``.venv/bin/python benchmarks/bench_transforms.py [--repeats 10]``. For each file (the real
-1024 x 1024 NIH PNG, its RGBA sibling, the SIIM JPEG-baseline DICOM and its MONOCHROME1 twin,
+1024 x 1024 NIH PNG, its RGBA sibling, the JPEG-baseline CR, its MONOCHROME1 twin and the 12-bit DX
+made from the committed PNGs (``tests/radiographs.py``),
 plus a 16-bit PNG, a 12-bit uncompressed DICOM and a NIfTI written to a temp folder from the
 PNG) prints the median ms of ``load_cxr`` and of the bare decode (``PIL`` ``np.asarray``,
 ``pydicom`` ``pixel_array``, ``nibabel`` ``get_fdata``) and their ratio: the price of the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +22,9 @@ from pathlib import Path
 import numpy as np
 from monailabel_xflow.transforms import load_cxr, save_nifti_2d
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "cxr-samples"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from radiographs import CR_SOURCE, DATA, make_samples  # noqa: E402
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -50,7 +54,7 @@ def write_extras(folder: Path) -> list[Path]:
     from pydicom.dataset import FileDataset, FileMetaDataset
     from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
 
-    gray = np.asarray(Image.open(SAMPLES / "nih/images/00000129_000.png"))
+    gray = np.asarray(Image.open(DATA / CR_SOURCE))
     deep = (gray.astype(np.uint16) * 16).astype(np.uint16)  # 12-bit range
     Image.fromarray(deep).save(folder / "deep16.png")
     meta = FileMetaDataset()
@@ -73,12 +77,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    start = time.perf_counter()
-    load_cxr(SAMPLES / "nih/images-512/00000001_000.png")  # warm-up: imports monai
-    print(f"first load (imports monai and readers): {time.perf_counter() - start:.1f} s")
     with tempfile.TemporaryDirectory() as tmp:
-        files = [SAMPLES / "nih/images/00000129_000.png", SAMPLES / "nih/images/00001369_000.png",
-                 *sorted((SAMPLES / "dicom").glob("*.dcm")), *write_extras(Path(tmp))]
+        samples = make_samples(Path(tmp) / "cxr")
+        start = time.perf_counter()
+        load_cxr(samples / "nih/images-512/00000001_000.png")  # warm-up: imports monai
+        print(f"first load (imports monai and readers): {time.perf_counter() - start:.1f} s")
+        files = [samples / "nih/images/00000129_000.png", samples / "nih/images/00001369_000.png",
+                 *sorted((samples / "dicom").glob("*.dcm")), *write_extras(Path(tmp))]
         print(f"{'file':40s} {'load_cxr ms':>12s} {'bare ms':>9s} {'ratio':>6s}")
         for path in files:
             ours = median_ms(lambda: load_cxr(path), args.repeats)

@@ -46,7 +46,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SAMPLE = REPO.parent / "shared" / "cxr-samples" / "nih" / "images" / "00000129_000.png"
+SAMPLE = REPO / "tests" / "data" / "cxr" / "nih" / "images" / "00000129_000.png"
 
 
 def peak_rss_mb() -> float:

@@ -15,7 +15,7 @@ import importlib
 import pkgutil
 import sys
 
-from monailabel_xflow import commands
+from monailabel_xflow import __version__, commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="xflow",
         description="XFlow: instruction-guided chest X-ray lesion segmentation (MONAI Label plugin).",
     )
+    parser.add_argument("--version", action="version", version=f"xflow {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{info.name}")

@@ -81,8 +81,22 @@ def seg_errors(driver) -> list[str]:
     return found + [k for k in SEG_ERRORS if k.lower() in body.lower()]
 
 
+def load_factor() -> float:
+    """How much longer waits get on a loaded machine: the 1-minute load average per CPU, 1..4."""
+    try:
+        per_cpu = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 1.0
+    return min(4.0, max(1.0, per_cpu))
+
+
 def wait_for(driver, condition, timeout: float = 60.0, what: str = "") -> Any:
-    """Poll ``condition(driver)`` until truthy; fails the test with ``what`` and the page text."""
+    """Poll ``condition(driver)`` until truthy; fails the test with ``what`` and the page text.
+
+    ``timeout`` (seconds) is what a quiet machine needs; it stretches by :func:`load_factor`
+    (read when the wait starts) so a busy machine is given up to 4x as long.
+    """
+    timeout = timeout * load_factor()
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         with contextlib.suppress(Exception):
@@ -92,6 +106,23 @@ def wait_for(driver, condition, timeout: float = 60.0, what: str = "") -> Any:
         time.sleep(0.5)
     body = driver.find_element("tag name", "body").text[-1500:]
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; page text:\n{body}")
+
+
+def wait_until_still(driver, timeout: float = 30.0, interval: float = 0.5, what: str = "the page to finish drawing") \
+        -> np.ndarray:
+    """Wait until two screenshots ``interval`` seconds apart are identical (rendering, e.g. a
+    labelmap drawn in chunks, has settled) instead of sleeping a fixed time; returns that
+    screenshot (``uint8 (H, W, 3)``). Fails after ``timeout`` (stretched like :func:`wait_for`)."""
+    shots = [screenshot(driver)]
+
+    def settled(d) -> bool:
+        time.sleep(interval)
+        shots.append(screenshot(d))
+        del shots[:-2]
+        return bool(np.array_equal(shots[0], shots[1]))
+
+    wait_for(driver, settled, timeout, what)
+    return shots[-1]
 
 
 WATCH_TEXTS_JS = """

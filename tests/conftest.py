@@ -1,23 +1,22 @@
-"""Shared fixtures. Real radiographs are read from ``../shared/cxr-samples`` (never copied here)."""
+"""Shared fixtures. Real radiographs come from ``tests/data/cxr`` (committed NIH PNGs) and DICOM
+made from them (``radiographs.py``); nothing outside the repository is read."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("XFLOW_SHARED", REPO.parent / "shared"))
-CXR_SAMPLES = SHARED / "cxr-samples"
 
 
 @pytest.fixture(scope="session")
-def cxr_samples() -> Path:
-    """Folder of the real NIH/SIIM samples; the suite needs it (CI has it beside the repo)."""
-    if not CXR_SAMPLES.is_dir():
-        pytest.fail(f"missing {CXR_SAMPLES}: the tests read real radiographs from ../shared")
-    return CXR_SAMPLES
+def cxr_samples(tmp_path_factory) -> Path:
+    """Folder of real radiographs (layout in ``radiographs.py``): the committed NIH PNGs and the
+    CR / CR MONOCHROME1 / DX DICOM files made from them, written once per session."""
+    from radiographs import make_samples
+
+    return make_samples(tmp_path_factory.mktemp("radiographs"))
 
 
 # --- tiny random models of the real architectures, built once per session ------------------------

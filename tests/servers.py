@@ -22,7 +22,6 @@ from typing import Iterator, Mapping, Sequence
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
-APP_DIR = REPO / "apps" / "xflow"
 ORTHANC_PLUGIN = Path("/usr/share/orthanc/plugins/libOrthancDicomWeb.so")
 
 
@@ -33,11 +32,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+ORTHANC_APT = "apt-get install -y orthanc orthanc-dicomweb"
+"""The Debian packages the PACS tests need (``.ci/run`` installs them)."""
+
+
 def orthanc_binary() -> str | None:
-    """``/usr/sbin/Orthanc`` or ``Orthanc`` on PATH, None when Orthanc is not installed."""
-    if Path("/usr/sbin/Orthanc").is_file():
-        return "/usr/sbin/Orthanc"
-    return shutil.which("Orthanc")
+    """``/usr/sbin/Orthanc`` or ``Orthanc`` on PATH; None when Orthanc or its DICOMweb plugin is
+    not installed (the PACS tests then skip, their reason naming :data:`ORTHANC_APT`).
+
+    Raises:
+        RuntimeError: one is missing and ``XFLOW_REQUIRE_ORTHANC=1`` (set by ``.ci/run``), so CI
+            can never skip the PACS tests silently.
+    """
+    binary = "/usr/sbin/Orthanc" if Path("/usr/sbin/Orthanc").is_file() else shutil.which("Orthanc")
+    if binary and ORTHANC_PLUGIN.is_file():
+        return binary
+    if os.environ.get("XFLOW_REQUIRE_ORTHANC") == "1":
+        missing = "Orthanc" if not binary else f"its DICOMweb plugin ({ORTHANC_PLUGIN})"
+        raise RuntimeError(f"XFLOW_REQUIRE_ORTHANC=1 but {missing} is not installed ({ORTHANC_APT})")
+    return None
 
 
 class ServerProcess:
@@ -137,13 +150,17 @@ def monailabel_env(tmp: Path, extra: Mapping[str, str] | None = None) -> dict[st
 @contextlib.contextmanager
 def monailabel_server(studies: str | Path, tmp: Path, conf: Mapping[str, str] | None = None,
                       env: Mapping[str, str] | None = None, timeout: float = 240.0) -> Iterator["RunningServer"]:
-    """Start ``python -m monailabel.main start_server --app apps/xflow ...`` and yield it ready."""
-    from monailabel_xflow.commands.serve import server_command
+    """Start ``python -m monailabel.main start_server --app WORKSPACE ...`` and yield it ready.
+
+    The workspace is ``tmp/workspace`` (``xflow serve``'s pointer to the packaged app, the
+    server's ``logs/``); trained models go to ``tmp/model``."""
+    from monailabel_xflow.commands.serve import prepare_workspace, server_command
 
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
+    workspace = prepare_workspace(tmp / "workspace")
     conf = {"model_dir": str(tmp / "model"), **(conf or {})}
-    cmd = server_command(str(APP_DIR), str(studies), "127.0.0.1", port, list(conf.items()), python=sys.executable)
+    cmd = server_command(str(workspace), str(studies), "127.0.0.1", port, list(conf.items()), python=sys.executable)
     proc = ServerProcess(cmd, tmp / "monailabel.log", env=monailabel_env(tmp, env), cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -173,7 +190,7 @@ def orthanc_server(tmp: Path, timeout: float = 60.0) -> Iterator[str]:
     (``http://127.0.0.1:PORT``; DICOMweb at ``/dicom-web``)."""
     binary = orthanc_binary()
     if binary is None:
-        raise RuntimeError("Orthanc is not installed (apt-get install orthanc orthanc-dicomweb)")
+        raise RuntimeError(f"Orthanc or its DICOMweb plugin is not installed ({ORTHANC_APT})")
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     config = {

@@ -1,6 +1,6 @@
 """The XFlow app in a real MONAI Label server, driven by the client Slicer uses.
 
-One server per module (``python -m monailabel.main start_server --app apps/xflow``) on a
+One server per module (``python -m monailabel.main start_server --app WORKSPACE``) on a
 temporary studies folder of real NIH radiographs (one cropped to 1024 x 800 so rows and columns
 differ, one RGBA), with random tiny models. Random policies call every finding absent, so mask
 contents are checked where they are predictable: the click revision, whose masks come from the
@@ -183,7 +183,7 @@ def bad_requests(app, tmp: Path, cxr_samples: Path) -> list[tuple[str, requests.
     lateral = tmp / "lateral.dcm"
     import pydicom
 
-    ds = pydicom.dcmread(next((cxr_samples / "dicom").glob("siim_*.dcm")))
+    ds = pydicom.dcmread(cxr_samples / "dicom" / "cr.dcm")
     ds.ViewPosition = "LL"
     ds.save_as(lateral)
     wrong_size = tmp / "small.png"

@@ -279,7 +279,7 @@ def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, k
 
     from monailabel_xflow.app.datastore import NO_FINDING, read_seg, write_seg
 
-    source = next((cxr_samples / "dicom").glob("siim_*.dcm"))
+    source = cxr_samples / "dicom" / "cr.dcm"
     ds = pydicom.dcmread(source, stop_before_pixels=True)
     assert "ImagePositionPatient" not in ds  # the case upstream cannot write
     label = np.zeros((int(ds.Rows), int(ds.Columns)), np.uint8)
@@ -300,18 +300,21 @@ def test_serve_dry_run_prints_command_and_radiograph_environment(tmp_path, capsy
     from monailabel_xflow.cli import main
 
     monkeypatch.delenv("MONAI_LABEL_DICOMWEB_SEARCH_FILTER", raising=False)
+    monkeypatch.delenv("MONAI_LABEL_SESSION_PATH", raising=False)
     models = tmp_path / "models.yaml"
     models.write_text("segmenter: ./x\n")
-    app = Path(__file__).resolve().parents[1] / "apps" / "xflow"
-    assert main(["serve", "--app", str(app), "--studies", str(tmp_path), "--port", "8123", "--models", str(models),
-                 "--conf", "model_dir", "/m", "--dry-run"]) == 0
+    workspace = tmp_path / "ws"
+    assert main(["serve", "--workspace", str(workspace), "--studies", str(tmp_path), "--port", "8123",
+                 "--models", str(models), "--conf", "model_dir", "/m", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert 'MONAI_LABEL_DICOMWEB_SEARCH_FILTER={"Modality": "CR,DX"}' in out
     assert json.loads(out.split("MONAI_LABEL_DICOMWEB_SEARCH_FILTER=")[1].splitlines()[0]) == {"Modality": "CR,DX"}
-    assert "-m monailabel.main start_server --app" in out and "--port 8123" in out
-    assert f"--conf model_dir /m --conf models {models.resolve()}" in out
-    assert main(["serve", "--app", str(tmp_path), "--studies", str(tmp_path), "--dry-run"]) == 2
-    assert main(["serve", "--app", str(app), "--studies", str(tmp_path / "nope"), "--dry-run"]) == 2
+    assert f"MONAI_LABEL_SESSION_PATH={workspace.resolve() / 'cache' / 'sessions'}" in out
+    assert f"-m monailabel.main start_server --app {workspace.resolve()} " in out and "--port 8123" in out
+    assert f"--conf model_dir /m --conf models_file {models.resolve()}" in out
+    assert "import XFlowApp" in (workspace / "main.py").read_text()  # the pointer MONAI Label loads
+    assert main(["serve", "--app", str(tmp_path), "--studies", str(tmp_path), "--dry-run"]) == 2  # no main.py
+    assert main(["serve", "--workspace", str(workspace), "--studies", str(tmp_path / "nope"), "--dry-run"]) == 2
 
 
 def test_findings_order_matches_label_values():

@@ -11,7 +11,6 @@ import pytest
 import monailabel_xflow
 
 PACKAGE = Path(monailabel_xflow.__file__).parent
-TRANSFORMS = PACKAGE.parent / "transforms"
 
 LAYERS = {
     # 0 vocabulary, coordinates, pictures, metrics, where weights come from
@@ -34,12 +33,11 @@ LAYERS = {
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for root, prefix in ((PACKAGE, "monailabel_xflow"), (TRANSFORMS, "monailabel_xflow.transforms")):
-        for path in root.rglob("*.py"):
-            parts = list(path.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            found[".".join([prefix] + parts)] = path
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(["monailabel_xflow"] + parts)] = path
     return found
 
 

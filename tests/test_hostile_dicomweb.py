@@ -33,8 +33,8 @@ def tree_hashes(folder: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def pacs(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("hostile_pacs")
-    siim = next((cxr_samples / "dicom").glob("siim_*.dcm"))
-    series = str(pydicom.dcmread(siim, stop_before_pixels=True).SeriesInstanceUID)
+    cr = cxr_samples / "dicom" / "cr.dcm"
+    series = str(pydicom.dcmread(cr, stop_before_pixels=True).SeriesInstanceUID)
     models = tiny_models(tmp / "models")
     with open(models, "a") as f:
         f.write("max_new_tokens: 24\n")
@@ -42,7 +42,7 @@ def pacs(tmp_path_factory, cxr_samples, tiny_models):
     canary.parent.mkdir()
     Image.fromarray(np.arange(256 * 256, dtype=np.uint32).reshape(256, 256).astype(np.uint8)).save(canary)
     with orthanc_server(tmp / "orthanc") as orthanc:
-        orthanc_upload(orthanc, siim)
+        orthanc_upload(orthanc, cr)
         with monailabel_server(f"{orthanc}/dicom-web", tmp / "server", conf={"models": str(models)}) as server:
             yield SimpleNamespace(orthanc=orthanc, server=server, url=server.url, series=series, tmp=tmp,
                                   canary=canary, cache=tmp / "server" / "dicomweb-cache")

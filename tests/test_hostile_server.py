@@ -2,7 +2,7 @@
 no request crashes the server or changes the datastore, and good clients keep their answers.
 
 One MONAI Label server for the module (``python -m monailabel.main start_server --app
-apps/xflow``, tiny random models, stopped by pid) on a studies folder of two real radiographs.
+WORKSPACE``, tiny random models, stopped by pid) on a studies folder of two real radiographs.
 A canary radiograph lies outside the datastore; its access time is set before its modification
 time, so any read of it would move the access time (the file system's relatime rule).
 """

@@ -12,7 +12,7 @@ import pytest
 
 from monailabel_xflow.cli import main
 
-SIIM = "dicom/siim_1.2.276.0.7230010.3.1.4.8323329.6904.1517875201.850819.dcm"
+CR = "dicom/cr.dcm"
 PNG = "nih/images-512/00000001_000.png"
 
 
@@ -55,7 +55,7 @@ def test_inspect_png(cxr_samples, capsys):
 
 
 def test_inspect_monochrome1_dicom(cxr_samples, capsys):
-    status, out, _ = inspect(capsys, cxr_samples / "dicom/Fake_MONOHR1.dcm")
+    status, out, _ = inspect(capsys, cxr_samples / "dicom/cr_monochrome1.dcm")
     report = json.loads(out)
     assert status == 0
     assert report["photometric_interpretation"] == "MONOCHROME1"
@@ -85,7 +85,7 @@ def test_inspect_bad_file_exits_2_with_reason(tmp_path, capsys, content):
 
 def test_inspect_console_script(cxr_samples, tmp_path):
     xflow = Path(sys.executable).with_name("xflow")  # .venv/bin/xflow
-    done = subprocess.run([str(xflow), "inspect", str(cxr_samples / SIIM)],
+    done = subprocess.run([str(xflow), "inspect", str(cxr_samples / CR)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

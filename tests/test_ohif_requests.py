@@ -109,14 +109,10 @@ def test_point_prompts_for_several_findings_need_a_choice(png):
 def test_store_seg_server_setting_is_the_default_of_the_option(tmp_path, monkeypatch, module, config, task):
     """``--conf store_seg true`` makes ``store_seg`` default to true in the ``xflow`` and ``rosalia``
     options (what ``/info`` lists and OHIF's panel sends back); a bad value names the setting."""
-    import importlib
-    import sys
-    from pathlib import Path
+    from monailabel_xflow.app import configs
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "apps" / "xflow"))
-    monkeypatch.delitem(sys.modules, f"lib.configs.{module}", raising=False)
     monkeypatch.setenv("XFLOW_NO_DEMO", "1")  # the option, not the weights, is under test
-    cls = getattr(importlib.import_module(f"lib.configs.{module}"), config)
+    cls = getattr(configs, config)
 
     def tasks(conf):
         cfg = cls()

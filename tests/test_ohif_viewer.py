@@ -2,7 +2,7 @@
 
 One Orthanc (DICOMweb) and one MONAI Label server with the committed demo model, on loopback,
 for the module. The PACS holds a CR phantom with an effusion (what the browser opens) and a
-non-square (1024 x 700) crop of the SIIM CR. A real headless Chromium opens OHIF v3 as MONAI
+non-square (1024 x 700) crop of the test CR (made from an NIH PNG). A real headless Chromium opens OHIF v3 as MONAI
 Label serves it (``/ohif/``) and the checks read the screenshot's pixels and the console.
 Screenshots of the run are written to ``$XFLOW_OHIF_SCREENSHOTS`` when set (the README's come
 from there).
@@ -53,8 +53,8 @@ def phantom_cr(path):
 
 
 def non_square_cr(cxr_samples, path):
-    """The SIIM CR cropped to 1024 x 700 (H x W), uncompressed, with its own UIDs."""
-    ds = pydicom.dcmread(next((cxr_samples / "dicom").glob("siim_*.dcm")))
+    """The test CR (made from an NIH PNG) cropped to 1024 x 700 (H x W), uncompressed, with its own UIDs."""
+    ds = pydicom.dcmread(cxr_samples / "dicom" / "cr.dcm")
     pixels = ds.pixel_array[:, :700].copy()
     ds.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
     ds.Columns, ds.PixelData = 700, pixels.tobytes()

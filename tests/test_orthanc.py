@@ -2,8 +2,8 @@
 
 Orthanc runs on loopback with a temporary storage folder; the MONAI Label server reads it with
 ``--studies http://127.0.0.1:PORT/dicom-web`` and the CR/DX series filter (the serve
-command's environment). Uploaded: the SIIM CR (PA), its MONOCHROME1 variant and a lateral copy
-(both given new UIDs: the sample files share theirs), and a CT-labelled copy the filter must hide.
+command's environment). Uploaded: the test CR (PA, made from an NIH PNG), its MONOCHROME1 variant, a
+lateral copy (new UIDs) and a CT-labelled copy the filter must hide.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ def renamed(source, out, **tags):
 @pytest.fixture(scope="module")
 def pacs(tmp_path_factory, cxr_samples, tiny_models):
     tmp = tmp_path_factory.mktemp("orthanc")
-    siim = next((cxr_samples / "dicom").glob("siim_*.dcm"))
+    cr = cxr_samples / "dicom" / "cr.dcm"
     files = {
-        "pa": siim,
-        "mono1": renamed(cxr_samples / "dicom" / "Fake_MONOHR1.dcm", tmp / "mono1.dcm"),
-        "lateral": renamed(siim, tmp / "lateral.dcm", ViewPosition="LL"),
-        "ct": renamed(siim, tmp / "ct.dcm", Modality="CT"),
+        "pa": cr,
+        "mono1": renamed(cxr_samples / "dicom" / "cr_monochrome1.dcm", tmp / "mono1.dcm"),
+        "lateral": renamed(cr, tmp / "lateral.dcm", ViewPosition="LL"),
+        "ct": renamed(cr, tmp / "ct.dcm", Modality="CT"),
     }
     series = {k: str(pydicom.dcmread(f, stop_before_pixels=True).SeriesInstanceUID) for k, f in files.items()}
     models = tiny_models(tmp / "models")

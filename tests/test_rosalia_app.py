@@ -1,6 +1,6 @@
 """The ``rosalia`` task beside ``xflow`` in a real MONAI Label server, driven by Slicer's client.
 
-One server (``python -m monailabel.main start_server --app apps/xflow``) with tiny random XFlow
+One server (``python -m monailabel.main start_server --app WORKSPACE``) with tiny random XFlow
 models and no ``rosalia`` key: the task serves the committed ROSALIA demo, which ``/info`` names.
 Its labels are compared with the same demo run in this process. The ``rosalia`` key of a models
 file is checked on the runtime directly.

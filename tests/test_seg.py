@@ -23,8 +23,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # highdicom on s
 
 @pytest.fixture(scope="module")
 def source(cxr_samples):
-    """The SIIM CR (JPEG-compressed) cropped to a non-square 1024 x 700 (H x W) image."""
-    ds = pydicom.dcmread(next((cxr_samples / "dicom").glob("siim_*.dcm")))
+    """The test CR (JPEG-compressed, made from an NIH PNG) cropped to a non-square 1024 x 700 (H x W) image."""
+    ds = pydicom.dcmread(cxr_samples / "dicom" / "cr.dcm")
     pixels = ds.pixel_array[:, :700].copy()
     ds.file_meta.TransferSyntaxUID = pydicom.uid.ExplicitVRLittleEndian
     ds.Columns, ds.PixelData = 700, pixels.tobytes()

@@ -67,7 +67,7 @@ def test_segment_png(models_file, cxr_samples, tmp_path, capsys):
 
 
 def test_segment_dicom_all_findings(models_file, cxr_samples, tmp_path, capsys):
-    dicom = next((cxr_samples / "dicom").glob("siim_*.dcm"))
+    dicom = cxr_samples / "dicom" / "cr.dcm"
     out = tmp_path / "all"
     status = main(["segment", str(dicom), "--all-findings", "--out", str(out),
                    "--models", str(models_file), "--no-revise", "-q"])

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from monailabel_xflow.transforms import CXRLoadError, load_cxr, save_nifti_2d
 
-SIIM = "dicom/siim_1.2.276.0.7230010.3.1.4.8323329.6904.1517875201.850819.dcm"
-MONO1 = "dicom/Fake_MONOHR1.dcm"
+CR = "dicom/cr.dcm"
+MONO1 = "dicom/cr_monochrome1.dcm"
 PNG = "nih/images/00000129_000.png"
 RGBA_PNG = "nih/images/00001369_000.png"
 
@@ -98,8 +98,8 @@ def test_rgba_png_equals_its_grayscale_content(cxr_samples):
 def test_jpeg_baseline_dicom_sample(cxr_samples):
     import pydicom
 
-    image, meta = load_cxr(cxr_samples / SIIM)
-    raw = pydicom.dcmread(cxr_samples / SIIM).pixel_array  # (Rows, Columns) by definition
+    image, meta = load_cxr(cxr_samples / CR)
+    raw = pydicom.dcmread(cxr_samples / CR).pixel_array  # (Rows, Columns) by definition
     np.testing.assert_allclose(image, minmax(raw), atol=1e-6)
     assert image.dtype == np.float32
     assert meta["spacing"] == (0.168, 0.168)
@@ -111,10 +111,10 @@ def test_monochrome1_loads_as_inverse_of_monochrome2(cxr_samples):
     import pydicom
 
     mono1 = pydicom.dcmread(cxr_samples / MONO1)
-    mono2 = pydicom.dcmread(cxr_samples / SIIM)
+    mono2 = pydicom.dcmread(cxr_samples / CR)
     assert np.array_equal(mono1.pixel_array, mono2.pixel_array)  # same stored pixels
     image1, meta1 = load_cxr(cxr_samples / MONO1)
-    image2, _ = load_cxr(cxr_samples / SIIM)
+    image2, _ = load_cxr(cxr_samples / CR)
     assert meta1["photometric_interpretation"] == "MONOCHROME1"
     assert np.abs(image1 - (1.0 - image2)).max() <= 1 / 255
     assert not np.allclose(image1, image2, atol=0.1)
@@ -349,7 +349,7 @@ def test_missing_and_zero_byte_files(tmp_path):
     assert_load_error(tmp_path / "zero.dcm", "empty")
 
 
-@pytest.mark.parametrize("sample", [PNG, SIIM])
+@pytest.mark.parametrize("sample", [PNG, CR])
 def test_truncated_files_are_refused(cxr_samples, tmp_path, sample):
     data = (cxr_samples / sample).read_bytes()
     path = tmp_path / ("cut" + Path(sample).suffix)

@@ -50,7 +50,7 @@ from monailabel_xflow.instructions import Instruction
 logger = logging.getLogger(__name__)
 
 HOW_TO_CONFIGURE_ROSALIA = (
-    "No ROSALIA weights: set `rosalia: PATH` (a ROSALIA folder) in the models file (`--conf models PATH`) "
+    "No ROSALIA weights: set `rosalia: PATH` (a ROSALIA folder) in the models file (`--conf models_file PATH`) "
     "or XFLOW_ROSALIA=PATH; the committed ROSALIA demo is used otherwise (unless XFLOW_NO_DEMO is set)."
 )
 

@@ -7,7 +7,7 @@ serves them all (a revision right after an inference reuses the image embedding)
 
 Where the configuration comes from, first match wins:
 
-1. ``--conf models PATH`` (a YAML/JSON file of :class:`~monailabel_xflow.workflow.model_config.ModelConfig`);
+1. ``--conf models_file PATH`` (old name ``models``; a YAML/JSON file of :class:`~monailabel_xflow.workflow.model_config.ModelConfig`);
 2. the environment (``XFLOW_MODELS`` and ``XFLOW_<FIELD>``, see :mod:`monailabel_xflow.workflow.model_config`).
 
 With nothing configured the app still starts: :meth:`XFlowRuntime.status` says so and how to
@@ -42,8 +42,8 @@ LOAD_BACKOFF_MAX_S = 600.0
 reason) for 30 s, doubling per further failure up to 10 min, instead of reloading per request."""
 
 HOW_TO_CONFIGURE = (
-    "No XFlow weights are configured. Start the server with `--conf models PATH` "
-    "(`xflow serve ... --conf models models.yaml`) or set XFLOW_MODELS=PATH, where PATH is a "
+    "No XFlow weights are configured. Start the server with `--conf models_file PATH` "
+    "(`xflow serve ... --models models.yaml`) or set XFLOW_MODELS=PATH, where PATH is a "
     "YAML/JSON file naming vlm_base + init_adapter (+ rev_adapter) or init_model (+ rev_model), "
     "and segmenter (see monailabel_xflow/workflow/model_config.py)."
 )
@@ -133,7 +133,7 @@ class XFlowRuntime:
 
         path = self._conf.get("models")
         if path:
-            return f"--conf models {path}", ModelConfig.from_file(path)
+            return f"--conf models_file {path}", ModelConfig.from_file(path)
         from monailabel_xflow.workflow.model_config import default_config
 
         # The environment when it names weights, else the committed demo model (unless disabled).

@@ -1,4 +1,23 @@
-"""What ``apps/xflow/main.py`` delegates to, so the app folder stays thin."""
+"""The MONAI Label app: :class:`XFlowApp`, what the server instantiates, and the checks around it.
+
+MONAI Label loads an app from a folder's ``main.py`` (the first class there whose direct base is
+``MONAILabelApp``) and writes ``logs/``, ``model/``, ``lib/`` and ``bin/`` into that folder. The app
+therefore lives here, in the package, and the folder MONAI Label gets is a *workspace* outside
+it whose ``main.py`` only imports :class:`XFlowApp` (``xflow serve`` writes it:
+:mod:`monailabel_xflow.commands.serve`), so an installed wheel serves without a repository and
+never writes into site-packages.
+
+``--conf`` keys (``xflow serve --conf KEY VALUE``; MONAI Label passes them as ``conf``):
+
+* ``models_file``: the model configuration file (YAML, :mod:`monailabel_xflow.workflow.model_config`;
+  else env ``XFLOW_MODELS``, else the committed demo); ``xflow serve --models PATH`` sets it.
+  ``models`` is its old name, still read, with a deprecation warning: in MONAI Label's sample
+  apps ``--conf models`` is a comma-separated list of task names to enable, while this app
+  always registers all its tasks (:func:`app_conf`).
+* ``model_dir``: where training writes the fine-tuned segmenter (default ``<workspace>/model``).
+* ``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (``true``: the ``xflow`` and
+  ``rosalia`` tasks store every result as a DICOM SEG in the PACS unless a request says otherwise).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +25,86 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
+from monailabel.interfaces.app import MONAILabelApp
+
+from monailabel_xflow import __version__
 from monailabel_xflow.app.errors import ImageNotFoundError, RequestError, http_errors
 from monailabel_xflow.app.runtime import XFlowRuntime
 
 logger = logging.getLogger(__name__)
+
+
+class XFlowApp(MONAILabelApp):
+    """XFlow and ROSALIA behind MONAI Label's REST API (task names: ``docs/app.md``).
+
+    Args:
+        app_dir: the workspace folder MONAI Label was started with (its ``main.py`` imports this
+            class); logs and, unless ``conf["model_dir"]`` says otherwise, trained models go there.
+        studies: a studies folder or a DICOMweb URL.
+        conf: the ``--conf`` keys (module docstring).
+    """
+
+    def __init__(self, app_dir: str, studies: str, conf: Mapping[str, str]):
+        from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
+        from monailabel_xflow.app.guard import install as install_guard
+
+        conf = app_conf(conf)
+        model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
+        self.xflow = XFlowConfig()
+        self.xflow.init("xflow", model_dir, conf, None)
+        logger.info("XFlow models: %s", self.xflow.runtime.describe())
+        self.rosalia = RosaliaConfig()  # the papers' baseline, beside XFlow
+        self.rosalia.init("rosalia", model_dir, conf, None)
+        logger.info("ROSALIA: %s", self.rosalia.runtime.describe())
+        super().__init__(app_dir=app_dir, studies=studies, conf=conf, name="XFlow",
+                         description=app_description(self.xflow.runtime), version=__version__)
+        install_guard()  # body limit, id checks, infer params confined
+
+    def init_datastore(self):
+        return init_datastore(self, super().init_datastore)
+
+    def init_remote_datastore(self):
+        from monailabel_xflow.app.datastore import make_dicomweb_datastore
+
+        return make_dicomweb_datastore(self.studies, self.conf)  # no dcmqi download
+
+    def init_infers(self):
+        return {**self.xflow.infer(), **self.rosalia.infer()}
+
+    def init_trainers(self):
+        return {self.xflow.name: self.xflow.trainer()}
+
+    def init_strategies(self):
+        return self.xflow.strategy()
+
+    def init_scoring_methods(self):
+        return self.xflow.scoring_method()
+
+    def info(self):
+        return {**super().info(), "xflow_models": self.xflow.runtime.status(),
+                "rosalia_models": self.rosalia.runtime.status()}
+
+    def infer(self, request, datastore=None):
+        return checked_infer(self, super().infer, request, datastore)
+
+
+def app_conf(conf: Mapping[str, str] | None) -> dict[str, str]:
+    """``conf`` with the model configuration file under ``models``, the key the runtimes read.
+
+    ``models_file`` is the documented key; ``models`` still works and logs a deprecation
+    warning (in MONAI Label's sample apps ``--conf models`` lists task names). Both given:
+    ``models_file`` wins, with a warning when they differ.
+    """
+    conf = dict(conf or {})
+    named, old = conf.get("models_file"), conf.get("models")
+    if named:
+        if old not in (None, "", named):
+            logger.warning("--conf models_file %s and --conf models %s: using models_file", named, old)
+        conf["models"] = named
+    elif old:
+        logger.warning("--conf models is deprecated (MONAI Label's sample apps use that key for a list of task "
+                       "names): use --conf models_file %s (xflow serve --models %s)", old, old)
+    return conf
 
 EXTRA_EXTENSIONS = ("*.dcm", "*.jpeg")
 """Radiograph files a studies folder may hold besides MONAI Label's defaults (png, jpg, nii ...)."""

@@ -2,10 +2,21 @@
 
 Usage::
 
-    xflow serve [--app apps/xflow] --studies PATH_OR_DICOMWEB_URL [--host 127.0.0.1] [--port 8000]
-                [--models CONFIG] [--conf KEY VALUE]... [--dry-run]
+    xflow serve --studies PATH_OR_DICOMWEB_URL [--workspace DIR | --app DIR] [--host 127.0.0.1]
+                [--port 8000] [--models CONFIG] [--conf KEY VALUE]... [--dry-run]
 
-Runs ``python -m monailabel.main start_server --app APP --studies STUDIES --host H --port P
+The app is in the package (:class:`monailabel_xflow.app.xflow_app.XFlowApp`). MONAI Label serves
+an app *folder* and writes into it (``logs/``, ``model/``, ``lib/``, ``bin/``), so the server is
+given a **workspace** folder outside the package: ``--workspace DIR``, else ``$XFLOW_WORKSPACE``,
+else ``$XDG_DATA_HOME/monailabel-xflow/workspace`` (``~/.local/share/monailabel-xflow/workspace``).
+:func:`prepare_workspace` creates it with a one-line ``main.py`` that imports the packaged app
+(MONAI Label loads ``main.py``) and refuses a folder whose ``main.py`` is something else. The
+workspace then holds the server's log (``logs/app.log``), trained segmenters (``model/``, unless
+``--conf model_dir``) and, unless the variables are set, MONAI Label's DICOMweb cache and
+sessions (``cache/``). ``--app DIR`` serves another MONAI Label app folder instead (upstream's
+behaviour: it writes into that folder).
+
+Runs ``python -m monailabel.main start_server --app WORKSPACE --studies STUDIES --host H --port P
 --conf K V ...`` with this interpreter (not the ``monailabel`` shell launcher, which splits JSON
 arguments on spaces and prepends a parent folder to PYTHONPATH) and an environment
 that suits radiographs:
@@ -16,10 +27,11 @@ that suits radiographs:
   labels for two hours);
 * ``MONAI_LABEL_DATASTORE_FILE_EXT`` adds ``*.dcm`` and ``*.jpeg`` to the folder extensions.
 
-Variables already set in the environment win. ``--models CONFIG`` is ``--conf models CONFIG``.
-``--conf`` keys the app reads: ``models``, ``model_dir``, ``dicomweb_search_filter`` (JSON).
-The server keeps the foreground; Ctrl-C stops it. Exit status: the server's; 2 when the app
-folder or the studies folder does not exist.
+Variables already set in the environment win. ``--models CONFIG`` is ``--conf models_file CONFIG``.
+``--conf`` keys the app reads: :mod:`monailabel_xflow.app.xflow_app`. The server keeps the
+foreground; Ctrl-C stops it. ``--dry-run`` prepares the workspace and prints the environment and
+the command (which then starts the same server by hand). Exit status: the server's; 2 when the
+app folder, the workspace or the studies folder is unusable.
 """
 
 from __future__ import annotations
@@ -32,7 +44,64 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-DEFAULT_APP = "apps/xflow"
+POINTER_IMPORT = "from monailabel_xflow.app.xflow_app import XFlowApp"
+WORKSPACE_MAIN = (
+    '"""XFlow workspace for MONAI Label (written by `xflow serve`): the app is in the installed package."""\n'
+    f"{POINTER_IMPORT}  # noqa: F401\n"
+)
+"""The ``main.py`` of a workspace: MONAI Label finds :class:`XFlowApp` in it."""
+
+
+class WorkspaceError(Exception):
+    """A workspace folder that cannot be used (exit status 2)."""
+
+
+def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XFLOW_WORKSPACE``, else ``$XDG_DATA_HOME/monailabel-xflow/workspace`` (XDG's default
+    ``~/.local/share``): a per-user folder, never inside the installed package."""
+    env = os.environ if environ is None else environ
+    if env.get("XFLOW_WORKSPACE"):
+        return Path(env["XFLOW_WORKSPACE"]).expanduser()
+    data = Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
+    return data / "monailabel-xflow" / "workspace"
+
+
+def prepare_workspace(folder: str | os.PathLike) -> Path:
+    """Create ``folder`` (absolute) with the :data:`WORKSPACE_MAIN` pointer; returns it.
+
+    Raises:
+        WorkspaceError: ``folder`` is a file, is inside the package or site-packages, or holds a
+            ``main.py`` that is not the pointer (another app: serve it with ``--app``).
+    """
+    import sysconfig
+
+    import monailabel_xflow
+
+    folder = Path(folder).expanduser().resolve()
+    installed = {Path(monailabel_xflow.__file__).resolve().parent,
+                 *(Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib"))}
+    for place in installed:
+        if folder == place or place in folder.parents:
+            raise WorkspaceError(f"workspace {folder} is inside {place}, where Python packages live; "
+                                 "choose a folder of your own (--workspace DIR)")
+    if folder.exists() and not folder.is_dir():
+        raise WorkspaceError(f"workspace {folder} is not a folder")
+    main = folder / "main.py"
+    current = main.read_text() if main.is_file() else None
+    if current is not None and POINTER_IMPORT not in current:
+        raise WorkspaceError(f"{main} is not XFlow's workspace pointer (serve that app with --app {folder}, "
+                             "or choose another --workspace)")
+    folder.mkdir(parents=True, exist_ok=True)
+    if current != WORKSPACE_MAIN:  # new, or written by another version
+        main.write_text(WORKSPACE_MAIN)
+    return folder
+
+
+def workspace_env(folder: Path) -> dict[str, str]:
+    """Caches and sessions inside the workspace (defaults; variables already set win)."""
+    return {"MONAI_LABEL_DICOMWEB_CACHE_PATH": str(folder / "cache" / "dicomweb"),
+            "MONAI_LABEL_SESSION_PATH": str(folder / "cache" / "sessions")}
+
 
 SERVER_ENV: dict[str, str] = {
     "MONAI_LABEL_DICOMWEB_SEARCH_FILTER": json.dumps({"Modality": "CR,DX"}),
@@ -49,13 +118,17 @@ def register(subparsers) -> None:
         help="start the MONAI Label server with the XFlow app",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("--app", default=DEFAULT_APP, help=f"app folder (default {DEFAULT_APP})")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--workspace", help="folder for the server's logs, trained models and caches (default "
+                                           "$XFLOW_WORKSPACE, else ~/.local/share/monailabel-xflow/workspace)")
+    where.add_argument("--app", help="serve this MONAI Label app folder instead of the packaged app")
     parser.add_argument("--studies", required=True, help="studies folder, or a DICOMweb URL (http://host:port/dicom-web)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.add_argument("--models", help="model configuration file (same as --conf models PATH)")
+    parser.add_argument("--models", help="model configuration file (same as --conf models_file PATH)")
     parser.add_argument("--conf", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-                        help="app configuration, repeatable (models, model_dir, dicomweb_search_filter, store_seg)")
+                        help="app configuration, repeatable (models_file, model_dir, dicomweb_search_filter, "
+                             "store_seg)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and environment, start nothing")
     parser.set_defaults(func=run)
 
@@ -79,25 +152,35 @@ def server_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    app = Path(args.app)
-    if not (app / "main.py").is_file():
-        print(f"xflow serve: {app} is not a MONAI Label app folder (no main.py)", file=sys.stderr)
-        return 2
     studies = str(args.studies)
     if not studies.startswith(("http://", "https://")) and not Path(studies).is_dir():
         print(f"xflow serve: studies folder {studies} does not exist", file=sys.stderr)
         return 2
+    extra_env: dict[str, str] = {}
+    if args.app:
+        app = Path(args.app)
+        if not (app / "main.py").is_file():
+            print(f"xflow serve: {app} is not a MONAI Label app folder (no main.py)", file=sys.stderr)
+            return 2
+    else:
+        try:
+            app = prepare_workspace(args.workspace or default_workspace())
+        except (WorkspaceError, OSError) as exc:
+            print(f"xflow serve: {exc}", file=sys.stderr)
+            return 2
+        extra_env = workspace_env(app)
     conf = [tuple(c) for c in args.conf]
     if args.models:
-        conf = [c for c in conf if c[0] != "models"] + [("models", str(Path(args.models).resolve()))]
+        conf = [c for c in conf if c[0] != "models_file"] + [("models_file", str(Path(args.models).resolve()))]
     cmd = server_command(str(app), studies, args.host, args.port, conf)
-    env = server_env()
+    env = server_env({**extra_env, **os.environ})
     if args.dry_run:
-        for key in SERVER_ENV:
+        for key in [*SERVER_ENV, *extra_env]:
             print(f"{key}={env[key]}")
         print(" ".join(cmd))
         return 0
-    print(f"xflow serve: http://{args.host}:{args.port}/ (studies {studies})", file=sys.stderr)
+    print(f"xflow serve: http://{args.host}:{args.port}/ (studies {studies}; {'app' if args.app else 'workspace'} "
+          f"{app})", file=sys.stderr)
     try:
         return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:

@@ -1,7 +1,8 @@
-"""Task configuration of the XFlow app: which MONAI Label tasks it registers, under which names.
+"""Task configurations of the XFlow app: which MONAI Label tasks it registers, under which names.
 
-The tasks themselves live in the package (:mod:`monailabel_xflow.app`); this file only wires
-them to one shared :class:`~monailabel_xflow.app.runtime.XFlowRuntime`.
+MONAI Label's sample apps keep these in ``lib/configs/`` beside ``main.py``; here they live in
+the package so an installed wheel serves without a repository (:class:`~.xflow_app.XFlowApp`).
+Each wires the tasks of :mod:`monailabel_xflow.app` to one shared runtime.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Any, Dict
 from monailabel.interfaces.config import TaskConfig
 from monailabel.tasks.activelearning.random import Random
 
-from monailabel_xflow.app.infer import XFlowInferTask
+from monailabel_xflow.app.infer import XFlowInferTask, store_seg_default
 from monailabel_xflow.app.revise import XFlowReviseTask
+from monailabel_xflow.app.rosalia import RosaliaInferTask, RosaliaRuntime
 from monailabel_xflow.app.runtime import XFlowRuntime
 from monailabel_xflow.app.scoring import XFlowUncertaintyScoring
 from monailabel_xflow.app.strategy import XFlowUncertaintyStrategy
@@ -27,8 +29,6 @@ class XFlowConfig(TaskConfig):
         self.runtime = XFlowRuntime(conf, model_dir=model_dir)
 
     def infer(self) -> Dict[str, Any]:
-        from monailabel_xflow.app.infer import store_seg_default
-
         return {self.name: XFlowInferTask(self.runtime, store_seg=store_seg_default(self.conf)),
                 f"{self.name}_revise": XFlowReviseTask(self.runtime)}
 
@@ -40,3 +40,19 @@ class XFlowConfig(TaskConfig):
 
     def scoring_method(self) -> Dict[str, Any]:
         return {f"{self.name}_uncertainty": XFlowUncertaintyScoring(self.runtime)}
+
+
+class RosaliaConfig(TaskConfig):
+    """``rosalia``, the papers' single-shot baseline served beside XFlow (infer only: ROSALIA has
+    no clicks and no train task in the app). Its weights are the models file's ``rosalia`` key,
+    else the committed ROSALIA demo."""
+
+    def init(self, name: str, model_dir: str, conf: Dict[str, str], planner: Any, **kwargs):
+        super().init(name, model_dir, conf, planner, **kwargs)
+        self.runtime = RosaliaRuntime(conf)
+
+    def infer(self) -> Dict[str, Any]:
+        return {self.name: RosaliaInferTask(self.runtime, store_seg=store_seg_default(self.conf))}
+
+    def trainer(self):
+        return None
