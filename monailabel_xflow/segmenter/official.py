@@ -9,7 +9,7 @@ to cross-check it against the reference implementation on GPU machines and to ru
 
 It follows the SAM1-task API of ``sam3`` (``build_sam3_image_model(enable_inst_interactivity=True)``,
 ``Sam3Processor.set_image`` then ``model.predict_inst``) behind the same
-:class:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter` contract: the same input images,
+:class:`~monailabel_xflow.segmenter.base.PromptableSegmenter` contract: the same input images,
 normalised boxes/clicks, ``(N, H, W)`` masks and ``(N, 1, 288, 288)`` low-res logits, and the
 same embedding cache keyed by image content.
 """
@@ -76,7 +76,7 @@ def require_official_backend(device: Any = None) -> None:
 
 
 class OfficialSam3Segmenter:
-    """:class:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter` on the official ``sam3`` model.
+    """:class:`~monailabel_xflow.segmenter.base.PromptableSegmenter` on the official ``sam3`` model.
 
     Build it with :meth:`load`; the constructor takes an already built ``sam3`` image model with
     instance interactivity enabled.
@@ -114,7 +114,7 @@ class OfficialSam3Segmenter:
         return cls(model, cache=cache, cache_tag=weights_tag(checkpoint or "facebook/sam3"))
 
     def set_image(self, image: np.ndarray) -> None:
-        """See :meth:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter.set_image`."""
+        """See :meth:`~monailabel_xflow.segmenter.base.PromptableSegmenter.set_image`."""
         from PIL import Image
 
         rgb = (to_rgb01(image) * 255.0 + 0.5).astype(np.uint8)
@@ -129,7 +129,7 @@ class OfficialSam3Segmenter:
         previous: np.ndarray | None = None,
         multimask: bool = False,
     ) -> SegmentationResult:
-        """See :meth:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter.predict` (same semantics)."""
+        """See :meth:`~monailabel_xflow.segmenter.base.PromptableSegmenter.predict` (same semantics)."""
         if self._state is None or self._shape is None:
             raise RuntimeError("call set_image(image) before predict()")
         if len(boxes) == 0:

@@ -24,7 +24,7 @@ Loss resolution: the decoder's low-resolution logits (288 x 288 for the 1008-px 
 compared with the ground truth resized to that grid, which keeps a CPU step cheap; the mask is
 upsampled for inference only.
 
-The result is a Hugging Face folder that :func:`monailabel_xflow.segmenter.sam3.load_segmenter` reads.
+The result is a Hugging Face folder that :func:`monailabel_xflow.segmenter.loading.load_segmenter` reads.
 Under ``accelerate launch`` the same loop runs data-parallel (gradients all-reduced by accelerate).
 """
 
