@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, Click, box_to_mask, point_to_pixel
+from monailabel_xflow.geometry import Box, Click, box_to_mask, check_image, point_to_pixel
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.base import PolicyError, RevisionState
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
@@ -293,8 +293,8 @@ def result_from_masks(
     rows = ((np.arange(low_res) + 0.5) * h / low_res).astype(int)
     cols = ((np.arange(low_res) + 0.5) * w / low_res).astype(int)
     low = logits[:, rows][:, :, cols][:, None]
-    inter = (masks & reference).reshape(n, -1).sum(1)
-    union = (masks | reference).reshape(n, -1).sum(1)
+    inter = (masks & reference).reshape(n, h * w).sum(1)
+    union = (masks | reference).reshape(n, h * w).sum(1)
     return SegmentationResult(
         logits=logits,
         masks=masks,
@@ -341,6 +341,7 @@ class ScriptedPolicy:
         self.calls: list[tuple[str, Any]] = []  # ("stage1", instruction) / ("start", (instruction, box))
 
     def stage1(self, image: np.ndarray, instruction: Instruction) -> str:
+        check_image(image)  # refuses what the VLM policy refuses
         self.calls.append(("stage1", instruction))
         if self._stage1_used >= len(self._stage1):
             raise ScriptExhausted(f"script holds {len(self._stage1)} Stage 1 answer(s), all used")
@@ -352,6 +353,7 @@ class ScriptedPolicy:
         return [self.stage1(image, i) for i in instructions]
 
     def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> _ScriptedSession:
+        check_image(image)
         self.calls.append(("start", (instruction, tuple(box))))
         k = self._sessions
         self._sessions += 1
