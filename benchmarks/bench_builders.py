@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from common import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = {"init-sft": 1_030_000, "rev-sft": 469_000}
@@ -30,7 +31,7 @@ def main(argv=None) -> int:
     p.add_argument("--cores", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--encode-s", type=float, default=97.0,
                    help="full-size F_seg encode seconds per image on one CPU core pair (DESIGN §5)")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, cases=6, cores=[1])
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # per-core figures
     import torch
 

@@ -29,6 +29,7 @@ from monailabel_xflow.data.export import export_set  # noqa: E402
 from monailabel_xflow.ils import masks as alg  # noqa: E402
 from monailabel_xflow.ils.phantom_truth import truth_inputs  # noqa: E402
 from monailabel_xflow.ils.pipeline import PipelineConfig, _stages_for, analyse_study, process_study  # noqa: E402
+from common import parse_args  # noqa: E402
 
 TARGET = 377_000
 STAGES = ("structure", "read", "anatomy", "healthy", "locations", "detector", "algorithm1", "pairs", "write")
@@ -40,7 +41,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--high-recall", action="store_true")
-    a = ap.parse_args()
+    a = parse_args(ap, size=256, n=2)
     thresholds = alg.HIGH_RECALL_THRESHOLDS if a.high_recall else alg.DEFAULT_THRESHOLDS
     with tempfile.TemporaryDirectory() as tmp:
         root, out = Path(tmp) / "set", Path(tmp) / "out"

@@ -23,6 +23,7 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
 import numpy as np  # noqa: E402
+from common import parse_args  # noqa: E402
 
 MIMIC_REPORTS = 377_110  # MIMIC-CXR v2 images; one report per study, fewer studies (227 K)
 
@@ -42,7 +43,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--llm-n", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    a = ap.parse_args()
+    a = parse_args(ap, n=8, llm_n=1, max_new_tokens=2)
     import torch
 
     torch.set_num_threads(1)

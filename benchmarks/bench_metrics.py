@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from monailabel_xflow.metrics import sample_stats, summarize
+from common import parse_args
 
 
 def make_pool(n: int, size: int, seed: int = 0):
@@ -46,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000, help="sample_stats calls to time (default 10000)")
     parser.add_argument("--size", type=int, default=1024, help="mask side in pixels (default 1024)")
-    args = parser.parse_args()
+    args = parse_args(parser, n=20, size=128)
     pool = make_pool(200, args.size)
     start, cpu = time.perf_counter(), time.process_time()
     stats = [sample_stats(*pool[i % len(pool)]) for i in range(args.n)]

@@ -24,6 +24,7 @@ from monailabel_xflow.geometry import connected_components
 from monailabel_xflow.policy.oracle import OracleClicker
 from monailabel_xflow.testing import ScriptedSegmenter, disk
 from monailabel_xflow.workflow.revision import simulate_trajectories
+from common import parse_args
 
 FINDINGS = ("pneumonia", "effusion", "atelectasis", "opacity", "consolidation", "edema")
 
@@ -73,7 +74,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", help="also draw the longest trajectory to this PNG file")
-    args = parser.parse_args()
+    args = parse_args(parser, images=1, size=256)
 
     t0 = time.perf_counter()
     data = scenes(args.images, args.size, args.seed)

@@ -15,13 +15,14 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
 from monailabel_xflow.data.phantom import generate_phantom  # noqa: E402
+from common import parse_args  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--n", type=int, default=20)
-    a = ap.parse_args()
+    a = parse_args(ap, size=256, n=2)
     generate_phantom(0, size=a.size)  # warm-up (imports, caches)
     t0 = time.perf_counter()
     for s in range(1, a.n + 1):

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import parse_args
 
 
 def _load_avg() -> str:
@@ -80,10 +81,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--model-dir", type=Path, default=None)
-    ap.add_argument("--size", default="mid", choices=("mid", "medgemma-4b"),
+    ap.add_argument("--size", default="mid", choices=("tiny", "mid", "medgemma-4b"),
                     help="random Gemma3 size to build (ignored when --model-dir holds a model)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
-    args = ap.parse_args()
+    args = parse_args(ap, size="tiny", new_tokens=2, turns=2, threads=1)
 
     import torch
 

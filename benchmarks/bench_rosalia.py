@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from common import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -50,7 +51,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--markdown", action="store_true", help="print a README section on stdout")
-    args = parser.parse_args()
+    parser.add_argument("--questions", type=int, default=len(QUESTIONS), choices=range(1, len(QUESTIONS) + 1),
+                        metavar=f"1..{len(QUESTIONS)}", help="questions per image (default all)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="XFlow policy tokens per call (default the demo's)")
+    parser.add_argument("--max-clicks", type=int, default=None, help="XFlow Stage 2 clicks (default the demo's)")
+    args = parse_args(parser, images=1, questions=1, max_new_tokens=8, max_clicks=1)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
     import torch
@@ -68,7 +73,7 @@ def main() -> int:
     if config is None:
         print("the XFlow demo (monailabel_xflow/demo/) is not installed", file=sys.stderr)
         return 2
-    config = config.with_overrides(device=args.device)
+    config = config.with_overrides(device=args.device, max_new_tokens=args.max_new_tokens, max_clicks=args.max_clicks)
     t = time.perf_counter()
     xflow = XFlow.from_config(config)
     load_xflow = time.perf_counter() - t
@@ -97,7 +102,7 @@ def main() -> int:
         t = time.perf_counter()
         xflow.segmenter.set_image(image)
         times["xflow_encode"].append(time.perf_counter() - t)
-        for q in QUESTIONS:
+        for q in QUESTIONS[: args.questions]:
             t = time.perf_counter()
             rosalia.predict(q)
             times["rosalia"].append(time.perf_counter() - t)

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -93,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="full", choices=["tiny", "small", "full"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=3, help="decoder calls timed per measurement")
+    parser.add_argument("--boxes", type=int, default=3, choices=(1, 2, 3), help="lesion boxes revised (default 3)")
+    parser.add_argument("--clicks", type=int, default=4, choices=(1, 2, 3, 4), help="clicks per box (default 4)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, size="tiny", repeat=1, boxes=1, clicks=1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     log = logging.getLogger("bench_segmenter")
 
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
     boxes = [(0.55, 0.30, 0.85, 0.70), (0.15, 0.35, 0.45, 0.75), (0.40, 0.60, 0.60, 0.85)]
     clicks = [Click(True, 0.70, 0.50), Click(False, 0.60, 0.35), Click(True, 0.88, 0.65), Click(False, 0.75, 0.68)]
+    boxes, clicks = boxes[: args.boxes], clicks[: args.clicks]
     first = seg.predict([boxes[0]])  # warm-up
     figures["decode_box_s"], _ = timed(lambda: seg.predict([boxes[0]]), args.repeat)
     figures["decode_box_4clicks_prev_s"], _ = timed(
@@ -155,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                 lst.append(click)
             result = seg.predict(boxes, clicks=per_box, previous=result.low_res_logits)
 
-    log.info("whole revision, 3 boxes x 5 decoder calls each ...")
+    log.info("whole revision, %d boxes x %d decoder calls each ...", len(boxes), 1 + len(clicks))
     figures["decoding_per_box_15_calls_s"], _ = timed(revision_per_box)
-    log.info("whole revision, 3 boxes batched in 5 calls ...")
+    log.info("whole revision, %d boxes batched in %d calls ...", len(boxes), 1 + len(clicks))
     figures["decoding_batched_5_calls_s"], _ = timed(revision_batched)
     figures["revision_per_box_s"] = figures["encode_s"] + figures["decoding_per_box_15_calls_s"]
     figures["revision_batched_s"] = figures["encode_s"] + figures["decoding_batched_5_calls_s"]

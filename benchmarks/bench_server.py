@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from radiographs import copy_nih_pngs  # noqa: E402
 from servers import build_tiny_models, monailabel_server  # noqa: E402
+from common import parse_args  # noqa: E402
 
 
 
@@ -54,7 +55,7 @@ def main() -> int:
     parser.add_argument("--instructions", type=int, default=5, help="timed xflow requests (default 5)")
     parser.add_argument("--images", type=int, default=8, help="images in the studies folder (default 8)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args()
+    args = parse_args(parser, requests=2, instructions=1, images=2)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_server_"))
     try:

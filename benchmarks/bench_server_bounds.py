@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from radiographs import copy_nih_pngs  # noqa: E402
 from servers import build_tiny_models, monailabel_server  # noqa: E402
+from common import parse_args  # noqa: E402
 
 
 
@@ -80,7 +81,7 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=6, help="1024 px studies (default 6)")
     parser.add_argument("--requests", type=int, default=10, help="timed xflow_revise requests per phase")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args()
+    args = parse_args(parser, big=1536, images=2, requests=2)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_bounds_"))
     results: dict = {}

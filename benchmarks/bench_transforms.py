@@ -25,6 +25,7 @@ from monailabel_xflow.transforms import load_cxr, save_nifti_2d
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from radiographs import CR_SOURCE, DATA, make_samples  # noqa: E402
+from common import parse_args  # noqa: E402
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -76,7 +77,7 @@ def write_extras(folder: Path) -> list[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=10)
-    args = parser.parse_args()
+    args = parse_args(parser, repeats=1)
     with tempfile.TemporaryDirectory() as tmp:
         samples = make_samples(Path(tmp) / "cxr")
         start = time.perf_counter()

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -98,7 +99,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--workdir", type=Path, default=None, help="where to save the models (default: a temp dir)")
     parser.add_argument("--markdown", action="store_true", help="print a README section (markdown) on stdout")
-    args = parser.parse_args()
+    args = parse_args(parser, sam="tiny", vlm="tiny", max_new_tokens=2, turns=1)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     for noisy in ("monailabel_xflow", "transformers", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

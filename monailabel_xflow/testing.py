@@ -7,8 +7,9 @@ can time the code around the segmenter without paying for one. :class:`SequenceS
 a fixed list of masks, to script exact IoU sequences. :class:`RecordingSegmenter` wraps a real
 segmenter and records what it was asked, so the same assertions can run against the tiny random
 SAM3. All three implement the ``PromptableSegmenter`` interface of
-:mod:`monailabel_xflow.segmenter.base` (``set_image`` once, then ``predict``) and return its
-``SegmentationResult``.
+:mod:`monailabel_xflow.segmenter.base` (``set_image`` once, then ``predict``; ``fork``) and return
+its ``SegmentationResult``; a fork records into its parent's call log, so a test reads one log
+whichever copy the workflow used.
 
 :class:`ScriptedPolicy` replays protocol text as π_init and π_rev; :class:`StubRuntime` hands a
 scripted :class:`~monailabel_xflow.workflow.xflow.XFlow` to the MONAI Label tasks in place of the
@@ -17,6 +18,7 @@ app's model runtime. Helpers draw simple synthetic ground truths.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -24,11 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, Click, box_to_mask, point_to_pixel
+from monailabel_xflow.geometry import Box, Click, box_to_mask, check_image, point_to_pixel
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.base import PolicyError, RevisionState
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
-from monailabel_xflow.segmenter.base import SegmentationResult
+from monailabel_xflow.segmenter.base import (
+    PromptableSegmenter,
+    SegmentationResult,
+    SegmenterInputError,
+    build_prompts,
+    to_rgb01,
+)
 
 __all__ = [
     "PredictCall",
@@ -71,17 +79,40 @@ def ellipse(shape: Sequence[int], row: float, col: float, radius_rows: float, ra
 
 # --- doubles --------------------------------------------------------------------------------
 
+@dataclass
+class CallLog:
+    """What a test double and its forks were asked."""
+
+    set_image_calls: int = 0
+    calls: list[PredictCall] = field(default_factory=list)
+
+
 class _CallLog:
     """What every test double records: ``set_image_calls`` and one :class:`PredictCall` per
-    ``predict`` in ``calls`` (``predict_calls`` counts them)."""
+    ``predict`` in ``calls`` (``predict_calls`` counts them), shared with its forks."""
 
     def __init__(self) -> None:
-        self.set_image_calls = 0
-        self.calls: list[PredictCall] = []
+        self.log = CallLog()
+
+    @property
+    def set_image_calls(self) -> int:
+        return self.log.set_image_calls
+
+    @set_image_calls.setter
+    def set_image_calls(self, value: int) -> None:
+        self.log.set_image_calls = value
+
+    @property
+    def calls(self) -> list[PredictCall]:
+        return self.log.calls
 
     @property
     def predict_calls(self) -> int:
         return len(self.calls)
+
+    def _twin(self):
+        """A shallow copy: same log and settings (subclasses forget their image)."""
+        return copy.copy(self)
 
 
 class ScriptedSegmenter(_CallLog):
@@ -130,17 +161,22 @@ class ScriptedSegmenter(_CallLog):
         super().__init__()
         self._image_set = False
 
+    def fork(self) -> "ScriptedSegmenter":
+        """The same hidden object and call log, no current image."""
+        twin = self._twin()
+        twin._image_set = False
+        return twin
+
     def set_image(self, image: np.ndarray) -> None:
-        """Accept an ``(H, W)`` float image in ``[0, 1]`` of the target's size.
+        """Accept any image the real backends accept (:func:`~monailabel_xflow.segmenter.base.to_rgb01`)
+        of the target's size.
 
         Raises:
-            ValueError: wrong shape or values outside ``[0, 1]``.
+            SegmenterInputError: what the backends refuse, or another size than the target's.
         """
-        image = np.asarray(image)
-        if image.shape != self.target.shape:
-            raise ValueError(f"image shape {image.shape} differs from the double's target {self.target.shape}")
-        if image.size and (float(image.min()) < 0.0 or float(image.max()) > 1.0):
-            raise ValueError("image values must lie in [0, 1]")
+        to_rgb01(image)
+        if tuple(image.shape[:2]) != self.target.shape:
+            raise SegmenterInputError(f"image shape {image.shape} differs from the double's target {self.target.shape}")
         self.set_image_calls += 1
         self._image_set = True
 
@@ -155,12 +191,12 @@ class ScriptedSegmenter(_CallLog):
 
         Raises:
             RuntimeError: before ``set_image``.
-            ValueError: ``clicks`` given with another length than ``boxes``.
+            GeometryError, SegmenterInputError: prompts the backends refuse
+                (:func:`~monailabel_xflow.segmenter.base.build_prompts`).
         """
         if not self._image_set:
             raise RuntimeError("predict called before set_image")
-        if clicks is not None and len(clicks) != len(boxes):
-            raise ValueError(f"clicks must hold one list per box: {len(clicks)} lists for {len(boxes)} boxes")
+        build_prompts(boxes, clicks, previous)
         shape = self.target.shape
         masks = np.zeros((len(boxes),) + shape, dtype=bool)
         for n, box in enumerate(boxes):
@@ -198,6 +234,10 @@ class SequenceSegmenter(_CallLog):
         self.reference = self.masks[0] if reference is None else np.asarray(reference, dtype=bool)
         super().__init__()
 
+    def fork(self) -> "SequenceSegmenter":
+        """The same masks and call log: the sequence goes on across forks."""
+        return self._twin()
+
     def set_image(self, image: np.ndarray) -> None:
         self.set_image_calls += 1
 
@@ -219,9 +259,15 @@ class RecordingSegmenter(_CallLog):
         calls: one :class:`PredictCall` per ``predict`` call, in order.
     """
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: PromptableSegmenter) -> None:
         self.inner = inner
         super().__init__()
+
+    def fork(self) -> "RecordingSegmenter":
+        """A fork of the wrapped segmenter, recorded into the same log."""
+        twin = self._twin()
+        twin.inner = self.inner.fork()
+        return twin
 
     def set_image(self, image: np.ndarray) -> None:
         self.set_image_calls += 1
@@ -247,8 +293,8 @@ def result_from_masks(
     rows = ((np.arange(low_res) + 0.5) * h / low_res).astype(int)
     cols = ((np.arange(low_res) + 0.5) * w / low_res).astype(int)
     low = logits[:, rows][:, :, cols][:, None]
-    inter = (masks & reference).reshape(n, -1).sum(1)
-    union = (masks | reference).reshape(n, -1).sum(1)
+    inter = (masks & reference).reshape(n, h * w).sum(1)
+    union = (masks | reference).reshape(n, h * w).sum(1)
     return SegmentationResult(
         logits=logits,
         masks=masks,
@@ -295,6 +341,7 @@ class ScriptedPolicy:
         self.calls: list[tuple[str, Any]] = []  # ("stage1", instruction) / ("start", (instruction, box))
 
     def stage1(self, image: np.ndarray, instruction: Instruction) -> str:
+        check_image(image)  # refuses what the VLM policy refuses
         self.calls.append(("stage1", instruction))
         if self._stage1_used >= len(self._stage1):
             raise ScriptExhausted(f"script holds {len(self._stage1)} Stage 1 answer(s), all used")
@@ -306,6 +353,7 @@ class ScriptedPolicy:
         return [self.stage1(image, i) for i in instructions]
 
     def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> _ScriptedSession:
+        check_image(image)
         self.calls.append(("start", (instruction, tuple(box))))
         k = self._sessions
         self._sessions += 1

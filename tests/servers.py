@@ -110,6 +110,22 @@ class ServerProcess:
 
 # --- models -------------------------------------------------------------------------------------
 
+def build_tiny_models(folder: Path, seed: int = 0) -> Path:
+    """Build a random tiny VLM (base + init/rev adapters) in ``folder/vlm`` and a tiny SAM3
+    tracker in ``folder/sam3``, and write the ``models.yaml`` naming them. Returns the YAML path.
+
+    For scripts outside pytest (``benchmarks/``); tests use the ``tiny_models`` fixture, which
+    links the session's models instead of building new ones.
+    """
+    from monailabel_xflow.policy.configs import build_random_vlm
+    from monailabel_xflow.segmenter.configs import build_random_sam3
+
+    folder.mkdir(parents=True, exist_ok=True)
+    build_random_vlm(folder / "vlm", "tiny", seed=seed, adapters=True)
+    build_random_sam3(folder / "sam3", "tiny", seed=seed)
+    return write_models_yaml(folder)
+
+
 def write_models_yaml(folder: Path) -> Path:
     """Write ``folder/models.yaml`` naming the tiny models in ``folder/vlm`` (base + init/rev
     adapters) and ``folder/sam3`` by relative paths, as users write it. Returns the YAML path.

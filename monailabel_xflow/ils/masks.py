@@ -34,7 +34,7 @@ from monailabel_xflow.geometry import box_to_mask, pixels_to_box
 from monailabel_xflow.metrics import mask_iou
 
 EIGHT = np.ones((3, 3), dtype=bool)
-"""8-connectivity, as :func:`monailabel_xflow.policy.oracle.connected_components` uses."""
+"""8-connectivity, as :func:`monailabel_xflow.geometry.connected_components` uses."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def components_touching(anomaly: np.ndarray, box: np.ndarray) -> np.ndarray:
     """Union of the 8-connected components of ``anomaly`` with at least one pixel in ``box``.
 
     Labels the map once and selects by label id (the map can hold thousands of specks, so one
-    full mask per component, as :func:`~monailabel_xflow.policy.oracle.connected_components` returns,
+    full mask per component, as :func:`~monailabel_xflow.geometry.connected_components` returns,
     would cost a pass per speck).
     """
     labels, _ = ndimage.label(anomaly, structure=EIGHT)

@@ -1,6 +1,6 @@
 """The contract between the workflow and its policies: what a revision policy sees each turn, and
 the protocols π_init and π_rev implement (VLM, oracle, test doubles alike). A policy turns
-pictures and an instruction into *raw protocol text*; the workflow parses that text with
+pictures and an instruction into *raw protocol text* (or, in Stage 2, a parsed action: :data:`Stage2Answer`); the workflow parses that text with
 :mod:`monailabel_xflow.policy.protocol` (a model's output is untrusted input, and the trace
 keeps the raw text)."""
 
@@ -15,6 +15,13 @@ import numpy as np
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.policy.protocol import Stage2Action
+
+Stage2Answer = str | Stage2Action
+"""One Stage 2 turn's answer: protocol text (a VLM, scripted text), or the
+:class:`~monailabel_xflow.policy.protocol.Stage2Action` itself from a policy that decides
+without words (the exact oracle of Algorithm 1). The workflow reads either
+(:func:`~monailabel_xflow.workflow.revision.read_action`)."""
 
 
 class PolicyError(InputError):
@@ -55,9 +62,9 @@ class Stage1Policy(Protocol):
 
 @runtime_checkable
 class RevisionSession(Protocol):
-    """One Stage 2 conversation about one lesion mask; ``step`` returns one turn's raw text."""
+    """One Stage 2 conversation about one lesion mask; ``step`` returns one turn's answer."""
 
-    def step(self, state: RevisionState) -> str: ...
+    def step(self, state: RevisionState) -> Stage2Answer: ...
 
 
 @runtime_checkable

@@ -63,7 +63,7 @@ from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, pixel_to_point, point_to_pixel
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.policy.base import RevisionState
+from monailabel_xflow.policy.base import RevisionState, Stage2Answer
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -502,7 +502,7 @@ class OracleSession:
     policy: OracleRevisionPolicy
     stop_reason: StopReason | None = None
 
-    def step(self, state: RevisionState) -> str | Stage2Action:
+    def step(self, state: RevisionState) -> Stage2Answer:
         mask = np.asarray(state.mask, dtype=bool)
         if mask.shape != self.policy.gt.shape:
             raise OracleError(f"mask shape {mask.shape} differs from ground-truth shape {self.policy.gt.shape}")

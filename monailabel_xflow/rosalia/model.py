@@ -25,7 +25,7 @@ Model input (:class:`RosaliaEncoder`, shared by training and inference):
 * Histogram equalisation of the grey image (MONAI ``HistogramNormalize``, 256 bins): with
   probability 0.5 in training (the paper's recipe); not at inference, as in the public code
   (:class:`~monailabel_xflow.rosalia.predictor.RosaliaPredictor`).
-* Text: :func:`~monailabel_xflow.rosalia.templates.prompt_ids` (chunks around ``<image>``
+* Text: :func:`~monailabel_xflow.rosalia.templates.reference_ids` (chunks around ``<image>``
   tokenised separately, as LISA's ``tokenizer_image_token``), ``<s>`` first; training appends
   the answer (:func:`~monailabel_xflow.rosalia.templates.rosalia_answer`) and ``</s>``, and the
   text loss is on those tokens only.

@@ -10,7 +10,7 @@
 histogram equalisation: the released ``inference_rosalia_example.py`` and evaluation loader read
 the file and hand its pixels on; equalisation is a training augmentation, p = 0.5), and computes
 the SAM embedding and the CLIP pixels once; each ``predict`` tokenises the prompt as the reference
-does (:func:`~monailabel_xflow.rosalia.templates.prompt_ids`), runs one greedy generation and one
+does (:func:`~monailabel_xflow.rosalia.templates.reference_ids`), runs one greedy generation and one
 single-mask decoding. Instructions are read with XFlow's parser
 (:func:`~monailabel_xflow.instructions.parse_instruction`) and ROSALIA is asked the canonical
 instruction; the answer the user gets is XFlow's sentence for the same decision, with ``[SEG]``

@@ -86,6 +86,11 @@ class PromptableSegmenter(Protocol):
         """
         ...
 
+    def fork(self) -> "PromptableSegmenter":
+        """A segmenter sharing this one's model and embedding cache but with no current image,
+        so another thread can ``set_image`` / ``predict`` without touching this one's state."""
+        ...
+
 
 def image_key(image: np.ndarray) -> str:
     """Content hash of an image array (dtype, shape and bytes): the embedding cache key.
@@ -160,6 +165,76 @@ def validate_click(click: Click, box_index: int = 0) -> Click:
         GeometryError: naming the click and its box.
     """
     return check_click(click, f"click of box {box_index}")
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """``N`` checked prompts as arrays, in normalised coordinates (x right, y down, ``[0, 1]``).
+
+    Every backend and the F_seg trainer build their model inputs from this (:func:`build_prompts`),
+    scaling to their own pixel grid; float64 so that scaling rounds as the model input's float32
+    does once.
+
+    Attributes:
+        boxes: ``(N, 4)`` float64 xyxy.
+        points: ``(N, K, 2)`` float64 xy, ``K`` the most clicks any box has (0: no clicks).
+        labels: ``(N, K)`` int64, :data:`POSITIVE_LABEL` / :data:`NEGATIVE_LABEL`, :data:`PAD_LABEL`
+            after a box's own clicks.
+        previous: ``(N, 1, h, w)`` float32 finite low-res logits, or None.
+    """
+
+    boxes: np.ndarray
+    points: np.ndarray
+    labels: np.ndarray
+    previous: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.boxes.shape[0])
+
+
+def build_prompts(
+    boxes: Sequence[Box],
+    clicks: Sequence[Sequence[Click]] | None = None,
+    previous: np.ndarray | None = None,
+) -> Prompts:
+    """Check the prompts of one :meth:`PromptableSegmenter.predict` call and lay them out.
+
+    Args:
+        boxes: ``N`` normalised xyxy boxes.
+        clicks: None or one list of normalised clicks per box (possibly empty).
+        previous: None or ``(N, 1, h, w)`` low-res logits of an earlier call (not checked when
+            ``N == 0``: nothing is decoded).
+
+    Raises:
+        GeometryError: a box or click malformed, outside ``[0, 1]`` or unordered (names which).
+        SegmenterInputError: clicks without boxes, a click list per box missing, ``previous``
+            of another shape or not finite.
+    """
+    n = len(boxes)
+    if n == 0 and clicks:
+        raise SegmenterInputError("clicks given without boxes")
+    checked_boxes = np.array([validate_box(b, i) for i, b in enumerate(boxes)], np.float64).reshape(n, 4)
+    checked: list[list[Click]] = [[] for _ in range(n)]
+    if clicks is not None:
+        if len(clicks) != n:
+            raise SegmenterInputError(f"clicks must hold one list per box: {n} boxes, {len(clicks)} click lists")
+        checked = [[validate_click(c, i) for c in per_box] for i, per_box in enumerate(clicks)]
+    k = max((len(c) for c in checked), default=0)
+    points = np.zeros((n, k, 2), np.float64)
+    labels = np.full((n, k), PAD_LABEL, np.int64)
+    for i, per_box in enumerate(checked):
+        for j, click in enumerate(per_box):
+            points[i, j] = (click.x, click.y)
+            labels[i, j] = POSITIVE_LABEL if click.positive else NEGATIVE_LABEL
+    prev = None
+    if previous is not None and n:
+        prev = np.asarray(previous)
+        if prev.ndim != 4 or prev.shape[0] != n or prev.shape[1] != 1:
+            raise SegmenterInputError(f"previous must be (N={n}, 1, h, w) low-res logits, got shape {prev.shape}")
+        if not np.isfinite(prev).all():
+            raise SegmenterInputError("previous logits contain NaN or infinite values")
+        prev = prev.astype(np.float32)
+    return Prompts(checked_boxes, points, labels, prev)
 
 
 def empty_result(shape: Sequence[int], low_res: Sequence[int] = (288, 288)) -> SegmentationResult:

@@ -9,7 +9,7 @@ to cross-check it against the reference implementation on GPU machines and to ru
 
 It follows the SAM1-task API of ``sam3`` (``build_sam3_image_model(enable_inst_interactivity=True)``,
 ``Sam3Processor.set_image`` then ``model.predict_inst``) behind the same
-:class:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter` contract: the same input images,
+:class:`~monailabel_xflow.segmenter.base.PromptableSegmenter` contract: the same input images,
 normalised boxes/clicks, ``(N, H, W)`` masks and ``(N, 1, 288, 288)`` low-res logits, and the
 same embedding cache keyed by image content.
 """
@@ -25,15 +25,12 @@ import numpy as np
 from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.geometry import Box, Click
 from monailabel_xflow.segmenter.base import (
-    NEGATIVE_LABEL,
-    POSITIVE_LABEL,
+    PAD_LABEL,
     SegmentationResult,
-    SegmenterInputError,
+    build_prompts,
     empty_result,
     image_key,
     to_rgb01,
-    validate_box,
-    validate_click,
 )
 from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
 from monailabel_xflow.weights import weights_tag
@@ -76,7 +73,7 @@ def require_official_backend(device: Any = None) -> None:
 
 
 class OfficialSam3Segmenter:
-    """:class:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter` on the official ``sam3`` model.
+    """:class:`~monailabel_xflow.segmenter.base.PromptableSegmenter` on the official ``sam3`` model.
 
     Build it with :meth:`load`; the constructor takes an already built ``sam3`` image model with
     instance interactivity enabled.
@@ -113,8 +110,15 @@ class OfficialSam3Segmenter:
         )
         return cls(model, cache=cache, cache_tag=weights_tag(checkpoint or "facebook/sam3"))
 
+    def fork(self) -> "OfficialSam3Segmenter":
+        """See :meth:`~monailabel_xflow.segmenter.base.PromptableSegmenter.fork`."""
+        twin = object.__new__(OfficialSam3Segmenter)
+        twin.__dict__.update(self.__dict__)
+        twin._state, twin._shape = None, None
+        return twin
+
     def set_image(self, image: np.ndarray) -> None:
-        """See :meth:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter.set_image`."""
+        """See :meth:`~monailabel_xflow.segmenter.base.PromptableSegmenter.set_image`."""
         from PIL import Image
 
         rgb = (to_rgb01(image) * 255.0 + 0.5).astype(np.uint8)
@@ -129,33 +133,22 @@ class OfficialSam3Segmenter:
         previous: np.ndarray | None = None,
         multimask: bool = False,
     ) -> SegmentationResult:
-        """See :meth:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter.predict` (same semantics)."""
+        """See :meth:`~monailabel_xflow.segmenter.base.PromptableSegmenter.predict` (same semantics)."""
         if self._state is None or self._shape is None:
             raise RuntimeError("call set_image(image) before predict()")
-        if len(boxes) == 0:
+        prompts = build_prompts(boxes, clicks, previous)  # the checks of every backend
+        n = len(prompts)
+        if n == 0:
             return empty_result(self._shape)
         h, w = self._shape
-        n = len(boxes)
-        box_px = np.array([[b[0] * w, b[1] * h, b[2] * w, b[3] * h] for b in (validate_box(b, i) for i, b in enumerate(boxes))], np.float32)
-        kwargs: dict[str, Any] = {"box": box_px, "multimask_output": multimask, "normalize_coords": True}
-        if clicks is not None:
-            if len(clicks) != n:
-                raise SegmenterInputError(f"clicks must hold one list per box: {n} boxes, {len(clicks)} click lists")
-            checked = [[validate_click(c, i) for c in per_box] for i, per_box in enumerate(clicks)]
-            k = max((len(c) for c in checked), default=0)
-            if k:
-                coords = np.zeros((n, k, 2), np.float32)
-                labels = np.full((n, k), _NOT_A_POINT, np.int32)
-                for i, per_box in enumerate(checked):
-                    for j, c in enumerate(per_box):
-                        coords[i, j] = (c.x * w, c.y * h)
-                        labels[i, j] = POSITIVE_LABEL if c.positive else NEGATIVE_LABEL
-                kwargs.update(point_coords=coords, point_labels=labels)
-        if previous is not None:
-            prev = np.asarray(previous, np.float32)
-            if prev.ndim != 4 or prev.shape[:2] != (n, 1):
-                raise SegmenterInputError(f"previous must be (N={n}, 1, h, w) low-res logits, got shape {prev.shape}")
-            kwargs["mask_input"] = prev
+        # the official predictor takes original-image pixels (normalize_coords=True rescales them)
+        kwargs: dict[str, Any] = {"box": (prompts.boxes * np.array([w, h, w, h])).astype(np.float32),
+                                  "multimask_output": multimask, "normalize_coords": True}
+        if prompts.labels.shape[1]:
+            labels = np.where(prompts.labels == PAD_LABEL, _NOT_A_POINT, prompts.labels).astype(np.int32)
+            kwargs.update(point_coords=(prompts.points * np.array([w, h])).astype(np.float32), point_labels=labels)
+        if prompts.previous is not None:
+            kwargs["mask_input"] = prompts.previous
         logits, iou, low_res = self.model.predict_inst(self._state, return_logits=True, **kwargs)
         # The official predictor squeezes a batch of one: restore (N, M, ...) before choosing.
         logits, iou, low_res = (np.asarray(a, np.float32) for a in (logits, iou, low_res))

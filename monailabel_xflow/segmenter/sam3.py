@@ -28,16 +28,13 @@ import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_sam, point_to_sam
 from monailabel_xflow.segmenter.base import (
-    NEGATIVE_LABEL,
-    PAD_LABEL,
-    POSITIVE_LABEL,
+    Prompts,
     SegmentationResult,
     SegmenterInputError,
+    build_prompts,
     empty_result,
     image_key,
     to_rgb01,
-    validate_box,
-    validate_click,
 )
 from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
 from monailabel_xflow.weights import CHECKPOINT_SUFFIXES, choose_device, choose_dtype, looks_like_local_path
@@ -135,42 +132,6 @@ class Sam3Segmenter:
 
     # --- prompts ------------------------------------------------------------------------------
 
-    def _prompt_tensors(
-        self, boxes: Sequence[Box], clicks: Sequence[Sequence[Click]] | None, previous: np.ndarray | None
-    ) -> dict[str, Any]:
-        """Model keyword arguments for ``N`` prompts laid out as a batch of ``N`` single prompts.
-
-        Each box is its own batch element with one prompt (``(N, 1, ...)``), so a box never
-        attends to another box's tokens and a batched call equals ``N`` single calls.
-        """
-        import torch
-
-        n = len(boxes)
-        sam_boxes = [box_to_sam(validate_box(b, i), self.input_size) for i, b in enumerate(boxes)]
-        kwargs: dict[str, Any] = {"input_boxes": torch.tensor(sam_boxes, dtype=torch.float32, device=self.device)[:, None, :]}
-        if clicks is not None:
-            if len(clicks) != n:
-                raise SegmenterInputError(f"clicks must hold one list per box: {n} boxes, {len(clicks)} click lists")
-            checked = [[validate_click(c, i) for c in per_box] for i, per_box in enumerate(clicks)]
-            k = max((len(c) for c in checked), default=0)
-            if k > 0:
-                points = torch.zeros((n, 1, k, 2), dtype=torch.float32)
-                labels = torch.full((n, 1, k), PAD_LABEL, dtype=torch.int64)
-                for i, per_box in enumerate(checked):
-                    for j, click in enumerate(per_box):
-                        points[i, 0, j] = torch.tensor(point_to_sam(click.x, click.y, self.input_size))
-                        labels[i, 0, j] = POSITIVE_LABEL if click.positive else NEGATIVE_LABEL
-                kwargs["input_points"] = points.to(self.device)
-                kwargs["input_labels"] = labels.to(self.device)
-        if previous is not None:
-            prev = np.asarray(previous)
-            if prev.ndim != 4 or prev.shape[0] != n or prev.shape[1] != 1:
-                raise SegmenterInputError(f"previous must be (N={n}, 1, h, w) low-res logits, got shape {prev.shape}")
-            if not np.isfinite(prev).all():
-                raise SegmenterInputError("previous logits contain NaN or infinite values")
-            kwargs["input_masks"] = torch.from_numpy(prev.astype(np.float32)).to(device=self.device, dtype=self.dtype)
-        return kwargs
-
     def predict(
         self,
         boxes: Sequence[Box],
@@ -200,12 +161,11 @@ class Sam3Segmenter:
 
         if self._embeddings is None or self._shape is None:
             raise RuntimeError("call set_image(image) before predict()")
-        if len(boxes) == 0:
-            if clicks:
-                raise SegmenterInputError("clicks given without boxes")
+        prompts = build_prompts(boxes, clicks, previous)
+        n = len(prompts)
+        if n == 0:
             return empty_result(self._shape, self.low_res_size)
-        kwargs = self._prompt_tensors(boxes, clicks, previous)
-        n = len(boxes)
+        kwargs = sam3_prompt_kwargs(prompts, self.input_size, self.device, self.dtype)
         embeddings = [e.expand(n, *e.shape[1:]) for e in self._embeddings]
         with torch.no_grad():
             out = self.model(image_embeddings=embeddings, multimask_output=multimask, **kwargs)
@@ -223,6 +183,33 @@ class Sam3Segmenter:
             iou=iou.cpu().numpy().astype(np.float32, copy=False),
             low_res_logits=low_res.cpu().numpy().astype(np.float32, copy=False),
         )
+
+
+def sam3_prompt_kwargs(
+    prompts: Prompts, input_size: int, device: "str | torch.device", mask_dtype: "torch.dtype | None" = None
+) -> dict[str, "torch.Tensor"]:
+    """``Sam3TrackerModel`` keyword arguments of ``N`` prompts (inference and F_seg training alike).
+
+    Each box is its own batch element with one prompt (``(N, 1, ...)``), so a box never attends
+    to another box's tokens and a batched call equals ``N`` single calls. Coordinates are scaled
+    to the ``input_size`` square (:func:`~monailabel_xflow.geometry.box_to_sam`).
+
+    Returns:
+        ``input_boxes`` ``(N, 1, 4)`` float32; with clicks ``input_points`` ``(N, 1, K, 2)``
+        float32 and ``input_labels`` ``(N, 1, K)`` int64; with ``prompts.previous``
+        ``input_masks`` ``(N, 1, h, w)`` in ``mask_dtype``.
+    """
+    import torch
+
+    kwargs = {"input_boxes": torch.tensor([box_to_sam(b, input_size) for b in prompts.boxes],
+                                          dtype=torch.float32, device=device).reshape(len(prompts), 1, 4)}
+    if prompts.labels.shape[1]:
+        points = [[point_to_sam(x, y, input_size) for x, y in row] for row in prompts.points]
+        kwargs["input_points"] = torch.tensor(points, dtype=torch.float32, device=device)[:, None]
+        kwargs["input_labels"] = torch.from_numpy(prompts.labels).to(device)[:, None]
+    if prompts.previous is not None:
+        kwargs["input_masks"] = torch.from_numpy(prompts.previous).to(device=device, dtype=mask_dtype)
+    return kwargs
 
 
 # model -> tag, so re-wrapping one model object keeps its cached embeddings (weak: no leak)

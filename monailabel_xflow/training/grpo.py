@@ -183,7 +183,7 @@ class RevisionRollout(_Rollout):
     """π_rev rollouts: a Stage 2 episode with F_seg in the loop, as the workflow runs it.
 
     Args:
-        segmenter: F_seg (frozen), a :class:`~monailabel_xflow.segmenter.sam3.PromptableSegmenter`.
+        segmenter: F_seg (frozen), a :class:`~monailabel_xflow.segmenter.base.PromptableSegmenter`.
         max_clicks: the turn budget T.
     """
 
@@ -312,7 +312,7 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
             fresh LoRA (tests, ablations).
         cfg: hyperparameters (Table 7 defaults for the stage).
         segmenter: F_seg for ``rev-rl`` (a ``PromptableSegmenter``, or a path for
-            :func:`~monailabel_xflow.segmenter.sam3.load_segmenter`).
+            :func:`~monailabel_xflow.segmenter.loading.load_segmenter`).
         max_new_tokens: per completion (π_init) or per turn (π_rev).
         per_device_batch: completions per device and step; default: one step's share of the
             effective batch (Table 7 counts it in completions), capped at 16, the rest being

@@ -24,7 +24,7 @@ Loss resolution: the decoder's low-resolution logits (288 x 288 for the 1008-px 
 compared with the ground truth resized to that grid, which keeps a CPU step cheap; the mask is
 upsampled for inference only.
 
-The result is a Hugging Face folder that :func:`monailabel_xflow.segmenter.sam3.load_segmenter` reads.
+The result is a Hugging Face folder that :func:`monailabel_xflow.segmenter.loading.load_segmenter` reads.
 Under ``accelerate launch`` the same loop runs data-parallel (gradients all-reduced by accelerate).
 """
 
@@ -42,13 +42,13 @@ from monailabel_xflow.geometry import (
     MIN_COMPONENT_PX,
     Box,
     Click,
-    box_to_sam,
     make_box,
     mask_to_box,
     pixel_to_point,
-    point_to_sam,
     resize_mask,
 )
+from monailabel_xflow.segmenter.base import build_prompts
+from monailabel_xflow.segmenter.sam3 import sam3_prompt_kwargs
 from monailabel_xflow.training.config import SegmenterTrainConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -198,12 +198,7 @@ def _revision_loss(model: Any, embeddings: Any, sample: SegSample, rng: np.rando
     device = target.device
 
     def decode(emb: Any, box: Box, clicks: Sequence[Click], previous: "torch.Tensor | None"):
-        kwargs: dict[str, Any] = {
-            "input_boxes": torch.tensor([[box_to_sam(box, input_size)]], dtype=torch.float32, device=device)}
-        if clicks:
-            kwargs["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y, input_size) for c in clicks]]],
-                                                  dtype=torch.float32, device=device)
-            kwargs["input_labels"] = torch.tensor([[[int(c.positive) for c in clicks]]], device=device)
+        kwargs: dict[str, Any] = sam3_prompt_kwargs(build_prompts([box], [list(clicks)]), input_size, device)
         if previous is not None:
             kwargs["input_masks"] = previous
         return model(image_embeddings=emb, multimask_output=False, **kwargs)
@@ -291,11 +286,8 @@ def finetune_segmenter(
             box, clicks = sample_prompt(sample.mask, rng, cfg.box_jitter, cfg.points_per_prompt)
             kwargs: dict[str, Any] = {
                 "pixel_values": prep.preprocess(sample.image),
-                "input_boxes": torch.tensor([[box_to_sam(box, prep.input_size)]], dtype=torch.float32, device=accelerator.device),
+                **sam3_prompt_kwargs(build_prompts([box], [clicks]), prep.input_size, accelerator.device),
             }
-            if clicks:
-                kwargs["input_points"] = torch.tensor([[[point_to_sam(c.x, c.y, prep.input_size) for c in clicks]]], device=accelerator.device)
-                kwargs["input_labels"] = torch.tensor([[[int(c.positive) for c in clicks]]], device=accelerator.device)
             with accelerator.accumulate(model):
                 out = model(multimask_output=True, **kwargs)
                 low_res = out.pred_masks[0, 0].float()  # (3, 288, 288) for a 1008-px input

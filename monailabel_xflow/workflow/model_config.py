@@ -64,6 +64,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from monailabel_xflow.errors import UnavailableError
+from monailabel_xflow.policy.base import RevisionPolicy, Stage1Policy
+from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
 from monailabel_xflow.weights import is_hub_id, split_hub_id
 
@@ -411,9 +413,9 @@ def default_config(environ: Mapping[str, str] | None = None) -> tuple[ModelConfi
 class LoadedModels:
     """What :func:`load_models` returns: the two policies (or one serving both), the segmenter."""
 
-    stage1: Any
-    reviser: Any | None
-    segmenter: Any
+    stage1: Stage1Policy
+    reviser: RevisionPolicy | None
+    segmenter: PromptableSegmenter
     identities: dict[str, str]
 
 

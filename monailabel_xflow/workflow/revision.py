@@ -32,7 +32,7 @@ from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, connected_components, grow_box, mask_to_box, point_to_pixel
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.policy.base import RevisionSession, RevisionState
+from monailabel_xflow.policy.base import RevisionSession, RevisionState, Stage2Answer
 from monailabel_xflow.policy.oracle import (
     OracleClicker,
     OracleError,
@@ -65,7 +65,7 @@ class Turn:
     """
 
     step: int
-    raw: Any
+    raw: Stage2Answer
     action: str
     click: Click | None
     problems: list[str]
@@ -97,7 +97,7 @@ class Revision:
     end: End = "max_clicks"
 
 
-def read_action(raw: Any) -> tuple[Click | None, str, list[str]]:
+def read_action(raw: Stage2Answer) -> tuple[Click | None, str, list[str]]:
     """A policy's answer -> ``(click, action, problems)``; ``action`` is ``"click"``,
     ``"stop"`` or ``"malformed"``. Never raises: a model's output is untrusted input.
 

@@ -49,7 +49,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
@@ -66,7 +66,9 @@ from monailabel_xflow.geometry import (
     mask_to_box,
 )
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
+from monailabel_xflow.policy.base import RevisionPolicy, Stage1Policy, Stage2Answer
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
+from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
 from monailabel_xflow.workflow.revision import check_budget, finite_or_none, revise_mask
 from monailabel_xflow.workflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
@@ -151,16 +153,15 @@ class XFlow:
 
     Thread safety: the segmenter holds its current image and the policies their adapter state,
     so :meth:`run` and :meth:`run_all` of one instance run one at a time (a lock). :meth:`revise`
-    uses its own ``segmenter.fork()`` when the segmenter offers one (sharing model and
-    embedding cache), so a person's click is not queued behind a long run; otherwise it takes
-    the lock too.
+    uses its own ``segmenter.fork()`` (sharing model and embedding cache; every
+    ``PromptableSegmenter`` forks), so a person's click is not queued behind a long run.
     """
 
     def __init__(
         self,
-        stage1: Any,
-        reviser: Any | None,
-        segmenter: Any,
+        stage1: Stage1Policy,
+        reviser: RevisionPolicy | None,
+        segmenter: PromptableSegmenter,
         *,
         max_clicks: int = 4,
         models: dict | None = None,
@@ -190,7 +191,7 @@ class XFlow:
         loaded = load_models(cfg)
         return cls(loaded.stage1, loaded.reviser, loaded.segmenter, max_clicks=cfg.max_clicks, models=loaded.identities)
 
-    def replace_segmenter(self, segmenter: Any) -> None:
+    def replace_segmenter(self, segmenter: PromptableSegmenter) -> None:
         """Use another F_seg from the next run on (e.g. a fine-tuned one); waits for a run in progress."""
         with self._lock:
             self.segmenter = segmenter
@@ -204,7 +205,7 @@ class XFlow:
         *,
         max_clicks: int | None = None,
         revise: bool = True,
-        reviser: Any | None = None,
+        reviser: RevisionPolicy | None = None,
     ) -> XFlowResult:
         """Answer one instruction about one image.
 
@@ -322,11 +323,9 @@ class XFlow:
             raise WorkflowError("nothing to revise: give clicks, a previous mask or a box")
         for c in clicks:
             b = grow_box(b, c)
-        fork = getattr(self.segmenter, "fork", None)
-        with (contextlib.nullcontext() if fork else self._lock):
-            segmenter = fork() if fork else self.segmenter
-            segmenter.set_image(image)
-            res = segmenter.predict([b], clicks=[clicks] if clicks else None)
+        segmenter = self.segmenter.fork()  # its own current image: no lock, no wait behind a run
+        segmenter.set_image(image)
+        res = segmenter.predict([b], clicks=[clicks] if clicks else None)
         return RevisionResult(mask=np.asarray(res.masks[0], dtype=bool), box=b, iou=float(res.iou[0]))
 
     # --- stages ---------------------------------------------------------------------------
@@ -335,12 +334,12 @@ class XFlow:
         self,
         image: np.ndarray,
         instr: Instruction,
-        text: Any,
+        text: str,
         timings: dict[str, float],
         start: float,
         budget: int,
         revise: bool,
-        reviser: Any | None,
+        reviser: RevisionPolicy | None,
         batch: dict[str, int] | None,
     ) -> XFlowResult:
         """Everything after the Stage 1 text: parse, segment, revise, union, answer, trace."""
@@ -356,7 +355,7 @@ class XFlow:
             with _timed(timings, "stage2"):
                 for i, ref in enumerate(stage1.lesions):
                     record, mask = self._revise_lesion(
-                        image, instr, i, ref, seg.masks[i], seg.iou[i], seg.low_res_logits[i : i + 1], budget, policy
+                        image, instr, i, ref, seg.masks[i], float(seg.iou[i]), seg.low_res_logits[i : i + 1], budget, policy
                     )
                     lesions.append(record)
                     union |= mask
@@ -391,10 +390,10 @@ class XFlow:
         index: int,
         ref: BoxRef,
         mask0: np.ndarray,
-        iou0: Any,
+        iou0: float,
         low_res0: np.ndarray,
         budget: int,
-        policy: Any | None,
+        policy: RevisionPolicy | None,
     ) -> tuple[LesionRecord, np.ndarray]:
         """Stage 2 for one lesion box (:func:`~.revision.revise_mask`), recorded for the trace."""
         mask = np.asarray(mask0, dtype=bool)
@@ -420,7 +419,7 @@ class XFlow:
 
 # --- reading the policies ---------------------------------------------------------------------
 
-def _read_stage1(text: Any, instr: Instruction, warnings: list[str]) -> tuple[Stage1Record, bool]:
+def _read_stage1(text: str, instr: Instruction, warnings: list[str]) -> tuple[Stage1Record, bool]:
     """Parse π_init's text into a trace record and the presence decision (module docstring)."""
     try:
         parsed = parse_stage1(text)
@@ -577,7 +576,7 @@ def _as_instruction(instruction: Instruction | str) -> Instruction:
     return parse_instruction(instruction)
 
 
-def _text(raw: Any) -> str:
+def _text(raw: object) -> str:
     return raw if isinstance(raw, str) else repr(raw)
 
 
