@@ -134,7 +134,7 @@ class Instruction:
         return f"There is no {self.finding}{where}."
 
     @staticmethod
-    def located_answer(regions: "tuple[str, ...] | list[str]") -> str:
+    def located_answer(regions: tuple[str, ...] | list[str]) -> str:
         """Positive answer of a global instruction: ``It is located in the left lung base.``"""
         if not regions:
             raise InstructionError("a located answer needs at least one region")

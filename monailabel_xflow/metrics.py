@@ -134,7 +134,7 @@ class SampleStats:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SampleStats":
+    def from_dict(cls, data: Mapping[str, Any]) -> SampleStats:
         return cls(**{f.name: int(data[f.name]) for f in fields(cls)})
 
 

@@ -8,7 +8,7 @@ deterministic (no randomness, no fonts beyond PIL's built-in default).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont

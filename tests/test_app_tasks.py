@@ -95,6 +95,7 @@ def test_infer_absent_finding_returns_empty_label_and_says_so(png):
 
 def test_infer_on_nifti_keeps_the_image_affine(tmp_path):
     import nibabel as nib
+
     from monailabel_xflow.transforms.loading import save_nifti_2d
 
     rng = np.random.default_rng(1)
@@ -208,10 +209,10 @@ def test_read_label_refuses_wrong_size_and_values(png, tmp_path):
 
 def test_error_mapping_is_one_table():
     from monailabel.interfaces.exception import ImageNotFoundException
-    from monailabel_xflow.transforms.loading import CXRLoadError
 
     from monailabel_xflow.app.errors import ImageNotFoundError, ModelsNotConfiguredError
     from monailabel_xflow.geometry import GeometryError
+    from monailabel_xflow.transforms.loading import CXRLoadError
     from monailabel_xflow.workflow.model_config import ModelConfigError
 
     cases = {InstructionError("x"): 422, GeometryError("x"): 422, CXRLoadError("f", "x"): 400,

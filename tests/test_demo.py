@@ -77,7 +77,6 @@ def test_demo_is_the_default_only_when_nothing_is_configured(tmp_path):
 @needs_demo
 def test_demo_answers_on_a_sample_image(monkeypatch, caplog):
     from monailabel_xflow.transforms import load_cxr
-
     from monailabel_xflow.workflow.xflow import XFlow
 
     for key in [k for k in os.environ if k.startswith("XFLOW_")]:
@@ -119,7 +118,6 @@ def quick_model(tmp_path_factory):
 
 def test_quick_recipe_writes_a_loadable_model(quick_model):
     from monailabel_xflow.transforms import load_cxr
-
     from monailabel_xflow.workflow.xflow import XFlow
 
     for rel in ("models.yaml", "models-stage1.yaml", "recipe.json", "README.md", "base/config.json",

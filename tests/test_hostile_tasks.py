@@ -96,10 +96,10 @@ def test_train_parameters_defaults():
 
 @pytest.fixture(scope="module")
 def held(cxr_samples):
-    from monailabel_xflow.transforms.loading import load_cxr
     from PIL import Image
 
     from monailabel_xflow.app.train import component_prompts
+    from monailabel_xflow.transforms.loading import load_cxr
 
     image, _ = load_cxr(cxr_samples / "nih" / "images" / "00004296_000.png")
     image = np.asarray(Image.fromarray((image * 255).astype(np.uint8)).resize((256, 256)), np.float32) / 255

@@ -31,7 +31,7 @@ def test_deterministic_and_seed_dependent():
     assert a.image.tobytes() == b.image.tobytes()
     assert [l.mask.tobytes() for l in a.lesions] == [l.mask.tobytes() for l in b.lesions]
     assert a.image.tobytes() != c.image.tobytes()
-    assert 0.0 <= a.image.min() and a.image.max() <= 1.0
+    assert a.image.min() >= 0.0 and a.image.max() <= 1.0
 
 
 def test_every_finding_producible(phantoms):

@@ -70,7 +70,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

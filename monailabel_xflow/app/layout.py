@@ -154,8 +154,15 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
         LabelError: unreadable, not 2D, wrong size, or values outside ``0..7``. The message names
             the file by its base name only.
     """
-    from monailabel_xflow.transforms.loading import (CXRLoadError, check_pixel_count, from_reader_order, open_nifti,
-                                                     read_nrrd, shown_name, sniff_format)
+    from monailabel_xflow.transforms.loading import (
+        CXRLoadError,
+        check_pixel_count,
+        from_reader_order,
+        open_nifti,
+        read_nrrd,
+        shown_name,
+        sniff_format,
+    )
 
     name = shown_name(path, "label file")
     try:

@@ -37,7 +37,8 @@ import json
 import math
 import os
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError
 from monailabel_xflow.vocabulary import FINDINGS

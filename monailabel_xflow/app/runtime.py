@@ -29,8 +29,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from monailabel_xflow.app.errors import ModelsNotConfiguredError, ModelUnavailableError
 

@@ -59,9 +59,10 @@ order (later wins), as the ``xflow`` task paints its label maps. Anything else i
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from monailabel_xflow.app.scoring import INFO_KEY
 

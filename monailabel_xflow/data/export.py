@@ -47,9 +47,9 @@ is ``""`` (MIMIC-ILS answers it with ``[SEG]`` alone, and we do not write the to
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 from PIL import Image

@@ -57,7 +57,7 @@ class Scored:
     specks_outside_gt: np.ndarray
 
     @classmethod
-    def from_records(cls, records: Sequence[Mapping[str, Any]], groups: Sequence[Any]) -> "Scored":
+    def from_records(cls, records: Sequence[Mapping[str, Any]], groups: Sequence[Any]) -> Scored:
         """Arrays of scored records (``results.jsonl`` lines with ``stats`` and ``level``).
 
         Args:

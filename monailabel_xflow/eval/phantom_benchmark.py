@@ -989,7 +989,6 @@ def _contact_sheet(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
     from PIL import Image
 
     from monailabel_xflow.eval.evaluate import EvaluationError
-
     from monailabel_xflow.rendering import contact_sheet, overlay
     from monailabel_xflow.transforms.loading import load_cxr
 

@@ -96,7 +96,7 @@ def _run(nlp, text: str):
         return nlp(text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _section_nlp():
     """Tokenizer + medspaCy Sectionizer with radiology headers ("FINDINGS:", "IMPRESSION:", ...)."""
     from medspacy.section_detection import SectionRule
@@ -107,7 +107,7 @@ def _section_nlp():
     return nlp
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nlp():
     """Tokenizer + PyRuSH sentences + TargetMatcher (findings, devices) + ConText."""
     from medspacy.context import ConTextRule
@@ -131,7 +131,7 @@ def _nlp():
     return nlp
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sentence_nlp():
     nlp = _blank()
     nlp.add_pipe("medspacy_pyrush")
@@ -516,7 +516,7 @@ class RuleStructurer:
 
 # --- entry points --------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_structurer() -> RuleStructurer:
     return RuleStructurer()
 
