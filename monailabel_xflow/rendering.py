@@ -184,7 +184,7 @@ def contact_sheet(tiles: Sequence[NDArray[Any]], titles: Sequence[str], ncols: i
     legend_h = 18 if legend else 0
     sheet = Image.new("RGB", (ncols * tile_size, nrows * (tile_size + title_h) + legend_h), (0, 0, 0))
     draw = ImageDraw.Draw(sheet)
-    for i, (tile, title) in enumerate(zip(tiles, titles)):
+    for i, (tile, title) in enumerate(zip(tiles, titles, strict=True)):
         r, c = divmod(i, ncols)
         x0, y0 = c * tile_size, r * (tile_size + title_h)
         sheet.paste(Image.fromarray(to_rgb(tile)).resize((tile_size, tile_size), Image.Resampling.BILINEAR), (x0, y0))

@@ -61,7 +61,7 @@ def test_params_limits_and_reserved_keys():
     with pytest.raises(RequestError, match="JSON"):
         rq.parse_params('{"n": ' + "9" * 5000 + "}")  # Python's integer digit limit
     with pytest.raises(RequestError, match="keys"):
-        rq.parse_params({"k%d" % i: 1 for i in range(rq.MAX_PARAM_KEYS + 1)}.__repr__().replace("'", '"'))
+        rq.parse_params({f"k{i}": 1 for i in range(rq.MAX_PARAM_KEYS + 1)}.__repr__().replace("'", '"'))
     assert status_of(RequestTooLargeError("x")) == 413
 
 

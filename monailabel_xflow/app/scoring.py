@@ -95,7 +95,7 @@ def result_uncertainty(result: Any, max_clicks: int) -> dict[str, float] | None:
     d = 1.0 - mask_iou(m0, result.mask)
     clicks = sum(len(lesion.clicks) for lesion in lesions)
     e = clicks / (max_clicks * len(lesions)) if max_clicks > 0 else 0.0
-    ious = [v for v in ((l.iou if l.iou is not None else l.initial_iou) for l in lesions) if v is not None]
+    ious = [v for v in ((les.iou if les.iou is not None else les.initial_iou) for les in lesions) if v is not None]
     q = 1.0 - float(np.clip(np.mean(ious), 0.0, 1.0)) if ious else 0.0
     return {"disagreement": d, "effort": float(min(1.0, e)), "doubt": q, "u": (d + min(1.0, e) + q) / 3.0}
 

@@ -345,7 +345,7 @@ def read_seg_masks(dataset: Any, shape: tuple[int, int] | None = None) -> dict[s
     if len(per_frame) != len(frames):
         raise LabelError(f"SEG has {len(frames)} frames but {len(per_frame)} per-frame descriptions")
     shared = ds.SharedFunctionalGroupsSequence[0] if ds.get("SharedFunctionalGroupsSequence") else None
-    for frame, group in zip(frames, per_frame):
+    for frame, group in zip(frames, per_frame, strict=True):
         ident = group.get("SegmentIdentificationSequence") or (shared.get("SegmentIdentificationSequence")
                                                                if shared is not None else None)
         if not ident:

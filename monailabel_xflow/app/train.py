@@ -246,7 +246,7 @@ def heldout_iou(weights: str | os.PathLike, held: Sequence[tuple[np.ndarray, lis
     for image, prompts in held:
         seg.set_image(image)
         result = seg.predict([box for box, _ in prompts])
-        ious.extend(mask_iou(pred, truth) for pred, (_, truth) in zip(result.masks, prompts))
+        ious.extend(mask_iou(pred, truth) for pred, (_, truth) in zip(result.masks, prompts, strict=False))
     return float(np.mean(ious))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers) -> None:
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     for m, s in summary["methods"].items():
         c = s["ci"]
 
-        def fmt(key: str) -> str:
+        def fmt(key: str, c: dict[str, Any] = c) -> str:
             v = c[key]
             if v["value"] is None:
                 return "—"

@@ -406,7 +406,7 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
 
 
 FINDING_COLORS = {f: c for f, c in zip(FINDINGS, (
-    (255, 200, 0), (255, 64, 64), (64, 160, 255), (220, 80, 255), (255, 128, 0), (0, 230, 230), (0, 220, 120)))}
+    (255, 200, 0), (255, 64, 64), (64, 160, 255), (220, 80, 255), (255, 128, 0), (0, 230, 230), (0, 220, 120)), strict=True)}
 """Colour of each finding on contact sheets."""
 
 

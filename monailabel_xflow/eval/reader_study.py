@@ -385,7 +385,7 @@ def analyse(
         f = fits[m]
         tie_name = "nu" if m == "davidson" else "theta"
         entry: dict[str, Any] = {
-            "log_strength": dict(zip(data.items, map(float, f.log_strengths))),
+            "log_strength": dict(zip(data.items, map(float, f.log_strengths), strict=False)),
             tie_name: f.tie,
             "loglik": f.loglik,
             "converged": f.converged,

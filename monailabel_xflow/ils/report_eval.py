@@ -301,7 +301,7 @@ def score_labels(pred: dict[str, np.ndarray], true: np.ndarray, findings: Sequen
     idx = rng.integers(0, n, size=(resamples, n)) if n else np.zeros((0, 0), int)
     boot: dict[str, np.ndarray] = {}
     out: dict = {"findings": list(findings), "reports": n,
-                 "macro_findings": [f for f, m in zip(findings, macro_mask) if m], "systems": {}}
+                 "macro_findings": [f for f, m in zip(findings, macro_mask, strict=False) if m], "systems": {}}
     for name, p in pred.items():
         c = _counts(p, true)
         per = {}
@@ -348,7 +348,7 @@ def certainty_agreement(tuples_per_report: Sequence[Sequence[ReportedFinding]], 
     out = {}
     for j, f in enumerate(findings):
         agree = total = 0
-        for tuples, row in zip(tuples_per_report, true):
+        for tuples, row in zip(tuples_per_report, true, strict=False):
             said = [t for t in tuples if t.present and t.finding and f in {t.finding, finding_of(t.entity)}]
             if not said:
                 continue
@@ -402,7 +402,7 @@ def evaluate_external(reports: Sequence[LabelledReport], structurers: dict[str, 
                 runs[f"{rule}/{mode}"] = score_labels(pred, true, findings, baseline, resamples)
         certainty = {name: certainty_agreement([tuples[(name, section_rules[0])][k] for k in keep], true, findings)
                      for name in structurers}
-        out["splits"][split] = {"reports": len(keep), "positives": dict(zip(findings, map(int, true.sum(0)))),
+        out["splits"][split] = {"reports": len(keep), "positives": dict(zip(findings, map(int, true.sum(0)), strict=False)),
                                 "runs": runs, "certainty": certainty,
                                 "failures": failures if split == "all" else None}
     return out

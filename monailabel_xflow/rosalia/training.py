@@ -462,7 +462,7 @@ def pretrain_sam(model_dir: str | Path, examples: Sequence[RosaliaExample], out:
     model.sam.train()
     losses: list[float] = []
     t0 = time.perf_counter()
-    for step in tqdm(range(steps), desc="SAM pre-training", disable=not progress):
+    for _ in tqdm(range(steps), desc="SAM pre-training", disable=not progress):
         rows = [item(pos[int(i)]) for i in rng.integers(len(pos), size=batch)]
         pixels = torch.stack([r[0].sam_pixels for r in rows])
         boxes = torch.stack([r[1] for r in rows])[:, None, :]
