@@ -23,7 +23,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -132,7 +132,8 @@ def write_label(label_hw: np.ndarray, ref: ImageRef, directory: str | None = Non
     if ref.format == "NIfTI":  # keep the image's own affine so the label overlays it exactly
         import nibabel as nib
 
-        written, image = nib.load(out), nib.load(ref.path)
+        written = cast(nib.Nifti1Image, nib.load(out))  # both NIfTI (this branch)
+        image = cast(nib.Nifti1Image, nib.load(ref.path))
         nib.save(nib.Nifti1Image(np.asarray(written.dataobj), image.affine, written.header), out)
     return out
 

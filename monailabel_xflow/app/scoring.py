@@ -107,13 +107,16 @@ def image_uncertainty(results: Sequence[Any], max_clicks: int) -> tuple[float, d
     return score, parts
 
 
-def _base_scoring():
+def _base_scoring() -> Any:
     from monailabel.interfaces.tasks.scoring import ScoringMethod
 
     return ScoringMethod
 
 
-class XFlowUncertaintyScoring(_base_scoring()):
+_ScoringMethod: Any = _base_scoring()  # monailabel ships no type information: the base is Any to mypy
+
+
+class XFlowUncertaintyScoring(_ScoringMethod):
     """Scores unlabeled images with :func:`image_uncertainty` (see module docstring)."""
 
     def __init__(self, runtime: XFlowRuntime):

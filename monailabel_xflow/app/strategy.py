@@ -20,13 +20,16 @@ from monailabel_xflow.app.scoring import INFO_KEY
 logger = logging.getLogger(__name__)
 
 
-def _base_strategy():
+def _base_strategy() -> Any:
     from monailabel.interfaces.tasks.strategy import Strategy
 
     return Strategy
 
 
-class XFlowUncertaintyStrategy(_base_strategy()):
+_Strategy: Any = _base_strategy()  # monailabel ships no type information: the base is Any to mypy
+
+
+class XFlowUncertaintyStrategy(_Strategy):
     """Most uncertain unlabeled image first (see module docstring)."""
 
     def __init__(self, seed: int | None = None):
