@@ -74,9 +74,9 @@ def _held_out_answer_nll(base, adapter, rows) -> float:
 def test_init_sft_raises_held_out_answer_likelihood(tmp_path):
     """60 init-sft steps (aux mask loss on) on 6 effusion-free phantoms take the held-out answers'
     NLL from untrained to a fraction of it on 3 other phantoms (measured: train loss 11.5 -> 0.91
-    as means of the first/last 5 steps, held-out NLL 14.05 -> 2.18 per token). Greedy answers of a model this small are not yet
-    well-formed at this budget (lung-box IoU stays 0; see the slow test), so the figure is the
-    held-out likelihood of the very answers the protocol asks for."""
+    as means of the first/last 5 steps, held-out NLL 14.05 -> 2.18 per token). Greedy answers of a
+    model this small are not yet well-formed at this budget (lung-box IoU stays 0; see the slow
+    test), so the figure is the held-out likelihood of the very answers the protocol asks for."""
     from datasets import Dataset
     from test_training_sft import _learnable_base, init_sft_rows, sft_config
 

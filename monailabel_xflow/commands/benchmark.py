@@ -18,7 +18,8 @@ from typing import Any
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "benchmark",
-        help="reproduce the paper's comparison on held-out phantoms (ROSALIA, XFlow Stage 1, Stage 1 + 2, oracle clicks)",
+        help="reproduce the paper's comparison on held-out phantoms "
+        "(ROSALIA, XFlow Stage 1, Stage 1 + 2, oracle clicks)",
         description="Benchmarks that score several models on the same questions.",
     )
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)

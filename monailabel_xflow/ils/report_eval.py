@@ -514,7 +514,8 @@ def render_external(result: dict, how: str) -> str:
                          f"{s['micro']['f1']:.3f} [{s['micro_f1_ci'][0]:.3f}, {s['micro_f1_ci'][1]:.3f}]",
                          f"{s['macro_f1']:.3f} [{s['macro_f1_ci'][0]:.3f}, {s['macro_f1_ci'][1]:.3f}]",
                          f"[{dm[0]:+.3f}, {dm[1]:+.3f}]" if dm else "-", f"[{dM[0]:+.3f}, {dM[1]:+.3f}]" if dM else "-"]
-                cells += [f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} [{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
+                cells += [f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} "
+                          f"[{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
                           for v in s["per_finding"].values()]
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")

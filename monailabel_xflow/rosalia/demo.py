@@ -204,7 +204,8 @@ def model_card(info: dict[str, Any]) -> str:
         + ".\n\n"
         f"Held-out phantom questions (n = {after['n'] if after else 0}): "
         f"gIoU {_metric(after, 'giou')}, cIoU {_metric(after, 'ciou')}, N-Acc {_metric(after, 'n_acc')}, "
-        f"F1 {_metric(after, 'f1')}.{empty}\n\nWeights are stored in float16 (loaded as float32). Details: `recipe.json`.\n\n"
+        f"F1 {_metric(after, 'f1')}.{empty}\n\n"
+        "Weights are stored in float16 (loaded as float32). Details: `recipe.json`.\n\n"
         + REFERENCE_DIFFERENCES
     )
 
