@@ -11,7 +11,7 @@ export XFLOW_OHIF_DIR ?= $(CURDIR)/.ohif
 # the server's logs, trained models and caches (xflow serve --workspace; gitignored)
 WORKSPACE ?= xflow-workspace
 
-.PHONY: setup run test bench clean ils-report dist
+.PHONY: setup run test lint bench clean ils-report dist
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,12 @@ run: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff (lint, 120 columns) over the whole tree and mypy over monailabel_xflow/ (core modules
+# strict); both configured in pyproject.toml.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # reports/ils/recall.md + recall.json: report structuring P/R per field, pipeline recall per
 # finding (Table 8 layout, default and halved thresholds) and mask IoU on a fresh phantom set.

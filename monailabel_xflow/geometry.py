@@ -17,9 +17,11 @@ Conventions used everywhere in the package:
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.errors import InputError
 
@@ -49,7 +51,7 @@ def _check_finite(*values: float) -> None:
         raise GeometryError(f"coordinates must be finite, got {values}")
 
 
-def check_image(image: Any) -> np.ndarray:
+def check_image(image: Any) -> NDArray[Any]:
     """The one image check of the package: a radiograph as ``transforms.load_cxr`` returns it.
 
     Returns:
@@ -125,7 +127,7 @@ def point_to_pixel(x: float, y: float, shape: Sequence[int]) -> tuple[int, int]:
     return (min(h - 1, int(y * h)), min(w - 1, int(x * w)))
 
 
-def box_to_pixels(box: Sequence[float], shape: Sequence[int]) -> np.ndarray:
+def box_to_pixels(box: Sequence[float], shape: Sequence[int]) -> NDArray[np.float64]:
     """Normalised box -> continuous pixel ``(x1, y1, x2, y2)`` of an ``(H, W)`` image."""
     h, w = int(shape[0]), int(shape[1])
     return np.array([box[0] * w, box[1] * h, box[2] * w, box[3] * h], dtype=np.float64)
@@ -137,7 +139,7 @@ def pixels_to_box(xyxy: Sequence[float], shape: Sequence[int]) -> Box:
     return make_box(xyxy[0] / w, xyxy[1] / h, xyxy[2] / w, xyxy[3] / h)
 
 
-def mask_to_box(mask: np.ndarray) -> Box | None:
+def mask_to_box(mask: NDArray[Any]) -> Box | None:
     """Tight normalised box around the non-zero pixels of an ``(H, W)`` mask (pixel edges).
 
     Returns None for an empty mask.
@@ -150,7 +152,7 @@ def mask_to_box(mask: np.ndarray) -> Box | None:
     return (cols[0] / w, rows[0] / h, (cols[-1] + 1) / w, (rows[-1] + 1) / h)
 
 
-def box_to_mask(box: Sequence[float], shape: Sequence[int]) -> np.ndarray:
+def box_to_mask(box: Sequence[float], shape: Sequence[int]) -> NDArray[np.bool_]:
     """Boolean ``(H, W)`` mask of the pixels whose centres lie inside a normalised box."""
     h, w = int(shape[0]), int(shape[1])
     xs = (np.arange(w) + 0.5) / w
@@ -160,7 +162,7 @@ def box_to_mask(box: Sequence[float], shape: Sequence[int]) -> np.ndarray:
     return iny[:, None] & inx[None, :]
 
 
-def resize_mask(mask: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+def resize_mask(mask: NDArray[Any], shape: Sequence[int]) -> NDArray[np.bool_]:
     """Nearest-neighbour resize of a bool ``(H, W)`` mask to ``shape = (H', W')``.
 
     Used where a mask and its image differ in size (MIMIC-ILS masks are 512 px).
@@ -171,7 +173,7 @@ def resize_mask(mask: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     from PIL import Image
 
     img = Image.fromarray(mask.astype(np.uint8) * 255)
-    return np.asarray(img.resize((int(shape[1]), int(shape[0])), Image.NEAREST)) > 0
+    return np.asarray(img.resize((int(shape[1]), int(shape[0])), Image.Resampling.NEAREST)) > 0
 
 
 # --- text (0..1000) -------------------------------------------------------------------------
@@ -271,7 +273,7 @@ def grow_box(box: Sequence[float], click: Click) -> Box:
     return (min(x1, click.x), min(y1, click.y), max(x2, click.x), max(y2, click.y))
 
 
-def connected_components(mask: np.ndarray, min_area_px: int = 1) -> list[np.ndarray]:
+def connected_components(mask: NDArray[Any], min_area_px: int = 1) -> list[NDArray[np.bool_]]:
     """Split a ground-truth mask into its 8-connected components.
 
     Args:
@@ -299,10 +301,9 @@ MIN_COMPONENT_PX = 16
 """Ground-truth components smaller than this (in mask pixels) get no box: specks, not lesions."""
 
 
-def lesion_boxes(mask: np.ndarray | None, min_px: int = MIN_COMPONENT_PX) -> list[Box]:
+def lesion_boxes(mask: NDArray[Any] | None, min_px: int = MIN_COMPONENT_PX) -> list[Box]:
     """One tight normalised box per ground-truth component (8-connectivity), specks skipped."""
     if mask is None or not mask.any():
         return []
-    from monailabel_xflow.geometry import connected_components
-
-    return [mask_to_box(c) for c in connected_components(mask, min_area_px=min_px)]
+    boxes = [mask_to_box(c) for c in connected_components(mask, min_area_px=min_px)]
+    return [b for b in boxes if b is not None]  # a component is never empty

@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.vocabulary import (
@@ -134,7 +135,7 @@ class Instruction:
         return f"There is no {self.finding}{where}."
 
     @staticmethod
-    def located_answer(regions: "tuple[str, ...] | list[str]") -> str:
+    def located_answer(regions: tuple[str, ...] | list[str]) -> str:
         """Positive answer of a global instruction: ``It is located in the left lung base.``"""
         if not regions:
             raise InstructionError("a located answer needs at least one region")
@@ -149,7 +150,7 @@ class Instruction:
             )
         return f"It is highly suggestive of {lesion}." if confident else f"It possibly reflects {lesion}."
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "instruction": self.text,
             "finding": self.finding,
@@ -417,6 +418,7 @@ _LESION = ("{canonical}", "What type is the opacity in the {location}? Segment i
 
 def phrasings(instruction: Instruction) -> list[str]:
     """Ways of asking ``instruction``; every one parses back to it (tested)."""
+    templates: tuple[str, ...]
     if instruction.kind == "lesion_inference":
         templates = _LESION if instruction.regions else (_LESION[0],)
     else:

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import ndimage
 
 from monailabel_xflow.errors import InputError
@@ -134,11 +135,11 @@ class SampleStats:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SampleStats":
+    def from_dict(cls, data: Mapping[str, Any]) -> SampleStats:
         return cls(**{f.name: int(data[f.name]) for f in fields(cls)})
 
 
-def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+def mask_iou(a: NDArray[Any], b: NDArray[Any]) -> float:
     """Intersection over union of two ``(H, W)`` masks (non-zero = foreground).
 
     The single-pair IoU used by the oracle, the rewards and training checks; 1.0 when both are
@@ -150,7 +151,7 @@ def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 if union == 0 else np.count_nonzero(a & b) / union
 
 
-def _bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+def _bbox(mask: NDArray[np.bool_]) -> tuple[int, int, int, int] | None:
     rows = np.flatnonzero(mask.any(axis=1))
     if rows.size == 0:
         return None
@@ -158,7 +159,7 @@ def _bbox(mask: np.ndarray) -> tuple[int, int, int, int] | None:
     return int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
 
 
-def _as_mask(mask: np.ndarray | None, name: str) -> np.ndarray | None:
+def _as_mask(mask: NDArray[Any] | None, name: str) -> NDArray[np.bool_] | None:
     if mask is None:
         return None
     mask = np.asarray(mask)
@@ -167,7 +168,7 @@ def _as_mask(mask: np.ndarray | None, name: str) -> np.ndarray | None:
     return mask if mask.dtype == bool else mask != 0
 
 
-def _components(crop: np.ndarray, structure: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _components(crop: NDArray[np.bool_], structure: NDArray[np.bool_]) -> tuple[NDArray[np.int32], NDArray[np.intp]]:
     """Label image and per-component sizes (index i-1 is label i)."""
     labels, n = ndimage.label(crop, structure=structure)
     sizes = np.bincount(labels.ravel(), minlength=n + 1)[1:]
@@ -175,8 +176,8 @@ def _components(crop: np.ndarray, structure: np.ndarray) -> tuple[np.ndarray, np
 
 
 def sample_stats(
-    pred: np.ndarray | None,
-    gt: np.ndarray | None,
+    pred: NDArray[Any] | None,
+    gt: NDArray[Any] | None,
     *,
     connectivity: int = CONNECTIVITY,
     speck_fraction: float = SPECK_FRACTION,
@@ -199,11 +200,12 @@ def sample_stats(
         raise MetricsError(f"connectivity must be 4 or 8, got {connectivity}")
     pred = _as_mask(pred, "predicted")
     gt = _as_mask(gt, "ground-truth")
-    if pred is None and gt is None:
+    ref = pred if pred is not None else gt
+    if ref is None:
         raise MetricsError("need at least one mask to know the image size")
     if pred is not None and gt is not None and pred.shape != gt.shape:
         raise MetricsError(f"predicted mask {pred.shape} and ground truth {gt.shape} differ in shape")
-    shape = (pred if pred is not None else gt).shape
+    shape = ref.shape
     image_area = int(shape[0] * shape[1])
     threshold = speck_fraction * image_area
     structure = _STRUCTURES[connectivity]

@@ -8,9 +8,11 @@ deterministic (no randomness, no fonts beyond PIL's built-in default).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont
 
 from monailabel_xflow.errors import InputError
@@ -32,7 +34,7 @@ class RenderError(InputError):
     """Inputs that cannot be drawn together: wrong dtype, rank or mismatched shapes."""
 
 
-def to_rgb(image: np.ndarray) -> np.ndarray:
+def to_rgb(image: NDArray[Any]) -> NDArray[np.uint8]:
     """A float ``(H, W)`` image in ``[0, 1]`` (or uint8 ``(H, W)``/``(H, W, 3)``) as uint8 RGB."""
     a = np.asarray(image)
     if a.ndim == 3 and a.shape[2] == 3 and a.dtype == np.uint8:
@@ -44,7 +46,7 @@ def to_rgb(image: np.ndarray) -> np.ndarray:
     return np.repeat(a[:, :, None], 3, axis=2)
 
 
-def _outline(mask: np.ndarray, width: int) -> np.ndarray:
+def _outline(mask: NDArray[np.bool_], width: int) -> NDArray[np.bool_]:
     """Pixels of ``mask`` within ``width`` pixels of its border (4-neighbour erosion)."""
     inner = mask.copy()
     for _ in range(width):
@@ -57,12 +59,15 @@ def _outline(mask: np.ndarray, width: int) -> np.ndarray:
     return mask & ~inner
 
 
-def _color(colors, i: int) -> tuple[int, int, int]:
-    return tuple(colors[i]) if colors is not None else PALETTE[i % len(PALETTE)]
+def _color(colors: Sequence[Sequence[int]] | None, i: int) -> tuple[int, int, int]:
+    if colors is None:
+        return PALETTE[i % len(PALETTE)]
+    r, g, b = colors[i]
+    return (r, g, b)
 
 
-def overlay(image: np.ndarray, masks: Sequence[np.ndarray], colors=None, outline: bool = True,
-            alpha: float = 0.3) -> np.ndarray:
+def overlay(image: NDArray[Any], masks: Sequence[NDArray[Any]], colors: Sequence[Sequence[int]] | None = None,
+            outline: bool = True, alpha: float = 0.3) -> NDArray[np.uint8]:
     """Masks blended over a radiograph.
 
     Args:
@@ -93,8 +98,8 @@ def overlay(image: np.ndarray, masks: Sequence[np.ndarray], colors=None, outline
     return np.round(rgb).astype(np.uint8)
 
 
-def draw_boxes(rgb: np.ndarray, boxes: Sequence[Sequence[float]], colors=None,
-               labels: Sequence[str] | None = None) -> np.ndarray:
+def draw_boxes(rgb: NDArray[Any], boxes: Sequence[Sequence[float]], colors: Sequence[Sequence[int]] | None = None,
+               labels: Sequence[str] | None = None) -> NDArray[np.uint8]:
     """Normalised ``xyxy`` boxes drawn as rectangles (optional label above each); returns a copy."""
     rgb = to_rgb(rgb)
     h, w = rgb.shape[:2]
@@ -111,7 +116,7 @@ def draw_boxes(rgb: np.ndarray, boxes: Sequence[Sequence[float]], colors=None,
     return np.asarray(im)
 
 
-def draw_clicks(rgb: np.ndarray, clicks: Sequence[Click]) -> np.ndarray:
+def draw_clicks(rgb: NDArray[np.uint8], clicks: Sequence[Click]) -> NDArray[np.uint8]:
     """Clicks as markers: positive a green ``+``, negative a red ``-``; returns a copy.
 
     The marker is centred on the click's pixel (via :func:`geometry.point_to_pixel`); its arm
@@ -136,7 +141,7 @@ def draw_clicks(rgb: np.ndarray, clicks: Sequence[Click]) -> np.ndarray:
     return np.asarray(im)
 
 
-def render_observation(image: np.ndarray, mask: np.ndarray, clicks: Sequence[Click] = ()) -> np.ndarray:
+def render_observation(image: NDArray[Any], mask: NDArray[Any], clicks: Sequence[Click] = ()) -> NDArray[np.uint8]:
     """The Stage 2 policy observation (training and inference alike).
 
     Definition: the radiograph as grey RGB; the current mask filled in
@@ -156,8 +161,8 @@ def render_observation(image: np.ndarray, mask: np.ndarray, clicks: Sequence[Cli
     return draw_clicks(rgb, clicks)
 
 
-def contact_sheet(tiles: Sequence[np.ndarray], titles: Sequence[str], ncols: int = 4,
-                  tile_size: int = 256, legend: Sequence[tuple[str, tuple[int, int, int]]] = ()) -> np.ndarray:
+def contact_sheet(tiles: Sequence[NDArray[Any]], titles: Sequence[str], ncols: int = 4,
+                  tile_size: int = 256, legend: Sequence[tuple[str, tuple[int, int, int]]] = ()) -> NDArray[np.uint8]:
     """Tiles in a grid, each resized to ``tile_size`` square with its title below.
 
     Args:
@@ -179,10 +184,10 @@ def contact_sheet(tiles: Sequence[np.ndarray], titles: Sequence[str], ncols: int
     legend_h = 18 if legend else 0
     sheet = Image.new("RGB", (ncols * tile_size, nrows * (tile_size + title_h) + legend_h), (0, 0, 0))
     draw = ImageDraw.Draw(sheet)
-    for i, (tile, title) in enumerate(zip(tiles, titles)):
+    for i, (tile, title) in enumerate(zip(tiles, titles, strict=True)):
         r, c = divmod(i, ncols)
         x0, y0 = c * tile_size, r * (tile_size + title_h)
-        sheet.paste(Image.fromarray(to_rgb(tile)).resize((tile_size, tile_size), Image.BILINEAR), (x0, y0))
+        sheet.paste(Image.fromarray(to_rgb(tile)).resize((tile_size, tile_size), Image.Resampling.BILINEAR), (x0, y0))
         draw.text((x0 + 3, y0 + tile_size + 1), title, fill=(255, 255, 255), font=font)
     x = 4
     for label, color in legend:

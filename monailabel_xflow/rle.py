@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.errors import InputError
 
@@ -85,7 +86,7 @@ def decode_counts(text: str) -> list[int]:
     return counts
 
 
-def encode(mask: np.ndarray) -> dict[str, Any]:
+def encode(mask: NDArray[Any]) -> dict[str, Any]:
     """Run-length encode a 2-D binary mask in COCO's compressed form.
 
     Args:
@@ -140,7 +141,7 @@ def _counts(rle: Mapping[str, Any]) -> list[int]:
     return values
 
 
-def decode(rle: Mapping[str, Any]) -> np.ndarray:
+def decode(rle: Mapping[str, Any]) -> NDArray[np.bool_]:
     """Decode a COCO RLE (compressed string or uncompressed list counts) to a mask.
 
     Args:

@@ -78,6 +78,6 @@ def lung_of(region: str) -> str:
     raise ValueError(f"{region!r} is not a lung or lung zone")
 
 
-def join_regions(regions: "tuple[str, ...] | list[str]") -> str:
+def join_regions(regions: tuple[str, ...] | list[str]) -> str:
     """Join region strings the MIMIC-ILS way ("left lung base and left mid zone lung")."""
     return REGION_JOINER.join(regions)

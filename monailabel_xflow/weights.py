@@ -33,7 +33,7 @@ def split_hub_id(value: str) -> tuple[str, str | None]:
     return repo_id, (revision or None)
 
 
-def choose_device(device: "str | torch.device | None" = None) -> "torch.device":
+def choose_device(device: str | torch.device | None = None) -> torch.device:
     """The requested device, or CUDA when available, else the CPU."""
     import torch
 
@@ -42,7 +42,7 @@ def choose_device(device: "str | torch.device | None" = None) -> "torch.device":
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def choose_dtype(device: "torch.device", dtype: "torch.dtype | str | None" = None) -> "torch.dtype":
+def choose_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> torch.dtype:
     """The requested dtype (a ``torch.dtype`` or its name, e.g. ``"bfloat16"``), or bfloat16 on a
     CUDA device that supports it, else float32.
 

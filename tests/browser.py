@@ -13,8 +13,9 @@ import io
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,10 +52,10 @@ def skip_without_chromium():
 def chromium(width: int = 1200, height: int = 900) -> Iterator[Any]:
     """A headless Chromium session (no GPU: WebGL through SwiftShader; no QUIC, no background
     networking, a fresh profile), console logs kept; quit on exit."""
+    import tempfile
+
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-
-    import tempfile
 
     opts = webdriver.ChromeOptions()
     profile = tempfile.TemporaryDirectory(prefix="xflow-chromium-")  # a fresh profile per session

@@ -44,9 +44,8 @@ def app(tmp_path_factory, cxr_samples, tiny_models):
 
 def expected_revision(app, image_id: str, clicks):
     """The segmenter's answer to the same clicks, computed here from the same weights."""
-    from monailabel_xflow.transforms.loading import load_cxr
-
     from monailabel_xflow.segmenter.loading import load_segmenter
+    from monailabel_xflow.transforms.loading import load_cxr
     from monailabel_xflow.workflow.xflow import XFlow
 
     if not hasattr(app, "flow"):

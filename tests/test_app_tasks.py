@@ -95,6 +95,7 @@ def test_infer_absent_finding_returns_empty_label_and_says_so(png):
 
 def test_infer_on_nifti_keeps_the_image_affine(tmp_path):
     import nibabel as nib
+
     from monailabel_xflow.transforms.loading import save_nifti_2d
 
     rng = np.random.default_rng(1)
@@ -208,10 +209,10 @@ def test_read_label_refuses_wrong_size_and_values(png, tmp_path):
 
 def test_error_mapping_is_one_table():
     from monailabel.interfaces.exception import ImageNotFoundException
-    from monailabel_xflow.transforms.loading import CXRLoadError
 
     from monailabel_xflow.app.errors import ImageNotFoundError, ModelsNotConfiguredError
     from monailabel_xflow.geometry import GeometryError
+    from monailabel_xflow.transforms.loading import CXRLoadError
     from monailabel_xflow.workflow.model_config import ModelConfigError
 
     cases = {InstructionError("x"): 422, GeometryError("x"): 422, CXRLoadError("f", "x"): 400,
@@ -219,9 +220,8 @@ def test_error_mapping_is_one_table():
              ImageNotFoundException("x"): 404, LabelError("x"): 422, RequestError("x"): 422}
     assert {type(e).__name__: status_of(e) for e in cases} == {type(e).__name__: s for e, s in cases.items()}
     assert status_of(KeyError("bug")) is None
-    with pytest.raises(KeyError):  # a bug stays a 500
-        with http_errors():
-            raise KeyError("bug")
+    with pytest.raises(KeyError), http_errors():  # a bug stays a 500
+        raise KeyError("bug")
 
 
 # --- scoring, strategy ----------------------------------------------------------------------

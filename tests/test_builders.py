@@ -114,7 +114,7 @@ def test_init_sft_rows_carry_every_lesion_of_each_finding(cases, tmp_path):
     for c in cases:
         present.setdefault(c.image_path, set()).update({c.finding} if c.positive else set())
     for row in rows:
-        have = {f for f, png in zip(FINDINGS, row["finding_masks"]) if png}
+        have = {f for f, png in zip(FINDINGS, row["finding_masks"], strict=True) if png}
         assert have == present[by_case[row["case_id"]].image_path] & set(FINDINGS)
 
 
@@ -132,7 +132,7 @@ def test_bad_builds_are_refused(cases, tmp_path):
 def test_init_rl_rows_carry_boxes_and_presence(cases, tmp_path):
     build("init-rl", cases[:20], tmp_path, progress=False)
     ds = load_built(tmp_path)
-    for row, case in zip(ds, cases[:20]):
+    for row, case in zip(ds, cases[:20], strict=False):
         assert row["present"] == case.positive == bool(row["gt_boxes"])
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from monailabel_xflow.transforms import load_cxr
 from PIL import Image
 from test_builders import SAMPLE, _one_component_case
 
@@ -17,6 +16,7 @@ from monailabel_xflow.policy.oracle import OracleClicker
 from monailabel_xflow.testing import ScriptedSegmenter
 from monailabel_xflow.training.builders import LungBoxes, build, load_built
 from monailabel_xflow.training.sft import PolicyExampleEncoder
+from monailabel_xflow.transforms import load_cxr
 
 
 @pytest.fixture(scope="module")

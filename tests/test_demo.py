@@ -77,7 +77,6 @@ def test_demo_is_the_default_only_when_nothing_is_configured(tmp_path):
 @needs_demo
 def test_demo_answers_on_a_sample_image(monkeypatch, caplog):
     from monailabel_xflow.transforms import load_cxr
-
     from monailabel_xflow.workflow.xflow import XFlow
 
     for key in [k for k in os.environ if k.startswith("XFLOW_")]:
@@ -119,7 +118,6 @@ def quick_model(tmp_path_factory):
 
 def test_quick_recipe_writes_a_loadable_model(quick_model):
     from monailabel_xflow.transforms import load_cxr
-
     from monailabel_xflow.workflow.xflow import XFlow
 
     for rel in ("models.yaml", "models-stage1.yaml", "recipe.json", "README.md", "base/config.json",
@@ -132,7 +130,7 @@ def test_quick_recipe_writes_a_loadable_model(quick_model):
     from safetensors import safe_open
 
     with safe_open(str(quick_model / "init" / "adapter_model.safetensors"), "pt") as f:
-        assert not [k for k in f.keys() if "aux" in k]
+        assert not [k for k in f.keys() if "aux" in k]  # noqa: SIM118 -- safe_open is not iterable
     cfg = ModelConfig.from_file(quick_model / "models.yaml")
     assert cfg.has_reviser and not cfg.is_demo
     assert not ModelConfig.from_file(quick_model / "models-stage1.yaml").has_reviser
@@ -228,10 +226,10 @@ def test_presence_is_balanced_within_each_level_and_finding():
         "finding": ["edema"] * 20,
         "i": list(range(20)),
     })
-    counts = Counter(zip(balanced_presence(rows, 0)["level"], balanced_presence(rows, 0)["positive"]))
+    counts = Counter(zip(balanced_presence(rows, 0)["level"], balanced_presence(rows, 0)["positive"], strict=True))
     assert counts == {("chest", True): 8, ("chest", False): 8, ("lung", True): 3, ("lung", False): 3,
                       ("zone", False): 4}
-    pooled = Counter(zip(balanced_presence(rows, 0, by=())["level"], balanced_presence(rows, 0, by=())["positive"]))
+    pooled = Counter(zip(balanced_presence(rows, 0, by=())["level"], balanced_presence(rows, 0, by=())["positive"], strict=True))
     assert pooled[("lung", True)] > pooled[("lung", False)]  # what stratifying corrects
     assert set(balanced_presence(rows, 0)["i"]) == set(range(20))  # every row kept
 

@@ -32,7 +32,6 @@ def build_folder(tmp_path):
     (data / "masks").mkdir(parents=True)
     for name in ("a", "b"):
         Image.fromarray(np.full((SIZE, SIZE), 100, np.uint8)).save(data / f"{name}.png")
-    gt = {}
     m1 = np.zeros((SIZE, SIZE), bool)
     m1[4:12, 4:12] = True
     m2 = np.zeros((SIZE, SIZE), bool)

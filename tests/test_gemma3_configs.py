@@ -149,7 +149,7 @@ def test_saved_model_loads_back_with_random_projection_and_eos(tiny_vlm):
 def test_adapters_touch_only_the_language_model(tiny_vlm):
     from safetensors.numpy import load_file
 
-    for folder, name in ((tiny_vlm.init, "init"), (tiny_vlm.rev, "rev")):
+    for folder, _name in ((tiny_vlm.init, "init"), (tiny_vlm.rev, "rev")):
         cfg = json.loads((folder / "adapter_config.json").read_text())
         assert cfg["r"] == SIZES["tiny"]["lora_r"]
         keys = list(load_file(folder / "adapter_model.safetensors"))

@@ -10,6 +10,7 @@ time, so any read of it would move the access time (the file system's relatime r
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import hashlib
 import http.client
@@ -119,10 +120,8 @@ def over_long_body(srv, path: str, declared: int, sent: int = 4096) -> tuple[int
     conn.putheader("Content-Type", "multipart/form-data; boundary=xyz")
     conn.putheader("Content-Length", str(declared))
     conn.endheaders()
-    try:
+    with contextlib.suppress(OSError):
         conn.send(b"\0" * sent)
-    except OSError:
-        pass
     resp = conn.getresponse()
     body = resp.read().decode()
     conn.close()

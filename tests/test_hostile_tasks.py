@@ -61,7 +61,7 @@ def test_params_limits_and_reserved_keys():
     with pytest.raises(RequestError, match="JSON"):
         rq.parse_params('{"n": ' + "9" * 5000 + "}")  # Python's integer digit limit
     with pytest.raises(RequestError, match="keys"):
-        rq.parse_params({"k%d" % i: 1 for i in range(rq.MAX_PARAM_KEYS + 1)}.__repr__().replace("'", '"'))
+        rq.parse_params({f"k{i}": 1 for i in range(rq.MAX_PARAM_KEYS + 1)}.__repr__().replace("'", '"'))
     assert status_of(RequestTooLargeError("x")) == 413
 
 
@@ -96,10 +96,10 @@ def test_train_parameters_defaults():
 
 @pytest.fixture(scope="module")
 def held(cxr_samples):
-    from monailabel_xflow.transforms.loading import load_cxr
     from PIL import Image
 
     from monailabel_xflow.app.train import component_prompts
+    from monailabel_xflow.transforms.loading import load_cxr
 
     image, _ = load_cxr(cxr_samples / "nih" / "images" / "00004296_000.png")
     image = np.asarray(Image.fromarray((image * 255).astype(np.uint8)).resize((256, 256)), np.float32) / 255

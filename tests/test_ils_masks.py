@@ -12,6 +12,8 @@ So c1 = IoU(B, M) = 32/48 = 0.667, c3 = 20/48 = 0.417, c4 = IoU(B, right lung) =
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -202,5 +204,5 @@ def test_edema_uses_its_own_anomaly_threshold():
 
 
 def test_thresholds_are_a_frozen_value():
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         Thresholds().anomaly = 0.3  # type: ignore[misc]

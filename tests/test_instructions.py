@@ -215,8 +215,8 @@ def test_picker_choices_build_what_the_same_words_parse_to():
         for k in (0, 1, 2):
             for locations in itertools.permutations([*LUNGS, *ALL_ZONES], k):
                 where = f" in the {' and '.join(locations)}" if locations else ""
-                typed = outcome(lambda: list(dict.fromkeys(parse_instructions(f"segment {finding}{where}"))))
-                assert outcome(lambda: from_choices([finding], locations)) == typed, (finding, locations)
+                typed = outcome(lambda: list(dict.fromkeys(parse_instructions(f"segment {finding}{where}"))))  # noqa: B023 -- called here
+                assert outcome(lambda: from_choices([finding], locations)) == typed, (finding, locations)  # noqa: B023 -- called here
                 compared += 1
                 refused += typed == "refused"
     assert compared == 808 and 0 < refused < compared

@@ -74,13 +74,13 @@ def _held_out_answer_nll(base, adapter, rows) -> float:
 def test_init_sft_raises_held_out_answer_likelihood(tmp_path):
     """60 init-sft steps (aux mask loss on) on 6 effusion-free phantoms take the held-out answers'
     NLL from untrained to a fraction of it on 3 other phantoms (measured: train loss 11.5 -> 0.91
-    as means of the first/last 5 steps, held-out NLL 14.05 -> 2.18 per token). Greedy answers of a model this small are not yet
-    well-formed at this budget (lung-box IoU stays 0; see the slow test), so the figure is the
-    held-out likelihood of the very answers the protocol asks for."""
+    as means of the first/last 5 steps, held-out NLL 14.05 -> 2.18 per token). Greedy answers of a
+    model this small are not yet well-formed at this budget (lung-box IoU stays 0; see the slow
+    test), so the figure is the held-out likelihood of the very answers the protocol asks for."""
     from datasets import Dataset
+    from test_training_sft import _learnable_base, init_sft_rows, sft_config
 
     from monailabel_xflow.training.sft import train_sft
-    from test_training_sft import _learnable_base, init_sft_rows, sft_config
 
     base = _learnable_base(tmp_path / "vlm")
     train = [r for r in init_sft_rows(tmp_path / "train", 12) if not r["positive"]]
@@ -124,11 +124,11 @@ def test_init_grpo_raises_mean_reward_on_a_fixed_batch(tmp_path):
     step 0.25 -> 1.75). lr >= 1e-3 collapses this tiny model to unterminated answers (reward 0);
     at temperature 1.0 every answer scores 0, so no group has an advantage."""
     from datasets import Dataset
+    from test_training_sft import _learnable_base, init_sft_rows, sft_config
 
     from monailabel_xflow.training.config import load_config
     from monailabel_xflow.training.grpo import train_grpo
     from monailabel_xflow.training.sft import train_sft
-    from test_training_sft import _learnable_base, init_sft_rows, sft_config
 
     base = _learnable_base(tmp_path / "vlm")
     rows = [r for r in init_sft_rows(tmp_path / "data", 12) if not r["positive"]]

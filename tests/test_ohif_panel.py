@@ -15,8 +15,16 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from browser import (chromium, console, screenshot, seen_texts, seg_errors, skip_without_chromium, wait_for,
-                     wait_until_still, watch_texts)
+from browser import (
+    chromium,
+    console,
+    seen_texts,
+    seg_errors,
+    skip_without_chromium,
+    wait_for,
+    wait_until_still,
+    watch_texts,
+)
 from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
 pytestmark = [

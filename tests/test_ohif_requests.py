@@ -18,7 +18,7 @@ from test_app_tasks import (  # noqa: F401
     W,
     box_of,
     infer_task,
-    png,
+    png,  # a fixture: the tests that take it redefine the name (F811 ignored here, pyproject.toml)
     read_monai,
     revise_task,
     stage1,

@@ -316,14 +316,17 @@ def test_turns_pair_each_observation_with_its_action():
     assert traj.steps
     turns = traj.turns()
     assert [a for _, a in turns] == traj.clicks + [None]
-    assert all(m is n for (m, _), n in zip(turns, traj.masks))
+    assert all(m is n for (m, _), n in zip(turns, traj.masks, strict=False))
 
 
 def test_determinism_by_seed():
     gt, obj = _scene()
     oracle = OracleClicker(box_noise=0.3)
-    run = lambda seed: [t.to_dict() for t in simulate_trajectories(
-        ScriptedSegmenter(obj), np.zeros(SHAPE), gt, oracle, seed=seed, keep_discarded=True)]
+
+    def run(seed):
+        return [t.to_dict() for t in simulate_trajectories(
+            ScriptedSegmenter(obj), np.zeros(SHAPE), gt, oracle, seed=seed, keep_discarded=True)]
+
     assert run(7) == run(7)
     assert run(7) != run(8)
 
@@ -365,7 +368,7 @@ def test_to_dict_round_trip_through_json():
     back = Trajectory.from_dict(data)
     assert back.to_dict() == traj.to_dict()
     assert back.clicks == traj.clicks and back.stop_reason == traj.stop_reason
-    for a, b in zip(back.masks, traj.masks):
+    for a, b in zip(back.masks, traj.masks, strict=True):
         assert a.dtype == bool and np.array_equal(a, b)
     with pytest.raises(OracleError, match="malformed"):
         Trajectory.from_dict({k: v for k, v in data.items() if k != "steps"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -29,13 +30,13 @@ def test_deterministic_and_seed_dependent():
     a, b, c = generate_phantom(5, SIZE), generate_phantom(5, SIZE), generate_phantom(6, SIZE)
     assert a.image.dtype == np.float32 and a.image.shape == (SIZE, SIZE)
     assert a.image.tobytes() == b.image.tobytes()
-    assert [l.mask.tobytes() for l in a.lesions] == [l.mask.tobytes() for l in b.lesions]
+    assert [les.mask.tobytes() for les in a.lesions] == [les.mask.tobytes() for les in b.lesions]
     assert a.image.tobytes() != c.image.tobytes()
-    assert 0.0 <= a.image.min() and a.image.max() <= 1.0
+    assert a.image.min() >= 0.0 and a.image.max() <= 1.0
 
 
 def test_every_finding_producible(phantoms):
-    for f, ph in zip(FINDINGS, phantoms):
+    for f, ph in zip(FINDINGS, phantoms, strict=False):
         assert ph.findings == (f,)
         assert all(les.mask.any() for les in ph.lesions)
 
@@ -50,7 +51,7 @@ def test_masks_consistent(phantoms):
             zs = [ph.zones[z] for z in ZONES[lung]]
             assert (np.sum(zs, axis=0) == ph.lungs[lung]).all()
             rows = [np.flatnonzero(z.any(axis=1)) for z in zs]
-            assert all(r[-1] < s[0] for r, s in zip(rows, rows[1:]))  # apex to base, no overlap
+            assert all(r[-1] < s[0] for r, s in pairwise(rows))  # apex to base, no overlap
         for les in ph.lesions:
             if les.finding == "cardiomegaly":
                 assert (les.mask == ph.heart).all() and les.zones == ()
@@ -170,7 +171,7 @@ def test_mimic_ils_json(exported):
 def test_zone_pairs_match_masks(exported):
     out, release, phantoms = exported
     meta = json.loads((out / GT_DIR / META_NAME).read_text())
-    for m, ph in zip(meta, phantoms):
+    for m, ph in zip(meta, phantoms, strict=True):
         anatomy = np.asarray(Image.open(out / GT_DIR / m["anatomy"]))
         for k, z in enumerate(ALL_ZONES):
             assert ((anatomy == k + 1) == ph.zones[z]).all()

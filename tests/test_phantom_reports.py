@@ -56,7 +56,7 @@ def test_report_words_true_to_masks(phantom_set):
     truth = json.loads((out / GT_DIR / TRUTH_NAME).read_text())
     meta = json.loads((out / GT_DIR / META_NAME).read_text())
     seen_present, seen_absent, seen_tentative = set(), set(), False
-    for m, ph in zip(meta, phantoms):
+    for m, ph in zip(meta, phantoms, strict=True):
         for d in truth[m["study"]]["findings"]:
             t = tuple_from_dict(d)
             if t.finding is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -170,7 +172,7 @@ def test_turns_append_to_the_previous_ids(policy):
     for s in states(image, 3):
         session.step(s)
         seen.append(session.input_ids.clone())
-    for before, after in zip(seen, seen[1:]):
+    for before, after in pairwise(seen):
         assert after.shape[1] > before.shape[1]
         assert np.array_equal(after[:, :before.shape[1]].numpy(), before.numpy())
     # Gemma turn structure: 3 user + 3 model turns opened; every turn but the last closed once
@@ -260,7 +262,7 @@ def test_stage1_many_batched_is_greedy_for_every_prompt(tiny_vlm, tmp_path, monk
     for row, instruction in enumerate(findings):
         assert_greedy_up_to_ties(policy, policy.stage1_inputs(image, instruction),
                                  outputs[0].sequences[row, width:])
-    assert sum(a == b for a, b in zip(batched, one_by_one)) >= len(findings) - 2
+    assert sum(a == b for a, b in zip(batched, one_by_one, strict=True)) >= len(findings) - 2
 
 
 def assert_greedy_up_to_ties(policy, enc, new_ids, tol: float = 1e-3):

@@ -137,7 +137,7 @@ def test_simulated_strengths_recovered_within_intervals(tmp_path, model, tie):
     rankings = preference.read_rankings(write_csv(tmp_path / "sim.csv", rows))
     report = preference.analyse(rankings, n_bootstrap=150, seed=1)
     entry = report[model]
-    for item, value in zip(["GT", "XFlow", "ROSALIA"], true):
+    for item, value in zip(["GT", "XFlow", "ROSALIA"], true, strict=True):
         lo, hi = entry["ci"][item]
         assert lo <= value <= hi, (item, value, lo, hi)
         assert entry["log_strength"][item] == pytest.approx(value, abs=0.15)
@@ -161,7 +161,7 @@ def test_three_item_rankings_mean_rank_and_order(tmp_path):
             ranks[order] = [1, 2, 3]
             if abs(score[0] - score[1]) < 0.3:  # near-equal GT and XFlow: reader ties them
                 ranks[0] = ranks[1] = min(ranks[0], ranks[1])
-            rows += [(f"c{c}", f"r{r}", name, int(k)) for name, k in zip(["GT", "XFlow", "ROSALIA"], ranks)]
+            rows += [(f"c{c}", f"r{r}", name, int(k)) for name, k in zip(["GT", "XFlow", "ROSALIA"], ranks, strict=True)]
     report = preference.analyse(preference.read_rankings(write_csv(tmp_path / "r.csv", rows)), n_bootstrap=50)
     assert report["n_rankings"] == 240 and report["n_cases"] == 80 and report["n_readers"] == 3
     assert report["n_pairs"] == 720

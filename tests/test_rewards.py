@@ -56,8 +56,10 @@ def test_malformed_text_loses_format_reward():
 
 
 def test_revision_gain_and_format():
-    gt = np.zeros((10, 10), bool); gt[2:8, 2:8] = True            # 36 px
-    m0 = np.zeros_like(gt); m0[2:8, 2:5] = True                    # 18 px -> IoU 0.5
+    gt = np.zeros((10, 10), bool)
+    gt[2:8, 2:8] = True  # 36 px
+    m0 = np.zeros_like(gt)
+    m0[2:8, 2:5] = True  # 18 px -> IoU 0.5
     m1 = gt.copy()                                                 # IoU 1
     turns = [format_stage2(Stage2Action(Click(True, 0.6, 0.5))), format_stage2(Stage2Action(None))]
     r = revision_reward(turns, m0, m1, gt)

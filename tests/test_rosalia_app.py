@@ -40,9 +40,8 @@ def app(tmp_path_factory, cxr_samples, tiny_models):
 
 
 def in_process(app, image_id: str, instruction: str):
-    from monailabel_xflow.transforms.loading import load_cxr
-
     from monailabel_xflow.rosalia.predictor import RosaliaPredictor
+    from monailabel_xflow.transforms.loading import load_cxr
 
     if not hasattr(app, "predictor"):
         app.predictor = RosaliaPredictor.from_pretrained(ROSALIA_DEMO_DIR, device="cpu")

@@ -132,7 +132,10 @@ def test_sam_pretraining_learns_box_prompted_masks_and_trains_only_sam(data, tmp
     after = RosaliaModel.from_pretrained(tmp_path / "sam")
     first, last = np.mean(log["losses"][:5]), np.mean(log["losses"][-5:])
     assert last < 0.8 * first, (first, last)
-    moved = lambda a, b: any(not torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+    def moved(a, b):
+        return any(not torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+
     assert moved(before.sam, after.sam)
     assert not moved(before.llava, after.llava)
     assert not moved(before.text_hidden_fcs, after.text_hidden_fcs)

@@ -12,7 +12,7 @@ from monailabel_xflow.segmenter import checkpoint as ckpt  # noqa: E402
 from monailabel_xflow.segmenter.cache import EmbeddingCache  # noqa: E402
 from monailabel_xflow.segmenter.configs import build_sam3_tracker  # noqa: E402
 from monailabel_xflow.segmenter.loading import load_segmenter  # noqa: E402
-from monailabel_xflow.segmenter.sam3 import Sam3Segmenter
+from monailabel_xflow.segmenter.sam3 import Sam3Segmenter  # noqa: E402
 
 # Parts of a real sam3.pt the promptable segmenter must skip (detector heads, video memory, rope).
 EXTRA_OFFICIAL_KEYS = [

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from monailabel_xflow.geometry import Click, GeometryError, pixel_to_point, pixels_to_box  # noqa: E402
-from monailabel_xflow.segmenter.base import (
+from monailabel_xflow.segmenter.base import (  # noqa: E402
     PromptableSegmenter,
     SegmentationResult,
     SegmenterInputError,
@@ -19,8 +19,8 @@ from monailabel_xflow.segmenter.base import (
 )
 from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache  # noqa: E402
 from monailabel_xflow.segmenter.configs import build_random_sam3  # noqa: E402
-from monailabel_xflow.segmenter.loading import load_segmenter
-from monailabel_xflow.segmenter.sam3 import Sam3Segmenter
+from monailabel_xflow.segmenter.loading import load_segmenter  # noqa: E402
+from monailabel_xflow.segmenter.sam3 import Sam3Segmenter  # noqa: E402
 
 H, W = 256, 320  # asymmetric on purpose: a transposition anywhere changes shapes or coordinates
 

@@ -112,7 +112,7 @@ def test_render_trace_one_picture_per_decision():
         assert rgb.shape == (H, W, 3) and rgb.dtype == np.uint8
     plain = np.repeat((image * 255).round().astype(np.uint8)[..., None], 3, axis=2)
     # Each step picture differs from the next (a mask or a click changed) and from the bare image.
-    for (_, a), (_, b) in zip(pictures[1:-1], pictures[2:-1]):
+    for (_, a), (_, b) in zip(pictures[1:-1], pictures[2:-1], strict=False):
         assert not np.array_equal(a, b)
     assert all(np.abs(rgb.astype(int) - plain).sum() > 0 for _, rgb in pictures)
     # The final picture colours the answer mask and leaves far-away pixels alone.

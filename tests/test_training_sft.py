@@ -323,7 +323,7 @@ def _placed_share(policy, cases) -> tuple[float, float, float, float]:
 
     formed = placed = called = positives = 0
     lung_ious = []
-    for ph, _, mask in cases:
+    for ph, _, _ in cases:
         parsed = parse_stage1(policy.stage1(ph.image, EFFUSION))
         gt = lesion_boxes(ph.finding_mask("effusion"))
         positives += bool(gt)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from monailabel_xflow.transforms import CXRLoadError, load_cxr, save_nifti_2d
 
 CR = "dicom/cr.dcm"
@@ -418,6 +419,7 @@ def test_frontal_views_pass(tmp_path):
 
 def test_load_cxr_transform_returns_channel_first_metatensor(tmp_path):
     from monai.data import MetaTensor
+
     from monailabel_xflow.transforms import LoadCXR
 
     path = write_dicom(tmp_path / "m.dcm", marker_image(), PixelSpacing=[0.2, 0.3])

@@ -7,7 +7,7 @@ Each wires the tasks of :mod:`monailabel_xflow.app` to one shared runtime.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 from monailabel.interfaces.config import TaskConfig
 from monailabel.tasks.activelearning.random import Random
@@ -24,21 +24,21 @@ from monailabel_xflow.app.train import XFlowSegmenterTrainTask
 class XFlowConfig(TaskConfig):
     """``xflow`` (infer + train), ``xflow_revise`` (clicks), ``xflow_uncertainty`` (scoring + strategy)."""
 
-    def init(self, name: str, model_dir: str, conf: Dict[str, str], planner: Any, **kwargs):
+    def init(self, name: str, model_dir: str, conf: dict[str, str], planner: Any, **kwargs):
         super().init(name, model_dir, conf, planner, **kwargs)
         self.runtime = XFlowRuntime(conf, model_dir=model_dir)
 
-    def infer(self) -> Dict[str, Any]:
+    def infer(self) -> dict[str, Any]:
         return {self.name: XFlowInferTask(self.runtime, store_seg=store_seg_default(self.conf)),
                 f"{self.name}_revise": XFlowReviseTask(self.runtime)}
 
     def trainer(self) -> XFlowSegmenterTrainTask:
         return XFlowSegmenterTrainTask(self.runtime, self.model_dir)
 
-    def strategy(self) -> Dict[str, Any]:
+    def strategy(self) -> dict[str, Any]:
         return {f"{self.name}_uncertainty": XFlowUncertaintyStrategy(), "random": Random()}
 
-    def scoring_method(self) -> Dict[str, Any]:
+    def scoring_method(self) -> dict[str, Any]:
         return {f"{self.name}_uncertainty": XFlowUncertaintyScoring(self.runtime)}
 
 
@@ -47,11 +47,11 @@ class RosaliaConfig(TaskConfig):
     no clicks and no train task in the app). Its weights are the models file's ``rosalia`` key,
     else the committed ROSALIA demo."""
 
-    def init(self, name: str, model_dir: str, conf: Dict[str, str], planner: Any, **kwargs):
+    def init(self, name: str, model_dir: str, conf: dict[str, str], planner: Any, **kwargs):
         super().init(name, model_dir, conf, planner, **kwargs)
         self.runtime = RosaliaRuntime(conf)
 
-    def infer(self) -> Dict[str, Any]:
+    def infer(self) -> dict[str, Any]:
         return {self.name: RosaliaInferTask(self.runtime, store_seg=store_seg_default(self.conf))}
 
     def trainer(self):

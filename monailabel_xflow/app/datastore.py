@@ -50,8 +50,9 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -66,13 +67,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
 
 
-def _local_base():
+def _local_base() -> Any:
     from monailabel.datastore.local import LocalDatastore
 
     return LocalDatastore
 
 
-def _dicomweb_base():
+def _dicomweb_base() -> Any:
     from monailabel.datastore.dicom import DICOMWebDatastore
 
     return DICOMWebDatastore
@@ -181,7 +182,11 @@ def _refused(detail: str):
     return HTTPException(status_code=405, detail=detail)
 
 
-class XFlowLocalDatastore(_local_base()):
+_LocalDatastore: Any = _local_base()  # monailabel ships no type information: the base is Any to mypy
+_DICOMWebDatastore: Any = _dicomweb_base()
+
+
+class XFlowLocalDatastore(_LocalDatastore):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
     is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
     it read or write outside its folder."""
@@ -314,8 +319,10 @@ def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
     return pydicom.Dataset.from_json(meta[0]) if meta else None
 
 
-class XFlowDICOMwebDatastore(_dicomweb_base()):
+class XFlowDICOMwebDatastore(_DICOMWebDatastore):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
+
+    _seg_index: tuple[float, dict[str, str]] | None  # (monotonic time, image id -> SEG series)
 
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
@@ -503,6 +510,7 @@ class XFlowDICOMwebDatastore(_dicomweb_base()):
                 self._datastore.objects[image_id].labels.pop(DefaultLabelTag.FINAL, None)
         if stale:
             self._update_datastore_file()
+        seg_series: str | None
         for image_id, seg_series in current.items():
             while seg_series:
                 try:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 from monailabel_xflow.errors import (
     BadRequestError,

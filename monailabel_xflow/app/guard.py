@@ -49,11 +49,18 @@ import re
 import tempfile
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import parse_qsl
 
-from monailabel_xflow.app.errors import (RequestError, SessionNotFoundError, UnsafeIdError, UploadError, http_errors,
-                                         status_of)
+from monailabel_xflow.app.errors import (
+    RequestError,
+    SessionNotFoundError,
+    UnsafeIdError,
+    UploadError,
+    http_errors,
+    status_of,
+)
 from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_json_object, parse_params
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 

@@ -70,7 +70,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -91,10 +92,13 @@ LABEL_VALUE_CHOICES: list[str] = ["answer", "findings"]
 REVISE_CHOICES: list[str] = ["false", "true"]
 
 
-def _base_infer_task():
+def _base_infer_task() -> Any:
     from monailabel.interfaces.tasks.infer_v2 import InferTask
 
     return InferTask
+
+
+_InferTask: Any = _base_infer_task()  # monailabel ships no type information: the base is Any to mypy
 
 
 # --- request parameters ---------------------------------------------------------------------
@@ -265,7 +269,7 @@ def write_result(label: np.ndarray, ref: Any, extension: str | None, dtype: str,
     import nibabel as nib
 
     nifti = layout.write_label(label, dataclasses.replace(ref, format="DICOM") if ref.format in ("PNG", "JPEG") else ref)
-    img = nib.load(nifti)
+    img = cast(nib.Nifti1Image, nib.load(nifti))  # write_label writes NIfTI
     voxels = np.asarray(img.dataobj).astype(dtype)  # (W, H, 1)
     fd, out = tempfile.mkstemp(suffix=extension)
     os.close(fd)
@@ -295,8 +299,8 @@ def _with_answer(path: str, answer: str) -> str:
 
     import nibabel as nib
 
-    img = nib.load(path, mmap=False)  # rewritten in place: no memory map onto the file
-    img = nib.Nifti1Image(np.array(img.dataobj), img.affine, img.header)
+    loaded = cast(nib.Nifti1Image, nib.load(path, mmap=False))  # rewritten in place: no memory map onto the file
+    img = nib.Nifti1Image(np.array(loaded.dataobj), loaded.affine, loaded.header)
     img.header["descrip"] = answer.encode("utf-8")[:79]
     img.header.extensions.append(nib.nifti1.Nifti1Extension(6, json.dumps({"xflow_answer": answer}).encode()))
     nib.save(img, path)
@@ -313,7 +317,7 @@ def answer_of_file(path: str) -> str | None:
         return nrrd.read_header(path).get("xflow_answer")
     import nibabel as nib
 
-    for ext in nib.load(path).header.extensions:
+    for ext in cast(nib.Nifti1Image, nib.load(path)).header.extensions:
         if ext.get_code() == 6:
             with contextlib.suppress(ValueError):
                 return json.loads(ext.get_content()).get("xflow_answer")
@@ -370,7 +374,7 @@ def finding_record(res: Any, values: Mapping[str, int] | None = None) -> dict[st
     }
 
 
-class XFlowInferTask(_base_infer_task()):
+class XFlowInferTask(_InferTask):
     """``xflow``: instruction-guided segmentation (Stage 1 + Stage 2) as a MONAI Label model.
 
     Args:

@@ -23,7 +23,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -132,7 +132,8 @@ def write_label(label_hw: np.ndarray, ref: ImageRef, directory: str | None = Non
     if ref.format == "NIfTI":  # keep the image's own affine so the label overlays it exactly
         import nibabel as nib
 
-        written, image = nib.load(out), nib.load(ref.path)
+        written = cast(nib.Nifti1Image, nib.load(out))  # both NIfTI (this branch)
+        image = cast(nib.Nifti1Image, nib.load(ref.path))
         nib.save(nib.Nifti1Image(np.asarray(written.dataobj), image.affine, written.header), out)
     return out
 
@@ -154,8 +155,15 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
         LabelError: unreadable, not 2D, wrong size, or values outside ``0..7``. The message names
             the file by its base name only.
     """
-    from monailabel_xflow.transforms.loading import (CXRLoadError, check_pixel_count, from_reader_order, open_nifti,
-                                                     read_nrrd, shown_name, sniff_format)
+    from monailabel_xflow.transforms.loading import (
+        CXRLoadError,
+        check_pixel_count,
+        from_reader_order,
+        open_nifti,
+        read_nrrd,
+        shown_name,
+        sniff_format,
+    )
 
     name = shown_name(path, "label file")
     try:

@@ -37,7 +37,8 @@ import json
 import math
 import os
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, overload
 
 from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError
 from monailabel_xflow.vocabulary import FINDINGS
@@ -57,7 +58,7 @@ def max_body_bytes(environ: Mapping[str, str] | None = None) -> int:
     """The request body limit: ``XFLOW_MAX_BODY_MB`` (MiB, 1..4096) or 256 MiB."""
     env = os.environ if environ is None else environ
     text = env.get("XFLOW_MAX_BODY_MB", "").strip()
-    mib = as_int(text, "XFLOW_MAX_BODY_MB", 1, 4096) if text else 256
+    mib = as_int(text, "XFLOW_MAX_BODY_MB", 1, 4096, default=256)  # "" gives the default
     return int(mib) * 1024 * 1024
 
 
@@ -94,6 +95,12 @@ def check_id(value: Any, what: str = "image") -> str:
             or value.strip() != value or value in (".", "~"):
         raise UnsafeIdError(f"invalid {what} id: {ID_RULES}")
     return value
+
+
+@overload
+def as_int(value: Any, name: str, lo: int, hi: int, default: int) -> int: ...
+@overload
+def as_int(value: Any, name: str, lo: int, hi: int, default: None = None) -> int | None: ...
 
 
 def as_int(value: Any, name: str, lo: int, hi: int, default: int | None = None) -> int | None:

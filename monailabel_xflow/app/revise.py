@@ -51,7 +51,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError, http_errors
 from monailabel_xflow.app.infer import (
     FINDING_CHOICES,
-    _base_infer_task,
+    _InferTask,
     _picked,
     as_max_clicks,
     present_label_names,
@@ -155,8 +156,9 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
     if segment and asked and asked != segment:
         raise RequestError(f"the clicks are for the {segment!r} segment but the options ask {asked!r}: "
                            "clear `instruction` / `finding`, or select that finding's segment")
-    if segment or asked:
-        return segment or asked, ins
+    finding = segment or asked
+    if finding:
+        return finding, ins
     values = sorted(int(v) for v in np.unique(previous) if v) if previous is not None else []
     if len(values) == 1:
         return FINDINGS[values[0] - 1], None
@@ -165,7 +167,7 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
                        + (f"; the previous label holds {len(values)} findings" if values else ""))
 
 
-class XFlowReviseTask(_base_infer_task()):
+class XFlowReviseTask(_InferTask):
     """``xflow_revise``: click revision of one finding's mask with F_seg (human or π_rev clicks)."""
 
     def __init__(self, runtime: XFlowRuntime, description: str = ""):

@@ -25,9 +25,10 @@ import base64
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from monailabel_xflow.app.infer import (
     LABEL_VALUE_CHOICES,
     LABELS,
     LOCATION_CHOICES,
-    _base_infer_task,
+    _InferTask,
     as_bool,
     finding_masks,
     finding_record,
@@ -166,7 +167,7 @@ class RosaliaRuntime:
             return self._predictor
 
 
-class RosaliaInferTask(_base_infer_task()):
+class RosaliaInferTask(_InferTask):
     """``rosalia``: instruction -> label map + answer, by ROSALIA (one shot, no revision)."""
 
     def __init__(self, runtime: RosaliaRuntime, description: str = "", store_seg: bool = False):

@@ -7,7 +7,8 @@ serves them all (a revision right after an inference reuses the image embedding)
 
 Where the configuration comes from, first match wins:
 
-1. ``--conf models_file PATH`` (old name ``models``; a YAML/JSON file of :class:`~monailabel_xflow.workflow.model_config.ModelConfig`);
+1. ``--conf models_file PATH`` (old name ``models``; a YAML/JSON file of
+   :class:`~monailabel_xflow.workflow.model_config.ModelConfig`);
 2. the environment (``XFLOW_MODELS`` and ``XFLOW_<FIELD>``, see :mod:`monailabel_xflow.workflow.model_config`).
 
 With nothing configured the app still starts: :meth:`XFlowRuntime.status` says so and how to
@@ -29,8 +30,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from monailabel_xflow.app.errors import ModelsNotConfiguredError, ModelUnavailableError
 

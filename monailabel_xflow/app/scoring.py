@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def result_uncertainty(result: Any, max_clicks: int) -> dict[str, float] | None:
     d = 1.0 - mask_iou(m0, result.mask)
     clicks = sum(len(lesion.clicks) for lesion in lesions)
     e = clicks / (max_clicks * len(lesions)) if max_clicks > 0 else 0.0
-    ious = [v for v in ((l.iou if l.iou is not None else l.initial_iou) for l in lesions) if v is not None]
+    ious = [v for v in ((les.iou if les.iou is not None else les.initial_iou) for les in lesions) if v is not None]
     q = 1.0 - float(np.clip(np.mean(ious), 0.0, 1.0)) if ious else 0.0
     return {"disagreement": d, "effort": float(min(1.0, e)), "doubt": q, "u": (d + min(1.0, e) + q) / 3.0}
 
@@ -106,13 +107,16 @@ def image_uncertainty(results: Sequence[Any], max_clicks: int) -> tuple[float, d
     return score, parts
 
 
-def _base_scoring():
+def _base_scoring() -> Any:
     from monailabel.interfaces.tasks.scoring import ScoringMethod
 
     return ScoringMethod
 
 
-class XFlowUncertaintyScoring(_base_scoring()):
+_ScoringMethod: Any = _base_scoring()  # monailabel ships no type information: the base is Any to mypy
+
+
+class XFlowUncertaintyScoring(_ScoringMethod):
     """Scores unlabeled images with :func:`image_uncertainty` (see module docstring)."""
 
     def __init__(self, runtime: XFlowRuntime):

@@ -59,9 +59,10 @@ order (later wins), as the ``xflow`` task paints its label maps. Anything else i
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -122,8 +123,11 @@ def _segment(number: int, name: str, code: Coded, algorithm: str, version: str,
              rgb: tuple[int, int, int] = (128, 128, 128)) -> Any:
     import highdicom as hd
     from pydicom.sr.codedict import codes
+    from pydicom.sr.coding import Code
 
-    algo = hd.AlgorithmIdentificationSequence(name=algorithm, family=codes.DCM.ArtificialIntelligence,
+    # pydicom types codes.DCM as a union of its dictionary kinds; the attribute is a Code
+    family: Code = codes.DCM.ArtificialIntelligence  # type: ignore[union-attr,assignment]
+    algo = hd.AlgorithmIdentificationSequence(name=algorithm, family=family,
                                               version=version or "0")
     segment = hd.seg.SegmentDescription(
         segment_number=number, segment_label=name, segmented_property_category=CATEGORY.concept(),
@@ -219,10 +223,11 @@ def _source_header(ds: Any) -> Any:
     image, required in the SEG) ``LossyImageCompressionRatio``; it is computed from the file
     (stored bytes / compressed bytes), not invented."""
     from pydicom import Dataset
+    from pydicom.dataset import FileMetaDataset
 
     header = Dataset()
     header.update({tag: elem for tag, elem in ds.items() if tag != 0x7FE00010})
-    header.file_meta = getattr(ds, "file_meta", Dataset())
+    header.file_meta = getattr(ds, "file_meta", FileMetaDataset())
     if str(header.get("LossyImageCompression", "")) == "01":
         if "LossyImageCompressionRatio" not in header:
             stored = int(ds.Rows) * int(ds.Columns) * int(ds.BitsAllocated) // 8 * int(ds.get("SamplesPerPixel", 1))
@@ -344,7 +349,7 @@ def read_seg_masks(dataset: Any, shape: tuple[int, int] | None = None) -> dict[s
     if len(per_frame) != len(frames):
         raise LabelError(f"SEG has {len(frames)} frames but {len(per_frame)} per-frame descriptions")
     shared = ds.SharedFunctionalGroupsSequence[0] if ds.get("SharedFunctionalGroupsSequence") else None
-    for frame, group in zip(frames, per_frame):
+    for frame, group in zip(frames, per_frame, strict=True):
         ident = group.get("SegmentIdentificationSequence") or (shared.get("SegmentIdentificationSequence")
                                                                if shared is not None else None)
         if not ident:
@@ -352,8 +357,9 @@ def read_seg_masks(dataset: Any, shape: tuple[int, int] | None = None) -> dict[s
         number = int(ident[0].ReferencedSegmentNumber)
         if number not in findings:
             raise LabelError(f"SEG frame refers to segment {number}, which the SEG does not describe")
-        if findings[number] is not None:
-            out[findings[number]] |= frame > 0
+        name = findings[number]
+        if name is not None:
+            out[name] |= frame > 0
     return out
 
 

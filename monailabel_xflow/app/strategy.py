@@ -12,20 +12,24 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from monailabel_xflow.app.scoring import INFO_KEY
 
 logger = logging.getLogger(__name__)
 
 
-def _base_strategy():
+def _base_strategy() -> Any:
     from monailabel.interfaces.tasks.strategy import Strategy
 
     return Strategy
 
 
-class XFlowUncertaintyStrategy(_base_strategy()):
+_Strategy: Any = _base_strategy()  # monailabel ships no type information: the base is Any to mypy
+
+
+class XFlowUncertaintyStrategy(_Strategy):
     """Most uncertain unlabeled image first (see module docstring)."""
 
     def __init__(self, seed: int | None = None):

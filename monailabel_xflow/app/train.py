@@ -40,8 +40,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -139,7 +140,7 @@ def component_prompts(label_hw: np.ndarray, min_share: float = MIN_COMPONENT_SHA
     found = [m for value in (int(v) for v in np.unique(label_hw) if v)
              for m in connected_components(label_hw == value, min_area_px=min_px)]
     found.sort(key=lambda m: -int(m.sum()))
-    return [(mask_to_box(m), m) for m in found[:max_prompts]]
+    return [(box, m) for m in found[:max_prompts] if (box := mask_to_box(m)) is not None]  # never None: m not empty
 
 
 def finetune_from_labels(
@@ -184,7 +185,7 @@ def finetune_from_labels(
     labeled = []  # (image path, image, prompts) of every pair whose label holds a finding
     for pair in sorted(pairs, key=lambda p: str(p["image"])):
         image, _ = load_cxr(pair["image"])
-        prompts = component_prompts(layout.read_label(pair["label"], image.shape))
+        prompts = component_prompts(layout.read_label(pair["label"], (image.shape[0], image.shape[1])))
         if prompts:
             labeled.append((str(pair["image"]), image, prompts))
     if not labeled:
@@ -241,11 +242,11 @@ def heldout_iou(weights: str | os.PathLike, held: Sequence[tuple[np.ndarray, lis
     from monailabel_xflow.segmenter.loading import load_segmenter
 
     seg = load_segmenter(str(weights), device="cpu")
-    ious = []
+    ious: list[float] = []
     for image, prompts in held:
         seg.set_image(image)
         result = seg.predict([box for box, _ in prompts])
-        ious.extend(mask_iou(pred, truth) for pred, (_, truth) in zip(result.masks, prompts))
+        ious.extend(mask_iou(pred, truth) for pred, (_, truth) in zip(result.masks, prompts, strict=False))
     return float(np.mean(ious))
 
 
@@ -255,7 +256,7 @@ def weights_finite(weights: str | os.PathLike) -> bool:
 
     from monailabel_xflow.segmenter.sam3 import load_tracker_model
 
-    state = load_tracker_model(weights).state_dict()
+    state = load_tracker_model(str(weights)).state_dict()
     return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
 
 
@@ -282,13 +283,16 @@ def promotion_check(current: str | os.PathLike, candidate: str | os.PathLike,
     return {**out, "promoted": True, "reason": f"promoted: held-out IoU {new:.4f} >= {cur:.4f}"}
 
 
-def _base_train_task():
+def _base_train_task() -> Any:
     from monailabel.interfaces.tasks.train import TrainTask
 
     return TrainTask
 
 
-class XFlowSegmenterTrainTask(_base_train_task()):
+_TrainTask: Any = _base_train_task()  # monailabel ships no type information: the base is Any to mypy
+
+
+class XFlowSegmenterTrainTask(_TrainTask):
     """MONAI Label train task running :func:`finetune_segmenter` on the final labels.
 
     Args:
@@ -301,7 +305,7 @@ class XFlowSegmenterTrainTask(_base_train_task()):
         self.runtime = runtime
         self.model_dir = Path(model_dir)
 
-    DEFAULTS = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+    DEFAULTS: dict[str, Any] = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
 
     def config(self) -> dict[str, Any]:
         return dict(self.DEFAULTS)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from monailabel.interfaces.app import MONAILabelApp
 
@@ -218,7 +219,9 @@ def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
         RequestError: ``store_seg`` asked of a datastore that is not a DICOMweb PACS.
     """
     params = result.get("params") if isinstance(result, dict) else None
-    wanted = params.pop("store_seg", None) if isinstance(params, dict) else None
+    if not isinstance(params, dict):
+        return
+    wanted = params.pop("store_seg", None)
     if not wanted:
         return
     if not hasattr(datastore, "store_seg"):

@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "benchmark",
-        help="reproduce the paper's comparison on held-out phantoms (ROSALIA, XFlow Stage 1, Stage 1 + 2, oracle clicks)",
+        help="reproduce the paper's comparison on held-out phantoms "
+        "(ROSALIA, XFlow Stage 1, Stage 1 + 2, oracle clicks)",
         description="Benchmarks that score several models on the same questions.",
     )
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     for m, s in summary["methods"].items():
         c = s["ci"]
 
-        def fmt(key: str) -> str:
+        def fmt(key: str, c: dict[str, Any] = c) -> str:
             v = c[key]
             if v["value"] is None:
                 return "—"

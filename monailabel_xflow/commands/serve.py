@@ -41,8 +41,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from monailabel_xflow.errors import InputError
 

@@ -295,7 +295,7 @@ def patient_split(
     for c in carried.values():
         totals.update(c)
     quota = {side: {s: r * totals[s] for s in totals} for side, r in ratios.items()}
-    counts = {side: Counter() for side in ratios}
+    counts: dict[str, Counter[str]] = {side: Counter() for side in ratios}
     rng = np.random.default_rng(seed)
     jitter = {p: rng.random() for p in per_patient}
 

@@ -47,9 +47,9 @@ is ``""`` (MIMIC-ILS answers it with ``[SEG]`` alone, and we do not write the to
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 from PIL import Image
@@ -406,7 +406,7 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
 
 
 FINDING_COLORS = {f: c for f, c in zip(FINDINGS, (
-    (255, 200, 0), (255, 64, 64), (64, 160, 255), (220, 80, 255), (255, 128, 0), (0, 230, 230), (0, 220, 120)))}
+    (255, 200, 0), (255, 64, 64), (64, 160, 255), (220, 80, 255), (255, 128, 0), (0, 230, 230), (0, 220, 120)), strict=True)}
 """Colour of each finding on contact sheets."""
 
 

@@ -126,7 +126,7 @@ class Phantom:
 
     def occupied_zones(self, finding: str | None = None) -> tuple[str, ...]:
         """Zones holding any pixel of ``finding`` (any lung lesion if None), apex to base."""
-        hit = set()
+        hit: set[str] = set()
         for les in self.lesions:
             if finding is None or les.finding == finding:
                 hit.update(les.zones)
@@ -145,7 +145,7 @@ def _resize(a: np.ndarray, n: int) -> np.ndarray:
     """Bilinear pixel-centre-aligned resize of a float field to ``(n, n)``."""
     if a.shape[0] == n:
         return a.astype(np.float32, copy=False)
-    return np.asarray(Image.fromarray(a.astype(np.float32), mode="F").resize((n, n), Image.BILINEAR))
+    return np.asarray(Image.fromarray(a.astype(np.float32), mode="F").resize((n, n), Image.Resampling.BILINEAR))
 
 
 def _smooth_noise(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:

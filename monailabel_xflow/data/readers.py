@@ -163,7 +163,7 @@ class ReadResult:
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
-    def finish(self, source: str, strict: bool) -> "ReadResult":
+    def finish(self, source: str, strict: bool) -> ReadResult:
         ids: dict[str, int] = {}
         for case in self.cases:
             ids[case.case_id] = ids.get(case.case_id, 0) + 1

@@ -57,7 +57,7 @@ class Scored:
     specks_outside_gt: np.ndarray
 
     @classmethod
-    def from_records(cls, records: Sequence[Mapping[str, Any]], groups: Sequence[Any]) -> "Scored":
+    def from_records(cls, records: Sequence[Mapping[str, Any]], groups: Sequence[Any]) -> Scored:
         """Arrays of scored records (``results.jsonl`` lines with ``stats`` and ``level``).
 
         Args:
@@ -149,8 +149,8 @@ def metrics(s: Scored, weights: np.ndarray, subset: np.ndarray | None = None) ->
         for name, v in values.items():
             out[f"{level}/{name}"] = v
             per_level[name].append(v)
-    for name, values in per_level.items():
-        stacked = np.stack(values)  # (levels, B)
+    for name, series in per_level.items():
+        stacked = np.stack(series)  # (levels, B)
         defined = ~np.isnan(stacked)
         out[name] = _ratio(np.where(defined, stacked, 0.0).sum(0), defined.sum(0).astype(float))
     n_pos = pos.sum(1)

@@ -411,9 +411,9 @@ def _grouped_bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float
         heights = np.asarray([np.nan if y is None else y for y in ys], float)
         yerr = None
         if intervals and label in intervals:
-            bounds = [b if b is not None and not np.isnan(h) else (h, h) for b, h in zip(intervals[label], heights)]
-            yerr = np.abs(np.asarray([[h - lo for (lo, _), h in zip(bounds, heights)],
-                                      [hi - h for (_, hi), h in zip(bounds, heights)]], float))
+            bounds = [b if b is not None and not np.isnan(h) else (h, h) for b, h in zip(intervals[label], heights, strict=False)]
+            yerr = np.abs(np.asarray([[h - lo for (lo, _), h in zip(bounds, heights, strict=False)],
+                                      [hi - h for (_, hi), h in zip(bounds, heights, strict=False)]], float))
         ax.bar(np.arange(len(groups)) + offset, heights, width, label=label, yerr=yerr,
                error_kw={"elinewidth": 0.8, "capsize": 1.5})
     ax.set_xticks(np.arange(len(groups)), groups, rotation=rotation)

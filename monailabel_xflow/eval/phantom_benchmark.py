@@ -174,7 +174,7 @@ class SharedStage1:
             start = time.perf_counter()
             texts = list(self.policy.stage1_many(image, missing))
             share = (time.perf_counter() - start) / len(missing)  # the batch's time, split evenly
-            for instr, text in zip(missing, texts):
+            for instr, text in zip(missing, texts, strict=False):
                 self._remember(self.key(image, instr), text, share)
         return [self.stage1(image, i) for i in instructions]
 
@@ -927,9 +927,9 @@ def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> lis
     written = []
     groups = list(LEVELS) + ["average"]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True)
-    for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1"), ("n_acc", "N-Acc"))):
+    for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1"), ("n_acc", "N-Acc")), strict=True):
         series, intervals = {}, {}
-        for m, t in zip(methods, titles):
+        for m, t in zip(methods, titles, strict=True):
             s = summary["methods"][m]
             series[t] = [(s["average"] if g == "average" else s["levels"].get(g, {})).get(key) for g in groups]
             intervals[t] = [_bounds(s.get("ci", {}).get(key if g == "average" else f"{g}/{key}")) for g in groups]
@@ -944,11 +944,11 @@ def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> lis
 
     fig, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     boot_findings = summary.get("bootstrap", {}).get("findings", {})
-    for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1"))):
-        intervals = ({t: [_bounds(boot_findings.get(m, {}).get(f)) for f in FINDINGS] for m, t in zip(methods, titles)}
+    for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1")), strict=True):
+        intervals = ({t: [_bounds(boot_findings.get(m, {}).get(f)) for f in FINDINGS] for m, t in zip(methods, titles, strict=True)}
                      if key == "giou" else None)
         _grouped_bars(ax, list(FINDINGS), {t: [summary["methods"][m]["findings"].get(f, {}).get(key) for f in FINDINGS]
-                                           for m, t in zip(methods, titles)}, rotation=20, intervals=intervals)
+                                           for m, t in zip(methods, titles, strict=True)}, rotation=20, intervals=intervals)
         ax.set_ylabel(label)
         ax.set_ylim(0, 1)
     axes[0].set_title("Per finding (equal-weight average over levels)")
@@ -990,7 +990,6 @@ def _contact_sheet(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
     from PIL import Image
 
     from monailabel_xflow.eval.evaluate import EvaluationError
-
     from monailabel_xflow.rendering import contact_sheet, overlay
     from monailabel_xflow.transforms.loading import load_cxr
 

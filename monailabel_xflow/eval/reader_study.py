@@ -315,7 +315,7 @@ def _start_vector(f: Fit) -> np.ndarray:
 
 def mean_ranks(rankings: Iterable[Ranking], items: Sequence[str]) -> dict[str, float]:
     """Mean rank of each item over the rankings that include it."""
-    sums = {item: [] for item in items}
+    sums: dict[str, list[float]] = {item: [] for item in items}
     for r in rankings:
         for item, rank in r.ranks.items():
             sums[item].append(rank)
@@ -385,7 +385,7 @@ def analyse(
         f = fits[m]
         tie_name = "nu" if m == "davidson" else "theta"
         entry: dict[str, Any] = {
-            "log_strength": dict(zip(data.items, map(float, f.log_strengths))),
+            "log_strength": dict(zip(data.items, map(float, f.log_strengths), strict=False)),
             tie_name: f.tie,
             "loglik": f.loglik,
             "converged": f.converged,

@@ -24,8 +24,8 @@ it, each refined (:func:`refine`); the lesion mask is their union (:func:`lesion
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 from scipy import ndimage
@@ -59,7 +59,7 @@ class Thresholds:
     signal: float = 0.20
     size: float = 0.10
 
-    def halved(self) -> "Thresholds":
+    def halved(self) -> Thresholds:
         """The paper's higher-recall variant: every threshold halved."""
         return Thresholds(**{k: v / 2 for k, v in asdict(self).items()})
 

@@ -35,8 +35,8 @@ Choices where the paper is silent (ours, conservative: precision before recall):
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 

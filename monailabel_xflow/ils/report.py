@@ -31,6 +31,7 @@ import functools
 import re
 import warnings
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Protocol
 
 from monailabel_xflow.data.mimic_ils import ReportedFinding
@@ -96,7 +97,7 @@ def _run(nlp, text: str):
         return nlp(text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _section_nlp():
     """Tokenizer + medspaCy Sectionizer with radiology headers ("FINDINGS:", "IMPRESSION:", ...)."""
     from medspacy.section_detection import SectionRule
@@ -107,7 +108,7 @@ def _section_nlp():
     return nlp
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nlp():
     """Tokenizer + PyRuSH sentences + TargetMatcher (findings, devices) + ConText."""
     from medspacy.context import ConTextRule
@@ -131,7 +132,7 @@ def _nlp():
     return nlp
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sentence_nlp():
     nlp = _blank()
     nlp.add_pipe("medspacy_pyrush")
@@ -320,14 +321,13 @@ def map_location(phrase: str) -> tuple[str, ...]:
     nouns = [t for t in tokens if t in R.LUNG_NOUNS or t in R.SIDELESS_LUNG]
     strong_nouns = [t for t in nouns if t in R.LUNG_NOUNS]
     sides = [s for t in tokens if t in R.SIDE_WORDS for s in R.SIDE_WORDS[t]]
-    if not lung:
-        if strong_nouns or (not categories and (sides or nouns)):
-            if sides:
-                lung = [f"{s} lung" for s in ("right", "left") if s in sides]
-            elif any(t in ("lungs", "hemithoraces", "hila") for t in tokens):
-                lung = ["right lung", "left lung"]
-            elif nouns:
-                lung = ["lung"]
+    if not lung and (strong_nouns or (not categories and (sides or nouns))):
+        if sides:
+            lung = [f"{s} lung" for s in ("right", "left") if s in sides]
+        elif any(t in ("lungs", "hemithoraces", "hila") for t in tokens):
+            lung = ["right lung", "left lung"]
+        elif nouns:
+            lung = ["lung"]
     return tuple(dict.fromkeys(lung + categories))
 
 
@@ -469,7 +469,7 @@ class RuleStructurer:
                     and all(w in _PREPOSITIONS or w in ("the", "a", "both") for w in lead)):
                 nxt.pre += labels  # "At the left base, there is atelectasis."
         # coordinated findings share locations: "bibasilar atelectasis and effusions"
-        for a, b in zip(mentions, mentions[1:]):
+        for a, b in pairwise(mentions):
             gap = [t.lower_ for t in doc[a.end:b.start]]
             if not gap or not set(gap) <= {"and", "or", ","} | _MODIFIERS:
                 continue
@@ -482,7 +482,7 @@ class RuleStructurer:
     def _hedge_alternatives(doc, mentions: list[_Mention]) -> None:
         """Present findings offered as alternatives ("atelectasis or pneumonia", "atelectasis
         versus pneumonia") are both tentative: the report commits to neither."""
-        for a, b in zip(mentions, mentions[1:]):
+        for a, b in pairwise(mentions):
             gap = [t.lower_ for t in doc[a.end:b.start]]
             if (a.present and b.present and "DEVICE" not in (a.label, b.label)
                     and set(gap) & _ALTERNATIVES and set(gap) <= _ALTERNATIVES | _MODIFIERS | {",", "either"}):
@@ -516,7 +516,7 @@ class RuleStructurer:
 
 # --- entry points --------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_structurer() -> RuleStructurer:
     return RuleStructurer()
 

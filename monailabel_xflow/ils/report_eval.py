@@ -29,9 +29,9 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -301,7 +301,7 @@ def score_labels(pred: dict[str, np.ndarray], true: np.ndarray, findings: Sequen
     idx = rng.integers(0, n, size=(resamples, n)) if n else np.zeros((0, 0), int)
     boot: dict[str, np.ndarray] = {}
     out: dict = {"findings": list(findings), "reports": n,
-                 "macro_findings": [f for f, m in zip(findings, macro_mask) if m], "systems": {}}
+                 "macro_findings": [f for f, m in zip(findings, macro_mask, strict=False) if m], "systems": {}}
     for name, p in pred.items():
         c = _counts(p, true)
         per = {}
@@ -348,7 +348,7 @@ def certainty_agreement(tuples_per_report: Sequence[Sequence[ReportedFinding]], 
     out = {}
     for j, f in enumerate(findings):
         agree = total = 0
-        for tuples, row in zip(tuples_per_report, true):
+        for tuples, row in zip(tuples_per_report, true, strict=False):
             said = [t for t in tuples if t.present and t.finding and f in {t.finding, finding_of(t.entity)}]
             if not said:
                 continue
@@ -402,7 +402,7 @@ def evaluate_external(reports: Sequence[LabelledReport], structurers: dict[str, 
                 runs[f"{rule}/{mode}"] = score_labels(pred, true, findings, baseline, resamples)
         certainty = {name: certainty_agreement([tuples[(name, section_rules[0])][k] for k in keep], true, findings)
                      for name in structurers}
-        out["splits"][split] = {"reports": len(keep), "positives": dict(zip(findings, map(int, true.sum(0)))),
+        out["splits"][split] = {"reports": len(keep), "positives": dict(zip(findings, map(int, true.sum(0)), strict=False)),
                                 "runs": runs, "certainty": certainty,
                                 "failures": failures if split == "all" else None}
     return out
@@ -514,7 +514,8 @@ def render_external(result: dict, how: str) -> str:
                          f"{s['micro']['f1']:.3f} [{s['micro_f1_ci'][0]:.3f}, {s['micro_f1_ci'][1]:.3f}]",
                          f"{s['macro_f1']:.3f} [{s['macro_f1_ci'][0]:.3f}, {s['macro_f1_ci'][1]:.3f}]",
                          f"[{dm[0]:+.3f}, {dm[1]:+.3f}]" if dm else "-", f"[{dM[0]:+.3f}, {dM[1]:+.3f}]" if dM else "-"]
-                cells += [f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} [{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
+                cells += [f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} "
+                          f"[{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
                           for v in s["per_finding"].values()]
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.ils.report import default_structurer
@@ -142,7 +142,7 @@ class LLMStructurer:
         raise ReportStructuringError(f"no valid answer after {self.retries + 1} attempt(s); last: {error}")
 
     @classmethod
-    def from_model(cls, model, tokenizer, max_new_tokens: int = 512, retries: int = 1) -> "LLMStructurer":
+    def from_model(cls, model, tokenizer, max_new_tokens: int = 512, retries: int = 1) -> LLMStructurer:
         """Wrap a ``transformers`` causal LM and its tokenizer (greedy decoding).
 
         The prompt goes through the tokenizer's chat template when it has one (a user turn, then

@@ -38,9 +38,9 @@ they can be argued with):
   cleared" make it absent; "clear" / "normal" statements are not extracted at all.
 * **Location words without a side** take the one side their sentence names ("left effusion
   with basilar atelectasis": the left base), else both sides ("bibasilar", "the bases", "upper
-  lobes", "apical" -> right and left); "right greater than left" is both sides; singular "lung" / "pulmonary" with no side give the category
-  ``lung``; "retrocardiac" is the left lung base; "hilar" / "perihilar" are lung (side-specific
-  when a side is named).
+  lobes", "apical" -> right and left); "right greater than left" is both sides; singular
+  "lung" / "pulmonary" with no side give the category ``lung``; "retrocardiac" is the left lung
+  base; "hilar" / "perihilar" are lung (side-specific when a side is named).
 """
 
 from __future__ import annotations

@@ -37,9 +37,10 @@ from __future__ import annotations
 import importlib
 import json
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -318,7 +319,7 @@ PROTOCOLS = {"anatomy": AnatomyStage, "healthy": HealthyStage, "locations": Loca
              "detector": DetectorStage}
 
 
-def _build(key: str, spec: Any, phantoms: "PhantomSet | None") -> Any:
+def _build(key: str, spec: Any, phantoms: PhantomSet | None) -> Any:
     args: Mapping[str, Any] = {}
     if isinstance(spec, Mapping):
         args = spec.get("args") or {}
@@ -343,7 +344,7 @@ def _build(key: str, spec: Any, phantoms: "PhantomSet | None") -> Any:
     return stage
 
 
-def load_stages(config: "str | Path | Mapping[str, Any] | None", images_root: "str | Path | None" = None) -> Stages:
+def load_stages(config: str | Path | Mapping[str, Any] | None, images_root: str | Path | None = None) -> Stages:
     """Build the four stages from a configuration (format in the module docstring).
 
     Args:

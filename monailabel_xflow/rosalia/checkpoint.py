@@ -64,8 +64,8 @@ import argparse
 import json
 import logging
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import torch
 

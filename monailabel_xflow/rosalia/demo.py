@@ -36,9 +36,10 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +204,8 @@ def model_card(info: dict[str, Any]) -> str:
         + ".\n\n"
         f"Held-out phantom questions (n = {after['n'] if after else 0}): "
         f"gIoU {_metric(after, 'giou')}, cIoU {_metric(after, 'ciou')}, N-Acc {_metric(after, 'n_acc')}, "
-        f"F1 {_metric(after, 'f1')}.{empty}\n\nWeights are stored in float16 (loaded as float32). Details: `recipe.json`.\n\n"
+        f"F1 {_metric(after, 'f1')}.{empty}\n\n"
+        "Weights are stored in float16 (loaded as float32). Details: `recipe.json`.\n\n"
         + REFERENCE_DIFFERENCES
     )
 

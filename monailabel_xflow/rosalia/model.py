@@ -44,9 +44,10 @@ Folder layout written by :meth:`RosaliaModel.save_pretrained` (Hugging Face form
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -224,7 +225,7 @@ class RosaliaModel(nn.Module):
     # --- construction and storage -------------------------------------------------------------
 
     @classmethod
-    def from_configs(cls, llava_config, sam_config, tokenizer, **meta) -> "RosaliaModel":
+    def from_configs(cls, llava_config, sam_config, tokenizer, **meta) -> RosaliaModel:
         """A randomly initialised model (seed torch first for reproducible weights)."""
         from transformers import GenerationConfig, LlavaForConditionalGeneration, SamModel
 
@@ -265,7 +266,7 @@ class RosaliaModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None,
-                        dtype: torch.dtype | None = None) -> "RosaliaModel":
+                        dtype: torch.dtype | None = None) -> RosaliaModel:
         """Load a folder written by :meth:`save_pretrained` (or by the LISA converter).
 
         Raises:

@@ -64,7 +64,7 @@ class RosaliaPredictor:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | None = None, dtype: str | None = None,
-                        **kwargs: Any) -> "RosaliaPredictor":
+                        **kwargs: Any) -> RosaliaPredictor:
         """Load a ROSALIA folder (:meth:`RosaliaModel.from_pretrained`) onto ``device``.
 
         Args:

@@ -38,9 +38,10 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -461,7 +462,7 @@ def pretrain_sam(model_dir: str | Path, examples: Sequence[RosaliaExample], out:
     model.sam.train()
     losses: list[float] = []
     t0 = time.perf_counter()
-    for step in tqdm(range(steps), desc="SAM pre-training", disable=not progress):
+    for _ in tqdm(range(steps), desc="SAM pre-training", disable=not progress):
         rows = [item(pos[int(i)]) for i in rng.integers(len(pos), size=batch)]
         pixels = torch.stack([r[0].sam_pixels for r in rows])
         boxes = torch.stack([r[1] for r in rows])[:, None, :]

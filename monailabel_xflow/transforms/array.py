@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from monai.data import MetaTensor
 from monai.transforms import Transform
+
 from monailabel_xflow.transforms.loading import PathLike, load_cxr
 
 __all__ = ["LoadCXR", "cxr_to_metatensor"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 from monai.config import KeysCollection
 from monai.transforms import MapTransform
+
 from monailabel_xflow.transforms.array import LoadCXR
 
 __all__ = ["LoadCXRd"]
