@@ -35,6 +35,7 @@ test: setup
 # strict); both configured in pyproject.toml.
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 # reports/ils/recall.md + recall.json: report structuring P/R per field, pipeline recall per

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 from common import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,8 +30,12 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default=f"mimic-ils:{REPO / 'sample-data' / 'ground-truth' / 'mimic_ils.json'}")
     p.add_argument("--cases", type=int, default=200, help="questions to build per kind")
     p.add_argument("--cores", type=int, nargs="+", default=[1, 8, 64])
-    p.add_argument("--encode-s", type=float, default=97.0,
-                   help="full-size F_seg encode seconds per image on one CPU core pair (DESIGN §5)")
+    p.add_argument(
+        "--encode-s",
+        type=float,
+        default=97.0,
+        help="full-size F_seg encode seconds per image on one CPU core pair (DESIGN §5)",
+    )
     args = parse_args(p, argv, cases=6, cores=[1])
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # per-core figures
     import torch
@@ -81,12 +86,17 @@ def main(argv=None) -> int:
             # Discarded trajectories cost as much as kept ones: count attempts for the rate.
             attempts = report.rows + report.rejected.get("trajectory discarded (no IoU gain)", 0)
             rows.append((name, len(these), attempts, wall, cpu))
-            print(f"{name:24s} {len(these):4d} questions -> {report.rows:4d} examples kept of {attempts:4d} in "
-                  f"{wall:6.2f} s wall ({cpu:6.2f} s CPU): {attempts / cpu:7.1f} attempts/s per core; "
-                  f"rejected {report.rejected}", flush=True)
+            print(
+                f"{name:24s} {len(these):4d} questions -> {report.rows:4d} examples kept of {attempts:4d} in "
+                f"{wall:6.2f} s wall ({cpu:6.2f} s CPU): {attempts / cpu:7.1f} attempts/s per core; "
+                f"rejected {report.rejected}",
+                flush=True,
+            )
 
-    print("\nProjected wall time for the paper's sets (CPU-bound, perfect sharding with --shard i/N; "
-          "rev-sft counts attempts, so divide by the kept share a trained F_seg achieves):")
+    print(
+        "\nProjected wall time for the paper's sets (CPU-bound, perfect sharding with --shard i/N; "
+        "rev-sft counts attempts, so divide by the kept share a trained F_seg achieves):"
+    )
     for name, _, n_rows, _, cpu in rows:
         kind = name.split(" ")[0]
         if kind not in PAPER or not n_rows:
@@ -94,9 +104,11 @@ def main(argv=None) -> int:
         per_example = cpu / n_rows
         cells = ", ".join(f"{c} cores {PAPER[kind] * per_example / c / 3600:6.2f} h" for c in args.cores)
         print(f"  {name:24s} {PAPER[kind]:>9,d} examples: {cells}")
-    print(f"  full-size F_seg in the rev-sft loop adds one encode per image ({args.encode_s:.0f} s on a 2-core CPU, "
-          f"sub-second on a GPU): {PAPER['rev-sft'] * args.encode_s / 3600 / 24:.0f} CPU-pair days if each example "
-          "were a new image; run rev-sft on GPU workers.")
+    print(
+        f"  full-size F_seg in the rev-sft loop adds one encode per image ({args.encode_s:.0f} s on a 2-core CPU, "
+        f"sub-second on a GPU): {PAPER['rev-sft'] * args.encode_s / 3600 / 24:.0f} CPU-pair days if each example "
+        "were a new image; run rev-sft on GPU workers."
+    )
     return 0
 
 

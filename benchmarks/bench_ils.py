@@ -25,11 +25,12 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 from pathlib import Path  # noqa: E402
 
+from common import parse_args  # noqa: E402
+
 from monailabel_xflow.data.export import export_set  # noqa: E402
 from monailabel_xflow.ils import masks as alg  # noqa: E402
 from monailabel_xflow.ils.phantom_truth import truth_inputs  # noqa: E402
 from monailabel_xflow.ils.pipeline import PipelineConfig, _stages_for, analyse_study, process_study  # noqa: E402
-from common import parse_args  # noqa: E402
 
 TARGET = 377_000
 STAGES = ("structure", "read", "anatomy", "healthy", "locations", "detector", "algorithm1", "pairs", "write")
@@ -74,20 +75,28 @@ def main() -> None:
     findings = sum(len(i.findings) for i in inputs)
     total = sum(timings.values())
     own = sum(v for k, v in timings.items() if k not in STAND_INS)
-    print(f"{a.n} phantoms at {a.size} px, {findings} reported findings, thresholds "
-          f"{'halved' if a.high_recall else 'default'}; one core")
+    print(
+        f"{a.n} phantoms at {a.size} px, {findings} reported findings, thresholds "
+        f"{'halved' if a.high_recall else 'default'}; one core"
+    )
     print(f"{'stage':<12} {'ms/image':>9} {'images/s':>9} {'share':>6}")
     for name in STAGES:
         sec = timings.get(name, 0.0) / a.n
         tag = " (phantom stand-in)" if name in STAND_INS else ""
-        print(f"{name:<12} {1000 * sec:>9.1f} {1 / sec if sec else float('inf'):>9.2f} "
-              f"{timings.get(name, 0.0) / total:>6.1%}{tag}")
+        print(
+            f"{name:<12} {1000 * sec:>9.1f} {1 / sec if sec else float('inf'):>9.2f} "
+            f"{timings.get(name, 0.0) / total:>6.1%}{tag}"
+        )
     per, own_per = total / a.n, own / a.n
     print(f"{'all':<12} {1000 * per:>9.1f} {1 / per:>9.2f}")
-    print(f"{TARGET:,} images, everything above: {TARGET * per / 3600:.1f} h on one core, "
-          f"{TARGET * per / 3600 / 16:.1f} h on 16 cores")
-    print(f"{TARGET:,} images, the pipeline's own CPU work ({1000 * own_per:.0f} ms/image; real stage models "
-          f"extra): {TARGET * own_per / 3600:.1f} h on one core, {TARGET * own_per / 3600 / 16:.1f} h on 16 cores")
+    print(
+        f"{TARGET:,} images, everything above: {TARGET * per / 3600:.1f} h on one core, "
+        f"{TARGET * per / 3600 / 16:.1f} h on 16 cores"
+    )
+    print(
+        f"{TARGET:,} images, the pipeline's own CPU work ({1000 * own_per:.0f} ms/image; real stage models "
+        f"extra): {TARGET * own_per / 3600:.1f} h on one core, {TARGET * own_per / 3600 / 16:.1f} h on 16 cores"
+    )
 
 
 if __name__ == "__main__":

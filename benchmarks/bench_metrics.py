@@ -14,9 +14,9 @@ import argparse
 import time
 
 import numpy as np
+from common import parse_args
 
 from monailabel_xflow.metrics import sample_stats, summarize
-from common import parse_args
 
 
 def make_pool(n: int, size: int, seed: int = 0):
@@ -57,8 +57,10 @@ def main() -> None:
     t_sum = time.perf_counter() - t0
     n_pos = sum(s.positive for s in stats)
     print(f"masks: {args.n} at {args.size}x{args.size} ({n_pos} positive)")
-    print(f"sample_stats: {elapsed:.1f} s wall ({cpu:.1f} s CPU), {1000 * elapsed / args.n:.2f} ms/mask, "
-          f"{args.n / elapsed:.0f} masks/s")
+    print(
+        f"sample_stats: {elapsed:.1f} s wall ({cpu:.1f} s CPU), {1000 * elapsed / args.n:.2f} ms/mask, "
+        f"{args.n / elapsed:.0f} masks/s"
+    )
     print(f"summarize: {1000 * t_sum:.0f} ms for {args.n} records")
     print(f"10,000 masks: {(elapsed + t_sum) * 10_000 / args.n:.1f} s (target < 60 s)")
 

@@ -17,6 +17,7 @@ import argparse
 import time
 
 import numpy as np
+from common import parse_args
 from scipy.ndimage import distance_transform_edt
 
 from monailabel_xflow.data.phantom import generate_phantom
@@ -24,7 +25,6 @@ from monailabel_xflow.geometry import connected_components
 from monailabel_xflow.policy.oracle import OracleClicker
 from monailabel_xflow.testing import ScriptedSegmenter, disk
 from monailabel_xflow.workflow.revision import simulate_trajectories
-from common import parse_args
 
 FINDINGS = ("pneumonia", "effusion", "atelectasis", "opacity", "consolidation", "edema")
 
@@ -78,8 +78,10 @@ def main() -> None:
 
     t0 = time.perf_counter()
     data = scenes(args.images, args.size, args.seed)
-    print(f"phantoms: {args.images} at {args.size}x{args.size}, {len(data)} finding masks "
-          f"({time.perf_counter() - t0:.1f} s to draw, not counted)")
+    print(
+        f"phantoms: {args.images} at {args.size}x{args.size}, {len(data)} finding masks "
+        f"({time.perf_counter() - t0:.1f} s to draw, not counted)"
+    )
 
     oracle = OracleClicker(box_noise=0.2)
     trajs, scene_of, total, seg_s = [], [], 0.0, 0.0
@@ -95,22 +97,28 @@ def main() -> None:
     n_clicks = sum(len(t.steps) for t in trajs)
     reasons = {r: sum(t.stop_reason == r for t in trajs) for r in ("tau", "T", "no-click")}
     kept = sum(not t.discarded for t in trajs)
-    print(f"trajectories: {len(trajs)} ({kept} kept, {len(trajs) - kept} discarded), {n_clicks} clicks, "
-          f"stops {reasons}, mean gain {np.mean([t.gain for t in trajs]):+.3f} IoU")
+    print(
+        f"trajectories: {len(trajs)} ({kept} kept, {len(trajs) - kept} discarded), {n_clicks} clicks, "
+        f"stops {reasons}, mean gain {np.mean([t.gain for t in trajs]):+.3f} IoU"
+    )
     print(f"wall: {total:.2f} s, of which test-double segmenter {seg_s:.2f} s")
-    print(f"oracle alone: {oracle_s:.2f} s -> {len(trajs) / oracle_s:.1f} trajectories/s, "
-          f"{n_clicks / oracle_s:.1f} clicks/s, {1000 * oracle_s / len(trajs):.0f} ms/trajectory")
+    print(
+        f"oracle alone: {oracle_s:.2f} s -> {len(trajs) / oracle_s:.1f} trajectories/s, "
+        f"{n_clicks / oracle_s:.1f} clicks/s, {1000 * oracle_s / len(trajs):.0f} ms/trajectory"
+    )
 
     # one click decision on each trajectory's first mask: cropped EDT vs full-image reference
-    components = [connected_components(data[i][1], 50)[t.component_id] for t, i in zip(trajs, scene_of)]
-    pairs = [(t.initial_mask, g) for t, g in zip(trajs, components)]
+    components = [connected_components(data[i][1], 50)[t.component_id] for t, i in zip(trajs, scene_of, strict=False)]
+    pairs = [(t.initial_mask, g) for t, g in zip(trajs, components, strict=False)]
     t0 = time.perf_counter()
     for mask, gt in pairs:
         oracle.next_click(mask, gt)
     ours = (time.perf_counter() - t0) / len(pairs)
     ref = float(np.mean([reference_click_seconds(mask, gt) for mask, gt in pairs]))
-    print(f"one click decision: {1000 * ours:.2f} ms (bbox-cropped EDT) vs {1000 * ref:.2f} ms "
-          f"(full-image EDT reference), {ref / ours:.1f}x")
+    print(
+        f"one click decision: {1000 * ours:.2f} ms (bbox-cropped EDT) vs {1000 * ref:.2f} ms "
+        f"(full-image EDT reference), {ref / ours:.1f}x"
+    )
 
     if args.png:
         k = max(range(len(trajs)), key=lambda j: len(trajs[j].steps))
@@ -136,8 +144,14 @@ def draw(image: np.ndarray, gt: np.ndarray, traj, path: str) -> None:
         ax.imshow(np.ma.masked_where(~masks[t][r0:r1, c0:c1], masks[t][r0:r1, c0:c1]), cmap="autumn", alpha=0.45)
         ax.contour(gt[r0:r1, c0:c1], levels=[0.5], colors="lime", linewidths=1)
         for c in traj.clicks[:t]:
-            ax.plot(c.x * gt.shape[1] - c0, c.y * gt.shape[0] - r0, "o" if c.positive else "x",
-                    color="cyan" if c.positive else "magenta", ms=7, mew=2)
+            ax.plot(
+                c.x * gt.shape[1] - c0,
+                c.y * gt.shape[0] - r0,
+                "o" if c.positive else "x",
+                color="cyan" if c.positive else "magenta",
+                ms=7,
+                mew=2,
+            )
         action = "stop" if t == len(traj.steps) else ("+" if traj.clicks[t].positive else "-") + " click"
         ax.set_title(f"M{t}  IoU {ious[t]:.2f}  -> {action}", fontsize=9)
         ax.axis("off")

@@ -14,8 +14,9 @@ import time
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
-from monailabel_xflow.data.phantom import generate_phantom  # noqa: E402
 from common import parse_args  # noqa: E402
+
+from monailabel_xflow.data.phantom import generate_phantom  # noqa: E402
 
 
 def main() -> None:
@@ -29,8 +30,10 @@ def main() -> None:
         generate_phantom(s, size=a.size)
     dt = time.perf_counter() - t0
     rate = a.n / dt
-    print(f"size {a.size}: {a.n} phantoms in {dt:.1f} s = {rate:.2f} images/s on one core "
-          f"({1000 * dt / a.n:.0f} ms each); 10,000 images: {10000 / rate / 3600:.2f} h on one core")
+    print(
+        f"size {a.size}: {a.n} phantoms in {dt:.1f} s = {rate:.2f} images/s on one core "
+        f"({1000 * dt / a.n:.0f} ms each); 10,000 images: {10000 / rate / 3600:.2f} h on one core"
+    )
 
     # the whole set writer: PNG, DICOM, masks, pairs and JSON
     import tempfile
@@ -44,8 +47,10 @@ def main() -> None:
         export_set(Path(tmp), n, seed=0, size=a.size, dicom=True)
         dt = time.perf_counter() - t0
     rate = n / dt
-    print(f"size {a.size}: export_set (+PNG, DICOM, masks, JSON) {rate:.2f} images/s "
-          f"({1000 * dt / n:.0f} ms each); 10,000 images: {10000 / rate / 3600:.2f} h on one core")
+    print(
+        f"size {a.size}: export_set (+PNG, DICOM, masks, JSON) {rate:.2f} images/s "
+        f"({1000 * dt / n:.0f} ms each); 10,000 images: {10000 / rate / 3600:.2f} h on one core"
+    )
 
 
 if __name__ == "__main__":

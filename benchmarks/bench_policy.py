@@ -50,8 +50,9 @@ def _states(image, instruction, n):
     for t in range(n):
         box = (0.5 - 0.04 * t, 0.45, 0.85, 0.85)
         mask = box_to_mask(box, image.shape)
-        out.append(RevisionState(image, instruction, box, mask, list(clicks),
-                                 render_observation(image, mask, clicks), t))
+        out.append(
+            RevisionState(image, instruction, box, mask, list(clicks), render_observation(image, mask, clicks), t)
+        )
         clicks.append(Click(t % 2 == 0, 0.45 + 0.03 * t, 0.6))
     return out
 
@@ -81,8 +82,12 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--model-dir", type=Path, default=None)
-    ap.add_argument("--size", default="mid", choices=("tiny", "mid", "medgemma-4b"),
-                    help="random Gemma3 size to build (ignored when --model-dir holds a model)")
+    ap.add_argument(
+        "--size",
+        default="mid",
+        choices=("tiny", "mid", "medgemma-4b"),
+        help="random Gemma3 size to build (ignored when --model-dir holds a model)",
+    )
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = parse_args(ap, size="tiny", new_tokens=2, turns=2, threads=1)
 
@@ -106,13 +111,16 @@ def main() -> None:
         vlm = build_random_vlm(root, args.size, seed=0, adapters=True, dtype=args.dtype)
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    policy = VLMPolicy.from_pretrained(*vlm, device="cpu", dtype=args.dtype,
-                                       generation=GenerationSettings(max_new_tokens=args.new_tokens))
+    policy = VLMPolicy.from_pretrained(
+        *vlm, device="cpu", dtype=args.dtype, generation=GenerationSettings(max_new_tokens=args.new_tokens)
+    )
     load_s = time.perf_counter() - t0
     policy.model.get_base_model().generation_config.min_new_tokens = args.new_tokens
     n_params = sum(p.numel() for p in policy.model.parameters())
-    print(f"model: {n_params / 1e6:.0f} M parameters (with LoRA), build {build_s:.1f} s, load {load_s:.1f} s; "
-          f"{args.new_tokens} new tokens per call")
+    print(
+        f"model: {n_params / 1e6:.0f} M parameters (with LoRA), build {build_s:.1f} s, load {load_s:.1f} s; "
+        f"{args.new_tokens} new tokens per call"
+    )
 
     rng = np.random.default_rng(0)
     image = rng.random((512, 448)).astype(np.float32)
@@ -125,17 +133,22 @@ def main() -> None:
         times, cpu, session = _stage2(policy, image, left, reuse, args.turns)
         res[reuse] = (times, cpu, session)
         label = "reuse cache" if reuse else "re-read    "
-        print(f"  {label}: " + "  ".join(f"{t:6.2f} ({c:5.2f})" for t, c in zip(times, cpu))
-              + f"   total {sum(times):6.2f} ({sum(cpu):6.2f})"
-              + f"   turn {args.turns}/turn 1 = {times[-1] / times[0]:.2f}x ({cpu[-1] / cpu[0]:.2f}x)"
-              + f"   ({session.input_ids.shape[1]} tokens at the end)")
+        print(
+            f"  {label}: "
+            + "  ".join(f"{t:6.2f} ({c:5.2f})" for t, c in zip(times, cpu, strict=False))
+            + f"   total {sum(times):6.2f} ({sum(cpu):6.2f})"
+            + f"   turn {args.turns}/turn 1 = {times[-1] / times[0]:.2f}x ({cpu[-1] / cpu[0]:.2f}x)"
+            + f"   ({session.input_ids.shape[1]} tokens at the end)"
+        )
     same = res[True][2].texts == res[False][2].texts
     for i, what in ((0, "wall"), (1, "CPU")):
         reuse_t, reread_t = res[True][i], res[False][i]
-        print(f"  {what:4s}: reuse is {sum(reread_t) / sum(reuse_t):.2f}x faster over {args.turns} turns "
-              f"(target >= 2x); turn {args.turns} = {reuse_t[-1] / reuse_t[0]:.2f}x turn 1 "
-              f"(target <= 1.5x); re-read turn {args.turns} / reuse turn {args.turns} = "
-              f"{reread_t[-1] / reuse_t[-1]:.2f}x")
+        print(
+            f"  {what:4s}: reuse is {sum(reread_t) / sum(reuse_t):.2f}x faster over {args.turns} turns "
+            f"(target >= 2x); turn {args.turns} = {reuse_t[-1] / reuse_t[0]:.2f}x turn 1 "
+            f"(target <= 1.5x); re-read turn {args.turns} / reuse turn {args.turns} = "
+            f"{reread_t[-1] / reuse_t[-1]:.2f}x"
+        )
     print(f"  same text both ways: {same}")
 
     print("\nStage 1: seconds, wall (CPU time of the process)")
@@ -147,13 +160,19 @@ def main() -> None:
     (batched, batched_s, batched_c) = _timed(policy.stage1_many, image, findings)
     (singles, singles_s, singles_c) = _timed(lambda: [policy.stage1(image, f) for f in findings])
     print(f"  one finding              {one:6.2f} ({one_c:6.2f})")
-    print(f"  all findings (7), exact  {many_s:6.2f} ({many_c:6.2f})   = {many_s / one:.2f}x "
-          f"({many_c / one_c:.2f}x) one finding (target <= 3x)")
-    print(f"  all findings (7), batched {batched_s:5.2f} ({batched_c:6.2f})   = {batched_s / one:.2f}x "
-          f"({batched_c / one_c:.2f}x) one finding (target <= 3x)")
-    print(f"  all findings one by one  {singles_s:6.2f} ({singles_c:6.2f})   = {singles_s / many_s:.2f}x "
-          f"({singles_c / many_c:.2f}x) stage1_many; same text: {many == singles}, "
-          f"batched same text: {batched == singles}")
+    print(
+        f"  all findings (7), exact  {many_s:6.2f} ({many_c:6.2f})   = {many_s / one:.2f}x "
+        f"({many_c / one_c:.2f}x) one finding (target <= 3x)"
+    )
+    print(
+        f"  all findings (7), batched {batched_s:5.2f} ({batched_c:6.2f})   = {batched_s / one:.2f}x "
+        f"({batched_c / one_c:.2f}x) one finding (target <= 3x)"
+    )
+    print(
+        f"  all findings one by one  {singles_s:6.2f} ({singles_c:6.2f})   = {singles_s / many_s:.2f}x "
+        f"({singles_c / many_c:.2f}x) stage1_many; same text: {many == singles}, "
+        f"batched same text: {batched == singles}"
+    )
     print(f"\nload average after: {_load_avg()}")
     if tmp is not None:
         tmp.cleanup()

@@ -36,13 +36,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 from common import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-QUESTIONS = ("Segment the effusion in the left lung.", "Segment the cardiomegaly.",
-             "Segment the opacity in the right lung base.", "Segment the edema in the right lung.")
+QUESTIONS = (
+    "Segment the effusion in the left lung.",
+    "Segment the cardiomegaly.",
+    "Segment the opacity in the right lung base.",
+    "Segment the edema in the right lung.",
+)
 
 
 def main() -> int:
@@ -51,9 +56,17 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--markdown", action="store_true", help="print a README section on stdout")
-    parser.add_argument("--questions", type=int, default=len(QUESTIONS), choices=range(1, len(QUESTIONS) + 1),
-                        metavar=f"1..{len(QUESTIONS)}", help="questions per image (default all)")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="XFlow policy tokens per call (default the demo's)")
+    parser.add_argument(
+        "--questions",
+        type=int,
+        default=len(QUESTIONS),
+        choices=range(1, len(QUESTIONS) + 1),
+        metavar=f"1..{len(QUESTIONS)}",
+        help="questions per image (default all)",
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None, help="XFlow policy tokens per call (default the demo's)"
+    )
     parser.add_argument("--max-clicks", type=int, default=None, help="XFlow Stage 2 clicks (default the demo's)")
     args = parse_args(parser, images=1, questions=1, max_new_tokens=8, max_clicks=1)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -62,10 +75,9 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from monailabel_xflow.transforms import load_cxr
-
     from monailabel_xflow.rosalia.configs import build_random_rosalia
     from monailabel_xflow.rosalia.predictor import RosaliaPredictor
+    from monailabel_xflow.transforms import load_cxr
     from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR, demo_config
     from monailabel_xflow.workflow.xflow import XFlow
 
@@ -126,7 +138,8 @@ def main() -> int:
         ("XFlow Stage 1 / ROSALIA", med["stage1"] / med["rosalia"]),
         ("XFlow Stage 1 + 2 / ROSALIA", med["stage12"] / med["rosalia"]),
     ]
-    machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads, {args.device}"
+    cpu = platform.processor() or platform.machine()
+    machine = f"{cpu}, torch {torch.__version__}, {torch.get_num_threads()} threads, {args.device}"
     if args.markdown:
         print(f"### ROSALIA vs XFlow per question (demo sizes, {machine})\n")
         print("| phase | seconds | note |\n|---|---:|---|")

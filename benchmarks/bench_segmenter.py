@@ -137,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     figures["decode_box_4clicks_prev_s"], _ = timed(
         lambda: seg.predict([boxes[0]], clicks=[clicks], previous=first.low_res_logits), args.repeat
     )
-    log.info("decoder: box %.3f s, box + 4 clicks + previous %.3f s", figures["decode_box_s"], figures["decode_box_4clicks_prev_s"])
+    log.info(
+        "decoder: box %.3f s, box + 4 clicks + previous %.3f s",
+        figures["decode_box_s"],
+        figures["decode_box_4clicks_prev_s"],
+    )
 
     # A Stage-2 revision: every box revised on its own (box, then 4 clicks with the box-growth
     # rule and the previous logits). Its encode is the one timed above (re-encoding twice more
@@ -171,15 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     figures["ratio_revision_batched_to_encode"] = figures["revision_batched_s"] / figures["encode_s"]
     figures["machine"]["load_average_end"] = os.getloadavg()
 
-    print("\nF_seg benchmark (random weights, float32, device=%s, size=%s)" % (args.device, args.size))
+    print(f"\nF_seg benchmark (random weights, float32, device={args.device}, size={args.size})")
     for key, value in figures.items():
         if key != "machine":
             print(f"  {key:38s} {value:.4f}" if isinstance(value, float) else f"  {key:38s} {value}")
     print(f"  {'machine':38s} {figures['machine']}")
     target = 1.05
     worst = figures["ratio_revision_per_box_to_encode"]
-    print(f"\nrevision / encode = {worst:.3f} (per box), {figures['ratio_revision_batched_to_encode']:.3f} (batched); "
-          f"target <= {target}: {'met' if worst <= target else 'NOT met'}")
+    print(
+        f"\nrevision / encode = {worst:.3f} (per box), {figures['ratio_revision_batched_to_encode']:.3f} (batched); "
+        f"target <= {target}: {'met' if worst <= target else 'NOT met'}"
+    )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2, default=str))
     return 0

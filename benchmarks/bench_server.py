@@ -30,10 +30,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from common import parse_args  # noqa: E402
 from radiographs import copy_nih_pngs  # noqa: E402
 from servers import build_tiny_models, monailabel_server  # noqa: E402
-from common import parse_args  # noqa: E402
-
 
 
 def timed_infer(client, model, image_id, params):
@@ -45,8 +44,12 @@ def timed_infer(client, model, image_id, params):
 
 def percentiles(values):
     a = np.asarray(values) * 1000.0
-    return {"p50_ms": round(float(np.percentile(a, 50)), 1), "p95_ms": round(float(np.percentile(a, 95)), 1),
-            "mean_ms": round(float(a.mean()), 1), "n": int(a.size)}
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 1),
+        "p95_ms": round(float(np.percentile(a, 95)), 1),
+        "mean_ms": round(float(a.mean()), 1),
+        "n": int(a.size),
+    }
 
 
 def main() -> int:
@@ -74,14 +77,22 @@ def main() -> int:
             revise = []
             for k in range(args.requests):
                 fg = [[int(v) for v in rng.integers(100, 900, 2)] + [0]]
-                revise.append(timed_infer(client, "xflow_revise", names[k % len(names)], {"finding": "edema", "foreground": fg}))
+                revise.append(
+                    timed_infer(client, "xflow_revise", names[k % len(names)], {"finding": "edema", "foreground": fg})
+                )
             results["xflow_revise_overhead"] = percentiles([w - m for w, m, _ in revise])
             results["xflow_revise_round_trip"] = percentiles([w for w, _, _ in revise])
             results["xflow_revise_model"] = percentiles([m for _, m, _ in revise])
 
-            instr = [timed_infer(client, "xflow", names[k % len(names)],
-                                 {"instruction": "Segment the effusion in the left lung.", "revise": False, "trace": False})
-                     for k in range(args.instructions)]
+            instr = [
+                timed_infer(
+                    client,
+                    "xflow",
+                    names[k % len(names)],
+                    {"instruction": "Segment the effusion in the left lung.", "revise": False, "trace": False},
+                )
+                for k in range(args.instructions)
+            ]
             results["xflow_overhead"] = percentiles([w - m for w, m, _ in instr])
             results["xflow_model"] = percentiles([m for _, m, _ in instr])
 
@@ -89,12 +100,15 @@ def main() -> int:
                 per_client = max(2, args.requests // clients)
                 errors = []
 
-                def work(c):
+                def work(c, per_client=per_client, errors=errors):
                     mine = server.client(tmp)
                     for k in range(per_client):
                         try:
-                            mine.infer("xflow_revise", names[(c + k) % len(names)],
-                                       {"finding": "edema", "foreground": [[300 + 40 * c, 300 + 20 * k, 0]]})
+                            mine.infer(
+                                "xflow_revise",
+                                names[(c + k) % len(names)],
+                                {"finding": "edema", "foreground": [[300 + 40 * c, 300 + 20 * k, 0]]},
+                            )
                         except Exception as exc:  # noqa: BLE001 - counted and reported
                             errors.append(repr(exc))
 
@@ -106,8 +120,12 @@ def main() -> int:
                     t.join()
                 wall = time.perf_counter() - start
                 done = clients * per_client - len(errors)
-                results[f"throughput_{clients}_clients"] = {"requests": done, "errors": len(errors),
-                                                            "seconds": round(wall, 2), "req_per_s": round(done / wall, 2)}
+                results[f"throughput_{clients}_clients"] = {
+                    "requests": done,
+                    "errors": len(errors),
+                    "seconds": round(wall, 2),
+                    "req_per_s": round(done / wall, 2),
+                }
             one, eight = results["throughput_1_clients"], results["throughput_8_clients"]
             results["throughput_ratio_8_vs_1"] = round(eight["req_per_s"] / one["req_per_s"], 2)
     finally:

@@ -35,10 +35,9 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from common import parse_args  # noqa: E402
 from radiographs import copy_nih_pngs  # noqa: E402
 from servers import build_tiny_models, monailabel_server  # noqa: E402
-from common import parse_args  # noqa: E402
-
 
 
 def proc_kb(pid: int, key: str) -> int:
@@ -110,9 +109,16 @@ def main() -> int:
 
             revise_round_trips(client, names, len(names), seed=1)  # encode each image once
             idle = revise_round_trips(client, names, args.requests, seed=2)
-            r = requests.post(f"{server.url}/scoring/xflow_uncertainty",
-                              json={"images": names, "max_images": len(names), "max_clicks": 4,
-                                    "instruction": "segment all findings"}, timeout=60)
+            r = requests.post(
+                f"{server.url}/scoring/xflow_uncertainty",
+                json={
+                    "images": names,
+                    "max_images": len(names),
+                    "max_clicks": 4,
+                    "instruction": "segment all findings",
+                },
+                timeout=60,
+            )
             r.raise_for_status()
             time.sleep(2.0)  # the subprocess starts and loads its models
             busy, running = [], 0

@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from monailabel_xflow.transforms import load_cxr, save_nifti_2d
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from radiographs import CR_SOURCE, DATA, make_samples  # noqa: E402
 from common import parse_args  # noqa: E402
+from radiographs import CR_SOURCE, DATA, make_samples  # noqa: E402
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -83,11 +84,15 @@ def main() -> None:
         start = time.perf_counter()
         load_cxr(samples / "nih/images-512/00000001_000.png")  # warm-up: imports monai
         print(f"first load (imports monai and readers): {time.perf_counter() - start:.1f} s")
-        files = [samples / "nih/images/00000129_000.png", samples / "nih/images/00001369_000.png",
-                 *sorted((samples / "dicom").glob("*.dcm")), *write_extras(Path(tmp))]
+        files = [
+            samples / "nih/images/00000129_000.png",
+            samples / "nih/images/00001369_000.png",
+            *sorted((samples / "dicom").glob("*.dcm")),
+            *write_extras(Path(tmp)),
+        ]
         print(f"{'file':40s} {'load_cxr ms':>12s} {'bare ms':>9s} {'ratio':>6s}")
         for path in files:
-            ours = median_ms(lambda: load_cxr(path), args.repeats)
+            ours = median_ms(lambda path=path: load_cxr(path), args.repeats)
             bare = median_ms(bare_decoder(path), args.repeats)
             print(f"{path.name[-40:]:40s} {ours:12.1f} {bare:9.1f} {ours / bare:6.2f}")
 

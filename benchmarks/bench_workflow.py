@@ -88,10 +88,18 @@ def timed(fn, *args, **kwargs):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sam", choices=("tiny", "small", "full"), default="full", help="SAM3 tracker size")
-    parser.add_argument("--vlm", choices=("tiny", "mid", "medgemma-4b"), default="mid",
-                        help="Gemma3 policy size (medgemma-4b: the real 4.3 B architecture; use --dtype bfloat16)")
-    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
-                        help="policy weights dtype, built and loaded (default float32)")
+    parser.add_argument(
+        "--vlm",
+        choices=("tiny", "mid", "medgemma-4b"),
+        default="mid",
+        help="Gemma3 policy size (medgemma-4b: the real 4.3 B architecture; use --dtype bfloat16)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="policy weights dtype, built and loaded (default float32)",
+    )
     parser.add_argument("--image", type=Path, default=SAMPLE, help="radiograph (PNG/JPEG/DICOM)")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="tokens per policy call")
     parser.add_argument("--turns", type=int, default=4, help="Stage 2 turns (T)")
@@ -108,8 +116,6 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from monailabel_xflow.transforms import load_cxr
-
     from monailabel_xflow.geometry import Click, grow_box
     from monailabel_xflow.instructions import all_findings, parse_instruction
     from monailabel_xflow.policy.base import RevisionState
@@ -120,6 +126,7 @@ def main() -> int:
     from monailabel_xflow.segmenter.configs import build_random_sam3
     from monailabel_xflow.segmenter.loading import load_segmenter
     from monailabel_xflow.testing import ScriptedPolicy
+    from monailabel_xflow.transforms import load_cxr
     from monailabel_xflow.workflow.xflow import XFlow
 
     table = Table()
@@ -132,9 +139,15 @@ def main() -> int:
     sam_dir, t_build_sam = timed(build_random_sam3, root / "sam3", size=args.sam, seed=0)
 
     generation = GenerationSettings(max_new_tokens=args.max_new_tokens)
-    policy, t = timed(VLMPolicy.from_pretrained, str(vlm_dirs.base), init_adapter=str(vlm_dirs.init),
-                      rev_adapter=str(vlm_dirs.rev), device=args.device, dtype=args.dtype,
-                      generation=generation)
+    policy, t = timed(
+        VLMPolicy.from_pretrained,
+        str(vlm_dirs.base),
+        init_adapter=str(vlm_dirs.init),
+        rev_adapter=str(vlm_dirs.rev),
+        device=args.device,
+        dtype=args.dtype,
+        generation=generation,
+    )
     n_vlm = sum(p.numel() for p in policy.model.parameters())
     table.add("load policy (base + 2 adapters)", t, f"Gemma3 {args.vlm}, {n_vlm / 1e6:.1f} M params")
     segmenter, t = timed(load_segmenter, str(sam_dir), device=args.device)
@@ -160,7 +173,9 @@ def main() -> int:
     table.add("Stage 1 decode per token", per_token, "(full - prefill) / (tokens - 1)")
     findings = all_findings()
     _, t = timed(policy.stage1_many, image, findings)
-    table.add("Stage 1 all findings, per instruction", t / len(findings), f"stage1_many over {len(findings)}: {t:.2f} s")
+    table.add(
+        "Stage 1 all findings, per instruction", t / len(findings), f"stage1_many over {len(findings)}: {t:.2f} s"
+    )
 
     box = (0.55, 0.55, 0.85, 0.8)
     seg1, t = timed(segmenter.predict, [box])
@@ -173,8 +188,15 @@ def main() -> int:
     mask, previous, clicks, current = seg1.masks[0], seg1.low_res_logits[0:1], [], box
     rng = np.random.default_rng(0)
     for turn in range(args.turns):
-        state = RevisionState(image=image, instruction=instr, box=current, mask=mask, clicks=list(clicks),
-                              observation=render_observation(image, mask, clicks), step=turn)
+        state = RevisionState(
+            image=image,
+            instruction=instr,
+            box=current,
+            mask=mask,
+            clicks=list(clicks),
+            observation=render_observation(image, mask, clicks),
+            step=turn,
+        )
         _, t = timed(session.step, state)
         table.add(f"Stage 2 turn {turn + 1} (policy)", t, "KV cache reused" if policy.reuse_cache else "")
         click = Click(bool(turn % 2 == 0), float(rng.uniform(0.5, 0.9)), float(rng.uniform(0.5, 0.9)))
@@ -185,8 +207,9 @@ def main() -> int:
         table.add(f"Stage 2 turn {turn + 1} (decoder, {len(clicks)} clicks)", t)
 
     # End to end through the workflow (encode is a cache hit here: the embedding is cached).
-    stage1 = ScriptedPolicy([format_stage1(Stage1Output([BoxRef("left lung", (0.5, 0.15, 0.9, 0.85))], True,
-                                                        [BoxRef("effusion", box)]))])
+    stage1 = ScriptedPolicy(
+        [format_stage1(Stage1Output([BoxRef("left lung", (0.5, 0.15, 0.9, 0.85))], True, [BoxRef("effusion", box)]))]
+    )
     flow = XFlow(stage1, policy, segmenter, max_clicks=args.turns)
     result, t = timed(flow.run, image, instr)
     ends = [lesion.end for lesion in result.trace.lesions]
@@ -200,20 +223,25 @@ def main() -> int:
     _, t_one = timed(flow.run, np.clip(image + 1e-3, 0, 1), instr)
     table.add("XFlow.run, one finding (end to end, new image)", t_one)
     _, t_all = timed(flow.run_all, np.clip(image + 2e-3, 0, 1))
-    table.add("XFlow.run_all, 7 findings (end to end, new image)", t_all,
-              f"{t_all / t_one:.2f}x one finding (target <= 3x)")
+    table.add(
+        "XFlow.run_all, 7 findings (end to end, new image)", t_all, f"{t_all / t_one:.2f}x one finding (target <= 3x)"
+    )
 
-    header = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-              f"{torch.get_num_threads()} threads, device {args.device}, load average {os.getloadavg()[0]:.1f}; "
-              f"peak RSS {peak_rss_mb():.0f} MB; "
-              f"model build (not user latency): VLM {t_build_vlm:.1f} s, SAM3 {t_build_sam:.1f} s")
+    header = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, device {args.device}, load average {os.getloadavg()[0]:.1f}; "
+        f"peak RSS {peak_rss_mb():.0f} MB; "
+        f"model build (not user latency): VLM {t_build_vlm:.1f} s, SAM3 {t_build_sam:.1f} s"
+    )
     print(header)
     print(table.text())
     if args.markdown:
         print()
         print(f"## Workflow latency (`bench_workflow.py --sam {args.sam} --vlm {args.vlm}`)\n")
-        print(f"{header}. Random weights (timings depend on shapes only); {args.max_new_tokens} new tokens "
-              f"per policy call.\n")
+        print(
+            f"{header}. Random weights (timings depend on shapes only); {args.max_new_tokens} new tokens "
+            f"per policy call.\n"
+        )
         print(table.markdown())
     if tmp:
         tmp.cleanup()

@@ -8,7 +8,8 @@ Its figures mean nothing; they only show that the script still measures what it 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 SMOKE_HELP = "seconds-long run at tiny sizes, one repeat (figures meaningless; what the test suite runs)"
 

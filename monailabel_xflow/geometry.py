@@ -108,6 +108,7 @@ def make_box(x1: float, y1: float, x2: float, y2: float) -> Box:
 
 # --- pixels ---------------------------------------------------------------------------------
 
+
 def pixel_to_point(row: float, col: float, shape: Sequence[int]) -> tuple[float, float]:
     """Centre of pixel ``(row, col)`` of an ``(H, W)`` image as normalised ``(x, y)``."""
     h, w = int(shape[0]), int(shape[1])
@@ -178,6 +179,7 @@ def resize_mask(mask: NDArray[Any], shape: Sequence[int]) -> NDArray[np.bool_]:
 
 # --- text (0..1000) -------------------------------------------------------------------------
 
+
 def to_text(v: float) -> int:
     """Normalised coordinate -> integer text coordinate 0..1000."""
     _check_finite(v)
@@ -199,6 +201,7 @@ def box_from_text(values: Sequence[int | float]) -> Box:
 
 # --- SAM model input (1008 x 1008) ----------------------------------------------------------
 
+
 def box_to_sam(box: Sequence[float], size: int = SAM_SIZE) -> list[float]:
     """Normalised box -> SAM input pixels ``[x1, y1, x2, y2]``.
 
@@ -213,6 +216,7 @@ def point_to_sam(x: float, y: float, size: int = SAM_SIZE) -> list[float]:
 
 
 # --- MONAI Label clients --------------------------------------------------------------------
+
 
 def client_index_to_point(index: Sequence[float], shape: Sequence[int]) -> tuple[float, float]:
     """A Slicer/OHIF click ``[i, j(, k)]`` on an ``(H, W)`` image -> normalised ``(x, y)``.
@@ -246,6 +250,7 @@ def point_to_client_index(x: float, y: float, shape: Sequence[int]) -> list[int]
 
 
 # --- box arithmetic -------------------------------------------------------------------------
+
 
 def box_area(box: Sequence[float]) -> float:
     return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])

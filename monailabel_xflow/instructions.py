@@ -164,8 +164,15 @@ class Instruction:
 
 _FINDING_SYNONYMS: dict[str, tuple[str, ...]] = {
     "cardiomegaly": (
-        "cardiomegaly", "enlarged heart", "heart enlargement", "enlarged cardiac silhouette",
-        "cardiac enlargement", "big heart", "large heart", "heart is enlarged", "heart enlarged",
+        "cardiomegaly",
+        "enlarged heart",
+        "heart enlargement",
+        "enlarged cardiac silhouette",
+        "cardiac enlargement",
+        "big heart",
+        "large heart",
+        "heart is enlarged",
+        "heart enlarged",
     ),
     "pneumonia": ("pneumonia", "pneumonias", "pneumonic"),
     "atelectasis": ("atelectasis", "atelectatic", "atelectases", "collapse", "collapsed lung"),
@@ -177,23 +184,49 @@ _FINDING_SYNONYMS: dict[str, tuple[str, ...]] = {
 
 # Radiograph findings outside XFlow's seven: anywhere in the text they refuse the request.
 _UNSUPPORTED_FINDINGS = (
-    "pneumothorax", "nodule", "mass", "fracture", "emphysema", "fibrosis", "hernia",
-    "pleural thickening", "infiltrate", "infiltration", "granuloma", "cavity", "calcification",
+    "pneumothorax",
+    "nodule",
+    "mass",
+    "fracture",
+    "emphysema",
+    "fibrosis",
+    "hernia",
+    "pleural thickening",
+    "infiltrate",
+    "infiltration",
+    "granuloma",
+    "cavity",
+    "calcification",
 )
 # Other things people ask about: named in the error only when no supported finding is asked.
 _UNSUPPORTED = (*_UNSUPPORTED_FINDINGS, "lesion", "tube", "line", "device")
 _CLAUSE_SEP = re.compile(r"[,;:]|\b(?:and|or|plus|but)\b")
 
-_SIDES = {"left": ("left",), "right": ("right",), "both": ("right", "left"),
-          "bilateral": ("right", "left"), "bilaterally": ("right", "left")}
-_ZONE_WORDS = {
-    "apical": 0, "apex": 0, "apices": 0, "apexes": 0,
-    "upper": 1,
-    "mid": 2, "middle": 2,
-    "base": 3, "bases": 3, "basal": 3, "basilar": 3, "lower": 3,
+_SIDES = {
+    "left": ("left",),
+    "right": ("right",),
+    "both": ("right", "left"),
+    "bilateral": ("right", "left"),
+    "bilaterally": ("right", "left"),
 }
-_ALL = re.compile(r"\b(all|every|each|any)\s+(the\s+)?(findings?|abnormalit(y|ies)|patholog(y|ies)|lesions?)\b"
-                  r"|\beverything\b")
+_ZONE_WORDS = {
+    "apical": 0,
+    "apex": 0,
+    "apices": 0,
+    "apexes": 0,
+    "upper": 1,
+    "mid": 2,
+    "middle": 2,
+    "base": 3,
+    "bases": 3,
+    "basal": 3,
+    "basilar": 3,
+    "lower": 3,
+}
+_ALL = re.compile(
+    r"\b(all|every|each|any)\s+(the\s+)?(findings?|abnormalit(y|ies)|patholog(y|ies)|lesions?)\b"
+    r"|\beverything\b"
+)
 _TYPE = re.compile(r"predict (its|the) (type|kind)|what (type|kind)|\bclassify\b|characteri[sz]e|\bits type\b")
 _WORD = re.compile(r"[a-z]+")
 
@@ -205,8 +238,8 @@ def _find_findings(text: str) -> list[tuple[int, str]]:
     found = []
     for phrase, finding in phrases:
         for m in re.finditer(rf"\b{re.escape(phrase)}\b", text):
-            if not any(taken[m.start():m.end()]):
-                taken[m.start():m.end()] = [True] * (m.end() - m.start())
+            if not any(taken[m.start() : m.end()]):
+                taken[m.start() : m.end()] = [True] * (m.end() - m.start())
                 found.append((m.start(), finding))
     return sorted(found)
 
@@ -240,7 +273,7 @@ def _find_regions(words: list[str]) -> list[str]:
                 mentions.append((si, f"{s} lung"))
     # "heart" as a *region* only when asked "in the heart" ("enlarged heart" names the finding).
     for i in range(2, len(words)):
-        if words[i] == "heart" and words[i - 2:i] == ["in", "the"]:
+        if words[i] == "heart" and words[i - 2 : i] == ["in", "the"]:
             mentions.append((i, HEART))
     return list(dict.fromkeys(r for _, r in sorted(mentions, key=lambda m: m[0])))
 
@@ -277,9 +310,11 @@ def parse_instructions(text: str) -> list[Instruction]:
         raise InstructionError(f"empty instruction; supported {supported_summary()}")
     unsupported = [u for u in _UNSUPPORTED_FINDINGS if re.search(rf"\b{u}(s|es)?\b", norm)]
     if unsupported:
-        raise InstructionError(f"cannot map {text.strip()!r}: {', '.join(map(repr, unsupported))} "
-                               f"{'is' if len(unsupported) == 1 else 'are'} not among XFlow's findings; "
-                               f"supported {supported_summary()}")
+        raise InstructionError(
+            f"cannot map {text.strip()!r}: {', '.join(map(repr, unsupported))} "
+            f"{'is' if len(unsupported) == 1 else 'are'} not among XFlow's findings; "
+            f"supported {supported_summary()}"
+        )
     lesion_inference = bool(_TYPE.search(norm))
     groups = _finding_groups(norm)
     findings = list(dict.fromkeys(f for fs, _ in groups for f in fs))
@@ -342,7 +377,7 @@ def _finding_groups(norm: str) -> list[tuple[list[str], list[str]]]:
 
 def _borrowed(groups: list[tuple[list[str], list[str]]], index: int) -> list[str]:
     """The location a group without one shares: the next group's that has one, else the previous."""
-    for _, regions in groups[index + 1:]:
+    for _, regions in groups[index + 1 :]:
         if regions:
             return regions
     for _, regions in reversed(groups[:index]):
@@ -356,8 +391,7 @@ def parse_instruction(text: str) -> Instruction:
     found = parse_instructions(text)
     if len(found) != 1:
         raise InstructionError(
-            f"{text.strip()!r} asks about {len(found)} findings ({', '.join(i.finding for i in found)}); "
-            "ask about one"
+            f"{text.strip()!r} asks about {len(found)} findings ({', '.join(i.finding for i in found)}); ask about one"
         )
     return found[0]
 
@@ -408,12 +442,19 @@ _BASIC = (
 )
 
 
-_GLOBAL = ("{canonical}", "Where is the {finding}? Segment it.", "Find and segment the {finding}.",
-           "Outline the {finding}.")
+_GLOBAL = (
+    "{canonical}",
+    "Where is the {finding}? Segment it.",
+    "Find and segment the {finding}.",
+    "Outline the {finding}.",
+)
 
 
-_LESION = ("{canonical}", "What type is the opacity in the {location}? Segment it.",
-           "Segment the opacity in the {location} and classify it.")
+_LESION = (
+    "{canonical}",
+    "What type is the opacity in the {location}? Segment it.",
+    "Segment the opacity in the {location} and classify it.",
+)
 
 
 def phrasings(instruction: Instruction) -> list[str]:
@@ -423,5 +464,7 @@ def phrasings(instruction: Instruction) -> list[str]:
         templates = _LESION if instruction.regions else (_LESION[0],)
     else:
         templates = _BASIC if instruction.kind == "basic" else _GLOBAL
-    return [t.format(canonical=instruction.text, finding=instruction.finding, location=instruction.location)
-            for t in templates]
+    return [
+        t.format(canonical=instruction.text, finding=instruction.finding, location=instruction.location)
+        for t in templates
+    ]

@@ -304,8 +304,7 @@ def summarize(stats: Iterable[SampleStats]) -> dict[str, Any]:
             "specks": _mean([s.pred_specks for s in pos]),
             "specks_outside_gt": _mean([s.pred_specks_outside_gt for s in pos]),
             "speck_area_pct": _mean([100.0 * s.pred_speck_area / s.pred_area for s in pos_called]),
-            "speck_area_pct_pooled": 100.0
-            * _ratio(sum(s.pred_speck_area for s in pos), sum(s.pred_area for s in pos)),
+            "speck_area_pct_pooled": 100.0 * _ratio(sum(s.pred_speck_area for s in pos), sum(s.pred_area for s in pos)),
             "gt_specks": _mean([s.gt_specks for s in pos]),
             "gt_speck_area_pct": _mean([100.0 * s.gt_speck_area / s.gt_area for s in pos]),
         },

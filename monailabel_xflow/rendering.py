@@ -19,8 +19,14 @@ from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Click, box_to_pixels, point_to_pixel
 
 PALETTE: tuple[tuple[int, int, int], ...] = (
-    (255, 64, 64), (64, 160, 255), (255, 200, 0), (0, 220, 120),
-    (220, 80, 255), (255, 128, 0), (0, 230, 230), (180, 255, 60),
+    (255, 64, 64),
+    (64, 160, 255),
+    (255, 200, 0),
+    (0, 220, 120),
+    (220, 80, 255),
+    (255, 128, 0),
+    (0, 230, 230),
+    (180, 255, 60),
 )
 """Default colours, cycled over masks and boxes."""
 
@@ -66,8 +72,13 @@ def _color(colors: Sequence[Sequence[int]] | None, i: int) -> tuple[int, int, in
     return (r, g, b)
 
 
-def overlay(image: NDArray[Any], masks: Sequence[NDArray[Any]], colors: Sequence[Sequence[int]] | None = None,
-            outline: bool = True, alpha: float = 0.3) -> NDArray[np.uint8]:
+def overlay(
+    image: NDArray[Any],
+    masks: Sequence[NDArray[Any]],
+    colors: Sequence[Sequence[int]] | None = None,
+    outline: bool = True,
+    alpha: float = 0.3,
+) -> NDArray[np.uint8]:
     """Masks blended over a radiograph.
 
     Args:
@@ -98,8 +109,12 @@ def overlay(image: NDArray[Any], masks: Sequence[NDArray[Any]], colors: Sequence
     return np.round(rgb).astype(np.uint8)
 
 
-def draw_boxes(rgb: NDArray[Any], boxes: Sequence[Sequence[float]], colors: Sequence[Sequence[int]] | None = None,
-               labels: Sequence[str] | None = None) -> NDArray[np.uint8]:
+def draw_boxes(
+    rgb: NDArray[Any],
+    boxes: Sequence[Sequence[float]],
+    colors: Sequence[Sequence[int]] | None = None,
+    labels: Sequence[str] | None = None,
+) -> NDArray[np.uint8]:
     """Normalised ``xyxy`` boxes drawn as rectangles (optional label above each); returns a copy."""
     rgb = to_rgb(rgb)
     h, w = rgb.shape[:2]
@@ -161,8 +176,13 @@ def render_observation(image: NDArray[Any], mask: NDArray[Any], clicks: Sequence
     return draw_clicks(rgb, clicks)
 
 
-def contact_sheet(tiles: Sequence[NDArray[Any]], titles: Sequence[str], ncols: int = 4,
-                  tile_size: int = 256, legend: Sequence[tuple[str, tuple[int, int, int]]] = ()) -> NDArray[np.uint8]:
+def contact_sheet(
+    tiles: Sequence[NDArray[Any]],
+    titles: Sequence[str],
+    ncols: int = 4,
+    tile_size: int = 256,
+    legend: Sequence[tuple[str, tuple[int, int, int]]] = (),
+) -> NDArray[np.uint8]:
     """Tiles in a grid, each resized to ``tile_size`` square with its title below.
 
     Args:

@@ -118,7 +118,9 @@ def _size(rle: Mapping[str, Any]) -> tuple[int, int]:
     try:
         h, w = (int(v) for v in rle["size"])
     except (KeyError, TypeError, ValueError) as err:
-        raise RLEError(f"RLE needs 'size': [H, W], got {rle.get('size') if isinstance(rle, Mapping) else rle!r}") from err
+        raise RLEError(
+            f"RLE needs 'size': [H, W], got {rle.get('size') if isinstance(rle, Mapping) else rle!r}"
+        ) from err
     if h < 0 or w < 0:
         raise RLEError(f"RLE size must be non-negative, got {[h, w]}")
     return h, w

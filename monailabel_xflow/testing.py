@@ -66,6 +66,7 @@ class PredictCall:
 
 # --- synthetic shapes -----------------------------------------------------------------------
 
+
 def disk(shape: Sequence[int], row: float, col: float, radius: float) -> np.ndarray:
     """Bool ``(H, W)`` mask of the pixels whose centre lies within ``radius`` px of ``(row, col)``."""
     return ellipse(shape, row, col, radius, radius)
@@ -78,6 +79,7 @@ def ellipse(shape: Sequence[int], row: float, col: float, radius_rows: float, ra
 
 
 # --- doubles --------------------------------------------------------------------------------
+
 
 @dataclass
 class CallLog:
@@ -161,7 +163,7 @@ class ScriptedSegmenter(_CallLog):
         super().__init__()
         self._image_set = False
 
-    def fork(self) -> "ScriptedSegmenter":
+    def fork(self) -> ScriptedSegmenter:
         """The same hidden object and call log, no current image."""
         twin = self._twin()
         twin._image_set = False
@@ -234,7 +236,7 @@ class SequenceSegmenter(_CallLog):
         self.reference = self.masks[0] if reference is None else np.asarray(reference, dtype=bool)
         super().__init__()
 
-    def fork(self) -> "SequenceSegmenter":
+    def fork(self) -> SequenceSegmenter:
         """The same masks and call log: the sequence goes on across forks."""
         return self._twin()
 
@@ -263,7 +265,7 @@ class RecordingSegmenter(_CallLog):
         self.inner = inner
         super().__init__()
 
-    def fork(self) -> "RecordingSegmenter":
+    def fork(self) -> RecordingSegmenter:
         """A fork of the wrapped segmenter, recorded into the same log."""
         twin = self._twin()
         twin.inner = self.inner.fork()
@@ -332,8 +334,7 @@ class ScriptedPolicy:
     neutral Stage 1 answer to invent.
     """
 
-    def __init__(self, stage1_texts: Sequence[str] = (),
-                 revision_texts: Sequence[Sequence[str]] = ()) -> None:
+    def __init__(self, stage1_texts: Sequence[str] = (), revision_texts: Sequence[Sequence[str]] = ()) -> None:
         self._stage1 = list(stage1_texts)
         self._revisions = [list(t) for t in revision_texts]
         self._stage1_used = 0

@@ -69,8 +69,13 @@ def looks_like_local_path(value: str | Path) -> bool:
     if isinstance(value, Path):
         return True
     name = str(value)
-    return (os.path.isabs(name) or name.startswith((".", "~")) or name.endswith(CHECKPOINT_SUFFIXES)
-            or Path(os.path.expanduser(name)).exists() or not is_hub_id(name))
+    return (
+        os.path.isabs(name)
+        or name.startswith((".", "~"))
+        or name.endswith(CHECKPOINT_SUFFIXES)
+        or Path(os.path.expanduser(name)).exists()
+        or not is_hub_id(name)
+    )
 
 
 def weights_tag(name_or_path: str | Path) -> str:

@@ -22,9 +22,17 @@ import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-SEG_ERRORS = ("not yet supported", "Aborting segmentation", "centroids", "Could not retrieve the segment index",
-              "Failed to parse NRRD", "not an NRRD", "RecommendedDisplayCIELabValue not found", "Error loading SEG",
-              "Failed to load Segmentation")
+SEG_ERRORS = (
+    "not yet supported",
+    "Aborting segmentation",
+    "centroids",
+    "Could not retrieve the segment index",
+    "Failed to parse NRRD",
+    "not an NRRD",
+    "RecommendedDisplayCIELabValue not found",
+    "Error loading SEG",
+    "Failed to load Segmentation",
+)
 """Console / page texts that mean a SEG or a panel result did not open."""
 
 
@@ -59,10 +67,21 @@ def chromium(width: int = 1200, height: int = 900) -> Iterator[Any]:
 
     opts = webdriver.ChromeOptions()
     profile = tempfile.TemporaryDirectory(prefix="xflow-chromium-")  # a fresh profile per session
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader", "--disable-quic",
-                "--disable-dev-shm-usage", f"--window-size={width},{height}", "--force-device-scale-factor=1",
-                "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={profile.name}"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-unsafe-swiftshader",
+        "--disable-quic",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--force-device-scale-factor=1",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile.name}",
+    ):
         opts.add_argument(arg)
     opts.binary_location = CHROMIUM
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -115,8 +134,9 @@ def wait_for(driver, condition, timeout: float = 60.0, what: str = "") -> Any:
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; page text:\n{body}")
 
 
-def wait_until_still(driver, timeout: float = 30.0, interval: float = 0.5, what: str = "the page to finish drawing") \
-        -> np.ndarray:
+def wait_until_still(
+    driver, timeout: float = 30.0, interval: float = 0.5, what: str = "the page to finish drawing"
+) -> np.ndarray:
     """Wait until two screenshots ``interval`` seconds apart are identical (rendering, e.g. a
     labelmap drawn in chunks, has settled) instead of sleeping a fixed time; returns that
     screenshot (``uint8 (H, W, 3)``). Fails after ``timeout`` (stretched like :func:`wait_for`)."""

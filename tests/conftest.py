@@ -23,6 +23,7 @@ def cxr_samples(tmp_path_factory) -> Path:
 # Tests only read these folders. A test that changes a model folder copies it first (shutil.copytree)
 # or builds its own, so tests stay independent of each other and of their order.
 
+
 @pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory):
     """Tiny random Gemma 3 (seed 0): ``base`` plus the π_init/π_rev LoRA adapters ``init`` and ``rev``.

@@ -16,8 +16,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import requests
 
@@ -58,9 +58,15 @@ class ServerProcess:
 
     def __init__(self, cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None):
         self.log = log
-        self._fh = open(log, "wb")
-        self.proc = subprocess.Popen(list(cmd), stdout=self._fh, stderr=subprocess.STDOUT, env=dict(env or os.environ),
-                                     cwd=str(cwd) if cwd else None, start_new_session=True)
+        self._fh = open(log, "wb")  # noqa: SIM115 - the child writes to it until stop() closes it
+        self.proc = subprocess.Popen(
+            list(cmd),
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            env=dict(env or os.environ),
+            cwd=str(cwd) if cwd else None,
+            start_new_session=True,
+        )
         self.pid = self.proc.pid
 
     def alive(self) -> bool:
@@ -110,6 +116,7 @@ class ServerProcess:
 
 # --- models -------------------------------------------------------------------------------------
 
+
 def build_tiny_models(folder: Path, seed: int = 0) -> Path:
     """Build a random tiny VLM (base + init/rev adapters) in ``folder/vlm`` and a tiny SAM3
     tracker in ``folder/sam3``, and write the ``models.yaml`` naming them. Returns the YAML path.
@@ -144,28 +151,36 @@ def write_models_yaml(folder: Path) -> Path:
 
 # --- MONAI Label --------------------------------------------------------------------------------
 
+
 def monailabel_env(tmp: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The serve command's environment plus test isolation: caches and sessions in ``tmp``, no
     automatic scoring after every request (tests run it explicitly), no XFLOW_* leaking in."""
     from monailabel_xflow.commands.serve import server_env
 
     env = {k: v for k, v in server_env().items() if not k.startswith("XFLOW_")}
-    env.update({
-        "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(tmp / "dicomweb-cache"),
-        "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY": "1",
-        "MONAI_LABEL_SESSION_PATH": str(tmp / "sessions"),
-        "MONAI_LABEL_AUTO_UPDATE_SCORING": "false",
-        "MONAI_LABEL_DATASTORE_AUTO_RELOAD": "false",
-        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "2"),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(tmp / "dicomweb-cache"),
+            "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY": "1",
+            "MONAI_LABEL_SESSION_PATH": str(tmp / "sessions"),
+            "MONAI_LABEL_AUTO_UPDATE_SCORING": "false",
+            "MONAI_LABEL_DATASTORE_AUTO_RELOAD": "false",
+            "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "2"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.update(extra or {})
     return env
 
 
 @contextlib.contextmanager
-def monailabel_server(studies: str | Path, tmp: Path, conf: Mapping[str, str] | None = None,
-                      env: Mapping[str, str] | None = None, timeout: float = 240.0) -> Iterator["RunningServer"]:
+def monailabel_server(
+    studies: str | Path,
+    tmp: Path,
+    conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 240.0,
+) -> Iterator[RunningServer]:
     """Start ``python -m monailabel.main start_server --app WORKSPACE ...`` and yield it ready.
 
     The workspace is ``tmp/workspace`` (``xflow serve``'s pointer to the packaged app, the
@@ -200,6 +215,7 @@ class RunningServer:
 
 # --- Orthanc ------------------------------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def orthanc_server(tmp: Path, timeout: float = 60.0) -> Iterator[str]:
     """Start Orthanc with its DICOMweb plugin on loopback; yields its base URL
@@ -233,7 +249,8 @@ def orthanc_server(tmp: Path, timeout: float = 60.0) -> Iterator[str]:
 
 def orthanc_upload(url: str, dicom: Path) -> dict:
     """POST one DICOM file to Orthanc's REST API (``/instances``); returns Orthanc's answer."""
-    r = requests.post(f"{url}/instances", data=dicom.read_bytes(), headers={"Content-Type": "application/dicom"},
-                      timeout=30)
+    r = requests.post(
+        f"{url}/instances", data=dicom.read_bytes(), headers={"Content-Type": "application/dicom"}, timeout=30
+    )
     r.raise_for_status()
     return r.json()

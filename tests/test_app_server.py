@@ -36,10 +36,13 @@ def app(tmp_path_factory, cxr_samples, tiny_models):
     studies.mkdir()
     for name in IMAGES:
         shutil.copy(cxr_samples / "nih" / "images" / f"{name}.png", studies)
-    Image.open(cxr_samples / "nih" / "images" / "00000129_000.png").crop((0, 0, 1024, 800)).save(studies / f"{WIDE}.png")
+    Image.open(cxr_samples / "nih" / "images" / "00000129_000.png").crop((0, 0, 1024, 800)).save(
+        studies / f"{WIDE}.png"
+    )
     with monailabel_server(studies, tmp / "server", conf={"models": str(models)}) as server:
-        yield SimpleNamespace(server=server, url=server.url, studies=studies, models=models, tmp=tmp,
-                              client=server.client(tmp))
+        yield SimpleNamespace(
+            server=server, url=server.url, studies=studies, models=models, tmp=tmp, client=server.client(tmp)
+        )
 
 
 def expected_revision(app, image_id: str, clicks):
@@ -57,8 +60,9 @@ def expected_revision(app, image_id: str, clicks):
 def client_clicks(shape, foreground, background):
     from monailabel_xflow.geometry import Click, client_index_to_point
 
-    return [Click(True, *client_index_to_point(p, shape)) for p in foreground] + \
-           [Click(False, *client_index_to_point(p, shape)) for p in background]
+    return [Click(True, *client_index_to_point(p, shape)) for p in foreground] + [
+        Click(False, *client_index_to_point(p, shape)) for p in background
+    ]
 
 
 def test_info_lists_the_tasks_and_the_models(app):
@@ -100,7 +104,9 @@ def test_revise_with_clicks_matches_the_segmenter_in_this_process(app):
     expected = expected_revision(app, WIDE, client_clicks((800, 1024), fg, bg))
     np.testing.assert_array_equal(got == 7, expected)
     assert params["pixels"] == int(expected.sum()) and params["clicks"][0]["positive"] is True
-    assert params["clicks"][0]["x"] == pytest.approx(700.5 / 1024) and params["clicks"][0]["y"] == pytest.approx(300.5 / 800)
+    assert params["clicks"][0]["x"] == pytest.approx(700.5 / 1024) and params["clicks"][0]["y"] == pytest.approx(
+        300.5 / 800
+    )
 
 
 def test_eight_concurrent_requests_on_different_images_do_not_mix(app):
@@ -142,8 +148,9 @@ def test_eight_concurrent_requests_on_different_images_do_not_mix(app):
         finding, location = asks[k]
         client = app.server.client(app.tmp / f"c{k}")
         try:
-            answers[k] = client.infer("xflow", ids[k % 4], {"finding": finding, "location": location, "revise": False,
-                                                            "trace": False})[1]
+            answers[k] = client.infer(
+                "xflow", ids[k % 4], {"finding": finding, "location": location, "revise": False, "trace": False}
+            )[1]
         except Exception as exc:
             answers[k] = exc
 
@@ -164,8 +171,11 @@ def test_eight_concurrent_requests_on_different_images_do_not_mix(app):
 
 def datastore_state(app) -> tuple[str, dict]:
     listing = requests.get(f"{app.url}/datastore/?output=all", timeout=30).json()
-    files = {str(p.relative_to(app.studies)): p.stat().st_size for p in app.studies.rglob("*")
-             if p.is_file() and p.name != ".lock"}
+    files = {
+        str(p.relative_to(app.studies)): p.stat().st_size
+        for p in app.studies.rglob("*")
+        if p.is_file() and p.name != ".lock"
+    }
     return json.dumps(listing, sort_keys=True), files
 
 
@@ -196,12 +206,22 @@ def bad_requests(app, tmp: Path, cxr_samples: Path) -> list[tuple[str, requests.
 
     def infer(model, image="", params=None, file=None):
         files = {"file": (file.name, file.read_bytes())} if file else None
-        return requests.post(f"{app.url}/infer/{model}", params={"image": image} if image else None,
-                             data={"params": json.dumps(params or {})}, files=files, timeout=120)
+        return requests.post(
+            f"{app.url}/infer/{model}",
+            params={"image": image} if image else None,
+            data={"params": json.dumps(params or {})},
+            files=files,
+            timeout=120,
+        )
 
     def save(image, label):
-        return requests.put(f"{app.url}/datastore/label", params={"image": image, "tag": "final"},
-                            data={"params": "{}"}, files={"label": (label.name, label.read_bytes())}, timeout=60)
+        return requests.put(
+            f"{app.url}/datastore/label",
+            params={"image": image, "tag": "final"},
+            data={"params": "{}"},
+            files={"label": (label.name, label.read_bytes())},
+            timeout=60,
+        )
 
     img = IMAGES[1]
     return [
@@ -224,9 +244,16 @@ def bad_requests(app, tmp: Path, cxr_samples: Path) -> list[tuple[str, requests.
         ("label values out of range", save(img, out_of_range)),
         ("junk label file", save(img, junk_label)),
         ("label for unknown image", save("no_such_image", good_label)),
-        ("non-image added to datastore", requests.put(f"{app.url}/datastore/image", params={"image": "notes"},
-                                                      data={"params": "{}"},
-                                                      files={"file": ("notes.png", text.read_bytes())}, timeout=60)),
+        (
+            "non-image added to datastore",
+            requests.put(
+                f"{app.url}/datastore/image",
+                params={"image": "notes"},
+                data={"params": "{}"},
+                files={"file": ("notes.png", text.read_bytes())},
+                timeout=60,
+            ),
+        ),
     ]
 
 
@@ -234,15 +261,28 @@ def test_bad_input_gets_4xx_with_a_reason_and_nothing_is_lost(app, tmp_path, cxr
     before = datastore_state(app)
     answers = bad_requests(app, tmp_path, cxr_samples)
     assert len(answers) >= 15
-    expected_words = {"unknown image id": "unknown image", "non-image upload": "cannot load", "truncated PNG": "cannot load",
-                      "multi-slice volume": "volume", "lateral view": "lateral", "unknown finding": "pneumothorax",
-                      "empty instruction": "empty", "bad result_extension": "result_extension",
-                      "over-long instruction": "characters", "unknown picker finding": "banana",
-                      "bad max_clicks": "max_clicks", "click outside": "outside", "click on slice 3": "slice",
-                      "negative click index": "outside", "revise without finding": "which finding",
-                      "label of wrong size": "120 x 100", "label values out of range": "0..7",
-                      "junk label file": "unreadable", "label for unknown image": "unknown image",
-                      "non-image added to datastore": "cannot load"}
+    expected_words = {
+        "unknown image id": "unknown image",
+        "non-image upload": "cannot load",
+        "truncated PNG": "cannot load",
+        "multi-slice volume": "volume",
+        "lateral view": "lateral",
+        "unknown finding": "pneumothorax",
+        "empty instruction": "empty",
+        "bad result_extension": "result_extension",
+        "over-long instruction": "characters",
+        "unknown picker finding": "banana",
+        "bad max_clicks": "max_clicks",
+        "click outside": "outside",
+        "click on slice 3": "slice",
+        "negative click index": "outside",
+        "revise without finding": "which finding",
+        "label of wrong size": "120 x 100",
+        "label values out of range": "0..7",
+        "junk label file": "unreadable",
+        "label for unknown image": "unknown image",
+        "non-image added to datastore": "cannot load",
+    }
     for what, r in answers:
         assert 400 <= r.status_code < 500, (what, r.status_code, r.text)
         detail = r.json()["detail"]
@@ -262,8 +302,12 @@ def test_save_label_next_sample_scoring_and_train(app):
     first = app.client.next_sample("xflow_uncertainty", {})
     assert first["id"] != IMAGES[0] and first["fallback"] is True  # nothing scored yet: random unlabeled
 
-    r = requests.post(f"{app.url}/scoring/xflow_uncertainty", params={"run_sync": "true"},
-                      json={"instruction": "effusion", "images": [IMAGES[2]], "max_clicks": 1}, timeout=300)
+    r = requests.post(
+        f"{app.url}/scoring/xflow_uncertainty",
+        params={"run_sync": "true"},
+        json={"instruction": "effusion", "images": [IMAGES[2]], "max_clicks": 1},
+        timeout=300,
+    )
     assert r.status_code == 200, r.text
     assert r.json()["scores"].keys() == {IMAGES[2]}
     info = requests.get(f"{app.url}/datastore/image/info", params={"image": IMAGES[2]}, timeout=30).json()

@@ -57,6 +57,7 @@ def read_monai(path) -> np.ndarray:
 
 # --- infer ----------------------------------------------------------------------------------
 
+
 def infer_task(texts, segmenter=None):
     from monailabel_xflow.app.infer import XFlowInferTask
 
@@ -116,7 +117,9 @@ def test_pickers_text_and_defaults():
     assert [i.text for i in got] == ["Segment the effusion in the left lung base."]
     # the option lists themselves (a client that never touched the pickers, e.g. OHIF's panel) mean
     # "not chosen", and nothing chosen means every finding (the screening use)
-    everything = instructions_from_request({"instruction": "", "finding": FINDING_CHOICES, "location": LOCATION_CHOICES})
+    everything = instructions_from_request(
+        {"instruction": "", "finding": FINDING_CHOICES, "location": LOCATION_CHOICES}
+    )
     assert [i.finding for i in everything] == list(FINDINGS) and all(i.level == "chest" for i in everything)
     assert [i.finding for i in instructions_from_request({})] == list(FINDINGS)
     assert len(instructions_from_request({"finding": "all findings"})) == 7
@@ -141,6 +144,7 @@ def test_bad_options_are_request_errors(png, bad):
 
 # --- revise ---------------------------------------------------------------------------------
 
+
 def revise_task(segmenter):
     from monailabel_xflow.app.revise import XFlowReviseTask
 
@@ -155,8 +159,15 @@ def test_revise_converts_client_clicks_and_keeps_other_findings(png, tmp_path):
     ref = layout.load_image(str(png))[1]
     prev_file = layout.write_label(previous, ref, str(tmp_path))
     # clicks as Slicer sends them: [i = column, j = row, k = 0]
-    label_file, params = revise_task(seg)({"image": str(png), "finding": "effusion", "label": prev_file,
-                                           "foreground": [[300, 200, 0]], "background": [[230, 190, 0]]})
+    label_file, params = revise_task(seg)(
+        {
+            "image": str(png),
+            "finding": "effusion",
+            "label": prev_file,
+            "foreground": [[300, 200, 0]],
+            "background": [[230, 190, 0]],
+        }
+    )
     call = seg.calls[-1]
     pos, neg = call.clicks[0]
     assert (pos.positive, neg.positive) == (True, False)
@@ -169,8 +180,16 @@ def test_revise_converts_client_clicks_and_keeps_other_findings(png, tmp_path):
     assert params["finding"] == "effusion" and params["label_value"] == 7 and params["pixels"] == (out == 7).sum()
 
 
-@pytest.mark.parametrize("clicks", [{"foreground": [[W, 10, 0]]}, {"foreground": [[10, H, 0]]},
-                                    {"background": [[5, 5, 1]]}, {"foreground": [[1]]}, {"foreground": "here"}])
+@pytest.mark.parametrize(
+    "clicks",
+    [
+        {"foreground": [[W, 10, 0]]},
+        {"foreground": [[10, H, 0]]},
+        {"background": [[5, 5, 1]]},
+        {"foreground": [[1]]},
+        {"foreground": "here"},
+    ],
+)
 def test_revise_refuses_clicks_outside_the_image(png, clicks):
     from fastapi import HTTPException
 
@@ -190,6 +209,7 @@ def test_revise_needs_a_finding_and_something_to_start_from(png):
 
 
 # --- labels, errors -------------------------------------------------------------------------
+
 
 def test_read_label_refuses_wrong_size_and_values(png, tmp_path):
     ref = layout.load_image(str(png))[1]
@@ -215,9 +235,17 @@ def test_error_mapping_is_one_table():
     from monailabel_xflow.transforms.loading import CXRLoadError
     from monailabel_xflow.workflow.model_config import ModelConfigError
 
-    cases = {InstructionError("x"): 422, GeometryError("x"): 422, CXRLoadError("f", "x"): 400,
-             ModelConfigError("x"): 503, ModelsNotConfiguredError("x"): 503, ImageNotFoundError("x"): 404,
-             ImageNotFoundException("x"): 404, LabelError("x"): 422, RequestError("x"): 422}
+    cases = {
+        InstructionError("x"): 422,
+        GeometryError("x"): 422,
+        CXRLoadError("f", "x"): 400,
+        ModelConfigError("x"): 503,
+        ModelsNotConfiguredError("x"): 503,
+        ImageNotFoundError("x"): 404,
+        ImageNotFoundException("x"): 404,
+        LabelError("x"): 422,
+        RequestError("x"): 422,
+    }
     assert {type(e).__name__: status_of(e) for e in cases} == {type(e).__name__: s for e, s in cases.items()}
     assert status_of(KeyError("bug")) is None
     with pytest.raises(KeyError), http_errors():  # a bug stays a 500
@@ -226,14 +254,16 @@ def test_error_mapping_is_one_table():
 
 # --- scoring, strategy ----------------------------------------------------------------------
 
+
 def test_uncertainty_formula(png):
     from monailabel_xflow.app.scoring import image_uncertainty
 
     image = layout.load_image(str(png))[0]
     box = box_of(EFFUSION_GT)
     far = Click(True, *pixel_to_point(120, 300, (H, W)))
-    policy = ScriptedPolicy([stage1(True, [box]), stage1(False)],
-                            [[format_stage2(Stage2Action(far)), format_stage2(Stage2Action(None))]])
+    policy = ScriptedPolicy(
+        [stage1(True, [box]), stage1(False)], [[format_stage2(Stage2Action(far)), format_stage2(Stage2Action(None))]]
+    )
     flow = XFlow(policy, policy, ScriptedSegmenter(EFFUSION_GT, positive_radius_px=15))
     present = flow.run(image, Instruction("effusion", kind="global"), max_clicks=2)
     absent = flow.run(image, Instruction("edema", kind="global"), max_clicks=2)
@@ -263,8 +293,10 @@ def test_strategy_picks_most_uncertain_unlabeled_else_random():
     from monailabel_xflow.app.strategy import XFlowUncertaintyStrategy
 
     strategy = XFlowUncertaintyStrategy(seed=0)
-    ds = FakeDatastore(["a", "b", "c"], {"a": {"xflow_uncertainty": 0.2}, "b": {"xflow_uncertainty": 0.7},
-                                         "z": {"xflow_uncertainty": 0.9}})  # z is labeled: ignored
+    ds = FakeDatastore(
+        ["a", "b", "c"],
+        {"a": {"xflow_uncertainty": 0.2}, "b": {"xflow_uncertainty": 0.7}, "z": {"xflow_uncertainty": 0.9}},
+    )  # z is labeled: ignored
     assert strategy({}, ds) == {"id": "b", "xflow_uncertainty": 0.7, "fallback": False}
     picked = strategy({}, FakeDatastore(["a", "b"], {}))
     assert picked["id"] in {"a", "b"} and picked["fallback"] is True
@@ -272,6 +304,7 @@ def test_strategy_picks_most_uncertain_unlabeled_else_random():
 
 
 # --- DICOM SEG ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["findings", "empty"])
 def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, kind):
@@ -296,6 +329,7 @@ def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, k
 
 # --- serve command --------------------------------------------------------------------------
 
+
 def test_serve_dry_run_prints_command_and_radiograph_environment(tmp_path, capsys, monkeypatch):
     from monailabel_xflow.cli import main
 
@@ -304,8 +338,26 @@ def test_serve_dry_run_prints_command_and_radiograph_environment(tmp_path, capsy
     models = tmp_path / "models.yaml"
     models.write_text("segmenter: ./x\n")
     workspace = tmp_path / "ws"
-    assert main(["serve", "--workspace", str(workspace), "--studies", str(tmp_path), "--port", "8123",
-                 "--models", str(models), "--conf", "model_dir", "/m", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "--workspace",
+                str(workspace),
+                "--studies",
+                str(tmp_path),
+                "--port",
+                "8123",
+                "--models",
+                str(models),
+                "--conf",
+                "model_dir",
+                "/m",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert 'MONAI_LABEL_DICOMWEB_SEARCH_FILTER={"Modality": "CR,DX"}' in out
     assert json.loads(out.split("MONAI_LABEL_DICOMWEB_SEARCH_FILTER=")[1].splitlines()[0]) == {"Modality": "CR,DX"}
@@ -343,8 +395,9 @@ def test_revise_auto_lets_the_revision_policy_click(png):
     from monailabel_xflow.app.revise import XFlowReviseTask
 
     far = Click(True, *pixel_to_point(120, 300, (H, W)))
-    policy = ScriptedPolicy([stage1(True, [box_of(EFFUSION_GT)])],
-                            [[format_stage2(Stage2Action(far)), format_stage2(Stage2Action(None))]])
+    policy = ScriptedPolicy(
+        [stage1(True, [box_of(EFFUSION_GT)])], [[format_stage2(Stage2Action(far)), format_stage2(Stage2Action(None))]]
+    )
     seg = ScriptedSegmenter(EFFUSION_GT, positive_radius_px=15)
     task = XFlowReviseTask(StubRuntime(XFlow(policy, policy, seg)))
     label_file, params = task({"image": str(png), "finding": "effusion", "auto": True, "max_clicks": 2})

@@ -33,11 +33,17 @@ def test_info_says_no_weights_are_configured_and_how_to(server):
 
 def test_requests_answer_503_with_the_message_and_bad_input_still_422(server):
     def infer(model, params):
-        return requests.post(f"{server.url}/infer/{model}", params={"image": "00001933_000"},
-                             data={"params": json.dumps(params)}, timeout=60)
+        return requests.post(
+            f"{server.url}/infer/{model}",
+            params={"image": "00001933_000"},
+            data={"params": json.dumps(params)},
+            timeout=60,
+        )
 
-    for model, params in (("xflow", {"instruction": "effusion"}),
-                          ("xflow_revise", {"finding": "edema", "foreground": [[10, 10, 0]]})):
+    for model, params in (
+        ("xflow", {"instruction": "effusion"}),
+        ("xflow_revise", {"finding": "edema", "foreground": [[10, 10, 0]]}),
+    ):
         r = infer(model, params)
         assert r.status_code == 503 and "No XFlow weights are configured" in r.json()["detail"]
     r = infer("xflow", {"instruction": "segment the pneumothorax"})

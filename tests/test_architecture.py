@@ -14,7 +14,13 @@ PACKAGE = Path(monailabel_xflow.__file__).parent
 
 LAYERS = {
     # 0 vocabulary, coordinates, pictures, metrics, where weights come from
-    "vocabulary": 0, "geometry": 0, "rle": 0, "metrics": 0, "rendering": 0, "weights": 0, "errors": 0,
+    "vocabulary": 0,
+    "geometry": 0,
+    "rle": 0,
+    "metrics": 0,
+    "rendering": 0,
+    "weights": 0,
+    "errors": 0,
     "transforms": 1,  # loading one radiograph
     "instructions": 2,  # language -> Instruction
     "data": 3,  # phantoms, the MIMIC-ILS format, dataset readers
@@ -23,9 +29,11 @@ LAYERS = {
     "workflow": 6,  # XFlow: Stage 1, the Stage 2 loop, traces, model configuration
     "training": 7,
     "rosalia": 8,  # the baseline (model, predictor, its training)
-    "eval": 9, "ils": 9,
+    "eval": 9,
+    "ils": 9,
     "app": 10,  # MONAI Label tasks
-    "commands": 11, "cli": 11,
+    "commands": 11,
+    "cli": 11,
     "testing": 12,  # test doubles: nothing in the package imports them
 }
 """Rank of each top-level module or subpackage; a module may import only ranks <= its own."""
@@ -78,7 +86,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         stack.pop()
@@ -106,16 +114,23 @@ def test_no_import_cycles():
 
 
 def test_no_module_imports_a_higher_layer():
-    upward = [f"{a} ({layer_of(a)}) -> {b} ({layer_of(b)})"
-              for a, targets in import_graph().items() if a != "monailabel_xflow"
-              for b in targets if layer_of(b) > layer_of(a)]
+    upward = [
+        f"{a} ({layer_of(a)}) -> {b} ({layer_of(b)})"
+        for a, targets in import_graph().items()
+        if a != "monailabel_xflow"
+        for b in targets
+        if layer_of(b) > layer_of(a)
+    ]
     assert not upward, "\n".join(upward)
 
 
-@pytest.mark.parametrize("graph, expected", [
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
-    ({"a": {"b"}, "b": {"c"}, "c": set()}, None),
-])
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, None),
+    ],
+)
 def test_find_cycle_sees_a_cycle_through_three_modules(graph, expected):
     assert find_cycle(graph) == expected
 

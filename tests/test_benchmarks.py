@@ -38,8 +38,10 @@ FIGURES = {
     "bench_server.py": [r'"xflow_revise_round_trip": \{\s*"p50_ms": ([\d.]+)', r"app overhead p50 ([\d.]+) ms"],
     "bench_server_bounds.py": [r'"revise_idle_p50_ms": ([\d.]+)', r'"ratio_while_scoring_vs_idle": ([\d.]+)'],
     "bench_transforms.py": [r"00000129_000\.png\s+[\d.]+\s+[\d.]+\s+([\d.]+)", r"dx\.dcm\s+([\d.]+)"],
-    "bench_workflow.py": [r"segmenter encode \(set_image\)\s+([\d.]+)",
-                          r"XFlow\.run, one finding \(end to end, new image\)\s+([\d.]+)"],
+    "bench_workflow.py": [
+        r"segmenter encode \(set_image\)\s+([\d.]+)",
+        r"XFlow\.run, one finding \(end to end, new image\)\s+([\d.]+)",
+    ],
 }
 # Something every run must also print; a failed request or a missing stage shows here.
 ALSO = {
@@ -51,16 +53,27 @@ ALSO = {
 
 def _run(script: str) -> tuple[subprocess.CompletedProcess, float]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), "--smoke"], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, cwd=BENCHMARKS.parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=BENCHMARKS.parent,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     return proc, time.perf_counter() - start
 
 
 @pytest.fixture(scope="module")
 def smoke_runs(request):
     """``{script: Future[(CompletedProcess, seconds)]}`` for the scripts this session selected."""
-    wanted = sorted({item.callspec.params["script"] for item in request.session.items
-                     if item.module is request.module and hasattr(item, "callspec")})
+    wanted = sorted(
+        {
+            item.callspec.params["script"]
+            for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec")
+        }
+    )
     pool = ThreadPoolExecutor(max_workers=2)
     futures: dict[str, Future] = {s: pool.submit(_run, s) for s in wanted}
     yield futures

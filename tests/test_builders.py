@@ -18,7 +18,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "sample-data"
 
 @pytest.fixture(scope="module")
 def cases():
-    result = read_mimic_ils(SAMPLE / "ground-truth" / "mimic_ils.json", split="train", kinds=("basic", "global", "lesion_inference"))
+    result = read_mimic_ils(
+        SAMPLE / "ground-truth" / "mimic_ils.json", split="train", kinds=("basic", "global", "lesion_inference")
+    )
     assert result.cases and not result.problems
     return result.cases
 

@@ -26,8 +26,13 @@ def test_verdicts_from_zones_expand_to_lungs_and_chest():
     assert v[("img", "effusion", "left lung")] is True and v[("img", "effusion", "right lung")] is False
     assert v[("img", "effusion", "left lung base")] is True and v[("img", "effusion", "left mid zone lung")] is False
     whole = verdicts_from_zones("img", "edema", ["right lung"])
-    assert sum(whole[("img", "edema", z)] for z in ("right apical zone lung", "right upper zone lung",
-                                                     "right mid zone lung", "right lung base")) == 4
+    assert (
+        sum(
+            whole[("img", "edema", z)]
+            for z in ("right apical zone lung", "right upper zone lung", "right mid zone lung", "right lung base")
+        )
+        == 4
+    )
     assert verdicts_from_zones("img", "cardiomegaly", [], present=True) == {("img", "cardiomegaly", CHEST): True}
     absent = verdicts_from_zones("img", "edema", [])
     assert not any(absent.values())

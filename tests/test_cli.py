@@ -9,9 +9,11 @@ from monailabel_xflow.cli import main
 
 
 def test_package_import_is_cheap():
-    code = ("import sys, monailabel_xflow, monailabel_xflow.cli as c; c.build_parser(); "
-            "heavy = [m for m in ('torch', 'monai', 'monailabel', 'transformers') if m in sys.modules]; "
-            "print(','.join(heavy))")
+    code = (
+        "import sys, monailabel_xflow, monailabel_xflow.cli as c; c.build_parser(); "
+        "heavy = [m for m in ('torch', 'monai', 'monailabel', 'transformers') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
@@ -19,8 +21,15 @@ def test_package_import_is_cheap():
 def test_instruction_prints_canonical_json(capsys):
     assert main(["instruction", "is there fluid on the left?"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert got == [{"instruction": "Segment the effusion in the left lung.", "finding": "effusion",
-                    "regions": ["left lung"], "level": "lung", "kind": "basic"}]
+    assert got == [
+        {
+            "instruction": "Segment the effusion in the left lung.",
+            "finding": "effusion",
+            "regions": ["left lung"],
+            "level": "lung",
+            "kind": "basic",
+        }
+    ]
 
 
 def test_instruction_error_exits_2(capsys):

@@ -53,6 +53,7 @@ def radiograph(seed: int = 0) -> np.ndarray:
 
 # --- segmenters -----------------------------------------------------------------------------
 
+
 class _OfficialModelStandIn:
     """What ``OfficialSam3Segmenter`` calls on the ``sam3`` model: ``predict_inst`` answering
     the box (in original-image pixels, as the official predictor takes them) as a rectangle,
@@ -64,7 +65,7 @@ class _OfficialModelStandIn:
         m = 3 if multimask_output else 1
         logits = np.full((len(box), m, h, w), -4.0, np.float32)
         for i, (x1, y1, x2, y2) in enumerate(box):
-            logits[i, :, int(round(y1)):int(round(y2)), int(round(x1)):int(round(x2))] = 4.0
+            logits[i, :, int(round(y1)) : int(round(y2)), int(round(x1)) : int(round(x2))] = 4.0
         iou = np.tile(np.linspace(0.5, 0.9, m, dtype=np.float32), (len(box), 1))
         low = np.zeros((len(box), m, 256, 256), np.float32)
         if len(box) == 1:
@@ -145,9 +146,16 @@ class TestSegmenterContract:
         np.testing.assert_array_equal(mask, box_to_mask(BOX, (H, W)))
         assert mask[H - 1, W // 2] and not mask[0, W // 2] and not mask[H - 1, 0]
 
-    @pytest.mark.parametrize("bad", [np.zeros((H, W, 4), np.float32), np.full((H, W), 2.0, np.float32),
-                                     np.full((H, W), np.nan, np.float32), np.zeros((1, 1), np.float32),
-                                     np.zeros((H, W), np.int32)])
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            np.zeros((H, W, 4), np.float32),
+            np.full((H, W), 2.0, np.float32),
+            np.full((H, W), np.nan, np.float32),
+            np.zeros((1, 1), np.float32),
+            np.zeros((H, W), np.int32),
+        ],
+    )
     def test_bad_images(self, segmenter, bad):
         with pytest.raises(SegmenterInputError):
             segmenter[1].set_image(bad)
@@ -156,16 +164,19 @@ class TestSegmenterContract:
         with pytest.raises(RuntimeError, match="set_image"):
             segmenter[1].predict([BOX])
 
-    @pytest.mark.parametrize("kwargs, error, match", [
-        ({"boxes": [(0.5, 0.5, 0.2, 0.9)]}, GeometryError, "not ordered"),
-        ({"boxes": [(0.1, 0.1, 1.5, 0.9)]}, GeometryError, "normalised"),
-        ({"boxes": [(0.1, 0.1, 0.5)]}, GeometryError, "4 values"),
-        ({"boxes": [BOX], "clicks": [[Click(True, 1.2, 0.5)]]}, GeometryError, "outside the image"),
-        ({"boxes": [BOX, BOX], "clicks": [[]]}, SegmenterInputError, "one list per box"),
-        ({"boxes": [], "clicks": [[Click(True, 0.5, 0.5)]]}, SegmenterInputError, "without boxes"),
-        ({"boxes": [BOX], "previous": np.zeros((2, 1, 8, 8), np.float32)}, SegmenterInputError, "previous"),
-        ({"boxes": [BOX], "previous": np.full((1, 1, 8, 8), np.nan, np.float32)}, SegmenterInputError, "NaN"),
-    ])
+    @pytest.mark.parametrize(
+        "kwargs, error, match",
+        [
+            ({"boxes": [(0.5, 0.5, 0.2, 0.9)]}, GeometryError, "not ordered"),
+            ({"boxes": [(0.1, 0.1, 1.5, 0.9)]}, GeometryError, "normalised"),
+            ({"boxes": [(0.1, 0.1, 0.5)]}, GeometryError, "4 values"),
+            ({"boxes": [BOX], "clicks": [[Click(True, 1.2, 0.5)]]}, GeometryError, "outside the image"),
+            ({"boxes": [BOX, BOX], "clicks": [[]]}, SegmenterInputError, "one list per box"),
+            ({"boxes": [], "clicks": [[Click(True, 0.5, 0.5)]]}, SegmenterInputError, "without boxes"),
+            ({"boxes": [BOX], "previous": np.zeros((2, 1, 8, 8), np.float32)}, SegmenterInputError, "previous"),
+            ({"boxes": [BOX], "previous": np.full((1, 1, 8, 8), np.nan, np.float32)}, SegmenterInputError, "NaN"),
+        ],
+    )
     def test_bad_prompts(self, segmenter, kwargs, error, match):
         _, seg = segmenter
         seg.set_image(radiograph())
@@ -224,8 +235,9 @@ def tiny_policy(tiny_vlm):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield VLMPolicy.from_pretrained(tiny_vlm.base, tiny_vlm.init, tiny_vlm.rev, device="cpu",
-                                    generation=GenerationSettings(max_new_tokens=6))
+    yield VLMPolicy.from_pretrained(
+        tiny_vlm.base, tiny_vlm.init, tiny_vlm.rev, device="cpu", generation=GenerationSettings(max_new_tokens=6)
+    )
     torch.set_num_threads(threads)
 
 
@@ -266,7 +278,7 @@ class TestPolicyContract:
         assert isinstance(session, RevisionSession)
         raw = session.step(state())
         assert isinstance(raw, Stage2Action) == (name == "oracle-exact")
-        assert isinstance(raw, str) or isinstance(raw, Stage2Action)
+        assert isinstance(raw, (str, Stage2Action))
         click, action, _ = read_action(raw)
         assert action in ("click", "stop", "malformed")
         if click is not None:

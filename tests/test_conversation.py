@@ -23,8 +23,9 @@ from monailabel_xflow.transforms import load_cxr
 def tiny(tiny_vlm):
     from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
 
-    return VLMPolicy.from_pretrained(tiny_vlm.base, device="cpu", generation=GenerationSettings(max_new_tokens=8),
-                                     reuse_cache=False)
+    return VLMPolicy.from_pretrained(
+        tiny_vlm.base, device="cpu", generation=GenerationSettings(max_new_tokens=8), reuse_cache=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +55,14 @@ def test_rev_sft_ids_are_the_ids_inference_feeds_the_model_turn_by_turn(tiny, ca
     case, mask = _one_component_case(cases)
     # a strict τ and loose boxes: the oracle clicks before it stops
     clicker = OracleClicker(tau=0.99, box_noise=0.3)
-    report = build("rev-sft", [case], tmp_path, segmenter=ScriptedSegmenter(mask, positive_radius_px=8),
-                   clicker=clicker, progress=False)
+    report = build(
+        "rev-sft",
+        [case],
+        tmp_path,
+        segmenter=ScriptedSegmenter(mask, positive_radius_px=8),
+        clicker=clicker,
+        progress=False,
+    )
     assert report.rows == 1, report.rejected
     row = load_built(tmp_path)[0]
     assert len(row["targets"]) >= 2, "the trajectory should click at least once"

@@ -27,8 +27,17 @@ def save_png(path, array):
 
 
 def pair(pair_id, text, kind, target, location, mask=None):
-    return {"pair_id": pair_id, "instruction": text, "answer": "", "type": kind, "target": target,
-            "location": location, "sent_idx": 0, "seg": mask is not None, "seg_mask_path": mask}
+    return {
+        "pair_id": pair_id,
+        "instruction": text,
+        "answer": "",
+        "type": kind,
+        "target": target,
+        "location": location,
+        "sent_idx": 0,
+        "seg": mask is not None,
+        "seg_mask_path": mask,
+    }
 
 
 def build_mimic(tmp_path):
@@ -43,15 +52,45 @@ def build_mimic(tmp_path):
         "train": {},
         "test": {
             "s1": {
-                "subject_id": "10", "dicom_id": "img1", "image_path": "files/p10/s1/img1.jpg",
-                "section_name": "findings", "section_content": "Left effusion.",
+                "subject_id": "10",
+                "dicom_id": "img1",
+                "image_path": "files/p10/s1/img1.jpg",
+                "section_name": "findings",
+                "section_content": "Left effusion.",
                 "instruction_answer_pairs": {
                     "positive_pairs": [
-                        pair("s1_000", "Segment the effusion.", "global", "effusion", ["left lung base"], "s1/effusion_left.png"),
-                        pair("s1_001", "Segment the effusion in the left lung.", "basic", "effusion", ["left lung"], "s1/effusion_left.png"),
-                        pair("s1_002", "Segment the effusion in the left lung base.", "basic", "effusion", ["left lung base"], "s1/missing.png"),
-                        pair("s1_003", "Segment the opacity in the left lung base and predict its type.",
-                             "lesion_inference", "pneumonia", ["left lung base"], "s1/effusion_left.png"),
+                        pair(
+                            "s1_000",
+                            "Segment the effusion.",
+                            "global",
+                            "effusion",
+                            ["left lung base"],
+                            "s1/effusion_left.png",
+                        ),
+                        pair(
+                            "s1_001",
+                            "Segment the effusion in the left lung.",
+                            "basic",
+                            "effusion",
+                            ["left lung"],
+                            "s1/effusion_left.png",
+                        ),
+                        pair(
+                            "s1_002",
+                            "Segment the effusion in the left lung base.",
+                            "basic",
+                            "effusion",
+                            ["left lung base"],
+                            "s1/missing.png",
+                        ),
+                        pair(
+                            "s1_003",
+                            "Segment the opacity in the left lung base and predict its type.",
+                            "lesion_inference",
+                            "pneumonia",
+                            ["left lung base"],
+                            "s1/effusion_left.png",
+                        ),
                     ],
                     "negative_pairs": [
                         pair("s1_004", "Segment the edema in the right lung.", "basic", "edema", ["right lung"]),
@@ -59,8 +98,12 @@ def build_mimic(tmp_path):
                     ],
                 },
             },
-            "s2": {"subject_id": "11", "dicom_id": "img2", "image_path": "files/p11/s2/img2.jpg",
-                   "instruction_answer_pairs": {"positive_pairs": [], "negative_pairs": []}},
+            "s2": {
+                "subject_id": "11",
+                "dicom_id": "img2",
+                "image_path": "files/p11/s2/img2.jpg",
+                "instruction_answer_pairs": {"positive_pairs": [], "negative_pairs": []},
+            },
         },
     }
     path = gt / "mimic_ils.json"
@@ -134,7 +177,14 @@ def test_chexlocalize_maps_findings_and_empty_rle_is_negative(tmp_path):
     assert not opa.positive and opa.load_mask() is None
     assert result.skipped == {"pathology Support Devices": 1}
     assert len(result.problems) == 2  # bad RLE, missing image
-    assert set(CHEXLOCALIZE_FINDINGS.values()) == {"opacity", "atelectasis", "cardiomegaly", "consolidation", "edema", "effusion"}
+    assert set(CHEXLOCALIZE_FINDINGS.values()) == {
+        "opacity",
+        "atelectasis",
+        "cardiomegaly",
+        "consolidation",
+        "edema",
+        "effusion",
+    }
     assert len(read_dataset(f"chexlocalize:{path}:{root}").cases) == 3
 
 
@@ -166,9 +216,7 @@ def test_folder_format(tmp_path):
 
 def test_duplicate_case_ids_are_reported(tmp_path):
     save_png(tmp_path / "a.png", np.zeros((4, 4), np.uint8))
-    (tmp_path / "instructions.csv").write_text(
-        "image,mask,instruction\na.png,,Segment the edema.\na.png,,edema\n"
-    )
+    (tmp_path / "instructions.csv").write_text("image,mask,instruction\na.png,,Segment the edema.\na.png,,edema\n")
     result = read_folder(tmp_path)
     assert result.cases == [] and "duplicate" in result.problems[0]
 

@@ -47,10 +47,19 @@ def test_notice_names_the_demo_and_says_it_is_not_clinical():
 def test_committed_demo_is_small_and_complete():
     files = [p for p in DEMO_DIR.rglob("*") if p.is_file()]
     assert sum(p.stat().st_size for p in files) <= 25 * 2**20
-    for rel in ("base/config.json", "base/model.safetensors", "base/tokenizer.json",
-                "init/adapter_config.json", "init/adapter_model.safetensors",
-                "rev/adapter_config.json", "rev/adapter_model.safetensors",
-                "segmenter/config.json", "segmenter/model.safetensors", "models-stage1.yaml", "README.md"):
+    for rel in (
+        "base/config.json",
+        "base/model.safetensors",
+        "base/tokenizer.json",
+        "init/adapter_config.json",
+        "init/adapter_model.safetensors",
+        "rev/adapter_config.json",
+        "rev/adapter_model.safetensors",
+        "segmenter/config.json",
+        "segmenter/model.safetensors",
+        "models-stage1.yaml",
+        "README.md",
+    ):
         assert (DEMO_DIR / rel).is_file(), rel
     assert "not for clinical images" in (DEMO_DIR / "README.md").read_text()
 
@@ -97,7 +106,9 @@ def test_segment_cli_uses_the_demo_by_default(tmp_path, monkeypatch):
 
     for key in [k for k in os.environ if k.startswith("XFLOW_")]:
         monkeypatch.delenv(key)
-    rc = main(["segment", str(_sample_image()), "--instruction", "Segment the pneumonia.", "--out", str(tmp_path / "o"), "-q"])
+    rc = main(
+        ["segment", str(_sample_image()), "--instruction", "Segment the pneumonia.", "--out", str(tmp_path / "o"), "-q"]
+    )
     assert rc == 0
     assert any(tmp_path.joinpath("o").rglob("*.png"))
 
@@ -110,8 +121,20 @@ def quick_model(tmp_path_factory):
     from monailabel_xflow.training.demo import main
 
     out = tmp_path_factory.mktemp("demo")
-    rc = main(["--quick", "--out", str(out), "--no-progress", "--set", "rl_steps_rev=0", "--set", "rev_components=2",
-               "--set", "seg_eval=1"])
+    rc = main(
+        [
+            "--quick",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--set",
+            "rl_steps_rev=0",
+            "--set",
+            "rev_components=2",
+            "--set",
+            "seg_eval=1",
+        ]
+    )
     assert rc == 0
     return out / "model"
 
@@ -120,8 +143,16 @@ def test_quick_recipe_writes_a_loadable_model(quick_model):
     from monailabel_xflow.transforms import load_cxr
     from monailabel_xflow.workflow.xflow import XFlow
 
-    for rel in ("models.yaml", "models-stage1.yaml", "recipe.json", "README.md", "base/config.json",
-                "init/adapter_config.json", "rev/adapter_config.json", "segmenter/config.json"):
+    for rel in (
+        "models.yaml",
+        "models-stage1.yaml",
+        "recipe.json",
+        "README.md",
+        "base/config.json",
+        "init/adapter_config.json",
+        "rev/adapter_config.json",
+        "segmenter/config.json",
+    ):
         assert (quick_model / rel).is_file(), rel
     info = json.loads((quick_model / "recipe.json").read_text())
     assert set(info["phases_seconds"]) >= {"init-sft", "rev-sft", "init-rl", "total"}
@@ -206,7 +237,8 @@ def test_app_serves_the_demo_through_the_client(tmp_path):
         assert info["xflow_models"]["configured"] and info["xflow_models"]["source"] == "demo"
         assert DEMO_NOTICE in json.dumps(info)
         label, params = server.client(tmp_path).infer(
-            "xflow", _sample_image().stem, {"instruction": "Segment the effusion in the left lung."})
+            "xflow", _sample_image().stem, {"instruction": "Segment the effusion in the left lung."}
+        )
         assert Path(label).is_file()
         assert isinstance(params["answer"], str) and params["answer"].endswith(".")
         assert DEMO_NOTICE in server.proc.tail(200_000)
@@ -220,16 +252,25 @@ def test_presence_is_balanced_within_each_level_and_finding():
 
     from monailabel_xflow.training.demo import balanced_presence
 
-    rows = Dataset.from_dict({
-        "positive": [True] * 2 + [False] * 8 + [True] * 3 + [False] * 3 + [False] * 4,
-        "level": ["chest"] * 10 + ["lung"] * 6 + ["zone"] * 4,
-        "finding": ["edema"] * 20,
-        "i": list(range(20)),
-    })
+    rows = Dataset.from_dict(
+        {
+            "positive": [True] * 2 + [False] * 8 + [True] * 3 + [False] * 3 + [False] * 4,
+            "level": ["chest"] * 10 + ["lung"] * 6 + ["zone"] * 4,
+            "finding": ["edema"] * 20,
+            "i": list(range(20)),
+        }
+    )
     counts = Counter(zip(balanced_presence(rows, 0)["level"], balanced_presence(rows, 0)["positive"], strict=True))
-    assert counts == {("chest", True): 8, ("chest", False): 8, ("lung", True): 3, ("lung", False): 3,
-                      ("zone", False): 4}
-    pooled = Counter(zip(balanced_presence(rows, 0, by=())["level"], balanced_presence(rows, 0, by=())["positive"], strict=True))
+    assert counts == {
+        ("chest", True): 8,
+        ("chest", False): 8,
+        ("lung", True): 3,
+        ("lung", False): 3,
+        ("zone", False): 4,
+    }
+    pooled = Counter(
+        zip(balanced_presence(rows, 0, by=())["level"], balanced_presence(rows, 0, by=())["positive"], strict=True)
+    )
     assert pooled[("lung", True)] > pooled[("lung", False)]  # what stratifying corrects
     assert set(balanced_presence(rows, 0)["i"]) == set(range(20))  # every row kept
 
@@ -240,15 +281,35 @@ def test_recipe_reuses_trained_parts(quick_model, tmp_path):
 
     from monailabel_xflow.training.demo import main
 
-    rc = main(["--quick", "--out", str(tmp_path), "--no-progress", "--set", "rl_steps_init=0",
-               "--set", f"segmenter_from={quick_model / 'segmenter'}", "--set", f"init_from={quick_model / 'init'}",
-               "--set", f"rev_from={quick_model / 'rev'}", "--set", "parallel=false", "--set", "threads=1"])
+    rc = main(
+        [
+            "--quick",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--set",
+            "rl_steps_init=0",
+            "--set",
+            f"segmenter_from={quick_model / 'segmenter'}",
+            "--set",
+            f"init_from={quick_model / 'init'}",
+            "--set",
+            f"rev_from={quick_model / 'rev'}",
+            "--set",
+            "parallel=false",
+            "--set",
+            "threads=1",
+        ]
+    )
     assert rc == 0
     model = tmp_path / "model"
     for rel in ("segmenter/model.safetensors", "rev/adapter_model.safetensors"):
         a, b = load_file(str(model / rel)), load_file(str(quick_model / rel))
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), rel
-    a, b = load_file(str(model / "init/adapter_model.safetensors")), load_file(str(quick_model / "init/adapter_model.safetensors"))
+    a, b = (
+        load_file(str(model / "init/adapter_model.safetensors")),
+        load_file(str(quick_model / "init/adapter_model.safetensors")),
+    )
     assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # trained further
     info = json.loads((model / "recipe.json").read_text())
     assert info["segmenter"]["reused_from"] == str(quick_model / "segmenter")
@@ -265,16 +326,43 @@ def test_recipe_fine_tunes_only_f_seg_when_asked(quick_model, tmp_path):
 
     from monailabel_xflow.training.demo import main
 
-    rc = main(["--quick", "--out", str(tmp_path), "--no-progress", "--set", f"seg_init_from={quick_model / 'segmenter'}",
-               "--set", "seg_revision_clicks=2", "--set", "seg_revision_prob=1.0", "--set", "seg_eval=1",
-               "--set", f"init_from={quick_model / 'init'}", "--set", "init_sft_steps=0", "--set", "rl_steps_init=0",
-               "--set", f"rev_from={quick_model / 'rev'}", "--set", "parallel=false", "--set", "threads=1"])
+    rc = main(
+        [
+            "--quick",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+            "--set",
+            f"seg_init_from={quick_model / 'segmenter'}",
+            "--set",
+            "seg_revision_clicks=2",
+            "--set",
+            "seg_revision_prob=1.0",
+            "--set",
+            "seg_eval=1",
+            "--set",
+            f"init_from={quick_model / 'init'}",
+            "--set",
+            "init_sft_steps=0",
+            "--set",
+            "rl_steps_init=0",
+            "--set",
+            f"rev_from={quick_model / 'rev'}",
+            "--set",
+            "parallel=false",
+            "--set",
+            "threads=1",
+        ]
+    )
     assert rc == 0
     model = tmp_path / "model"
     for rel in ("init/adapter_model.safetensors", "rev/adapter_model.safetensors"):
         a, b = load_file(str(model / rel)), load_file(str(quick_model / rel))
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), rel
-    a, b = load_file(str(model / "segmenter/model.safetensors")), load_file(str(quick_model / "segmenter/model.safetensors"))
+    a, b = (
+        load_file(str(model / "segmenter/model.safetensors")),
+        load_file(str(quick_model / "segmenter/model.safetensors")),
+    )
     assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # F_seg trained further
     info = json.loads((model / "recipe.json").read_text())
     assert "init-sft" not in info["done"] and info["recipe"]["seg_revision_clicks"] == 2
@@ -287,8 +375,12 @@ def test_balanced_revisions_caps_stop_only_trajectories_and_keeps_every_clicking
 
     stop = "<think>The mask fits the lesion.</think><stop/>"
     click = "<think>Missed part.</think><click>+ 500 500</click>"
-    rows = Dataset.from_dict({"case_id": [f"c{k}" for k in range(10)],
-                              "targets": [[stop]] * 7 + [[click, stop], [click, click, stop], [click, stop]]})
+    rows = Dataset.from_dict(
+        {
+            "case_id": [f"c{k}" for k in range(10)],
+            "targets": [[stop]] * 7 + [[click, stop], [click, click, stop], [click, stop]],
+        }
+    )
     kept = balanced_revisions(rows, 1.0, seed=0)
     turns = [len(t) for t in kept["targets"]]
     assert sorted(turns) == [1, 1, 1, 2, 2, 3]  # all 3 clicking, 3 of the 7 stop-only

@@ -18,13 +18,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 REF = re.compile(r"(?<![\w/.-])monailabel_xflow(?:\.[A-Za-z_]\w*)+(?![\w-])")
 
-# (file, reference) pairs known stale in folders other branches are rewriting (issue 28: app/ and
-# transforms/). Each entry must still be there and still be stale: fix the reference, then remove
-# its entry. Empty this after those branches land.
-KNOWN_STALE = {
-    ("monailabel_xflow/app/train.py", "monailabel_xflow.segmenter.sam3.load_segmenter"):
-        "now monailabel_xflow.segmenter.loading.load_segmenter; app/ is being restructured elsewhere",
-}
+# (file, reference) pairs allowed to stay stale for a while (e.g. while another branch rewrites
+# their folder). Each entry must still be there and still be stale: fix the reference, then
+# remove its entry. Empty since the issue 28 branches landed.
+KNOWN_STALE: dict[tuple[str, str], str] = {}
 
 
 def _files() -> list[Path]:
@@ -78,14 +75,17 @@ def test_scan_finds_references():
     assert not any(r.endswith(".") for r in refs)
 
 
-@pytest.mark.parametrize("ref, ok", [
-    ("monailabel_xflow.geometry", True),  # a module
-    ("monailabel_xflow.geometry.connected_components", True),  # a function
-    ("monailabel_xflow.segmenter.base.PromptableSegmenter.predict", True),  # a method
-    ("monailabel_xflow.geometry.no_such_name", False),
-    ("monailabel_xflow.no_such_module.thing", False),
-    ("monailabel_xflow.segmenter.sam3.load_segmenter", False),  # moved to segmenter.loading
-])
+@pytest.mark.parametrize(
+    "ref, ok",
+    [
+        ("monailabel_xflow.geometry", True),  # a module
+        ("monailabel_xflow.geometry.connected_components", True),  # a function
+        ("monailabel_xflow.segmenter.base.PromptableSegmenter.predict", True),  # a method
+        ("monailabel_xflow.geometry.no_such_name", False),
+        ("monailabel_xflow.no_such_module.thing", False),
+        ("monailabel_xflow.segmenter.sam3.load_segmenter", False),  # moved to segmenter.loading
+    ],
+)
 def test_resolver(ref, ok):
     assert resolves(ref) is ok
 
@@ -93,7 +93,8 @@ def test_resolver(ref, ok):
 def test_every_reference_resolves(stale):
     unexpected = {k: n for k, n in stale.items() if k not in KNOWN_STALE}
     assert not unexpected, "references to names that do not exist:\n" + "\n".join(
-        f"  {f}: {r} (x{n})" for (f, r), n in sorted(unexpected.items()))
+        f"  {f}: {r} (x{n})" for (f, r), n in sorted(unexpected.items())
+    )
 
 
 def test_known_stale_entries_are_still_stale(stale):

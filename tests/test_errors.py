@@ -46,18 +46,21 @@ def test_every_error_class_has_a_documented_meaning():
     assert plain == ["EvaluationError", "XFlowError"], plain
 
 
-@pytest.mark.parametrize("module, name, status", [
-    ("monailabel_xflow.transforms.loading", "CXRLoadError", 400),
-    ("monailabel_xflow.app.errors", "UnsafeIdError", 400),
-    ("monailabel_xflow.app.errors", "ImageNotFoundError", 404),
-    ("monailabel_xflow.app.errors", "RequestTooLargeError", 413),
-    ("monailabel_xflow.app.errors", "RequestError", 422),
-    ("monailabel_xflow.instructions", "InstructionError", 422),
-    ("monailabel_xflow.geometry", "GeometryError", 422),
-    ("monailabel_xflow.workflow.xflow", "WorkflowError", 422),
-    ("monailabel_xflow.app.errors", "ModelsNotConfiguredError", 503),
-    ("monailabel_xflow.workflow.model_config", "ModelConfigError", 503),
-])
+@pytest.mark.parametrize(
+    "module, name, status",
+    [
+        ("monailabel_xflow.transforms.loading", "CXRLoadError", 400),
+        ("monailabel_xflow.app.errors", "UnsafeIdError", 400),
+        ("monailabel_xflow.app.errors", "ImageNotFoundError", 404),
+        ("monailabel_xflow.app.errors", "RequestTooLargeError", 413),
+        ("monailabel_xflow.app.errors", "RequestError", 422),
+        ("monailabel_xflow.instructions", "InstructionError", 422),
+        ("monailabel_xflow.geometry", "GeometryError", 422),
+        ("monailabel_xflow.workflow.xflow", "WorkflowError", 422),
+        ("monailabel_xflow.app.errors", "ModelsNotConfiguredError", 503),
+        ("monailabel_xflow.workflow.model_config", "ModelConfigError", 503),
+    ],
+)
 def test_the_app_answers_by_base_class(module, name, status):
     from monailabel_xflow.app.errors import status_of
 
@@ -82,7 +85,9 @@ def test_a_new_error_class_gets_its_status_from_its_base_without_registration():
 def test_the_bases_keep_the_builtin_types_callers_catch():
     assert issubclass(InputError, ValueError) and issubclass(UnavailableError, RuntimeError)
     assert issubclass(NotFoundError, LookupError)
-    assert {BadRequestError, NotFoundError, TooLargeError} <= {c for c in errors.HTTP_STATUS if issubclass(c, InputError)}
+    assert {BadRequestError, NotFoundError, TooLargeError} <= {
+        c for c in errors.HTTP_STATUS if issubclass(c, InputError)
+    }
 
 
 def test_monai_labels_unknown_image_is_a_404():

@@ -175,12 +175,16 @@ def test_cli_with_saved_predictions(tmp_path, capsys):
     assert report["n_scored"] == 5 and report["levels"]["chest"]["giou"] == 1.0
     # supply the missing mask: the predictions changed, so the rerun scores them again
     Image.fromarray(np.zeros((SIZE, SIZE), np.uint8)).save(preds / f"{cases[-1].case_id}.png")
-    assert main(["eval", "--dataset", f"folder:{data}", "--predictions", str(preds), "--out", str(out), "--no-plots"]) == 0
+    assert (
+        main(["eval", "--dataset", f"folder:{data}", "--predictions", str(preds), "--out", str(out), "--no-plots"]) == 0
+    )
     assert json.loads((out / "report.json").read_text())["n_scored"] == 6
     # a rewritten prediction is scored anew, not read back from results.jsonl
     chest = next(c for c in cases if c.level == "chest" and c.positive)
     Image.fromarray(np.zeros((SIZE, SIZE), np.uint8)).save(preds / f"{chest.case_id}.png")
-    assert main(["eval", "--dataset", f"folder:{data}", "--predictions", str(preds), "--out", str(out), "--no-plots"]) == 0
+    assert (
+        main(["eval", "--dataset", f"folder:{data}", "--predictions", str(preds), "--out", str(out), "--no-plots"]) == 0
+    )
     assert json.loads((out / "report.json").read_text())["levels"]["chest"]["giou"] == 0.0
 
 
@@ -230,7 +234,20 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, monkeypatch):
     data = build_folder(tmp_path)
     assert main(["eval", "--dataset", "nonsense:x", "--predictions", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "bad dataset spec" in capsys.readouterr().err
-    assert main(["eval", "--dataset", f"folder:{data}", "--predictions", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--dataset",
+                f"folder:{data}",
+                "--predictions",
+                str(tmp_path / "none"),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     # --model without the workflow module: a clear message, exit 2
     monkeypatch.setitem(sys.modules, "monailabel_xflow.workflow.xflow", None)
     assert main(["eval", "--dataset", f"folder:{data}", "--model", "cfg.yaml", "--out", str(tmp_path / "o")]) == 2
@@ -281,8 +298,19 @@ def test_cli_model_hook_uses_workflow(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "monailabel_xflow.workflow.xflow", fake)
     monkeypatch.setattr(loading, "load_cxr", lambda path: (np.zeros((SIZE, SIZE), np.float32), {}))
     out = tmp_path / "out"
-    status = main(["eval", "--dataset", f"folder:{data}", "--model", "my.yaml", "--out", str(out),
-                   "--save-predictions", "--no-plots"])
+    status = main(
+        [
+            "eval",
+            "--dataset",
+            f"folder:{data}",
+            "--model",
+            "my.yaml",
+            "--out",
+            str(out),
+            "--save-predictions",
+            "--no-plots",
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     assert seen["config"] == "my.yaml" and len(seen["instructions"]) == 6
     assert len(list((out / "predictions").glob("*.png"))) == 6

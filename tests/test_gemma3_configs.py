@@ -59,9 +59,14 @@ def test_gemma_ids_and_attributes(tok):
 
 def test_protocol_text_round_trips_through_decode(tok):
     """Policies return decode(skip_special_tokens=True): tags must survive, specials must not."""
-    s1 = format_stage1(Stage1Output(
-        lungs=[BoxRef("right lung", (0.1, 0.2, 0.45, 0.9)), BoxRef("left lung", (0.55, 0.2, 0.9, 0.88))],
-        present=True, lesions=[BoxRef("effusion", (0.6, 0.7, 0.9, 0.88))], think="fluid at the base"))
+    s1 = format_stage1(
+        Stage1Output(
+            lungs=[BoxRef("right lung", (0.1, 0.2, 0.45, 0.9)), BoxRef("left lung", (0.55, 0.2, 0.9, 0.88))],
+            present=True,
+            lesions=[BoxRef("effusion", (0.6, 0.7, 0.9, 0.88))],
+            think="fluid at the base",
+        )
+    )
     s2 = format_stage2(Stage2Action(Click(False, 0.5, 0.25), "too big"))
     for text in (s1, s2, format_stage2(Stage2Action(None))):
         ids = tok.encode(text + "<end_of_turn>", add_special_tokens=False)
@@ -139,10 +144,14 @@ def test_saved_model_loads_back_with_random_projection_and_eos(tiny_vlm):
     proj = model.model.multi_modal_projector.mm_input_projection_weight
     assert float(proj.detach().abs().mean()) > 1e-3
     assert list(model.generation_config.eos_token_id) == [
-        tok.convert_tokens_to_ids("<eos>"), tok.convert_tokens_to_ids("<end_of_turn>")]
+        tok.convert_tokens_to_ids("<eos>"),
+        tok.convert_tokens_to_ids("<end_of_turn>"),
+    ]
     assert torch.equal(
         model.model.multi_modal_projector.mm_input_projection_weight,
-        AutoModelForImageTextToText.from_pretrained(tiny_vlm.base).model.multi_modal_projector.mm_input_projection_weight,
+        AutoModelForImageTextToText.from_pretrained(
+            tiny_vlm.base
+        ).model.multi_modal_projector.mm_input_projection_weight,
     )
 
 

@@ -39,8 +39,11 @@ BOMB_BYTES = 512 << 20  # what each compression bomb expands to
 
 
 def hashes(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 def temp_files(folder: Path) -> list[str]:
@@ -62,15 +65,26 @@ def srv(tmp_path_factory, cxr_samples, tiny_models):
     canary = outside / "canary.txt"
     canary.write_bytes(b"CANARY-SECRET-" + os.urandom(8).hex().encode() + b"\n" * 64)
     stat = canary.stat()
-    os.utime(canary, ns=(stat.st_mtime_ns - 10 ** 12, stat.st_mtime_ns))  # atime < mtime: a read moves it
+    os.utime(canary, ns=(stat.st_mtime_ns - 10**12, stat.st_mtime_ns))  # atime < mtime: a read moves it
     server_tmp = tmp / "server-tmp"
     server_tmp.mkdir()
     env = {"XFLOW_MAX_BODY_MB": "64", "TMPDIR": str(server_tmp)}
     with monailabel_server(studies, tmp / "server", conf={"models": str(models)}, env=env) as server:
         time.sleep(1.0)
-        yield SimpleNamespace(server=server, url=server.url, studies=studies, tmp=tmp, outside=outside, target=target,
-                              target_bytes=target.read_bytes(), canary=canary, canary_atime=canary.stat().st_atime_ns,
-                              server_tmp=server_tmp, temp_baseline=temp_files(server_tmp), answers=[])
+        yield SimpleNamespace(
+            server=server,
+            url=server.url,
+            studies=studies,
+            tmp=tmp,
+            outside=outside,
+            target=target,
+            target_bytes=target.read_bytes(),
+            canary=canary,
+            canary_atime=canary.stat().st_atime_ns,
+            server_tmp=server_tmp,
+            temp_baseline=temp_files(server_tmp),
+            answers=[],
+        )
 
 
 def call(srv, method: str, path: str, **kw):
@@ -90,14 +104,21 @@ def infer(srv, model, image="", params=None, files=None, query=None, raw_params=
 
 def put_label(srv, image, name, content, tag="final", params=None):
     data = {"params": params} if params is not None else None
-    return call(srv, "PUT", "/datastore/label", params={"image": image, "tag": tag},
-                files={"label": (name, content)}, data=data)
+    return call(
+        srv, "PUT", "/datastore/label", params={"image": image, "tag": tag}, files={"label": (name, content)}, data=data
+    )
 
 
 def put_image(srv, name, content, image=None, params=None):
     data = {"params": params} if params is not None else None
-    return call(srv, "PUT", "/datastore/image", params={"image": image} if image else None,
-                files={"file": (name, content)}, data=data)
+    return call(
+        srv,
+        "PUT",
+        "/datastore/image",
+        params={"image": image} if image else None,
+        files={"file": (name, content)},
+        data=data,
+    )
 
 
 def assert_4xx(r, word: str, what: str = ""):
@@ -107,9 +128,12 @@ def assert_4xx(r, word: str, what: str = ""):
 
 # --- builders of hostile files ---------------------------------------------------------------------
 
+
 def nrrd_file(sizes, encoding="raw", data=b"", extra="", type_="uint8") -> bytes:
-    head = (f"NRRD0004\ntype: {type_}\ndimension: {len(sizes)}\nsizes: {' '.join(map(str, sizes))}\n"
-            f"encoding: {encoding}\n{extra}\n")
+    head = (
+        f"NRRD0004\ntype: {type_}\ndimension: {len(sizes)}\nsizes: {' '.join(map(str, sizes))}\n"
+        f"encoding: {encoding}\n{extra}\n"
+    )
     return head.encode() + data
 
 
@@ -172,11 +196,12 @@ def nifti_far_offset(total_zeros: int) -> bytes:
     header = nib.Nifti1Header()
     header.set_data_dtype(np.uint8)
     header.set_data_shape((512, 400, 1))
-    header["vox_offset"] = float(2 ** 33)
+    header["vox_offset"] = float(2**33)
     return gzip.compress(header.binaryblock + b"\0" * 4 + bytes(total_zeros), compresslevel=6)
 
 
 # --- 1. no 500, no path, closed routes (the datastore has no label yet) ---------------------------
+
 
 def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
     png = (srv.studies / f"{SQUARE}.png").read_bytes()
@@ -184,21 +209,41 @@ def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
     before = hashes(srv.studies)
     cases = [
         ("dataset without labels", call(srv, "GET", "/datastore/dataset"), "no image has a final label"),
-        ("image info not JSON", call(srv, "PUT", "/datastore/image/info", params={"image": WIDE},
-                                     data={"info": "{oops"}), "JSON"),
-        ("image info a list", call(srv, "PUT", "/datastore/image/info", params={"image": WIDE},
-                                   data={"info": "[1]"}), "JSON object"),
+        (
+            "image info not JSON",
+            call(srv, "PUT", "/datastore/image/info", params={"image": WIDE}, data={"info": "{oops"}),
+            "JSON",
+        ),
+        (
+            "image info a list",
+            call(srv, "PUT", "/datastore/image/info", params={"image": WIDE}, data={"info": "[1]"}),
+            "JSON object",
+        ),
         ("label params not JSON", put_label(srv, WIDE, "l.png", label, params="{oops"), "JSON"),
         ("image params not JSON", put_image(srv, "n.png", png, image="n1", params="{oops"), "JSON"),
-        ("image params 5000 digits", put_image(srv, "n.png", png, image="n1", params='{"a": ' + "9" * 5000 + "}"),
-         "JSON"),
+        (
+            "image params 5000 digits",
+            put_image(srv, "n.png", png, image="n1", params='{"a": ' + "9" * 5000 + "}"),
+            "JSON",
+        ),
         ("deprecated all-models train", call(srv, "POST", "/train/", json={"xflow": "x"}), "deprecated"),
-        ("dicom_seg on a folder", infer(srv, "xflow", WIDE, {"instruction": "edema", "revise": False},
-                                        query={"output": "dicom_seg"}), "dicom_seg"),
-        ("OHIF .bin scribbles", infer(srv, "xflow_revise", WIDE, {"finding": "edema"},
-                                      files={"label": ("scribbles.bin", bytes(512 * 400))}), ".bin"),
-        ("unknown checksum", call(srv, "HEAD", "/datastore/image", params={"image": WIDE, "check_sum": "md7:00"}),
-         None),
+        (
+            "dicom_seg on a folder",
+            infer(srv, "xflow", WIDE, {"instruction": "edema", "revise": False}, query={"output": "dicom_seg"}),
+            "dicom_seg",
+        ),
+        (
+            "OHIF .bin scribbles",
+            infer(
+                srv, "xflow_revise", WIDE, {"finding": "edema"}, files={"label": ("scribbles.bin", bytes(512 * 400))}
+            ),
+            ".bin",
+        ),
+        (
+            "unknown checksum",
+            call(srv, "HEAD", "/datastore/image", params={"image": WIDE, "check_sum": "md7:00"}),
+            None,
+        ),
         ("proxy on a folder", call(srv, "GET", "/proxy/dicom/qido/studies"), "DICOMweb"),
         ("logs without auth", call(srv, "GET", "/logs/", params={"lines": 100}), "authentication"),
         ("gpu logs without auth", call(srv, "GET", "/logs/gpu"), "authentication"),
@@ -207,18 +252,50 @@ def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
         ("stored name over 255 bytes", put_image(srv, "x.png", png, image="\u00e9" * 127), "255 bytes"),
         ("label upload name NUL", put_label(srv, WIDE, "l\0.png", label), "NUL"),
         ("label tag of 256 bytes", put_label(srv, WIDE, "l.png", label, tag="t" * 256), "names a folder"),
-        ("batch infer writes final", call(srv, "POST", "/batch/infer/xflow", params={"run_sync": "true"},
-                                          json={"label_tag": "final", "images": [WIDE]}), "final"),
-        ("info sets a server key", call(srv, "PUT", "/datastore/image/info", params={"image": WIDE},
-                                        data={"info": json.dumps({"strategy": "boom"})}), "server writes"),
-        ("info sets a score", call(srv, "PUT", "/datastore/image/info", params={"image": WIDE},
-                                   data={"info": json.dumps({"xflow_uncertainty": "nan"})}), "server writes"),
-        ("upload params set the name", put_image(srv, "n.png", png, image="n2", params='{"name": "../x"}'),
-         "server writes"),
-        ("unknown session", infer(srv, "xflow", query={"session_id": "no-such-session"},
-                                  params={"instruction": "edema"}), "unknown or expired session"),
-        ("active learning params a list", call(srv, "POST", "/activelearning/xflow_uncertainty", json=[1]),
-         None),
+        (
+            "batch infer writes final",
+            call(
+                srv,
+                "POST",
+                "/batch/infer/xflow",
+                params={"run_sync": "true"},
+                json={"label_tag": "final", "images": [WIDE]},
+            ),
+            "final",
+        ),
+        (
+            "info sets a server key",
+            call(
+                srv,
+                "PUT",
+                "/datastore/image/info",
+                params={"image": WIDE},
+                data={"info": json.dumps({"strategy": "boom"})},
+            ),
+            "server writes",
+        ),
+        (
+            "info sets a score",
+            call(
+                srv,
+                "PUT",
+                "/datastore/image/info",
+                params={"image": WIDE},
+                data={"info": json.dumps({"xflow_uncertainty": "nan"})},
+            ),
+            "server writes",
+        ),
+        (
+            "upload params set the name",
+            put_image(srv, "n.png", png, image="n2", params='{"name": "../x"}'),
+            "server writes",
+        ),
+        (
+            "unknown session",
+            infer(srv, "xflow", query={"session_id": "no-such-session"}, params={"instruction": "edema"}),
+            "unknown or expired session",
+        ),
+        ("active learning params a list", call(srv, "POST", "/activelearning/xflow_uncertainty", json=[1]), None),
         ("dataset limit 0", call(srv, "GET", "/datastore/dataset", params={"limit_cases": 0}), None),
     ]
     report = []
@@ -241,14 +318,20 @@ def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
     junk = infer(srv, "xflow", params={"instruction": "edema"}, files={"file": ("x.nii.gz", gzip.compress(b"x" * 400))})
     assert junk.status_code == 400 and str(srv.server_tmp) not in junk.text and "/" not in junk.json()["detail"]
     # batch infer runs on a CPU-only server (upstream divided by its zero GPUs)
-    batch = call(srv, "POST", "/batch/infer/xflow", params={"run_sync": "true"},
-                 json={"images": [SQUARE], "instruction": "edema", "revise": False})
+    batch = call(
+        srv,
+        "POST",
+        "/batch/infer/xflow",
+        params={"run_sync": "true"},
+        json={"images": [SQUARE], "instruction": "edema", "revise": False},
+    )
     assert batch.status_code == 200, batch.text[:300]
     assert (srv.studies / "labels" / "original" / f"{SQUARE}.png").is_file()
     assert srv.server.proc.alive()
 
 
 # --- 2. a label never reads a file it names (class 1) --------------------------------------------
+
 
 def test_label_files_never_read_a_file_they_name(srv):
     before = hashes(srv.studies)
@@ -257,8 +340,9 @@ def test_label_files_never_read_a_file_they_name(srv):
         for skip in ("byte skip: 0\n", "byte skip: 16\n", ""):
             evil = nrrd_file((512, 400), extra=f"data file: {path}\n{skip}")
             answers[(name, skip, "save")] = put_label(srv, WIDE, "l.nrrd", evil)
-            answers[(name, skip, "infer")] = infer(srv, "xflow_revise", WIDE, {"finding": "edema"},
-                                                   files={"label": ("l.nrrd", evil)})
+            answers[(name, skip, "infer")] = infer(
+                srv, "xflow_revise", WIDE, {"finding": "edema"}, files={"label": ("l.nrrd", evil)}
+            )
         lst = nrrd_file((512, 400), extra=f"data file: LIST\n{path}\n")
         answers[(name, "list", "save")] = put_label(srv, WIDE, "l.nrrd", lst)
     for key, r in answers.items():
@@ -284,9 +368,12 @@ def test_label_files_never_read_a_file_they_name(srv):
 
 # --- 3. the content decides the type (class 6) -------------------------------------------------------
 
+
 def test_uploads_are_typed_by_content_not_by_name(srv):
-    polyglot = png_bytes((np.arange(256 * 256).reshape(256, 256) % 253).astype(np.uint8)) + \
-        b"<html><script>alert(document.cookie)</script></html>"
+    polyglot = (
+        png_bytes((np.arange(256 * 256).reshape(256, 256) % 253).astype(np.uint8))
+        + b"<html><script>alert(document.cookie)</script></html>"
+    )
     r = put_image(srv, "poly.html", polyglot)
     assert r.status_code == 200 and r.json()["image"] == "poly"
     assert (srv.studies / "poly.png").is_file() and not list(srv.studies.glob("poly.htm*"))
@@ -305,6 +392,7 @@ def test_uploads_are_typed_by_content_not_by_name(srv):
 
 
 # --- 4. compression bombs: refused from the header or decoded with a hard cap (classes 4, 5) --------
+
 
 def test_compression_bombs_keep_server_memory_bounded(srv):
     before = hashes(srv.studies)
@@ -336,13 +424,17 @@ def test_compression_bombs_keep_server_memory_bounded(srv):
         results = {
             "NRRD with 10 dimensions": (put_label(srv, WIDE, "l.nrrd", sizes_10d), "pixels"),
             "gzip NRRD label bomb": (put_label(srv, WIDE, "l.nrrd", gzip_bomb), "expands past"),
-            "gzip NRRD bomb to infer": (infer(srv, "xflow_revise", WIDE, {"finding": "edema"},
-                                              files={"label": ("l.nrrd", gzip_bomb)}), "expands past"),
+            "gzip NRRD bomb to infer": (
+                infer(srv, "xflow_revise", WIDE, {"finding": "edema"}, files={"label": ("l.nrrd", gzip_bomb)}),
+                "expands past",
+            ),
             "bzip2 NRRD label bomb": (put_label(srv, WIDE, "l.nrrd", bzip_bomb), "expands past"),
             "NIfTI extension of 1 GiB": (put_label(srv, WIDE, "l.nii.gz", nifti_huge_extension()), "does not fit"),
             "Deflated DICOM bomb": (put_image(srv, "bomb.dcm", dicom_bomb, image="dcmbomb"), "inflates past"),
-            "Deflated DICOM bomb to infer": (infer(srv, "xflow", params={"instruction": "edema"},
-                                                   files={"file": ("b.dcm", dicom_bomb)}), "inflates past"),
+            "Deflated DICOM bomb to infer": (
+                infer(srv, "xflow", params={"instruction": "edema"}, files={"file": ("b.dcm", dicom_bomb)}),
+                "inflates past",
+            ),
         }
         t0 = time.monotonic()
         th = threading.Thread(target=other_client)
@@ -360,9 +452,11 @@ def test_compression_bombs_keep_server_memory_bounded(srv):
         assert_4xx(r, word, what)
     growth = max(peak[0], hwm1) - max(rss0, hwm0)
     print("\n" + "\n".join(report))
-    print(f"server RSS {rss0 / 1024:.0f} MiB before, sampled peak {peak[0] / 1024:.0f} MiB, high-water mark "
-          f"{hwm0 / 1024:.0f} -> {hwm1 / 1024:.0f} MiB across bombs of {BOMB_BYTES >> 20} MiB; "
-          f"far-offset NIfTI refused in {far_seconds:.2f} s, /info/ meanwhile in {blocked[0][1]:.2f} s")
+    print(
+        f"server RSS {rss0 / 1024:.0f} MiB before, sampled peak {peak[0] / 1024:.0f} MiB, high-water mark "
+        f"{hwm0 / 1024:.0f} -> {hwm1 / 1024:.0f} MiB across bombs of {BOMB_BYTES >> 20} MiB; "
+        f"far-offset NIfTI refused in {far_seconds:.2f} s, /info/ meanwhile in {blocked[0][1]:.2f} s"
+    )
     assert peak[0] - rss0 < 192 * 1024, "a bomb expanded in the server's memory"
     assert hwm1 - hwm0 < 192 * 1024
     assert far_seconds < 5 and blocked[0] == (200, blocked[0][1]) and blocked[0][1] < 5
@@ -371,6 +465,7 @@ def test_compression_bombs_keep_server_memory_bounded(srv):
 
 
 # --- 5. ids never name the datastore's folders; deletes never leave it (classes 2, 3) ----------------
+
 
 def test_ids_never_name_datastore_folders_and_deletes_stay_inside(srv):
     png = (srv.studies / f"{SQUARE}.png").read_bytes()
@@ -413,15 +508,26 @@ def test_ids_never_name_datastore_folders_and_deletes_stay_inside(srv):
 
 # --- 6. human labels stay human, re-uploads stay consistent, info stays bounded (class 8) ------------
 
+
 def test_human_labels_and_image_info_stay_consistent(srv):
     final = srv.studies / "labels" / "final" / f"{WIDE}.png"
     assert final.is_file()  # the person's label of the previous test
     human = final.read_bytes()
-    r = call(srv, "POST", "/batch/infer/xflow", params={"run_sync": "true"},
-             json={"images": [WIDE], "label_tag": "final", "instruction": "edema"})
+    r = call(
+        srv,
+        "POST",
+        "/batch/infer/xflow",
+        params={"run_sync": "true"},
+        json={"images": [WIDE], "label_tag": "final", "instruction": "edema"},
+    )
     assert_4xx(r, "final")
-    r = call(srv, "POST", "/batch/infer/xflow", params={"run_sync": "true"},
-             json={"images": [WIDE], "instruction": "edema", "revise": False})
+    r = call(
+        srv,
+        "POST",
+        "/batch/infer/xflow",
+        params={"run_sync": "true"},
+        json={"images": [WIDE], "instruction": "edema", "revise": False},
+    )
     assert r.status_code == 200 and final.read_bytes() == human
     assert (srv.studies / "labels" / "original" / f"{WIDE}.png").is_file()
     # a re-upload of another size over a labeled image is refused: the label keeps its image
@@ -437,18 +543,25 @@ def test_human_labels_and_image_info_stay_consistent(srv):
     # image info is bounded
     statuses = []
     for k in range(8):
-        r = call(srv, "PUT", "/datastore/image/info", params={"image": SQUARE},
-                 data={"info": json.dumps({f"note{k}": "n" * 15000})})
+        r = call(
+            srv,
+            "PUT",
+            "/datastore/image/info",
+            params={"image": SQUARE},
+            data={"info": json.dumps({f"note{k}": "n" * 15000})},
+        )
         statuses.append(r.status_code)
     assert statuses[0] == 200 and 413 in statuses, statuses
     info = call(srv, "GET", "/datastore/image/info", params={"image": SQUARE})
     assert len(info.content) <= 64 * 1024 + 1024
-    big = call(srv, "PUT", "/datastore/image/info", params={"image": SQUARE},
-               data={"info": json.dumps({"n": "x" * 20000})})
+    big = call(
+        srv, "PUT", "/datastore/image/info", params={"image": SQUARE}, data={"info": json.dumps({"n": "x" * 20000})}
+    )
     assert big.status_code == 413
 
 
 # --- 7. unknown sessions, expired sessions, the last column (class 13) ------------------------------
+
 
 def test_sessions_and_clicks_on_the_image_edge(srv):
     png = (srv.studies / f"{WIDE}.png").read_bytes()
@@ -465,14 +578,20 @@ def test_sessions_and_clicks_on_the_image_edge(srv):
     time.sleep(3.5)
     gone = infer(srv, "xflow", query={"session_id": sid}, params={"instruction": "edema"})
     assert gone.status_code == 404 and "expired" in gone.json()["detail"]
-    edge = infer(srv, "xflow_revise", WIDE, {"finding": "effusion", "foreground": [[511.999, 399.999, 0]]},
-                 query={"output": "json"})
+    edge = infer(
+        srv,
+        "xflow_revise",
+        WIDE,
+        {"finding": "effusion", "foreground": [[511.999, 399.999, 0]]},
+        query={"output": "json"},
+    )
     assert edge.status_code == 200, edge.text[:300]
     out = infer(srv, "xflow_revise", WIDE, {"finding": "effusion", "foreground": [[512, 10, 0]]})
     assert out.status_code == 422 and "outside" in out.json()["detail"]
 
 
 # --- 8. bounded background work; concurrency (class 10, item 3) --------------------------------------
+
 
 def _tasks(srv, kind: str) -> list[dict]:
     r = call(srv, "GET", f"/{kind}/", params={"all": "true"})
@@ -520,8 +639,9 @@ def test_delete_during_infer_loses_nothing(srv):
     got = {}
 
     def run():
-        got["infer"] = infer(srv, "xflow", "victim", {"instruction": "segment all findings", "revise": True},
-                             query={"output": "json"})
+        got["infer"] = infer(
+            srv, "xflow", "victim", {"instruction": "segment all findings", "revise": True}, query={"output": "json"}
+        )
 
     th = threading.Thread(target=run)
     th.start()
@@ -537,6 +657,7 @@ def test_delete_during_infer_loses_nothing(srv):
 
 
 # --- last: temp files, paths in answers -------------------------------------------------------------
+
 
 def test_temp_folder_is_as_clean_as_before_and_no_answer_holds_a_path(srv):
     time.sleep(2.0)  # background removal of sent results

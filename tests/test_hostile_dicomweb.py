@@ -20,14 +20,18 @@ from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_u
 
 pytestmark = [
     pytest.mark.timeout(900),
-    pytest.mark.skipif(orthanc_binary() is None,
-                       reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"),
+    pytest.mark.skipif(
+        orthanc_binary() is None, reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"
+    ),
 ]
 
 
 def tree_hashes(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +48,24 @@ def pacs(tmp_path_factory, cxr_samples, tiny_models):
     with orthanc_server(tmp / "orthanc") as orthanc:
         orthanc_upload(orthanc, cr)
         with monailabel_server(f"{orthanc}/dicom-web", tmp / "server", conf={"models": str(models)}) as server:
-            yield SimpleNamespace(orthanc=orthanc, server=server, url=server.url, series=series, tmp=tmp,
-                                  canary=canary, cache=tmp / "server" / "dicomweb-cache")
+            yield SimpleNamespace(
+                orthanc=orthanc,
+                server=server,
+                url=server.url,
+                series=series,
+                tmp=tmp,
+                canary=canary,
+                cache=tmp / "server" / "dicomweb-cache",
+            )
 
 
 def infer(pacs, model, image, params, output="json"):
-    return requests.post(f"{pacs.url}/infer/{model}", params={"image": image, "output": output},
-                         data={"params": json.dumps(params)}, timeout=600)
+    return requests.post(
+        f"{pacs.url}/infer/{model}",
+        params={"image": image, "output": output},
+        data={"params": json.dumps(params)},
+        timeout=600,
+    )
 
 
 def test_dicomweb_ids_are_confined_and_the_pacs_is_untouched(pacs):
@@ -67,8 +82,12 @@ def test_dicomweb_ids_are_confined_and_the_pacs_is_untouched(pacs):
     ds = f"{pacs.url}/datastore"
 
     def save(image, tag="final"):
-        return requests.put(f"{ds}/label", params={"image": image, "tag": tag},
-                            files={"label": ("l.png", label_file.read_bytes())}, timeout=120)
+        return requests.put(
+            f"{ds}/label",
+            params={"image": image, "tag": tag},
+            files={"label": ("l.png", label_file.read_bytes())},
+            timeout=120,
+        )
 
     answers = [
         ("params image = canary", infer(pacs, "xflow", uid, {**ok, "image": canary}), 422, "may not set"),
@@ -78,18 +97,41 @@ def test_dicomweb_ids_are_confined_and_the_pacs_is_untouched(pacs):
         ("uid with traversal", infer(pacs, "xflow", f"../{uid}", ok), 400, "invalid image id"),
         ("uid '..' inside", infer(pacs, "xflow", "1.2..3", ok), 400, "invalid image id"),
         ("unknown series", infer(pacs, "xflow", "1.2.3.4.5", ok), 404, "unknown image"),
-        ("params label = canary", infer(pacs, "xflow_revise", uid, {"finding": "edema", "label": canary}), 422,
-         "may not set"),
+        (
+            "params label = canary",
+            infer(pacs, "xflow_revise", uid, {"finding": "edema", "label": canary}),
+            422,
+            "may not set",
+        ),
         ("save label tag traversal", save(uid, "../../evil"), 400, "invalid label tag"),
         ("save label unknown series", save("1.2.3.4.5"), 404, "unknown image"),
         ("save label path id", save(canary), 400, "invalid image id"),
-        ("download image traversal", requests.get(f"{ds}/image", params={"image": f"../{uid}"}, timeout=60), 400,
-         "invalid image id"),
-        ("scoring traversal", requests.post(f"{pacs.url}/scoring/xflow_uncertainty", params={"run_sync": "true"},
-                                            json={"images": [f"{uid}/../x"]}, timeout=60), 400, "invalid image id"),
+        (
+            "download image traversal",
+            requests.get(f"{ds}/image", params={"image": f"../{uid}"}, timeout=60),
+            400,
+            "invalid image id",
+        ),
+        (
+            "scoring traversal",
+            requests.post(
+                f"{pacs.url}/scoring/xflow_uncertainty",
+                params={"run_sync": "true"},
+                json={"images": [f"{uid}/../x"]},
+                timeout=60,
+            ),
+            400,
+            "invalid image id",
+        ),
         # issue 23: the PACS is the source of images; the logs stay closed without authentication
-        ("upload an image", requests.put(f"{ds}/image", params={"image": "x"},
-                                         files={"file": ("x.png", label_file.read_bytes())}, timeout=60), 405, "PACS"),
+        (
+            "upload an image",
+            requests.put(
+                f"{ds}/image", params={"image": "x"}, files={"file": ("x.png", label_file.read_bytes())}, timeout=60
+            ),
+            405,
+            "PACS",
+        ),
         ("delete a series", requests.delete(f"{ds}/image", params={"id": uid}, timeout=60), 405, "PACS"),
         ("logs", requests.get(f"{pacs.url}/logs/", timeout=60), 403, "authentication"),
         ("dicom_seg output", infer(pacs, "xflow", uid, ok, output="dicom_seg"), 422, "store_seg"),
@@ -99,11 +141,18 @@ def test_dicomweb_ids_are_confined_and_the_pacs_is_untouched(pacs):
         assert word in r.json()["detail"], (what, r.text[:300])
         assert str(pacs.tmp) not in r.text, what  # no server path in any answer
     by = {what: r for what, r, _, _ in answers}
-    for a, b in (("params image = canary", "params image = missing"), ("query image = canary", "query image = missing")):
+    for a, b in (
+        ("params image = canary", "params image = missing"),
+        ("query image = canary", "query image = missing"),
+    ):
         assert by[a].text == by[b].text  # the answer does not tell which file exists
 
-    scored = requests.post(f"{pacs.url}/scoring/xflow_uncertainty", params={"run_sync": "true"},
-                           json={"images": ["1.2.3.4.5"], "max_clicks": 0}, timeout=300)
+    scored = requests.post(
+        f"{pacs.url}/scoring/xflow_uncertainty",
+        params={"run_sync": "true"},
+        json={"images": ["1.2.3.4.5"], "max_clicks": 0},
+        timeout=300,
+    )
     assert scored.status_code == 200 and scored.json()["skipped"] == {"1.2.3.4.5": "unknown image"}
 
     assert requests.get(f"{pacs.orthanc}/instances", timeout=30).json() == instances  # nothing stored

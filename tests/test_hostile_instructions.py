@@ -17,29 +17,42 @@ def asked(text):
     return [(i.finding, i.regions, i.kind) for i in parse_instructions(text)]
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("left effusion, right edema", [("effusion", (L,), "basic"), ("edema", (R,), "basic")]),
-    ("edema in the right lung; effusion at the left base", [("edema", (R,), "basic"), ("effusion", (LB,), "basic")]),
-    ("effusion on the left and pneumonia in the right upper zone",
-     [("effusion", (L,), "basic"), ("pneumonia", (RU,), "basic")]),
-    ("edema and effusion in the left lung", [("edema", (L,), "basic"), ("effusion", (L,), "basic")]),
-    ("in the left lung, edema and effusion", [("edema", (L,), "basic"), ("effusion", (L,), "basic")]),
-    ("cardiomegaly and effusion on the left", [("cardiomegaly", (), "global"), ("effusion", (L,), "basic")]),
-    ("effusion on the left and effusion on the right", [("effusion", (L, R), "basic")]),
-    ("atelectasis in the left mid and lower zones, edema", [("atelectasis", (LM, LB), "basic"),
-                                                            ("edema", (LM, LB), "basic")]),
-    ("consolidation, opacity at the right apex", [("consolidation", (RA,), "basic"), ("opacity", (RA,), "basic")]),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("left effusion, right edema", [("effusion", (L,), "basic"), ("edema", (R,), "basic")]),
+        (
+            "edema in the right lung; effusion at the left base",
+            [("edema", (R,), "basic"), ("effusion", (LB,), "basic")],
+        ),
+        (
+            "effusion on the left and pneumonia in the right upper zone",
+            [("effusion", (L,), "basic"), ("pneumonia", (RU,), "basic")],
+        ),
+        ("edema and effusion in the left lung", [("edema", (L,), "basic"), ("effusion", (L,), "basic")]),
+        ("in the left lung, edema and effusion", [("edema", (L,), "basic"), ("effusion", (L,), "basic")]),
+        ("cardiomegaly and effusion on the left", [("cardiomegaly", (), "global"), ("effusion", (L,), "basic")]),
+        ("effusion on the left and effusion on the right", [("effusion", (L, R), "basic")]),
+        (
+            "atelectasis in the left mid and lower zones, edema",
+            [("atelectasis", (LM, LB), "basic"), ("edema", (LM, LB), "basic")],
+        ),
+        ("consolidation, opacity at the right apex", [("consolidation", (RA,), "basic"), ("opacity", (RA,), "basic")]),
+    ],
+)
 def test_each_finding_keeps_its_own_location(text, expected):
     assert asked(text) == expected
 
 
-@pytest.mark.parametrize("text,named", [
-    ("pleural effusion or pneumothorax?", "pneumothorax"),
-    ("edema, nodules in the right lung", "nodule"),
-    ("segment the effusion and the mass", "mass"),
-    ("left effusion; right rib fracture", "fracture"),
-])
+@pytest.mark.parametrize(
+    "text,named",
+    [
+        ("pleural effusion or pneumothorax?", "pneumothorax"),
+        ("edema, nodules in the right lung", "nodule"),
+        ("segment the effusion and the mass", "mass"),
+        ("left effusion; right rib fracture", "fracture"),
+    ],
+)
 def test_an_unsupported_finding_anywhere_refuses_the_request(text, named):
     with pytest.raises(InstructionError) as err:
         parse_instructions(text)
@@ -47,21 +60,29 @@ def test_an_unsupported_finding_anywhere_refuses_the_request(text, named):
     assert named in message and all(f in message for f in FINDINGS)  # names it, lists what is supported
 
 
-@pytest.mark.parametrize("text,plain", [
-    ("no effusion on the left?", "Segment the effusion in the left lung."),
-    ("is there no edema?", "Segment the edema."),
-    ("rule out effusion in the right base", "Segment the effusion in the right lung base."),
-    ("Is there any consolidation in the left lung?", "Segment the consolidation in the left lung."),
-    ("no pneumonia, right lung", "Segment the pneumonia in the right lung."),
-])
+@pytest.mark.parametrize(
+    "text,plain",
+    [
+        ("no effusion on the left?", "Segment the effusion in the left lung."),
+        ("is there no edema?", "Segment the edema."),
+        ("rule out effusion in the right base", "Segment the effusion in the right lung base."),
+        ("Is there any consolidation in the left lung?", "Segment the consolidation in the left lung."),
+        ("no pneumonia, right lung", "Segment the pneumonia in the right lung."),
+    ],
+)
 def test_negations_and_questions_stay_questions(text, plain):
     assert parse_instructions(text) == parse_instructions(plain)
 
 
 LOCATIONS = [  # (phrase, regions)
-    ("in the left lung", (L,)), ("on the right", (R,)), ("in the left lung base", (LB,)),
-    ("at the right apex", (RA,)), ("in both lungs", (R, L)), ("in the right upper zone", (RU,)),
-    ("at the right base", (RB,)), ("in the left mid zone", (LM,)),
+    ("in the left lung", (L,)),
+    ("on the right", (R,)),
+    ("in the left lung base", (LB,)),
+    ("at the right apex", (RA,)),
+    ("in both lungs", (R, L)),
+    ("in the right upper zone", (RU,)),
+    ("at the right base", (RB,)),
+    ("in the left mid zone", (LM,)),
 ]
 LUNG_FINDINGS = [f for f in FINDINGS if f != "cardiomegaly"]
 
@@ -93,8 +114,9 @@ def test_composed_requests_keep_every_finding_with_its_location(case):
 
 
 @settings(max_examples=60, deadline=None)
-@given(multi_finding_requests(), st.sampled_from(["pneumothorax", "nodule", "fracture", "emphysema"]),
-       st.integers(0, 3))
+@given(
+    multi_finding_requests(), st.sampled_from(["pneumothorax", "nodule", "fracture", "emphysema"]), st.integers(0, 3)
+)
 def test_composed_requests_with_an_unsupported_finding_are_refused(case, bad, where):
     text, _ = case
     parts = text.split(" ")

@@ -39,8 +39,11 @@ BODY_LIMIT_MB = 16
 
 def datastore_hashes(studies: Path) -> dict[str, str]:
     """sha256 of every file under the studies folder (images, labels, datastore_v2.json)."""
-    return {str(p.relative_to(studies)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(studies.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(studies)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(studies.rglob("*"))
+        if p.is_file()
+    }
 
 
 def png_bytes(array: np.ndarray) -> bytes:
@@ -92,17 +95,26 @@ def srv(tmp_path_factory, cxr_samples, tiny_models):
     models, studies, canary = hostile_setup(tmp, cxr_samples, tiny_models, "canary.png")
     outside = canary.parent
     stat = canary.stat()
-    os.utime(canary, ns=(stat.st_mtime_ns - 10 ** 12, stat.st_mtime_ns))  # atime < mtime: a read moves it
+    os.utime(canary, ns=(stat.st_mtime_ns - 10**12, stat.st_mtime_ns))  # atime < mtime: a read moves it
     probe = outside / "probe.png"
     shutil.copy(canary, probe)
-    os.utime(probe, ns=(stat.st_mtime_ns - 10 ** 12, stat.st_mtime_ns))
+    os.utime(probe, ns=(stat.st_mtime_ns - 10**12, stat.st_mtime_ns))
     probe.read_bytes()
-    atime_works = probe.stat().st_atime_ns > stat.st_mtime_ns - 10 ** 12
+    atime_works = probe.stat().st_atime_ns > stat.st_mtime_ns - 10**12
     env = {"XFLOW_MAX_BODY_MB": str(BODY_LIMIT_MB)}
     with monailabel_server(studies, tmp / "server", conf={"models": str(models)}, env=env) as server:
-        yield SimpleNamespace(server=server, url=server.url, studies=studies, tmp=tmp, canary=canary,
-                              canary_bytes=canary.read_bytes(), canary_atime=canary.stat().st_atime_ns,
-                              atime_works=atime_works, missing=outside / "missing.png", models=models)
+        yield SimpleNamespace(
+            server=server,
+            url=server.url,
+            studies=studies,
+            tmp=tmp,
+            canary=canary,
+            canary_bytes=canary.read_bytes(),
+            canary_atime=canary.stat().st_atime_ns,
+            atime_works=atime_works,
+            missing=outside / "missing.png",
+            models=models,
+        )
 
 
 def infer(srv, model, image="", params=None, raw_params=None, files=None, query=None, timeout=600):
@@ -130,8 +142,7 @@ def over_long_body(srv, path: str, declared: int, sent: int = 4096) -> tuple[int
 
 def nrrd_header(sizes: tuple[int, ...]) -> bytes:
     """An NRRD file whose header declares ``sizes`` (uint8, raw) with a few bytes of data."""
-    head = (f"NRRD0004\ntype: uint8\ndimension: {len(sizes)}\nsizes: {' '.join(map(str, sizes))}\n"
-            "encoding: raw\n\n")
+    head = f"NRRD0004\ntype: uint8\ndimension: {len(sizes)}\nsizes: {' '.join(map(str, sizes))}\nencoding: raw\n\n"
     return head.encode() + bytes(64)
 
 
@@ -163,25 +174,43 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     add("query image with NUL", infer(srv, "xflow", "a\x00b", ok), "invalid image id")
     add("query image over-long", infer(srv, "xflow", "x" * 300, ok), "invalid image id")
     add("query image = repo file name", infer(srv, "xflow", "setup.cfg", ok), "unknown image")
-    add("params label = canary", infer(srv, "xflow_revise", img, {"finding": "edema", "label": canary}),
-        "may not set")
-    add("params label = missing", infer(srv, "xflow_revise", img, {"finding": "edema", "label": missing}),
-        "may not set")
+    add("params label = canary", infer(srv, "xflow_revise", img, {"finding": "edema", "label": canary}), "may not set")
+    add(
+        "params label = missing", infer(srv, "xflow_revise", img, {"finding": "edema", "label": missing}), "may not set"
+    )
     add("params session", infer(srv, "xflow", img, {**ok, "session": {"image": canary}}), "may not set")
-    add("params save_label with traversal tag", infer(srv, "xflow", img, {**ok, "save_label": True,
-                                                                            "label_tag": "../../x"}), "may not set")
+    add(
+        "params save_label with traversal tag",
+        infer(srv, "xflow", img, {**ok, "save_label": True, "label_tag": "../../x"}),
+        "may not set",
+    )
     add("session id traversal", infer(srv, "xflow", query={"session_id": "../sessions"}, params=ok), "invalid session")
-    add("upload file name over-long", infer(srv, "xflow", params=ok, files={"file": ("a" * 300 + ".png", good_png)}),
-        "file name")
+    add(
+        "upload file name over-long",
+        infer(srv, "xflow", params=ok, files={"file": ("a" * 300 + ".png", good_png)}),
+        "file name",
+    )
     # --- infer: numbers, types, work ------------------------------------------------------------------
-    add("max_clicks 1e400", infer(srv, "xflow", img, raw_params='{"instruction": "edema", "max_clicks": 1e400}'),
-        "max_clicks")
-    add("max_clicks 400 digits", infer(srv, "xflow", img, raw_params='{"instruction": "edema", "max_clicks": '
-                                       + "9" * 400 + "}"), "max_clicks")
-    add("max_clicks NaN", infer(srv, "xflow", img, raw_params='{"instruction": "edema", "max_clicks": NaN}'),
-        "max_clicks")
-    add("max_clicks 5000 digits (JSON)", infer(srv, "xflow", img, raw_params='{"max_clicks": ' + "9" * 5000 + "}"),
-        "JSON")
+    add(
+        "max_clicks 1e400",
+        infer(srv, "xflow", img, raw_params='{"instruction": "edema", "max_clicks": 1e400}'),
+        "max_clicks",
+    )
+    add(
+        "max_clicks 400 digits",
+        infer(srv, "xflow", img, raw_params='{"instruction": "edema", "max_clicks": ' + "9" * 400 + "}"),
+        "max_clicks",
+    )
+    add(
+        "max_clicks NaN",
+        infer(srv, "xflow", img, raw_params='{"instruction": "edema", "max_clicks": NaN}'),
+        "max_clicks",
+    )
+    add(
+        "max_clicks 5000 digits (JSON)",
+        infer(srv, "xflow", img, raw_params='{"max_clicks": ' + "9" * 5000 + "}"),
+        "JSON",
+    )
     add("max_clicks -1", infer(srv, "xflow", img, {**ok, "max_clicks": -1}), "max_clicks")
     add("max_clicks 2.5", infer(srv, "xflow", img, {**ok, "max_clicks": 2.5}), "max_clicks")
     add("max_clicks true", infer(srv, "xflow", img, {**ok, "max_clicks": True}), "max_clicks")
@@ -189,120 +218,282 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     add("revise not a bool", infer(srv, "xflow", img, {**ok, "revise": "maybe"}), "revise")
     add("instruction not text", infer(srv, "xflow", img, {"instruction": 123}), "instruction")
     add("finding an object", infer(srv, "xflow", img, {"finding": {"a": 1}}), "finding must be text")
-    add("work over the bound", infer(srv, "xflow", img, {"instruction": "segment all findings", "max_clicks": 16}),
-        "request too large")
+    add(
+        "work over the bound",
+        infer(srv, "xflow", img, {"instruction": "segment all findings", "max_clicks": 16}),
+        "request too large",
+    )
     add("params not JSON", infer(srv, "xflow", img, raw_params="{instruction: edema"), "JSON")
     add("params a JSON list", infer(srv, "xflow", img, raw_params='["edema"]'), "JSON object")
     add("params over 64 KiB", infer(srv, "xflow", img, {"instruction": "edema", "pad": "x" * 70000}), "bytes")
     # --- images: size bombs ---------------------------------------------------------------------------
     add("64 MP PNG upload", infer(srv, "xflow", params=ok, files={"file": ("big.png", huge_png)}), "pixels")
-    add("gzip-bomb NIfTI upload", infer(srv, "xflow", params=ok, files={"file": ("bomb.nii.gz", bomb.read_bytes())}),
-        "pixels")
-    add("volume NIfTI upload", infer(srv, "xflow", params=ok,
-                                     files={"file": ("vol.nii.gz", volume_bomb.read_bytes())}), "not a 2D")
+    add(
+        "gzip-bomb NIfTI upload",
+        infer(srv, "xflow", params=ok, files={"file": ("bomb.nii.gz", bomb.read_bytes())}),
+        "pixels",
+    )
+    add(
+        "volume NIfTI upload",
+        infer(srv, "xflow", params=ok, files={"file": ("vol.nii.gz", volume_bomb.read_bytes())}),
+        "not a 2D",
+    )
     # --- revise --------------------------------------------------------------------------------------
     rev = {"finding": "edema"}
-    add("click Infinity", infer(srv, "xflow_revise", img, raw_params='{"finding": "edema", "foreground": '
-                                '[[Infinity, 1, 0]]}'), "finite")
-    add("click 400 digits", infer(srv, "xflow_revise", img, raw_params='{"finding": "edema", "foreground": [['
-                                  + "9" * 400 + ", 1, 0]]}"), "finite")
+    add(
+        "click Infinity",
+        infer(srv, "xflow_revise", img, raw_params='{"finding": "edema", "foreground": [[Infinity, 1, 0]]}'),
+        "finite",
+    )
+    add(
+        "click 400 digits",
+        infer(srv, "xflow_revise", img, raw_params='{"finding": "edema", "foreground": [[' + "9" * 400 + ", 1, 0]]}"),
+        "finite",
+    )
     add("clicks not a list", infer(srv, "xflow_revise", img, {**rev, "foreground": "abc"}), "foreground")
     add("too many clicks", infer(srv, "xflow_revise", img, {**rev, "foreground": [[5, 5, 0]] * 100}), "at most")
-    add("gzip-bomb label upload", infer(srv, "xflow_revise", img, rev,
-                                        files={"label": ("bomb.nii.gz", bomb.read_bytes())}), "pixels")
-    add("NRRD label header of 400 MP", infer(srv, "xflow_revise", img, rev,
-                                             files={"label": ("big.nrrd", nrrd_header((20000, 20000)))}), "pixels")
-    add("label upload not an image", infer(srv, "xflow_revise", img, rev, files={"label": ("l.png", b"junk" * 10)}),
-        "label")
-    add("image upload not an image", infer(srv, "xflow", params=ok, files={"file": ("x.png", b"junk" * 10)}),
-        "image")
+    add(
+        "gzip-bomb label upload",
+        infer(srv, "xflow_revise", img, rev, files={"label": ("bomb.nii.gz", bomb.read_bytes())}),
+        "pixels",
+    )
+    add(
+        "NRRD label header of 400 MP",
+        infer(srv, "xflow_revise", img, rev, files={"label": ("big.nrrd", nrrd_header((20000, 20000)))}),
+        "pixels",
+    )
+    add(
+        "label upload not an image",
+        infer(srv, "xflow_revise", img, rev, files={"label": ("l.png", b"junk" * 10)}),
+        "label",
+    )
+    add("image upload not an image", infer(srv, "xflow", params=ok, files={"file": ("x.png", b"junk" * 10)}), "image")
     add("unknown infer model", infer(srv, "nope", img, ok), "nope")
     # --- datastore upload / label save --------------------------------------------------------------
     ds = f"{srv.url}/datastore"
-    add("save label image traversal", requests.put(f"{ds}/label", params={"image": traversal, "tag": "final"},
-                                                   files={"label": ("l.png", label_ok)}, timeout=60), "invalid image id")
-    add("save label tag traversal", requests.put(f"{ds}/label", params={"image": img, "tag": "../../evil"},
-                                                 files={"label": ("l.png", label_ok)}, timeout=60), "invalid label tag")
-    add("save label image absolute", requests.put(f"{ds}/label", params={"image": canary, "tag": "final"},
-                                                  files={"label": ("l.png", label_ok)}, timeout=60), "invalid image id")
-    add("save label image = missing", requests.put(f"{ds}/label", params={"image": missing, "tag": "final"},
-                                                   files={"label": ("l.png", label_ok)}, timeout=60), "invalid image id")
-    add("save label not an image", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
-                                                files={"label": ("l.png", b"junk" * 10)}, timeout=60), "label")
-    add("save label of the wrong size", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
-                                                     files={"label": ("l.png", png_bytes(np.zeros((40, 50), np.uint8)))},
-                                                     timeout=60), "the image is")
-    add("save label values over 7", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
-                                                 files={"label": ("l.png", png_bytes(np.full((400, 512), 200,
-                                                                                              np.uint8)))},
-                                                 timeout=60), "0..7")
-    add("save label gzip-bomb NIfTI", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
-                                                   files={"label": ("l.nii.gz", bomb.read_bytes())}, timeout=60),
-        "pixels")
-    add("save label params not JSON", requests.put(f"{ds}/label", params={"image": img, "tag": "final"},
-                                                   data={"params": "{oops"}, files={"label": ("l.png", label_ok)},
-                                                   timeout=60), "JSON")
-    add("add image id traversal", requests.put(f"{ds}/image", params={"image": "../evil"},
-                                               files={"file": ("e.png", good_png)}, timeout=60), "invalid image id")
-    add("add image named '.' by its file name", requests.put(f"{ds}/image", files={"file": ("..png", good_png)},
-                                                             timeout=60), "invalid image id")
-    add("add 64 MP image", requests.put(f"{ds}/image", params={"image": "big"}, files={"file": ("big.png", huge_png)},
-                                        timeout=60), "pixels")
-    add("download image traversal", requests.get(f"{ds}/image", params={"image": "../../etc/passwd"}, timeout=60),
-        "invalid image id")
-    add("download label traversal", requests.get(f"{ds}/label", params={"label": "../x", "tag": "final"}, timeout=60),
-        "invalid label id")
-    add("image info absolute", requests.get(f"{ds}/image/info", params={"image": canary}, timeout=60),
-        "invalid image id")
-    add("image info = missing", requests.get(f"{ds}/image/info", params={"image": missing}, timeout=60),
-        "invalid image id")
-    add("delete image traversal", requests.delete(f"{ds}/image", params={"id": "../" + img}, timeout=60),
-        "invalid image id")
-    add("add image not an image", requests.put(f"{ds}/image", params={"image": "junk"},
-                                               files={"file": ("junk.png", b"junk" * 10)}, timeout=60), "image")
+    add(
+        "save label image traversal",
+        requests.put(
+            f"{ds}/label", params={"image": traversal, "tag": "final"}, files={"label": ("l.png", label_ok)}, timeout=60
+        ),
+        "invalid image id",
+    )
+    add(
+        "save label tag traversal",
+        requests.put(
+            f"{ds}/label", params={"image": img, "tag": "../../evil"}, files={"label": ("l.png", label_ok)}, timeout=60
+        ),
+        "invalid label tag",
+    )
+    add(
+        "save label image absolute",
+        requests.put(
+            f"{ds}/label", params={"image": canary, "tag": "final"}, files={"label": ("l.png", label_ok)}, timeout=60
+        ),
+        "invalid image id",
+    )
+    add(
+        "save label image = missing",
+        requests.put(
+            f"{ds}/label", params={"image": missing, "tag": "final"}, files={"label": ("l.png", label_ok)}, timeout=60
+        ),
+        "invalid image id",
+    )
+    add(
+        "save label not an image",
+        requests.put(
+            f"{ds}/label", params={"image": img, "tag": "final"}, files={"label": ("l.png", b"junk" * 10)}, timeout=60
+        ),
+        "label",
+    )
+    add(
+        "save label of the wrong size",
+        requests.put(
+            f"{ds}/label",
+            params={"image": img, "tag": "final"},
+            files={"label": ("l.png", png_bytes(np.zeros((40, 50), np.uint8)))},
+            timeout=60,
+        ),
+        "the image is",
+    )
+    add(
+        "save label values over 7",
+        requests.put(
+            f"{ds}/label",
+            params={"image": img, "tag": "final"},
+            files={"label": ("l.png", png_bytes(np.full((400, 512), 200, np.uint8)))},
+            timeout=60,
+        ),
+        "0..7",
+    )
+    add(
+        "save label gzip-bomb NIfTI",
+        requests.put(
+            f"{ds}/label",
+            params={"image": img, "tag": "final"},
+            files={"label": ("l.nii.gz", bomb.read_bytes())},
+            timeout=60,
+        ),
+        "pixels",
+    )
+    add(
+        "save label params not JSON",
+        requests.put(
+            f"{ds}/label",
+            params={"image": img, "tag": "final"},
+            data={"params": "{oops"},
+            files={"label": ("l.png", label_ok)},
+            timeout=60,
+        ),
+        "JSON",
+    )
+    add(
+        "add image id traversal",
+        requests.put(f"{ds}/image", params={"image": "../evil"}, files={"file": ("e.png", good_png)}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "add image named '.' by its file name",
+        requests.put(f"{ds}/image", files={"file": ("..png", good_png)}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "add 64 MP image",
+        requests.put(f"{ds}/image", params={"image": "big"}, files={"file": ("big.png", huge_png)}, timeout=60),
+        "pixels",
+    )
+    add(
+        "download image traversal",
+        requests.get(f"{ds}/image", params={"image": "../../etc/passwd"}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "download label traversal",
+        requests.get(f"{ds}/label", params={"label": "../x", "tag": "final"}, timeout=60),
+        "invalid label id",
+    )
+    add(
+        "image info absolute",
+        requests.get(f"{ds}/image/info", params={"image": canary}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "image info = missing",
+        requests.get(f"{ds}/image/info", params={"image": missing}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "delete image traversal",
+        requests.delete(f"{ds}/image", params={"id": "../" + img}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "add image not an image",
+        requests.put(f"{ds}/image", params={"image": "junk"}, files={"file": ("junk.png", b"junk" * 10)}, timeout=60),
+        "image",
+    )
     status, body = over_long_body(srv, "/datastore/image?image=x", declared=(BODY_LIMIT_MB + 1) << 20)
     add("over-long body", SimpleNamespace(status_code=status, text=body, json=lambda: json.loads(body)), "bytes")
     # --- train, scoring, active learning, other routes ----------------------------------------------
-    add("train lr NaN", requests.post(f"{srv.url}/train/xflow", data='{"lr": NaN}',
-                                      headers={"Content-Type": "application/json"}, timeout=60), "lr")
-    add("train lr 1e400", requests.post(f"{srv.url}/train/xflow", data='{"lr": 1e400}',
-                                        headers={"Content-Type": "application/json"}, timeout=60), "lr")
-    add("train steps 10^9", requests.post(f"{srv.url}/train/xflow", json={"steps": 10 ** 9}, timeout=60), "steps")
+    add(
+        "train lr NaN",
+        requests.post(
+            f"{srv.url}/train/xflow", data='{"lr": NaN}', headers={"Content-Type": "application/json"}, timeout=60
+        ),
+        "lr",
+    )
+    add(
+        "train lr 1e400",
+        requests.post(
+            f"{srv.url}/train/xflow", data='{"lr": 1e400}', headers={"Content-Type": "application/json"}, timeout=60
+        ),
+        "lr",
+    )
+    add("train steps 10^9", requests.post(f"{srv.url}/train/xflow", json={"steps": 10**9}, timeout=60), "steps")
     add("train batch 0", requests.post(f"{srv.url}/train/xflow", json={"batch": 0}, timeout=60), "batch")
     add("train steps as text", requests.post(f"{srv.url}/train/xflow", json={"steps": "many"}, timeout=60), "steps")
     sc = f"{srv.url}/scoring/xflow_uncertainty"
-    add("scoring id traversal", requests.post(sc, params={"run_sync": "true"}, json={"images": [traversal]},
-                                              timeout=60), "invalid image id")
-    add("scoring id = canary", requests.post(sc, params={"run_sync": "true"}, json={"images": [canary]},
-                                             timeout=60), "invalid image id")
-    add("scoring id = missing", requests.post(sc, params={"run_sync": "true"}, json={"images": [missing]},
-                                              timeout=60), "invalid image id")
-    add("scoring max_clicks Infinity", requests.post(sc, params={"run_sync": "true"}, data='{"max_clicks": Infinity}',
-                                                     headers={"Content-Type": "application/json"}, timeout=60),
-        "max_clicks")
+    add(
+        "scoring id traversal",
+        requests.post(sc, params={"run_sync": "true"}, json={"images": [traversal]}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "scoring id = canary",
+        requests.post(sc, params={"run_sync": "true"}, json={"images": [canary]}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "scoring id = missing",
+        requests.post(sc, params={"run_sync": "true"}, json={"images": [missing]}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "scoring max_clicks Infinity",
+        requests.post(
+            sc,
+            params={"run_sync": "true"},
+            data='{"max_clicks": Infinity}',
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        ),
+        "max_clicks",
+    )
     add("train params a JSON list", requests.post(f"{srv.url}/train/xflow", json=[1, 2], timeout=60), "dictionary")
-    add("scoring max_images 0", requests.post(sc, params={"run_sync": "true"}, json={"max_images": 0}, timeout=60),
-        "max_images")
-    add("scoring images not a list", requests.post(sc, params={"run_sync": "true"}, json={"images": "all"},
-                                                   timeout=60), "images")
-    add("scoring over-long instruction", requests.post(sc, params={"run_sync": "true"},
-                                                       json={"instruction": "e" * 1000}, timeout=60), "instruction")
+    add(
+        "scoring max_images 0",
+        requests.post(sc, params={"run_sync": "true"}, json={"max_images": 0}, timeout=60),
+        "max_images",
+    )
+    add(
+        "scoring images not a list",
+        requests.post(sc, params={"run_sync": "true"}, json={"images": "all"}, timeout=60),
+        "images",
+    )
+    add(
+        "scoring over-long instruction",
+        requests.post(sc, params={"run_sync": "true"}, json={"instruction": "e" * 1000}, timeout=60),
+        "instruction",
+    )
     add("unknown strategy", requests.post(f"{srv.url}/activelearning/nope", json={}, timeout=60), "nope")
-    add("active learning 5000-digit number", requests.post(f"{srv.url}/activelearning/xflow_uncertainty",
-                                                           data='{"client_id": ' + "9" * 5000 + "}",
-                                                           headers={"Content-Type": "application/json"},
-                                                           timeout=60), "parsing the body")
-    add("active learning body a JSON list", requests.post(f"{srv.url}/activelearning/xflow_uncertainty",
-                                                          json=[1, 2], timeout=60), "dictionary")
-    add("batch infer id traversal", requests.post(f"{srv.url}/batch/infer/xflow", json={"images": [traversal]},
-                                                  timeout=60), "invalid image id")
-    add("replace model file", requests.put(f"{srv.url}/model/xflow", files={"file": ("m.pt", b"x")}, timeout=60),
-        "model files")
+    add(
+        "active learning 5000-digit number",
+        requests.post(
+            f"{srv.url}/activelearning/xflow_uncertainty",
+            data='{"client_id": ' + "9" * 5000 + "}",
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        ),
+        "parsing the body",
+    )
+    add(
+        "active learning body a JSON list",
+        requests.post(f"{srv.url}/activelearning/xflow_uncertainty", json=[1, 2], timeout=60),
+        "dictionary",
+    )
+    add(
+        "batch infer id traversal",
+        requests.post(f"{srv.url}/batch/infer/xflow", json={"images": [traversal]}, timeout=60),
+        "invalid image id",
+    )
+    add(
+        "replace model file",
+        requests.put(f"{srv.url}/model/xflow", files={"file": ("m.pt", b"x")}, timeout=60),
+        "model files",
+    )
     add("session path traversal", requests.get(f"{srv.url}/session/%2E%2E", timeout=60), "invalid")
-    add("session upload named '..'", requests.put(f"{srv.url}/session/", files={"files": ("x/..", good_png)},
-                                                  timeout=60), "invalid session file name")
-    add("session archive upload", requests.put(f"{srv.url}/session/", params={"uncompress": "true"},
-                                               files={"files": ("a.zip", b"PK\x03\x04")}, timeout=60), "compressed")
+    add(
+        "session upload named '..'",
+        requests.put(f"{srv.url}/session/", files={"files": ("x/..", good_png)}, timeout=60),
+        "invalid session file name",
+    )
+    add(
+        "session archive upload",
+        requests.put(
+            f"{srv.url}/session/", params={"uncompress": "true"}, files={"files": ("a.zip", b"PK\x03\x04")}, timeout=60
+        ),
+        "compressed",
+    )
     return out
 
 
@@ -324,12 +515,14 @@ def test_hostile_requests_get_4xx_and_leave_the_datastore_byte_identical(srv):
     # no file outside the datastore was read: same answers for an existing and a missing path,
     # the canary's bytes in no answer, its access time unchanged
     by_name = {what: r for what, r, _ in answers}
-    for a, b in (("params image = canary", "params image = missing"),
-                 ("query image = canary", "query image = missing"),
-                 ("params label = canary", "params label = missing"),
-                 ("save label image absolute", "save label image = missing"),
-                 ("image info absolute", "image info = missing"),
-                 ("scoring id = canary", "scoring id = missing")):
+    for a, b in (
+        ("params image = canary", "params image = missing"),
+        ("query image = canary", "query image = missing"),
+        ("params label = canary", "params label = missing"),
+        ("save label image absolute", "save label image = missing"),
+        ("image info absolute", "image info = missing"),
+        ("scoring id = canary", "scoring id = missing"),
+    ):
         assert (by_name[a].status_code, by_name[a].text) == (by_name[b].status_code, by_name[b].text)
     encoded = base64.b64encode(srv.canary_bytes[:48]).decode()
     for what, r, _ in answers:
@@ -355,8 +548,13 @@ def test_eight_clients_mixing_good_and_bad_requests_get_the_single_client_answer
     single = [revise_mask(srv, image_id, fg) for image_id, fg in jobs]
     assert all(status == 200 for status, _ in single)
     assert sum(int((mask == 7).any()) for _, mask in single) >= 4  # the clicks mark a finding: masks
-    single_infer = infer(srv, "xflow", WIDE, {"instruction": "effusion on the left", "revise": False,
-                                               "trace": False}, query={"output": "json"}).json()
+    single_infer = infer(
+        srv,
+        "xflow",
+        WIDE,
+        {"instruction": "effusion on the left", "revise": False, "trace": False},
+        query={"output": "json"},
+    ).json()
     before = datastore_hashes(srv.studies)
     got: dict[int, list] = {}
     bad_statuses: list[int] = []
@@ -366,13 +564,24 @@ def test_eight_clients_mixing_good_and_bad_requests_get_the_single_client_answer
     def client(k):
         image_id, fg = jobs[k]
         out = [revise_mask(srv, image_id, fg)]
-        bad = [infer(srv, "xflow", str(srv.canary), {"instruction": "edema"}),
-               infer(srv, "xflow", image_id, raw_params='{"max_clicks": 1e400, "instruction": "edema"}'),
-               infer(srv, "xflow_revise", image_id, {"finding": "effusion", "label": str(srv.canary)}),
-               requests.put(f"{srv.url}/datastore/label", params={"image": "../x", "tag": "final"},
-                            files={"label": ("l.png", b"junk")}, timeout=600)]
-        answer = infer(srv, "xflow", WIDE, {"instruction": "effusion on the left", "revise": False, "trace": False},
-                       query={"output": "json"})
+        bad = [
+            infer(srv, "xflow", str(srv.canary), {"instruction": "edema"}),
+            infer(srv, "xflow", image_id, raw_params='{"max_clicks": 1e400, "instruction": "edema"}'),
+            infer(srv, "xflow_revise", image_id, {"finding": "effusion", "label": str(srv.canary)}),
+            requests.put(
+                f"{srv.url}/datastore/label",
+                params={"image": "../x", "tag": "final"},
+                files={"label": ("l.png", b"junk")},
+                timeout=600,
+            ),
+        ]
+        answer = infer(
+            srv,
+            "xflow",
+            WIDE,
+            {"instruction": "effusion on the left", "revise": False, "trace": False},
+            query={"output": "json"},
+        )
         with lock:
             bad_statuses.extend(r.status_code for r in bad)
             good_statuses.append(answer.status_code)

@@ -19,8 +19,11 @@ from monailabel_xflow.testing import StubRuntime
 
 # --- the validation module ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["/etc/passwd", "../x", "a/b", "a\\b", "..", "a..b", "a\x00b", "tab\there",
-                                   "x" * 257, "", " lead", ".", 7, None])
+
+@pytest.mark.parametrize(
+    "value",
+    ["/etc/passwd", "../x", "a/b", "a\\b", "..", "a..b", "a\x00b", "tab\there", "x" * 257, "", " lead", ".", 7, None],
+)
 def test_unsafe_ids_get_one_message(value):
     with pytest.raises(UnsafeIdError) as err:
         rq.check_id(value)
@@ -33,8 +36,10 @@ def test_plain_ids_pass(value):
     assert rq.check_id(value) == value
 
 
-@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 10 ** 400, "9" * 400, "1e400", 2.5, True, "lots",
-                                   [3], {"a": 1}, 17, -1, "3.5"])
+@pytest.mark.parametrize(
+    "value",
+    [math.inf, -math.inf, math.nan, 10**400, "9" * 400, "1e400", 2.5, True, "lots", [3], {"a": 1}, 17, -1, "3.5"],
+)
 def test_integers_are_strict_and_bounded(value):
     with pytest.raises(RequestError, match="n must be an integer 0..16"):
         rq.as_int(value, "n", 0, 16)
@@ -45,7 +50,7 @@ def test_integers_accept_what_clients_send(value, expected):
     assert rq.as_int(value, "n", 0, 16, default=5) == expected
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, "1e400", 10 ** 400, "x" * 40, 1.0, -1e-9, True])
+@pytest.mark.parametrize("value", [math.nan, math.inf, "1e400", 10**400, "x" * 40, 1.0, -1e-9, True])
 def test_floats_are_finite_and_bounded(value):
     with pytest.raises(RequestError, match="lr must be a finite number"):
         rq.as_float(value, "lr", 0.0, 0.5)
@@ -70,16 +75,31 @@ def test_work_bound_and_click_lists():
     with pytest.raises(RequestError, match="request too large"):
         rq.check_work(7, 16)
     assert rq.number_lists([[1, 2, 0]], "foreground") == [[1.0, 2.0, 0.0]]
-    for bad in ([[math.inf, 1, 0]], [[10 ** 400, 1, 0]], [[1, 2, 3, 4]], "abc", [[1, "2", 0]], [[1, 2, 0]] * 65):
+    for bad in ([[math.inf, 1, 0]], [[10**400, 1, 0]], [[1, 2, 3, 4]], "abc", [[1, "2", 0]], [[1, 2, 0]] * 65):
         with pytest.raises(RequestError):
             rq.number_lists(bad, "foreground")
 
 
 # --- train --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key,value", [("lr", math.nan), ("lr", math.inf), ("lr", "1e400"), ("lr", 0.5), ("lr", 0),
-                                       ("steps", 10 ** 9), ("steps", 0), ("steps", 2.5), ("batch", 0), ("batch", 1000),
-                                       ("seed", -1), ("steps", "many")])
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("lr", math.nan),
+        ("lr", math.inf),
+        ("lr", "1e400"),
+        ("lr", 0.5),
+        ("lr", 0),
+        ("steps", 10**9),
+        ("steps", 0),
+        ("steps", 2.5),
+        ("batch", 0),
+        ("batch", 1000),
+        ("seed", -1),
+        ("steps", "many"),
+    ],
+)
 def test_train_parameters_are_bounded(key, value):
     from monailabel_xflow.app.train import train_params
 
@@ -152,6 +172,7 @@ def test_held_out_split():
 
 # --- scoring ------------------------------------------------------------------------------------
 
+
 class FakeStore:
     def __init__(self, folder: Path, ids):
         self.folder = folder
@@ -206,22 +227,28 @@ def test_scoring_is_bounded_incremental_and_reports_unknown_ids(monkeypatch, tmp
     assert again["scored"] == 0 and sorted(again["cached"]) == ["a", "b"] and flow.runs == 2  # cached
     import os
 
-    os.utime(tmp_path / "b.png", ns=(1, 10 ** 18))  # a changed study is scored again
+    os.utime(tmp_path / "b.png", ns=(1, 10**18))  # a changed study is scored again
     changed = task({"images": ["a", "b"], "instruction": "edema"}, store)
     assert changed["scores"].keys() == {"b"} and flow.runs == 3
     other_question = task({"images": ["a"], "instruction": "effusion"}, store)
     assert other_question["scored"] == 1
     bounded = task({"max_images": 1}, store)
     assert bounded["scored"] + len(bounded["cached"]) == 1
-    for bad, status in (({"max_images": 0}, 422), ({"max_images": 10 ** 9}, 422), ({"images": "all"}, 422),
-                        ({"images": ["../../etc/passwd"]}, 400), ({"max_clicks": math.inf}, 422),
-                        ({"instruction": "pneumothorax"}, 422)):
+    for bad, status in (
+        ({"max_images": 0}, 422),
+        ({"max_images": 10**9}, 422),
+        ({"images": "all"}, 422),
+        ({"images": ["../../etc/passwd"]}, 400),
+        ({"max_clicks": math.inf}, 422),
+        ({"instruction": "pneumothorax"}, 422),
+    ):
         with pytest.raises(HTTPException) as err:
             task(bad, store)
         assert err.value.status_code == status, bad
 
 
 # --- model loading ------------------------------------------------------------------------------
+
 
 def test_a_failed_model_load_backs_off_and_answers_503(monkeypatch, tmp_path):
     import time

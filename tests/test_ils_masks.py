@@ -26,7 +26,7 @@ N = 20
 def rect(r0, r1, c0, c1, n=N):
     """Rows r0..r1 and columns c0..c1, inclusive."""
     m = np.zeros((n, n), bool)
-    m[r0:r1 + 1, c0:c1 + 1] = True
+    m[r0 : r1 + 1, c0 : c1 + 1] = True
     return m
 
 
@@ -43,10 +43,24 @@ def check(box=BOX, anomaly=BLOB, reported=BASE, finding="pneumonia", thresholds=
 def test_table7_thresholds_and_the_halved_variant():
     t = alg.DEFAULT_THRESHOLDS
     assert (t.anomaly, t.anomaly_edema, t.anatomy, t.confidence, t.confidence_edema, t.signal, t.size) == (
-        0.10, 0.01, 0.25, 0.20, 0.01, 0.20, 0.10)
+        0.10,
+        0.01,
+        0.25,
+        0.20,
+        0.01,
+        0.20,
+        0.10,
+    )
     h = alg.HIGH_RECALL_THRESHOLDS
     assert (h.anomaly, h.anomaly_edema, h.anatomy, h.confidence, h.confidence_edema, h.signal, h.size) == (
-        0.05, 0.005, 0.125, 0.10, 0.005, 0.10, 0.05)
+        0.05,
+        0.005,
+        0.125,
+        0.10,
+        0.005,
+        0.10,
+        0.05,
+    )
     assert t.anomaly_for("edema") == 0.01 and t.anomaly_for("effusion") == 0.10
     assert t.confidence_for("edema") == 0.01 and t.confidence_for("atelectasis") == 0.20
 

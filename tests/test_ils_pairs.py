@@ -21,7 +21,7 @@ N = 24
 
 def rect(r0, r1, c0, c1):
     m = np.zeros((N, N), bool)
-    m[r0:r1 + 1, c0:c1 + 1] = True
+    m[r0 : r1 + 1, c0 : c1 + 1] = True
     return m
 
 
@@ -48,7 +48,9 @@ def test_reported_labels():
     assert rules.reported_labels(rf("effusion", ["pleura"])) == LUNGS  # outside the lungs only
     assert rules.reported_labels(rf("atelectasis", ["lung"])) == LUNGS
     assert rules.reported_labels(rf("atelectasis", ["right lung base", "left lung base", "rib"])) == (
-        "right lung base", "left lung base")
+        "right lung base",
+        "left lung base",
+    )
     assert rules.reported_labels(rf("pneumonia", ["right lower lobe"])) == ("right lower lobe",)
     assert rules.reported_labels(rf("cardiomegaly", ["heart"])) == ()
 
@@ -64,10 +66,14 @@ def test_grounded_is_the_reported_labels_the_mask_overlaps():
 def test_instruction_regions_turn_lobes_into_zones_and_drop_zones_of_grounded_lungs():
     lesion = rect(7, 11, 15, 18)  # left upper and mid zones, inside the left upper lobe
     assert rules.instruction_regions(("left upper lobe",), MASKS, lesion) == (
-        "left upper zone lung", "left mid zone lung")
+        "left upper zone lung",
+        "left mid zone lung",
+    )
     assert rules.instruction_regions(("left lung", "left mid zone lung"), MASKS, lesion) == ("left lung",)
     assert rules.instruction_regions(("left lung base", "right lung base"), MASKS, lesion) == (
-        "right lung base", "left lung base")  # vocabulary order
+        "right lung base",
+        "left lung base",
+    )  # vocabulary order
 
 
 def test_empty_regions_overlap_nothing_reported():
@@ -94,10 +100,13 @@ def test_anatomy_cross_check():
     # one column off = 1/24 = 4 % of the width: within 5 %
     assert rules.anatomy_disagreement(first, {**first, "right lung": rect(2, 17, 3, 9)}) == []
     moved = {**first, "left lung": rect(2, 17, 14, 19), "heart": rect(12, 21, 10, 13)}
-    assert rules.anatomy_disagreement(first, moved) == ["left lung: outermost column 21 vs 19",
-                                                        "heart: lowest row 19 vs 21"]
+    assert rules.anatomy_disagreement(first, moved) == [
+        "left lung: outermost column 21 vs 19",
+        "heart: lowest row 19 vs 21",
+    ]
     assert rules.anatomy_disagreement(first, {k: v for k, v in first.items() if k != "heart"}) == [
-        "heart: missing in one anatomy model"]
+        "heart: missing in one anatomy model"
+    ]
 
 
 def outcome(f, mask=None, grounded=()):
@@ -120,8 +129,9 @@ def assert_readable(pairs):
 def test_bibasilar_atelectasis_grounded_on_one_side():
     f = rf("atelectasis", ["right lung base", "left lung base"])
     lesion = rect(14, 16, 3, 6)
-    pairs = rules.study_pairs("s1", [outcome(f, lesion, ("right lung base",))], MASKS, HEART, 0.4,
-                              np.random.default_rng(0))
+    pairs = rules.study_pairs(
+        "s1", [outcome(f, lesion, ("right lung base",))], MASKS, HEART, 0.4, np.random.default_rng(0)
+    )
     got = by_instruction(pairs)
     basic = got["Segment the atelectasis in the right lung base."]
     assert basic["seg"] and basic["answer"] == "" and basic["seg_mask_path"] == "s1/finding0_atelectasis.png"
@@ -131,23 +141,26 @@ def test_bibasilar_atelectasis_grounded_on_one_side():
     assert li["seg"] and li["answer"] == "It is highly suggestive of atelectasis."
     assert np.array_equal(pairs.masks["s1/finding0_atelectasis.png"], lesion)
     assert [p["pair_id"] for p in pairs.positive + pairs.negative] == [
-        f"s1_{i:03d}" for i in range(len(pairs.positive) + len(pairs.negative))]
+        f"s1_{i:03d}" for i in range(len(pairs.positive) + len(pairs.negative))
+    ]
     assert_readable(pairs)
 
 
 def test_global_only_when_grounded_equals_reported_and_tentative_becomes_opacity():
     definite = rf("effusion", ["left lung base"])
     lesion = rect(14, 17, 15, 20)
-    pairs = rules.study_pairs("s2", [outcome(definite, lesion, ("left lung base",))], MASKS, HEART, 0.4,
-                              np.random.default_rng(0))
+    pairs = rules.study_pairs(
+        "s2", [outcome(definite, lesion, ("left lung base",))], MASKS, HEART, 0.4, np.random.default_rng(0)
+    )
     got = by_instruction(pairs)
     assert got["Segment the effusion."]["answer"] == "It is located in the left lung base."
     assert got["Segment the effusion in the left lung base."]["seg"]
     assert not any(p["type"] == "lesion_inference" and p["seg"] for p in pairs.positive)  # effusion: none
 
     tentative = rf("pneumonia", ["left lung base"], tentative=True)
-    pairs = rules.study_pairs("s3", [outcome(tentative, lesion, ("left lung base",))], MASKS, HEART, 0.4,
-                              np.random.default_rng(0))
+    pairs = rules.study_pairs(
+        "s3", [outcome(tentative, lesion, ("left lung base",))], MASKS, HEART, 0.4, np.random.default_rng(0)
+    )
     got = by_instruction(pairs)
     assert got["Segment the opacity in the left lung base."]["seg"]
     assert got["Segment the opacity in the left lung base."]["target"] == "opacity"
@@ -202,7 +215,10 @@ def test_cardiomegaly_positive_is_global_with_the_heart_and_no_negative():
 def test_global_refused_when_another_finding_answers_the_same_target():
     op = rf("opacity", ["right lung base"])
     pn = rf("pneumonia", ["left lung base"], sentence=2)
-    outs = [outcome(op, rect(14, 16, 3, 6), ("right lung base",)), outcome(pn, rect(14, 16, 15, 18), ("left lung base",))]
+    outs = [
+        outcome(op, rect(14, 16, 3, 6), ("right lung base",)),
+        outcome(pn, rect(14, 16, 15, 18), ("left lung base",)),
+    ]
     got = by_instruction(rules.study_pairs("s7", outs, MASKS, HEART, 0.4, np.random.default_rng(0)))
     assert "Segment the opacity." not in got  # the pneumonia is an opacity too
     assert got["Segment the pneumonia."]["answer"] == "It is located in the left lung base."

@@ -36,8 +36,11 @@ def built(phantoms, tmp_path_factory) -> Path:
 
 def tree(root: Path) -> dict[str, bytes]:
     """Every output file but the resume records, by relative path."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "work" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "work" not in p.parts
+    }
 
 
 def test_phantom_stages_match_the_set_and_the_healthy_twin_differs_only_at_lesions(phantoms):
@@ -69,8 +72,12 @@ def test_phantom_stages_match_the_set_and_the_healthy_twin_differs_only_at_lesio
 def test_output_is_read_unchanged_by_the_mimic_ils_reader(built, phantoms):
     counts = {}
     for split in ("train", "val", "test"):
-        res = read_mimic_ils(built / "ground-truth" / "mimic_ils.json", split=split, strict=True,
-                             kinds=("basic", "global", "lesion_inference"))
+        res = read_mimic_ils(
+            built / "ground-truth" / "mimic_ils.json",
+            split=split,
+            strict=True,
+            kinds=("basic", "global", "lesion_inference"),
+        )
         counts[split] = len(res.cases)
         for case in res.cases:
             image = np.asarray(Image.open(case.image_path))
@@ -91,12 +98,19 @@ def test_review_sheets_list_every_pair_and_finding(built):
 
     pairs = list(csv.DictReader((built / "review" / "pairs.csv").open()))
     release = json.loads((built / "ground-truth" / "mimic_ils.json").read_text())
-    n = sum(len(e["instruction_answer_pairs"][k]) for s in release.values() for e in s.values()
-            for k in ("positive_pairs", "negative_pairs"))
+    n = sum(
+        len(e["instruction_answer_pairs"][k])
+        for s in release.values()
+        for e in s.values()
+        for k in ("positive_pairs", "negative_pairs")
+    )
     assert len(pairs) == n and {"verdict", "comment", "instruction", "mask"} <= set(pairs[0])
     findings = list(csv.DictReader((built / "review" / "findings.csv").open()))
-    assert findings and all(f["generated"] == "True" or f["reason"] for f in findings if f["present"] == "True"
-                            and f["finding"] != "cardiomegaly")
+    assert findings and all(
+        f["generated"] == "True" or f["reason"]
+        for f in findings
+        if f["present"] == "True" and f["finding"] != "cardiomegaly"
+    )
 
 
 def test_generated_masks_overlap_the_phantom_truth(built, phantoms):
@@ -109,8 +123,11 @@ def test_generated_masks_overlap_the_phantom_truth(built, phantoms):
 def test_resume_redoes_nothing_and_shards_give_the_same_files(built, phantoms, tmp_path):
     inputs = truth_inputs(phantoms)
     seen = []
-    run(inputs, PipelineConfig(built, None, phantoms, alg.HIGH_RECALL_THRESHOLDS),
-        progress=lambda it: seen.extend(it) or seen)
+    run(
+        inputs,
+        PipelineConfig(built, None, phantoms, alg.HIGH_RECALL_THRESHOLDS),
+        progress=lambda it: seen.extend(it) or seen,
+    )
     assert seen == []  # every study already done
     out = tmp_path  # as deep as `built`, so the relative image paths are the same
     cfg = PipelineConfig(out, None, phantoms, alg.HIGH_RECALL_THRESHOLDS)
@@ -124,8 +141,10 @@ def test_dask_local_cluster_of_two_workers_gives_byte_identical_output(built, ph
     from distributed import Client, LocalCluster
 
     out = tmp_path
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         run(truth_inputs(phantoms), PipelineConfig(out, None, phantoms, alg.HIGH_RECALL_THRESHOLDS), scheduler=client)
         assert len(client.scheduler_info()["workers"]) == 2
     assert tree(out) == tree(built)
@@ -149,8 +168,10 @@ def test_recall_report_table8_layout_default_no_more_than_halved(phantoms, tmp_p
     assert set(scores) == {"entity", "presence", "certainty", "location"} and scores["entity"]["true"] > 0
     text = (tmp_path / "recall.md").read_text()
     assert "| field | precision | recall | F1 |" in text
-    assert ("| thresholds | findings from | pneumonia | atelectasis | opacity | consolidation | edema | effusion | mean |"
-            in text)
+    assert (
+        "| thresholds | findings from | pneumonia | atelectasis | opacity | consolidation | edema | effusion | mean |"
+        in text
+    )
     assert "| default | paper (MIMIC-CXR) |" in text and "28.3" in text
     assert main(["ils", "recall", "--images", str(tmp_path), "--out", str(tmp_path)]) == 2
 
@@ -158,8 +179,10 @@ def test_recall_report_table8_layout_default_no_more_than_halved(phantoms, tmp_p
 def test_build_structures_the_phantom_reports_csv(phantoms, tmp_path, capsys):
     pytest.importorskip("medspacy", reason="medspaCy is not installed here: run `make setup`")
     out = tmp_path / "out"
-    assert main(["ils", "build", "--images", str(phantoms), "--reports", str(phantoms / "reports.csv"),
-                 "--out", str(out)]) == 0
+    assert (
+        main(["ils", "build", "--images", str(phantoms), "--reports", str(phantoms / "reports.csv"), "--out", str(out)])
+        == 0
+    )
     truth = {s.study: s for s in truth_inputs(phantoms)}
     records = {p.stem: json.loads(p.read_text()) for p in (out / "work" / "studies").glob("*.json")}
     assert set(records) == set(truth)
@@ -169,8 +192,23 @@ def test_build_structures_the_phantom_reports_csv(phantoms, tmp_path, capsys):
         present = {f["finding"] for f in rec["findings"] if f["present"] and f["finding"]}
         assert present == {f.finding for f in truth[study].findings}
     read_mimic_ils(out / "ground-truth" / "mimic_ils.json", split="train", strict=True)
-    assert main(["ils", "build", "--images", str(phantoms), "--reports", str(phantoms / "reports.csv"),
-                 "--out", str(tmp_path / "o2"), "--structurer", "llm"]) == 2
+    assert (
+        main(
+            [
+                "ils",
+                "build",
+                "--images",
+                str(phantoms),
+                "--reports",
+                str(phantoms / "reports.csv"),
+                "--out",
+                str(tmp_path / "o2"),
+                "--structurer",
+                "llm",
+            ]
+        )
+        == 2
+    )
     assert "--llm-model" in capsys.readouterr().err
 
 
@@ -185,8 +223,23 @@ def test_xflow_eval_and_build_accept_the_output(built, tmp_path, capsys):
             shape = np.asarray(Image.open(case.image_path)).shape
             mask = np.zeros(shape, bool)
         Image.fromarray(np.where(mask, 255, 0).astype(np.uint8)).save(preds / f"{case.case_id}.png")
-    assert main(["eval", "--dataset", spec, "--split", "train", "--predictions", str(preds),
-                 "--out", str(tmp_path / "eval"), "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--dataset",
+                spec,
+                "--split",
+                "train",
+                "--predictions",
+                str(preds),
+                "--out",
+                str(tmp_path / "eval"),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert report["n_scored"] == len(res.cases) and report["average"]["n_acc"] == 1.0
     assert main(["build", "init-sft", "--dataset", spec, "--out", str(tmp_path / "sft")]) == 0
@@ -198,8 +251,12 @@ def test_cli_build_on_phantoms_and_its_errors(phantoms, tmp_path, capsys):
     assert main(["ils", "build", "--images", str(phantoms), "--reports", "phantom-truth", "--out", str(out)]) == 0
     assert "studies written" in capsys.readouterr().out
     assert (out / "ground-truth" / "mimic_ils.json").is_file()
-    assert main(["ils", "build", "--images", str(phantoms), "--reports", "phantom-truth", "--out", str(out),
-                 "--shard", "x"]) == 2
+    assert (
+        main(
+            ["ils", "build", "--images", str(phantoms), "--reports", "phantom-truth", "--out", str(out), "--shard", "x"]
+        )
+        == 2
+    )
     plain = tmp_path / "plain"
     plain.mkdir()
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(plain / "a.png")
@@ -213,18 +270,24 @@ def test_stage_configuration_errors_name_the_stage(phantoms, tmp_path):
     with pytest.raises(StageError, match="'detector' .*YOLO"):
         load_stages({"anatomy": "phantom", "healthy": "phantom", "locations": "phantom"}, phantoms)
     with pytest.raises(StageError, match="'healthy' .*RadEdit.*cannot import"):
-        load_stages({"anatomy": "phantom", "healthy": "no_such_module:X", "locations": "phantom",
-                     "detector": "phantom"}, phantoms)
+        load_stages(
+            {"anatomy": "phantom", "healthy": "no_such_module:X", "locations": "phantom", "detector": "phantom"},
+            phantoms,
+        )
     with pytest.raises(StageError, match="'anatomy' .*lacks the method of AnatomyStage"):
-        load_stages({"anatomy": "collections:OrderedDict", "healthy": "phantom", "locations": "phantom",
-                     "detector": "phantom"}, phantoms)
+        load_stages(
+            {"anatomy": "collections:OrderedDict", "healthy": "phantom", "locations": "phantom", "detector": "phantom"},
+            phantoms,
+        )
     with pytest.raises(StageError, match="is 'phantom' but the images are not a phantom set"):
         load_stages({k: "phantom" for k in ("anatomy", "healthy", "locations", "detector")}, tmp_path)
     with pytest.raises(StageError, match="unknown stage key"):
         load_stages({"segmenter": "phantom"}, phantoms)
     yaml_file = tmp_path / "stages.yaml"
-    yaml_file.write_text("anatomy: phantom\nhealthy: phantom\nlocations: phantom\n"
-                         "detector: {class: test_ils_pipeline:OneBoxDetector, args: {confidence: 0.9}}\n")
+    yaml_file.write_text(
+        "anatomy: phantom\nhealthy: phantom\nlocations: phantom\n"
+        "detector: {class: test_ils_pipeline:OneBoxDetector, args: {confidence: 0.9}}\n"
+    )
     stages = load_stages(yaml_file, phantoms)
     assert isinstance(stages.detector, OneBoxDetector) and stages.detector.confidence == 0.9
 
@@ -237,13 +300,19 @@ class OneBoxDetector:
 
     def detect(self, image: StudyImage) -> list[Detection]:
         h, w = image.pixels.shape
-        return [Detection((0.1 * w, 0.5 * h, 0.5 * w, 0.9 * h), self.confidence, "consolidation"),
-                Detection((0.0, 0.0, w / 2, h / 2), 0.99, "aortic enlargement")]  # dropped by class
+        return [
+            Detection((0.1 * w, 0.5 * h, 0.5 * w, 0.9 * h), self.confidence, "consolidation"),
+            Detection((0.0, 0.0, w / 2, h / 2), 0.99, "aortic enlargement"),
+        ]  # dropped by class
 
 
 def test_custom_detector_runs_in_the_pipeline(phantoms, tmp_path):
-    config = {"anatomy": "phantom", "healthy": "phantom", "locations": "phantom",
-              "detector": "test_ils_pipeline:OneBoxDetector"}
+    config = {
+        "anatomy": "phantom",
+        "healthy": "phantom",
+        "locations": "phantom",
+        "detector": "test_ils_pipeline:OneBoxDetector",
+    }
     inputs = truth_inputs(phantoms)[:2]
     summary = run(inputs, PipelineConfig(tmp_path, config, phantoms))
     assert summary["studies"] == 2
@@ -254,13 +323,17 @@ def test_custom_detector_runs_in_the_pipeline(phantoms, tmp_path):
 def test_read_reports_and_bad_input(phantoms, tmp_path):
     table = tmp_path / "reports.csv"
     rec = json.loads((phantoms / "ground-truth" / "phantoms.json").read_text())
-    table.write_text("study_id,image,report,split\n"
-                     f"{rec[0]['study']},{rec[0]['image']},FINDINGS: Left base effusion.,test\n"
-                     f"s2,missing.png,FINDINGS: x,\n"
-                     f"s3,{rec[1]['image']},,\n")
+    table.write_text(
+        "study_id,image,report,split\n"
+        f"{rec[0]['study']},{rec[0]['image']},FINDINGS: Left base effusion.,test\n"
+        f"s2,missing.png,FINDINGS: x,\n"
+        f"s3,{rec[1]['image']},,\n"
+    )
 
     def structure(text):
-        return [ReportedFinding("effusion", 1, True, False, ("left lung base",), "effusion")] if "effusion" in text else []
+        return (
+            [ReportedFinding("effusion", 1, True, False, ("left lung base",), "effusion")] if "effusion" in text else []
+        )
 
     def choose(text):
         return ("findings", text.split(":", 1)[1].strip()) if ":" in text else None
@@ -286,11 +359,13 @@ def test_read_reports_skips_repeated_studies_and_unstructurable_reports(phantoms
 
     rec = json.loads((phantoms / "ground-truth" / "phantoms.json").read_text())
     table = tmp_path / "reports.csv"
-    table.write_text("study_id,image_path,report\n"
-                     f"a1,{rec[0]['image']},FINDINGS: fine\n"
-                     f"a1,{rec[1]['image']},FINDINGS: fine\n"  # a second image of study a1
-                     f"a2,{rec[2]['image']},\n"
-                     f"a3,{rec[3]['image']},FINDINGS: garbled\n")
+    table.write_text(
+        "study_id,image_path,report\n"
+        f"a1,{rec[0]['image']},FINDINGS: fine\n"
+        f"a1,{rec[1]['image']},FINDINGS: fine\n"  # a second image of study a1
+        f"a2,{rec[2]['image']},\n"
+        f"a3,{rec[3]['image']},FINDINGS: garbled\n"
+    )
 
     def choose(text):  # like report.choose_section: an object with name/text, ValueError when empty
         if not text.strip():

@@ -72,7 +72,10 @@ def test_read_cmc2007_keeps_chest_reports_with_majority_labels(cmc, tmp_path):
     reports = read_cmc2007(cmc)
     assert [r.id for r in reports] == ["1001", "1002", "1005"]  # urinary code / renal words left out
     assert [set(r.labels) for r in reports] == [{"pneumonia"}, set(), {"atelectasis"}]  # majority codes only
-    assert reports[0].text == "CLINICAL HISTORY: Cough and fever.\n\nIMPRESSION: New left basilar infiltrate, as described above."
+    assert (
+        reports[0].text
+        == "CLINICAL HISTORY: Cough and fever.\n\nIMPRESSION: New left basilar infiltrate, as described above."
+    )
     assert all(r.split == split_of(r.id) for r in reports)
     bad = tmp_path / "bad.xml"
     bad.write_text("<docs><doc id='1'><texts/></doc></docs>")
@@ -109,8 +112,9 @@ def test_score_labels_counts_and_paired_intervals():
     true = np.array([[1, 0], [1, 1], [0, 0], [0, 1], [1, 0], [0, 0]], bool)
     perfect = true.copy()
     some = np.array([[1, 0], [0, 1], [1, 0], [0, 1], [1, 0], [0, 0]], bool)
-    out = score_labels({"perfect": perfect, "some": some}, true, ["pneumonia", "atelectasis"],
-                       baseline="some", resamples=300)
+    out = score_labels(
+        {"perfect": perfect, "some": some}, true, ["pneumonia", "atelectasis"], baseline="some", resamples=300
+    )
     s = out["systems"]["some"]
     pn = s["per_finding"]["pneumonia"]
     assert (pn["tp"], pn["fp"], pn["fn"], pn["positives"]) == (2, 1, 1, 3)
@@ -127,21 +131,28 @@ def test_score_labels_counts_and_paired_intervals():
 
 
 def test_certainty_agreement_with_coded_labels():
-    tuples = [[F("pneumonia", 1, True, False, (), "pneumonia")],  # definite, coded: agree
-              [F("pneumonia", 1, True, True, (), "pneumonia")],  # tentative, not coded: agree
-              [F("pneumonia", 1, True, False, (), "pneumonia")],  # definite, not coded: disagree
-              [F("pneumonia", 1, False, False, (), "pneumonia")]]  # absent: not a mention
+    tuples = [
+        [F("pneumonia", 1, True, False, (), "pneumonia")],  # definite, coded: agree
+        [F("pneumonia", 1, True, True, (), "pneumonia")],  # tentative, not coded: agree
+        [F("pneumonia", 1, True, False, (), "pneumonia")],  # definite, not coded: disagree
+        [F("pneumonia", 1, False, False, (), "pneumonia")],
+    ]  # absent: not a mention
     true = np.array([[1], [0], [0], [1]], bool)
-    assert certainty_agreement(tuples, true, ["pneumonia"]) == {"pneumonia": {"mentions": 3, "agree": 2,
-                                                                              "accuracy": 2 / 3}}
+    assert certainty_agreement(tuples, true, ["pneumonia"]) == {
+        "pneumonia": {"mentions": 3, "agree": 2, "accuracy": 2 / 3}
+    }
 
 
 def test_keyword_negex_baseline_and_unmentions():
     base = PhraseNegExStructurer(KEYWORDS)
     assert base("No pneumonia. Possible right effusion.") == [
-        F("pneumonia", 1, False, False, (), "pneumonia"), F("effusion", 2, True, True, (), "effusion")]
+        F("pneumonia", 1, False, False, (), "pneumonia"),
+        F("effusion", 2, True, True, (), "effusion"),
+    ]
     peer = PhraseNegExStructurer({"effusion": [r"effusion"]}, {"effusion": [r"pericardial effusion"]})
-    assert peer("Small pericardial effusion. Small pleural effusion.") == [F("effusion", 2, True, False, (), "effusion")]
+    assert peer("Small pericardial effusion. Small pleural effusion.") == [
+        F("effusion", 2, True, False, (), "effusion")
+    ]
 
 
 def test_chexpert_phrases_read_from_a_checkout(tmp_path):
@@ -158,8 +169,11 @@ def test_chexpert_phrases_read_from_a_checkout(tmp_path):
 
 
 def test_evaluate_external_scores_every_split_rule_and_mode(cmc):
-    reports = read_cmc2007(cmc) + [LabelledReport("x1", "FINDINGS: Lungs clear.\n\nIMPRESSION: Right lower lobe "
-                                                  "pneumonia.", frozenset({"pneumonia"}), "dev")]
+    reports = read_cmc2007(cmc) + [
+        LabelledReport(
+            "x1", "FINDINGS: Lungs clear.\n\nIMPRESSION: Right lower lobe pneumonia.", frozenset({"pneumonia"}), "dev"
+        )
+    ]
 
     def broken(section):
         raise ValueError("no answer")
@@ -212,9 +226,25 @@ def test_llm_structurer_through_the_same_harness(cmc, tiny_lm):
 def test_scripted_llm_through_the_harness(cmc):
     from monailabel_xflow.ils.report_llm import LLMStructurer
 
-    answer = json.dumps([{"entity": "atelectasis", "sentence": 1, "presence": "positive", "certainty": "definitive",
-                          "location": ["right basilar"], "predicted_type": None}])
-    out = evaluate_external(read_cmc2007(cmc), {"llm": LLMStructurer(lambda prompt: answer)},
-                            section_rules=("findings",), baseline=None, resamples=20, splits=("all",))
+    answer = json.dumps(
+        [
+            {
+                "entity": "atelectasis",
+                "sentence": 1,
+                "presence": "positive",
+                "certainty": "definitive",
+                "location": ["right basilar"],
+                "predicted_type": None,
+            }
+        ]
+    )
+    out = evaluate_external(
+        read_cmc2007(cmc),
+        {"llm": LLMStructurer(lambda prompt: answer)},
+        section_rules=("findings",),
+        baseline=None,
+        resamples=20,
+        splits=("all",),
+    )
     per = out["splits"]["all"]["runs"]["findings/definite"]["systems"]["llm"]["per_finding"]["atelectasis"]
     assert (per["tp"], per["fp"], per["fn"]) == (1, 2, 0)  # says atelectasis in all three reports

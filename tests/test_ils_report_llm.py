@@ -21,12 +21,30 @@ from monailabel_xflow.ils.report_llm import (  # noqa: E402
 
 SECTION = "Right lower lobe opacity likely reflects pneumonia. No pneumothorax. Stable bibasilar atelectasis."
 ANSWER = [
-    {"entity": "opacity", "sentence": 1, "presence": "positive", "certainty": "tentative",
-     "location": ["right lower lobe"], "predicted_type": "pneumonia"},
-    {"entity": "pneumothorax", "sentence": 2, "presence": "negative", "certainty": "definitive",
-     "location": [], "predicted_type": None},
-    {"entity": "atelectasis", "sentence": 3, "presence": "positive", "certainty": "definitive",
-     "location": ["bibasilar"], "predicted_type": None},
+    {
+        "entity": "opacity",
+        "sentence": 1,
+        "presence": "positive",
+        "certainty": "tentative",
+        "location": ["right lower lobe"],
+        "predicted_type": "pneumonia",
+    },
+    {
+        "entity": "pneumothorax",
+        "sentence": 2,
+        "presence": "negative",
+        "certainty": "definitive",
+        "location": [],
+        "predicted_type": None,
+    },
+    {
+        "entity": "atelectasis",
+        "sentence": 3,
+        "presence": "positive",
+        "certainty": "definitive",
+        "location": ["bibasilar"],
+        "predicted_type": None,
+    },
 ]
 EXPECTED = [
     ReportedFinding("opacity", 1, True, True, ("right lower lobe",), "pneumonia"),
@@ -49,13 +67,16 @@ def test_scripted_answer_mapped_like_the_rules():
     assert structure_report("FINDINGS: " + SECTION) == EXPECTED
 
 
-@pytest.mark.parametrize("answer, message", [
-    ("I cannot help with that.", "no JSON array"),
-    ("[{\"entity\": \"effusion\",]", "not valid JSON"),
-    (json.dumps([{**ANSWER[0], "presence": "maybe"}]), "schema at 0/presence"),
-    (json.dumps([{k: v for k, v in ANSWER[0].items() if k != "location"}]), "'location' is a required"),
-    (json.dumps([{**ANSWER[0], "sentence": 9}]), "sentence 9 is out of range"),
-])
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        ("I cannot help with that.", "no JSON array"),
+        ('[{"entity": "effusion",]', "not valid JSON"),
+        (json.dumps([{**ANSWER[0], "presence": "maybe"}]), "schema at 0/presence"),
+        (json.dumps([{k: v for k, v in ANSWER[0].items() if k != "location"}]), "'location' is a required"),
+        (json.dumps([{**ANSWER[0], "sentence": 9}]), "sentence 9 is out of range"),
+    ],
+)
 def test_invalid_answers_rejected(answer, message):
     with pytest.raises(ReportStructuringError, match=message):
         parse_answer(answer, 3)
@@ -139,8 +160,18 @@ def test_xflow_ils_build_runs_the_llm_structurer(tiny_lm, tmp_path, capsys):
 
     folder, _ = tiny_lm
     export_set(tmp_path / "ph", 2, seed=3, size=128)
-    args = ["ils", "build", "--images", str(tmp_path / "ph"), "--reports", str(tmp_path / "ph" / "reports.csv"),
-            "--out", str(tmp_path / "out"), "--structurer", "llm"]
+    args = [
+        "ils",
+        "build",
+        "--images",
+        str(tmp_path / "ph"),
+        "--reports",
+        str(tmp_path / "ph" / "reports.csv"),
+        "--out",
+        str(tmp_path / "out"),
+        "--structurer",
+        "llm",
+    ]
     assert main(args + ["--llm-model", str(tmp_path / "no-such-model")]) == 2
     assert "cannot read the reports" in capsys.readouterr().err
     assert main(args + ["--llm-model", str(folder), "--llm-max-new-tokens", "8"]) == 2

@@ -85,8 +85,7 @@ def test_inspect_bad_file_exits_2_with_reason(tmp_path, capsys, content):
 
 def test_inspect_console_script(cxr_samples, tmp_path):
     xflow = Path(sys.executable).with_name("xflow")  # .venv/bin/xflow
-    done = subprocess.run([str(xflow), "inspect", str(cxr_samples / CR)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(xflow), "inspect", str(cxr_samples / CR)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["shape"] == [1, 1024, 1024] and report["format"] == "DICOM"

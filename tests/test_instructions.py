@@ -44,8 +44,7 @@ PHRASINGS = [
     ("airspace opacity right apex", ("opacity", (RA,), "basic")),
     ("haziness at the left apex", ("opacity", (LA,), "basic")),
     ("Segment the opacity in the left lung and predict its type.", ("opacity", (L,), "lesion_inference")),
-    ("Segment the opacity in the right upper zone lung and predict its type.",
-     ("opacity", (RU,), "lesion_inference")),
+    ("Segment the opacity in the right upper zone lung and predict its type.", ("opacity", (RU,), "lesion_inference")),
     ("what type is the opacity in the right lung", ("opacity", (R,), "lesion_inference")),
     ("Segment the opacity and predict its type.", ("opacity", (), "lesion_inference")),
     ("Segment the consolidation in the left upper zone lung.", ("consolidation", (LU,), "basic")),
@@ -176,8 +175,10 @@ def _instructions():
     return st.one_of(
         st.builds(lambda f, r: Instruction(f, tuple(r), "basic"), lung_findings, lung_region_sets),
         st.builds(lambda f: Instruction(f, (), "global"), st.sampled_from(FINDINGS)),
-        st.builds(lambda r: Instruction("opacity", tuple(r), "lesion_inference"),
-                  st.lists(st.sampled_from(LUNGS + ALL_ZONES), max_size=2, unique=True)),
+        st.builds(
+            lambda r: Instruction("opacity", tuple(r), "lesion_inference"),
+            st.lists(st.sampled_from(LUNGS + ALL_ZONES), max_size=2, unique=True),
+        ),
         st.just(Instruction("cardiomegaly", ("heart",), "basic")),
     )
 

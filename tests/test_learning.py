@@ -42,11 +42,12 @@ def test_segmenter_finetuning_raises_held_out_box_prompted_iou(tmp_path):
     result = finetune_segmenter(base, train, tmp_path / "ft", cfg, progress=False)
     after = box_prompted_iou(load_segmenter(str(tmp_path / "ft")), held_out)
     losses = result["losses"]
-    print(f"\nF_seg held-out box-prompted IoU {before:.3f} -> {after:.3f} after {result['steps']} steps; "
-          f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    print(
+        f"\nF_seg held-out box-prompted IoU {before:.3f} -> {after:.3f} after {result['steps']} steps; "
+        f"loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+    )
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
     assert after > before + 0.3 and after > 0.6, (before, after)
-
 
 
 def _held_out_answer_nll(base, adapter, rows) -> float:
@@ -64,9 +65,13 @@ def _held_out_answer_nll(base, adapter, rows) -> float:
     with torch.no_grad():
         for row in rows:
             ex = encode(row)
-            out = model(input_ids=ex["input_ids"][None], token_type_ids=ex["token_type_ids"][None],
-                        attention_mask=torch.ones_like(ex["input_ids"])[None],
-                        pixel_values=ex["pixel_values"], labels=ex["labels"][None])
+            out = model(
+                input_ids=ex["input_ids"][None],
+                token_type_ids=ex["token_type_ids"][None],
+                attention_mask=torch.ones_like(ex["input_ids"])[None],
+                pixel_values=ex["pixel_values"],
+                labels=ex["labels"][None],
+            )
             losses.append(float(out.loss))
     return float(np.mean(losses))
 
@@ -91,8 +96,10 @@ def test_init_sft_raises_held_out_answer_likelihood(tmp_path):
     summary = train_sft("init-sft", Dataset.from_list(train), base, tmp_path / "out", cfg, progress=False)
     after = _held_out_answer_nll(base, tmp_path / "out", held_out)
     losses = np.asarray(summary["losses"])
-    print(f"\nπ_init SFT held-out answer NLL/token {before:.2f} -> {after:.2f} after {summary['steps']} steps; "
-          f"loss {np.mean(losses[:5]):.3f} -> {np.mean(losses[-5:]):.3f} (means of first/last 5)")
+    print(
+        f"\nπ_init SFT held-out answer NLL/token {before:.2f} -> {after:.2f} after {summary['steps']} steps; "
+        f"loss {np.mean(losses[:5]):.3f} -> {np.mean(losses[-5:]):.3f} (means of first/last 5)"
+    )
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.3 * np.mean(losses[:5])
     assert after < 0.5 * before, (before, after)
 
@@ -110,8 +117,9 @@ def _mean_init_reward(base, adapter, rows, seeds, temperature: float, max_new_to
     for row in rows:
         image = load_cxr(row["image"])[0]
         for seed in seeds:
-            policy.generation = GenerationSettings(do_sample=True, temperature=temperature, seed=seed,
-                                                   max_new_tokens=max_new_tokens)
+            policy.generation = GenerationSettings(
+                do_sample=True, temperature=temperature, seed=seed, max_new_tokens=max_new_tokens
+            )
             answer = policy.stage1(image, parse_instruction(row["instruction"]))
             totals.append(rewards.init_reward(answer, [tuple(b) for b in row["gt_boxes"]])["total"])
     return float(np.mean(totals))
@@ -134,18 +142,40 @@ def test_init_grpo_raises_mean_reward_on_a_fixed_batch(tmp_path):
     rows = [r for r in init_sft_rows(tmp_path / "data", 12) if not r["positive"]]
     cfg = sft_config(max_steps=150, effective_batch=2, learning_rate=2e-2, aux_mask_loss_weight=1.0, seed=0)
     train_sft("init-sft", Dataset.from_list(rows), base, tmp_path / "sft", cfg, progress=False)
-    batch = [dict(image=r["image"], prompt=r["prompt"], instruction=r["instruction"], gt_boxes=[],
-                  case_id=r["case_id"]) for r in rows[:4]]
+    batch = [
+        dict(image=r["image"], prompt=r["prompt"], instruction=r["instruction"], gt_boxes=[], case_id=r["case_id"])
+        for r in rows[:4]
+    ]
     temperature, max_new, seeds = 0.3, 80, range(8)
     before = _mean_init_reward(base, tmp_path / "sft", batch, seeds, temperature, max_new)
-    cfg = load_config("init-rl", max_steps=6, effective_batch=16, num_generations=4, learning_rate=3e-4,
-                      lora_r=8, lora_alpha=16, kl_beta=0.0, temperature=temperature, seed=0)
-    summary = train_grpo("init-rl", Dataset.from_list(batch), base, tmp_path / "rl", tmp_path / "sft", cfg,
-                         max_new_tokens=max_new, progress=False)
+    cfg = load_config(
+        "init-rl",
+        max_steps=6,
+        effective_batch=16,
+        num_generations=4,
+        learning_rate=3e-4,
+        lora_r=8,
+        lora_alpha=16,
+        kl_beta=0.0,
+        temperature=temperature,
+        seed=0,
+    )
+    summary = train_grpo(
+        "init-rl",
+        Dataset.from_list(batch),
+        base,
+        tmp_path / "rl",
+        tmp_path / "sft",
+        cfg,
+        max_new_tokens=max_new,
+        progress=False,
+    )
     after = _mean_init_reward(base, tmp_path / "rl", batch, seeds, temperature, max_new)
     per_step = summary["reward"]
-    print(f"\nπ_init GRPO mean R_init on the fixed batch {before:.3f} -> {after:.3f} after {summary['steps']} "
-          f"steps; reward per step {np.round(per_step, 3).tolist()}")
+    print(
+        f"\nπ_init GRPO mean R_init on the fixed batch {before:.3f} -> {after:.3f} after {summary['steps']} "
+        f"steps; reward per step {np.round(per_step, 3).tolist()}"
+    )
     assert summary["steps"] == 6 and len(per_step) == 6
     assert np.mean(per_step[-2:]) > per_step[0] + 0.5, per_step
     assert after > before + 0.3, (before, after)

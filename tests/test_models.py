@@ -42,8 +42,12 @@ def test_json_file_and_dict_sources(folders):
 def test_environment_overrides_the_file(folders):
     cfg_file = folders / "m.yaml"
     cfg_file.write_text("vlm_base: models/base\nsegmenter: models/sam\n")
-    env = {"XFLOW_MODELS": str(cfg_file), "XFLOW_SEGMENTER": "org/sam3-cxr", "XFLOW_MAX_CLICKS": "2",
-           "XFLOW_DEVICE": ""}
+    env = {
+        "XFLOW_MODELS": str(cfg_file),
+        "XFLOW_SEGMENTER": "org/sam3-cxr",
+        "XFLOW_MAX_CLICKS": "2",
+        "XFLOW_DEVICE": "",
+    }
     cfg = ModelConfig.from_env(env)
     assert cfg.segmenter == "org/sam3-cxr" and cfg.max_clicks == 2 and cfg.device is None
     assert cfg.resolve("vlm_base") == (folders / "models" / "base").resolve()  # still relative to the file

@@ -36,16 +36,20 @@ from servers import orthanc_binary, orthanc_server, orthanc_upload
 
 from monailabel_xflow.commands.ohif import OHIF_VERSION, dist_dir, serve_in_thread
 
-OHIF_MISSING = None if (dist_dir() / "index.html").is_file() else (
-    f"OHIF {OHIF_VERSION} is not installed in {dist_dir()} (make ohif)")
+OHIF_MISSING = (
+    None
+    if (dist_dir() / "index.html").is_file()
+    else (f"OHIF {OHIF_VERSION} is not installed in {dist_dir()} (make ohif)")
+)
 if OHIF_MISSING and os.environ.get("XFLOW_REQUIRE_BROWSER") == "1":
     raise RuntimeError(f"XFLOW_REQUIRE_BROWSER=1 but {OHIF_MISSING}")
 
 pytestmark = [
     pytest.mark.timeout(1500),
     pytest.mark.filterwarnings("ignore::UserWarning"),
-    pytest.mark.skipif(orthanc_binary() is None,
-                       reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"),
+    pytest.mark.skipif(
+        orthanc_binary() is None, reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"
+    ),
     pytest.mark.skipif(OHIF_MISSING is not None, reason=OHIF_MISSING or ""),
 ]
 needs_browser = skip_without_chromium()
@@ -70,8 +74,9 @@ def segs_in_pacs(orthanc: str) -> dict[str, pydicom.Dataset]:
     out = {}
     for found in web.search_for_series(search_filters={"Modality": "SEG"}):
         meta = pydicom.Dataset.from_json(found)
-        for ds in web.retrieve_series(str(meta.StudyInstanceUID), str(meta.SeriesInstanceUID),
-                                      media_types=(("application/dicom", "*"),)):
+        for ds in web.retrieve_series(
+            str(meta.StudyInstanceUID), str(meta.SeriesInstanceUID), media_types=(("application/dicom", "*"),)
+        ):
             out[str(ds.SeriesInstanceUID)] = ds
     return out
 
@@ -83,9 +88,11 @@ def pacs(tmp_path_factory):
     from monailabel_xflow.data.export import DicomVariant
 
     tmp = tmp_path_factory.mktemp("ohif-current")
-    phantoms = {"cr": write_phantom(tmp / "cr.dcm", 7, DicomVariant("MONOCHROME2", 8, "CR")),
-                "dx": write_phantom(tmp / "dx.dcm", 7, DicomVariant("MONOCHROME1", 16, "DX")),
-                "other": write_phantom(tmp / "other.dcm", 11, DicomVariant("MONOCHROME2", 8, "CR"), ("edema",))}
+    phantoms = {
+        "cr": write_phantom(tmp / "cr.dcm", 7, DicomVariant("MONOCHROME2", 8, "CR")),
+        "dx": write_phantom(tmp / "dx.dcm", 7, DicomVariant("MONOCHROME1", 16, "DX")),
+        "other": write_phantom(tmp / "other.dcm", 11, DicomVariant("MONOCHROME2", 8, "CR"), ("edema",)),
+    }
     headers = {k: pydicom.dcmread(tmp / f"{k}.dcm", stop_before_pixels=True) for k in phantoms}
     other_label = np.zeros((512, 512), np.uint8)
     for lesion in phantoms["other"].lesions:
@@ -93,7 +100,7 @@ def pacs(tmp_path_factory):
     saved = write_seg(other_label, tmp / "other.dcm", tmp / "other-label.dcm")
     rows, cols = np.nonzero(other_label)
     overlap = {"edema": other_label == 6, "opacity": np.zeros((512, 512), bool)}
-    overlap["opacity"][rows.min() - 20:(rows.min() + rows.max()) // 2, cols.min() - 20:cols.max() + 20] = True
+    overlap["opacity"][rows.min() - 20 : (rows.min() + rows.max()) // 2, cols.min() - 20 : cols.max() + 20] = True
     both = write_seg(np.zeros((512, 512), np.uint8), tmp / "other.dcm", masks=overlap, description="Overlap check")
     both.ContentLabel = "XFLOW_AUTO"  # shown, not a label
     both.save_as(str(tmp / "other-overlap.dcm"))
@@ -106,20 +113,41 @@ def pacs(tmp_path_factory):
         for key in [k for k in os.environ if k.startswith("XFLOW_") and k not in kept]:
             mp.delenv(key)  # the committed demo model
         t0 = time.perf_counter()
-        assert main(["preannotate", "--studies", f"{orthanc}/dicom-web", "--finding", "effusion",
-                     "--cache", str(tmp / "pre-cache")]) == 0
+        assert (
+            main(
+                [
+                    "preannotate",
+                    "--studies",
+                    f"{orthanc}/dicom-web",
+                    "--finding",
+                    "effusion",
+                    "--cache",
+                    str(tmp / "pre-cache"),
+                ]
+            )
+            == 0
+        )
         preannotate_s = time.perf_counter() - t0
         segs = segs_in_pacs(orthanc)
-        xflow = {str(ds.ReferencedSeriesSequence[0].SeriesInstanceUID): ds for ds in segs.values()
-                 if ds.get("ContentLabel") == "XFLOW_AUTO"}
+        xflow = {
+            str(ds.ReferencedSeriesSequence[0].SeriesInstanceUID): ds
+            for ds in segs.values()
+            if ds.get("ContentLabel") == "XFLOW_AUTO"
+        }
         server, url = serve_in_thread(dist_dir(), f"{orthanc}/dicom-web")
         try:
             yield SimpleNamespace(
-                orthanc=orthanc, url=url, tmp=tmp, phantoms=phantoms, preannotate_s=preannotate_s,
+                orthanc=orthanc,
+                url=url,
+                tmp=tmp,
+                phantoms=phantoms,
+                preannotate_s=preannotate_s,
                 series={k: str(h.SeriesInstanceUID) for k, h in headers.items()},
                 study={k: str(h.StudyInstanceUID) for k, h in headers.items()},
                 xflow={k: xflow[str(h.SeriesInstanceUID)] for k, h in headers.items()},
-                saved_label=str(saved.SeriesInstanceUID), overlap=overlap)
+                saved_label=str(saved.SeriesInstanceUID),
+                overlap=overlap,
+            )
         finally:
             server.shutdown()
             server.server_close()
@@ -140,6 +168,7 @@ def xflow_mask(pacs, key: str) -> np.ndarray:
 
 # --- the server, without a browser -------------------------------------------------------------
 
+
 def test_xflow_ohif_serves_the_viewer_and_the_pacs_behind_one_origin(pacs, tmp_path, capsys):
     from monailabel_xflow.cli import main
 
@@ -153,14 +182,19 @@ def test_xflow_ohif_serves_the_viewer_and_the_pacs_behind_one_origin(pacs, tmp_p
     studies = requests.get(f"{pacs.url}/dicom-web/studies", headers={"Accept": "application/dicom+json"}, timeout=10)
     found = {pydicom.Dataset.from_json(s).StudyInstanceUID for s in studies.json()}
     assert found == set(pacs.study.values())
-    frame = requests.get(f"{pacs.url}/dicom-web/studies/{pacs.study['cr']}/series/{pacs.series['cr']}/metadata",
-                         timeout=10)
+    frame = requests.get(
+        f"{pacs.url}/dicom-web/studies/{pacs.study['cr']}/series/{pacs.series['cr']}/metadata", timeout=10
+    )
     assert frame.status_code == 200 and pacs.orthanc not in frame.text  # no PACS URL leaks to the page
     assert requests.get(f"{pacs.url}/no-such.js", timeout=10).status_code == 404
     host, port = pacs.url.removeprefix("http://").split(":")
-    for method, path, status in (("GET", "/dicom-web/../system", 400), ("GET", "/dicom-web/%2e%2e/system", 400),
-                                 ("GET", "/../../etc/passwd", 400), ("POST", "/dicom-web/tools/find", 405),
-                                 ("DELETE", f"/dicom-web/studies/{pacs.study['cr']}", 501)):
+    for method, path, status in (
+        ("GET", "/dicom-web/../system", 400),
+        ("GET", "/dicom-web/%2e%2e/system", 400),
+        ("GET", "/../../etc/passwd", 400),
+        ("POST", "/dicom-web/tools/find", 405),
+        ("DELETE", f"/dicom-web/studies/{pacs.study['cr']}", 501),
+    ):
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         conn.request(method, path)  # sent as written (requests would normalise the '..')
         assert conn.getresponse().status == status, (method, path)
@@ -174,14 +208,21 @@ def test_xflow_ohif_serves_the_viewer_and_the_pacs_behind_one_origin(pacs, tmp_p
 
 # --- in the browser --------------------------------------------------------------------------------
 
+
 def open_study(d, url: str) -> float:
     """Open an OHIF route, wait until its viewport shows the radiograph, dismiss the notices
     (investigational use, the guided tour). Returns the seconds it took."""
     t0 = time.perf_counter()
     d.get(url)
-    wait_for(d, lambda d: d.execute_script(
-        "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
-        "return e && e.getViewports().length && e.getViewports()[0].getImageData();"), 120, "the radiograph")
+    wait_for(
+        d,
+        lambda d: d.execute_script(
+            "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
+            "return e && e.getViewports().length && e.getViewports()[0].getImageData();"
+        ),
+        120,
+        "the radiograph",
+    )
     for xpath in ("//button[contains(., 'Confirm and hide')]", "//*[normalize-space(text())='Skip all']"):
         for button in d.find_elements("xpath", xpath):
             button.click()
@@ -193,13 +234,25 @@ def open_xflow_seg(d, name: str = "XFlow:") -> None:
     panel and accept OHIF's 'open this Segmentation?'."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    thumb = wait_for(d, lambda d: d.find_element("xpath", f"//*[starts-with(normalize-space(text()), '{name}')]"),
-                     60, f"the SEG '{name}...' in the study panel")
+    thumb = wait_for(
+        d,
+        lambda d: d.find_element("xpath", f"//*[starts-with(normalize-space(text()), '{name}')]"),
+        60,
+        f"the SEG '{name}...' in the study panel",
+    )
     ActionChains(d).double_click(thumb).perform()
-    wait_for(d, lambda d: d.find_element("xpath", "//button[@data-cy='yes-hydrate-btn']"), 60,
-             "OHIF's 'open this Segmentation?' prompt").click()
-    wait_for(d, lambda d: d.execute_script(
-        "return window.services.segmentationService.getSegmentations().length > 0"), 60, "the segmentation")
+    wait_for(
+        d,
+        lambda d: d.find_element("xpath", "//button[@data-cy='yes-hydrate-btn']"),
+        60,
+        "OHIF's 'open this Segmentation?' prompt",
+    ).click()
+    wait_for(
+        d,
+        lambda d: d.execute_script("return window.services.segmentationService.getSegmentations().length > 0"),
+        60,
+        "the segmentation",
+    )
 
 
 def tint_in(d, mask: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -207,8 +260,10 @@ def tint_in(d, mask: np.ndarray) -> tuple[np.ndarray, dict]:
     from scipy.ndimage import binary_erosion
 
     shot, mapping = screenshot(d), image_to_page(d)
-    return shot, {"mapping": mapping, "tint": tinted(sample_page(shot, mapping, binary_erosion(mask, iterations=3)))
-                  .mean()}
+    return shot, {
+        "mapping": mapping,
+        "tint": tinted(sample_page(shot, mapping, binary_erosion(mask, iterations=3))).mean(),
+    }
 
 
 def keep_screenshot(shot: np.ndarray, name: str) -> None:
@@ -236,15 +291,18 @@ def test_basic_viewer_shows_xflows_seg_inside_the_mask_and_nowhere_else(pacs, ke
         _, before = tint_in(d, mask)
         t0 = time.perf_counter()
         open_xflow_seg(d)
-        shot, after = wait_for(d, lambda d: (lambda s: s if s[1]["tint"] > 0.95 else None)(tint_in(d, mask)), 60,
-                               "XFlow's mask drawn")
+        shot, after = wait_for(
+            d, lambda d: (lambda s: s if s[1]["tint"] > 0.95 else None)(tint_in(d, mask)), 60, "XFlow's mask drawn"
+        )
         seconds = time.perf_counter() - t0
         outside = tinted(sample_page(shot, after["mapping"], clear)).mean()
         logs = [e["message"] for e in console(d)]
         keep_screenshot(shot, f"ohif-3.13-viewer-{key}.png")
-    print(f"\nOHIF {OHIF_VERSION} Basic Viewer, {key.upper()}: study open {opened:.1f} s, SEG shown {seconds:.1f} s "
-          f"later; tinted in mask {after['tint']:.3f} (before {before['tint']:.3f}), elsewhere in the lungs "
-          f"{outside:.3f}")
+    print(
+        f"\nOHIF {OHIF_VERSION} Basic Viewer, {key.upper()}: study open {opened:.1f} s, SEG shown {seconds:.1f} s "
+        f"later; tinted in mask {after['tint']:.3f} (before {before['tint']:.3f}), elsewhere in the lungs "
+        f"{outside:.3f}"
+    )
     assert after["mapping"]["dims"][:2] == [512, 512]
     assert before["tint"] < 0.02 and outside < 0.02
     assert any("SEG parse complete" in m for m in logs)
@@ -261,13 +319,24 @@ def test_overlapping_findings_are_two_segments_each_shown_whole(pacs):
     with chromium() as d:
         open_study(d, f"{pacs.url}/viewer?StudyInstanceUIDs={pacs.study['other']}")
         open_xflow_seg(d, "Overlap check")
-        shot, drawn = wait_for(d, lambda d: (lambda s: s if s[1]["tint"] > 0.95 else None)(
-            tint_in(d, masks["edema"] | masks["opacity"])), 60, "both findings drawn")
-        segments = d.execute_script("const s = window.services.segmentationService.getSegmentations()[0];"
-                                    "return Object.values(s.segments).map(g => g.label);")
-        parts = {k: tinted(sample_page(shot, drawn["mapping"], m)).mean() for k, m in
-                 {"overlap": common, "edema only": masks["edema"] & ~common,
-                  "opacity only": masks["opacity"] & ~common}.items()}
+        shot, drawn = wait_for(
+            d,
+            lambda d: (lambda s: s if s[1]["tint"] > 0.95 else None)(tint_in(d, masks["edema"] | masks["opacity"])),
+            60,
+            "both findings drawn",
+        )
+        segments = d.execute_script(
+            "const s = window.services.segmentationService.getSegmentations()[0];"
+            "return Object.values(s.segments).map(g => g.label);"
+        )
+        parts = {
+            k: tinted(sample_page(shot, drawn["mapping"], m)).mean()
+            for k, m in {
+                "overlap": common,
+                "edema only": masks["edema"] & ~common,
+                "opacity only": masks["opacity"] & ~common,
+            }.items()
+        }
         keep_screenshot(shot, "ohif-3.13-viewer-overlap.png")
     print(f"\nOHIF {OHIF_VERSION}, overlapping segments {segments}: tinted {parts}")
     assert sorted(segments) == ["edema", "opacity"]
@@ -283,14 +352,15 @@ def corrected(pacs):
 
     mask = xflow_mask(pacs, "cr")
     row, cols = 250, (330, 400)  # in the phantom's left lung (image right), clear of the effusion
-    assert not mask[row - 40:row + 40, cols[0] - 40:cols[1] + 40].any()
+    assert not mask[row - 40 : row + 40, cols[0] - 40 : cols[1] + 40].any()
     before = set(segs_in_pacs(pacs.orthanc))
     t0 = time.perf_counter()
     with chromium() as d:
         opened = open_study(d, f"{pacs.url}/segmentation?StudyInstanceUIDs={pacs.study['cr']}")
         open_xflow_seg(d)
-        rows = wait_for(d, lambda d: [r.text for r in d.find_elements("xpath", "//*[@data-cy='data-row']")], 30,
-                        "the segment table")
+        rows = wait_for(
+            d, lambda d: [r.text for r in d.find_elements("xpath", "//*[@data-cy='data-row']")], 30, "the segment table"
+        )
         d.find_element("xpath", "//button[@data-cy='Brush-btn']").click()
         wait_for(d, lambda d: "Radius (mm)" in d.find_element("tag name", "body").text, 30, "the brush's settings")
         m = image_to_page(d)
@@ -307,25 +377,48 @@ def corrected(pacs):
             stroke.move_to_element_with_offset(canvas, *offset(i, row))
         stroke.release().perform()
         painted = np.zeros((512, 512), bool)
-        painted[row - 10:row + 10, cols[0]:cols[1]] = True
-        shot, drawn = wait_for(d, lambda d: (lambda s: s if s[1]["tint"] > 0.95 else None)(tint_in(d, painted)), 30,
-                               "the brush stroke drawn")
+        painted[row - 10 : row + 10, cols[0] : cols[1]] = True
+        shot, drawn = wait_for(
+            d,
+            lambda d: (lambda s: s if s[1]["tint"] > 0.95 else None)(tint_in(d, painted)),
+            30,
+            "the brush stroke drawn",
+        )
         keep_screenshot(shot, "ohif-3.13-segmentation-edit.png")
         edit_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         # the segmentation's menu (•••) -> Export -> DICOM SEG; OHIF asks for a name: Save
         d.find_element("xpath", "//button[@data-cy='segmentation-collapsed-more-btn-Labelmap']").click()
-        wait_for(d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='Export']"), 30,
-                 "the segmentation's menu").click()
-        wait_for(d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='DICOM SEG']"), 30,
-                 "Export's sub-menu").click()
-        wait_for(d, lambda d: d.find_element("xpath", "//button[normalize-space()='Save']"), 30,
-                 "OHIF's Store Segmentation dialog").click()
-        stored = wait_for(d, lambda d: {k: v for k, v in segs_in_pacs(pacs.orthanc).items() if k not in before},
-                          120, "OHIF's SEG in the PACS")
+        wait_for(
+            d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='Export']"), 30, "the segmentation's menu"
+        ).click()
+        wait_for(
+            d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='DICOM SEG']"), 30, "Export's sub-menu"
+        ).click()
+        wait_for(
+            d,
+            lambda d: d.find_element("xpath", "//button[normalize-space()='Save']"),
+            30,
+            "OHIF's Store Segmentation dialog",
+        ).click()
+        stored = wait_for(
+            d,
+            lambda d: {k: v for k, v in segs_in_pacs(pacs.orthanc).items() if k not in before},
+            120,
+            "OHIF's SEG in the PACS",
+        )
         logs = [e["message"] for e in console(d)]
-    yield SimpleNamespace(stored=stored, row=row, cols=cols, rows=rows, opened=opened, edit_s=edit_s,
-                          store_s=time.perf_counter() - t1, logs=logs, xflow=mask)
+    yield SimpleNamespace(
+        stored=stored,
+        row=row,
+        cols=cols,
+        rows=rows,
+        opened=opened,
+        edit_s=edit_s,
+        store_s=time.perf_counter() - t1,
+        logs=logs,
+        xflow=mask,
+    )
 
 
 @needs_browser
@@ -348,11 +441,13 @@ def test_segmentation_mode_edit_is_stored_and_becomes_the_images_training_label(
     label = layout.read_label(pairs[pacs.series["cr"]], (512, 512))
     effusion = label == 7
     rows, cols = np.mgrid[:512, :512]
-    inner = (cols - np.clip(cols, *corrected.cols)) ** 2 + (rows - corrected.row) ** 2 <= 28 ** 2
-    outer = (cols - np.clip(cols, *corrected.cols)) ** 2 + (rows - corrected.row) ** 2 <= 36 ** 2
-    print(f"\nOHIF {OHIF_VERSION} Segmentation mode: study open {corrected.opened:.1f} s, SEG opened + stroke painted "
-          f"{corrected.edit_s:.1f} s, stored {corrected.store_s:.1f} s; label: {int(effusion.sum())} px effusion "
-          f"(XFlow {int(corrected.xflow.sum())} px + stroke)")
+    inner = (cols - np.clip(cols, *corrected.cols)) ** 2 + (rows - corrected.row) ** 2 <= 28**2
+    outer = (cols - np.clip(cols, *corrected.cols)) ** 2 + (rows - corrected.row) ** 2 <= 36**2
+    print(
+        f"\nOHIF {OHIF_VERSION} Segmentation mode: study open {corrected.opened:.1f} s, SEG opened + stroke painted "
+        f"{corrected.edit_s:.1f} s, stored {corrected.store_s:.1f} s; label: {int(effusion.sum())} px effusion "
+        f"(XFlow {int(corrected.xflow.sum())} px + stroke)"
+    )
     assert (effusion & corrected.xflow).sum() == corrected.xflow.sum()  # XFlow's mask kept
     assert (inner & ~effusion).sum() == 0  # the stroke is in the label ...
     assert not (effusion & ~corrected.xflow & ~outer).any()  # ... and nothing else was added
@@ -385,8 +480,10 @@ def test_a_malformed_seg_is_skipped_with_its_reason_and_the_others_still_train(p
         pairs = {os.path.basename(p["image"]).removesuffix(".nii.gz"): p["label"] for p in store.datalist()}
     reason = store.unreadable_labels[str(broken.SeriesInstanceUID)]
     assert "Segment Identification" in reason
-    assert any(str(broken.SeriesInstanceUID) in r.getMessage() and "Segment Identification" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        str(broken.SeriesInstanceUID) in r.getMessage() and "Segment Identification" in r.getMessage()
+        for r in caplog.records
+    )
     assert pacs.series["dx"] in pairs and pacs.series["other"] in pairs  # the older label; the other image
     assert store.label_series()[pacs.series["dx"]] == str(older.SeriesInstanceUID)
     assert isinstance(store.get_unlabeled_images(), list)
@@ -395,8 +492,10 @@ def test_a_malformed_seg_is_skipped_with_its_reason_and_the_others_still_train(p
     t0 = time.perf_counter()
     stats = XFlowSegmenterTrainTask(runtime, pacs.tmp / "model")({"steps": 2, "batch": 1}, store)
     seconds = time.perf_counter() - t0
-    print(f"\ntrain task with a malformed SEG in the PACS: {stats['images']} images trained, "
-          f"{len(stats['heldout_images'])} held out, {seconds:.1f} s; skipped: {reason}")
+    print(
+        f"\ntrain task with a malformed SEG in the PACS: {stats['images']} images trained, "
+        f"{len(stats['heldout_images'])} held out, {seconds:.1f} s; skipped: {reason}"
+    )
     trained = stats["images"] + len(stats["heldout_images"])
     assert trained == len(pairs) >= 2 and stats["steps"] == 2
     assert json.loads((pacs.tmp / "model" / "train_stats.json").read_text())["steps"] == 2

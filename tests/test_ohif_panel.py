@@ -29,8 +29,9 @@ from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_u
 
 pytestmark = [
     pytest.mark.timeout(900),
-    pytest.mark.skipif(orthanc_binary() is None,
-                       reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"),
+    pytest.mark.skipif(
+        orthanc_binary() is None, reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"
+    ),
     skip_without_chromium(),
 ]
 
@@ -65,21 +66,37 @@ def test_panel_connects_and_lists_xflow(panel):
     url = d.find_element("id", "monailabelServerURL")
     assert url.get_attribute("value") == f"{panel.server.url}/"
     url.find_element("xpath", "ancestor::tr[1]//button").click()  # connect
-    select = wait_for(d, lambda d: d.find_element("xpath", "//select[option[normalize-space()='xflow']]"), 60,
-                      "the model list with xflow")
+    select = wait_for(
+        d,
+        lambda d: d.find_element("xpath", "//select[option[normalize-space()='xflow']]"),
+        60,
+        "the model list with xflow",
+    )
     models = [o.text.strip() for o in select.find_elements("tag name", "option")]
     assert models[0] == "xflow" and "xflow_revise" not in models, models  # xflow_revise: a point-prompt model
     assert any("GET:: " in e["message"] and "/info/" in e["message"] for e in console(d))
     # the point-prompt (deepedit) model, with the findings as the labels to click for
     d.find_element("xpath", "//*[normalize-space(text())='Point Prompts']").click()
-    wait_for(d, lambda d: d.find_element("xpath", "//select[option[normalize-space()='xflow_revise']]"), 30,
-             "xflow_revise under Point Prompts")
-    wait_for(d, lambda d: all(f in d.find_element("tag name", "body").text for f in ("edema", "effusion", "cardiomegaly")),
-             30, "the findings as the point prompts' labels")
+    wait_for(
+        d,
+        lambda d: d.find_element("xpath", "//select[option[normalize-space()='xflow_revise']]"),
+        30,
+        "xflow_revise under Point Prompts",
+    )
+    wait_for(
+        d,
+        lambda d: all(f in d.find_element("tag name", "body").text for f in ("edema", "effusion", "cardiomegaly")),
+        30,
+        "the findings as the point prompts' labels",
+    )
     # the options dialog offers xflow's options, store_seg among them (the README's workaround)
     d.find_element("xpath", "//*[normalize-space(text())='Options / Configurations']").click()
-    wait_for(d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='store_seg']"), 30,
-             "store_seg in the options dialog")
+    wait_for(
+        d,
+        lambda d: d.find_element("xpath", "//*[normalize-space(text())='store_seg']"),
+        30,
+        "store_seg in the options dialog",
+    )
     for option in ("instruction", "finding", "location", "max_clicks", "result_extension"):
         assert (option in d.find_element("tag name", "body").text) == (option != "result_extension"), option
     d.find_element("xpath", "//button[normalize-space()='Cancel']").click()
@@ -95,11 +112,19 @@ def test_panel_auto_segmentation_gets_a_file_it_parses(panel):
     d.execute_script("window.commandsManager.runCommand('setViewportGridLayout', {numRows: 1, numCols: 1})")
     thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[normalize-space(text())='CHEST AP']"), 30, "the CR")
     ActionChains(d).double_click(thumb).perform()
-    wait_for(d, lambda d: d.execute_script(
-        "const e = window.cornerstone.getRenderingEngines()[0];"
-        "return e.getViewports().length === 1 && e.getViewports()[0].getImageData();"), 90, "the CR in a 1x1 layout")
+    wait_for(
+        d,
+        lambda d: d.execute_script(
+            "const e = window.cornerstone.getRenderingEngines()[0];"
+            "return e.getViewports().length === 1 && e.getViewports()[0].getImageData();"
+        ),
+        90,
+        "the CR in a 1x1 layout",
+    )
     t0 = time.perf_counter()
-    auto = d.find_element("xpath", "//select[option[normalize-space()='xflow'] and not(option[normalize-space()='xflow_revise'])]")
+    auto = d.find_element(
+        "xpath", "//select[option[normalize-space()='xflow'] and not(option[normalize-space()='xflow_revise'])]"
+    )
     if not auto.is_displayed():  # the sections are an accordion: open Auto-Segmentation
         d.find_element("xpath", "//*[normalize-space(text())='Auto-Segmentation']").click()
         wait_for(d, lambda d: auto.is_displayed(), 10, "the Auto-Segmentation section")
@@ -120,8 +145,10 @@ def test_panel_auto_segmentation_gets_a_file_it_parses(panel):
     logs = [e["message"] for e in console(d)]
     posted = [m for m in logs if "POST:: " in m and "/infer/xflow" in m]
     after = [m for m in logs if "UpdateView" in m or "Error" in m or "error" in m][-5:]
-    print(f"\npanel auto-segmentation answered in {seconds:.1f} s ({text}); "
-          f"browser session {time.perf_counter() - panel.t0:.1f} s; after the parse: {after}")
+    print(
+        f"\npanel auto-segmentation answered in {seconds:.1f} s ({text}); "
+        f"browser session {time.perf_counter() - panel.t0:.1f} s; after the parse: {after}"
+    )
     assert text == "Running Segmentation - Successful"
     assert posted and "output=image" in posted[-1]
     assert not [e for e in seg_errors(d) if "NRRD" in e], seg_errors(d)

@@ -50,17 +50,21 @@ def test_auto_segmentation_asks_every_finding_and_gets_a_parsable_nrrd(png):
     assert header["xflow_answer"] == params["answer"] and "There is no edema." in params["answer"]
     # the same voxels as the default NIfTI answer, in the same place
     nifti, _ = infer_task([stage1(True, [box_of(EFFUSION_GT)])])({"image": str(png), "instruction": "effusion"})
-    np.testing.assert_array_equal(read_monai(nifti)[..., 0] if read_monai(nifti).ndim == 3 else read_monai(nifti),
-                                  data[..., 0])
+    np.testing.assert_array_equal(
+        read_monai(nifti)[..., 0] if read_monai(nifti).ndim == 3 else read_monai(nifti), data[..., 0]
+    )
 
 
-@pytest.mark.parametrize("ext,dtype", [(".nii.gz", "int16"), (".nii", "uint8"), (".nrrd", "float32"), (".png", "uint8")])
+@pytest.mark.parametrize(
+    "ext,dtype", [(".nii.gz", "int16"), (".nii", "uint8"), (".nrrd", "float32"), (".png", "uint8")]
+)
 def test_result_extension_and_dtype_are_honoured(png, ext, dtype):
     from monailabel_xflow.app.infer import answer_of_file
 
     task = infer_task([stage1(True, [box_of(EFFUSION_GT)])])
-    label_file, params = task({"image": str(png), "instruction": "effusion", "result_extension": ext,
-                               "result_dtype": dtype})
+    label_file, params = task(
+        {"image": str(png), "instruction": "effusion", "result_extension": ext, "result_dtype": dtype}
+    )
     assert label_file.endswith(ext)
     np.testing.assert_array_equal(layout.read_label(label_file, (H, W)) == 7, EFFUSION_GT)
     if ext != ".png":
@@ -72,10 +76,15 @@ def test_result_extension_and_dtype_are_honoured(png, ext, dtype):
         assert np.dtype(stored) == np.dtype(dtype)
 
 
-@pytest.mark.parametrize("bad,word", [({"result_extension": ".exe"}, "result_extension"),
-                                      ({"result_dtype": "complex64"}, "result_dtype"),
-                                      ({"result_extension": ".png", "result_dtype": "float32"}, "result_dtype"),
-                                      ({"store_seg": "maybe"}, "store_seg")])
+@pytest.mark.parametrize(
+    "bad,word",
+    [
+        ({"result_extension": ".exe"}, "result_extension"),
+        ({"result_dtype": "complex64"}, "result_dtype"),
+        ({"result_extension": ".png", "result_dtype": "float32"}, "result_dtype"),
+        ({"store_seg": "maybe"}, "store_seg"),
+    ],
+)
 def test_bad_format_options_name_the_option(png, bad, word):
     task = infer_task([stage1(True, [box_of(EFFUSION_GT)])])
     with pytest.raises(RequestError, match=word):
@@ -104,8 +113,9 @@ def test_point_prompts_for_several_findings_need_a_choice(png):
     assert label_keyed_clicks({"foreground": [[1, 1, 0]], "edema": [[70, 60, 0]]}) == {}
 
 
-@pytest.mark.parametrize("module,config,task", [("xflow", "XFlowConfig", "xflow"),
-                                                 ("rosalia", "RosaliaConfig", "rosalia")])
+@pytest.mark.parametrize(
+    "module,config,task", [("xflow", "XFlowConfig", "xflow"), ("rosalia", "RosaliaConfig", "rosalia")]
+)
 def test_store_seg_server_setting_is_the_default_of_the_option(tmp_path, monkeypatch, module, config, task):
     """``--conf store_seg true`` makes ``store_seg`` default to true in the ``xflow`` and ``rosalia``
     options (what ``/info`` lists and OHIF's panel sends back); a bad value names the setting."""

@@ -25,8 +25,9 @@ from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_u
 pytestmark = [
     pytest.mark.timeout(900),
     pytest.mark.filterwarnings("ignore::UserWarning"),
-    pytest.mark.skipif(orthanc_binary() is None,
-                       reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"),
+    pytest.mark.skipif(
+        orthanc_binary() is None, reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"
+    ),
 ]
 needs_browser = skip_without_chromium()
 
@@ -65,9 +66,16 @@ def pacs(tmp_path_factory, cxr_samples):
         for f in files.values():
             orthanc_upload(orthanc, f)
         with monailabel_server(f"{orthanc}/dicom-web", tmp / "server") as server:  # the demo model
-            yield SimpleNamespace(orthanc=orthanc, server=server, client=server.client(tmp), tmp=tmp, files=files,
-                                  phantom=phantom, series={k: str(h.SeriesInstanceUID) for k, h in headers.items()},
-                                  study={k: str(h.StudyInstanceUID) for k, h in headers.items()})
+            yield SimpleNamespace(
+                orthanc=orthanc,
+                server=server,
+                client=server.client(tmp),
+                tmp=tmp,
+                files=files,
+                phantom=phantom,
+                series={k: str(h.SeriesInstanceUID) for k, h in headers.items()},
+                study={k: str(h.StudyInstanceUID) for k, h in headers.items()},
+            )
 
 
 def segs_in_pacs(pacs) -> dict[str, pydicom.Dataset]:
@@ -101,15 +109,22 @@ def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_squa
     _, ref = layout.load_image(str(pacs.files["wide"]))  # (H, W) and spacing, as the server sees it
     path = layout.write_label(label, ref)
     pacs.client.save_label(pacs.series["wide"], path, tag="final")
-    segs = [ds for ds in segs_in_pacs(pacs).values()
-            if ds.ReferencedSeriesSequence[0].SeriesInstanceUID == pacs.series["wide"]]
+    segs = [
+        ds
+        for ds in segs_in_pacs(pacs).values()
+        if ds.ReferencedSeriesSequence[0].SeriesInstanceUID == pacs.series["wide"]
+    ]
     assert len(segs) == 1
     seg = segs[0]
     assert (seg.Rows, seg.Columns) == (1024, 700) and seg.StudyInstanceUID == pacs.study["wide"]
     assert [(int(s.SegmentNumber), str(s.SegmentLabel)) for s in seg.SegmentSequence] == [
-        (1, "pneumonia"), (2, "edema"), (3, "effusion")]
+        (1, "pneumonia"),
+        (2, "edema"),
+        (3, "effusion"),
+    ]
     assert {s.SegmentedPropertyTypeCodeSequence[0].CodeValue for s in seg.SegmentSequence} == {
-        FINDING_CODES[f].value for f in ("pneumonia", "edema", "effusion")}
+        FINDING_CODES[f].value for f in ("pneumonia", "edema", "effusion")
+    }
     np.testing.assert_array_equal(read_seg(seg, (1024, 700)), label)
 
 
@@ -120,8 +135,9 @@ def stored(pacs):
     from monailabel_xflow.app.seg import read_seg
 
     t0 = time.perf_counter()
-    label_file, params = pacs.client.infer("xflow", pacs.series["phantom"],
-                                           {"instruction": "effusion", "store_seg": True, "trace": False})
+    label_file, params = pacs.client.infer(
+        "xflow", pacs.series["phantom"], {"instruction": "effusion", "store_seg": True, "trace": False}
+    )
     seconds = time.perf_counter() - t0
     seg = segs_in_pacs(pacs)[params["seg_series"]]
     mask = read_seg(seg, (512, 512))
@@ -143,8 +159,9 @@ def test_store_seg_of_an_uploaded_image_answers_and_says_why_nothing_was_stored(
     from monailabel_xflow.app import layout
 
     before = set(segs_in_pacs(pacs))
-    label_file, params = pacs.client.infer("xflow", "", {"instruction": "effusion", "store_seg": True, "trace": False},
-                                           file=str(pacs.files["phantom"]))
+    label_file, params = pacs.client.infer(
+        "xflow", "", {"instruction": "effusion", "store_seg": True, "trace": False}, file=str(pacs.files["phantom"])
+    )
     assert params["seg_series"] is None and "upload" in params["seg_not_stored"]
     assert layout.read_label(label_file, (512, 512)).shape == (512, 512)
     assert set(segs_in_pacs(pacs)) == before
@@ -154,9 +171,15 @@ def open_cr(d, url: str) -> None:
     """Open an OHIF mode at ``url``, wait until its first viewport shows the CR, dismiss the
     'Confirm and Hide' notice OHIF shows for data it has not validated."""
     d.get(url)
-    wait_for(d, lambda d: d.execute_script(
-        "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
-        "return e && e.getViewports().length && e.getViewports()[0].getImageData();"), 90, "the CR in the viewer")
+    wait_for(
+        d,
+        lambda d: d.execute_script(
+            "const e = window.cornerstone && window.cornerstone.getRenderingEngines()[0];"
+            "return e && e.getViewports().length && e.getViewports()[0].getImageData();"
+        ),
+        90,
+        "the CR in the viewer",
+    )
     for button in d.find_elements("xpath", "//button[contains(., 'Confirm and Hide')]"):
         button.click()
 
@@ -171,11 +194,19 @@ def test_bundled_viewer_refuses_segs_in_the_current_ohifs_geometry(pacs, stored)
 
     with chromium() as d:
         open_cr(d, f"{pacs.server.url}/ohif/viewer?StudyInstanceUIDs={pacs.study['phantom']}")
-        thumb = wait_for(d, lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
-                         30, "the SEG in the study panel")
+        thumb = wait_for(
+            d,
+            lambda d: d.find_element("xpath", "//*[starts-with(normalize-space(text()), 'XFlow:')]"),
+            30,
+            "the SEG in the study panel",
+        )
         ActionChains(d).double_click(thumb).perform()
-        refused = wait_for(d, lambda d: [e for e in seg_errors(d) if "not yet supported" in e.lower()], 90,
-                           "the bundled viewer's answer to the SEG")
+        refused = wait_for(
+            d,
+            lambda d: [e for e in seg_errors(d) if "not yet supported" in e.lower()],
+            90,
+            "the bundled viewer's answer to the SEG",
+        )
         loaded = d.execute_script("return window.services.segmentationService.getSegmentations().length")
     print(f"\nbundled OHIF on a SEG in the current OHIF's geometry: {refused[0][:160]}")
     assert loaded == 0
@@ -213,8 +244,19 @@ def _as_ohif_would_store(seg: pydicom.Dataset, label: np.ndarray) -> pydicom.Dat
     from monailabel_xflow.app.seg import write_seg
 
     source = pydicom.Dataset()
-    for keyword in ("StudyInstanceUID", "SeriesInstanceUID", "PatientID", "PatientName", "PatientBirthDate",
-                    "PatientSex", "StudyDate", "StudyTime", "StudyID", "AccessionNumber", "ReferringPhysicianName"):
+    for keyword in (
+        "StudyInstanceUID",
+        "SeriesInstanceUID",
+        "PatientID",
+        "PatientName",
+        "PatientBirthDate",
+        "PatientSex",
+        "StudyDate",
+        "StudyTime",
+        "StudyID",
+        "AccessionNumber",
+        "ReferringPhysicianName",
+    ):
         if keyword in seg:
             setattr(source, keyword, seg.get(keyword))
     ref = seg.ReferencedSeriesSequence[0]
@@ -239,8 +281,16 @@ def test_preannotate_stores_segs_for_every_series_and_resumes(pacs, capsys, monk
 
     for key in [k for k in os.environ if k.startswith("XFLOW_")]:
         monkeypatch.delenv(key)  # the demo model, as the server uses
-    argv = ["preannotate", "--studies", f"{pacs.orthanc}/dicom-web", "--finding", "edema", "--no-revise",
-            "--cache", str(pacs.tmp / "pre-cache")]
+    argv = [
+        "preannotate",
+        "--studies",
+        f"{pacs.orthanc}/dicom-web",
+        "--finding",
+        "edema",
+        "--no-revise",
+        "--cache",
+        str(pacs.tmp / "pre-cache"),
+    ]
     t0 = time.perf_counter()
     assert main(argv) == 0
     t1 = time.perf_counter()
@@ -271,8 +321,9 @@ def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs)
     from monailabel_xflow.app.seg import read_seg, read_seg_masks
 
     before = set(segs_in_pacs(pacs))
-    label_file, params = pacs.client.infer("rosalia", pacs.series["phantom"],
-                                           {"finding": ["effusion", "pneumonia"], "store_seg": True, "trace": False})
+    label_file, params = pacs.client.infer(
+        "rosalia", pacs.series["phantom"], {"finding": ["effusion", "pneumonia"], "store_seg": True, "trace": False}
+    )
     segs = segs_in_pacs(pacs)
     assert set(segs) - before == {params["seg_series"]} and "store_seg" not in params
     seg = segs[params["seg_series"]]

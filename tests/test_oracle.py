@@ -49,6 +49,7 @@ def pixel_distance(a: Click, b: Click, shape=SHAPE) -> float:
 
 # --- one click ------------------------------------------------------------------------------
 
+
 def test_positive_click_at_deepest_missed_pixel():
     gt = ellipse(SHAPE, 120, 140, 50, 70)
     mask = gt & (np.arange(S)[None, :] < 120)  # left part found, right part missed
@@ -150,6 +151,7 @@ def test_bad_input_raises_oracle_error():
 
 # --- box perturbation -----------------------------------------------------------------------
 
+
 def test_perturb_box_moves_each_edge_within_fraction_of_side():
     box = (0.2, 0.3, 0.6, 0.5)
     w, h = 0.4, 0.2
@@ -170,6 +172,7 @@ def test_perturb_box_is_clipped_and_never_degenerate():
 
 
 # --- whole trajectories ---------------------------------------------------------------------
+
 
 def _scene():
     """GT lesion and a hidden object that overlaps it imperfectly (misses a lobe, adds a blob)."""
@@ -285,10 +288,12 @@ def test_trajectory_that_does_not_improve_is_flagged_and_dropped():
 def test_every_click_rule_discards_a_dip():
     gt = np.zeros(SHAPE, bool)
     gt[28:228, 28:228] = True
+
     def part(rows):  # gt restricted to its first `rows` rows: IoU = rows / 200
         m = np.zeros(SHAPE, bool)
         m[28 : 28 + rows, 28:228] = True
         return m
+
     masks = [part(60), part(40), part(100), part(120), part(130)]  # IoU .30 .20 .50 .60 .65
     for rule, discarded in (("net", False), ("every-click", True)):
         seg = SequenceSegmenter(masks, reference=gt)
@@ -304,7 +309,7 @@ def test_no_click_needed_is_kept_and_stops_on_tau():
     (traj,) = simulate_trajectories(seg, np.zeros(SHAPE), gt, OracleClicker(box_noise=0.0))
     assert traj.steps == [] and traj.stop_reason == "tau" and not traj.discarded
     assert traj.initial_iou == pytest.approx(1.0)
-    (mask, action), = traj.turns()
+    ((mask, action),) = traj.turns()
     assert action is None and mask is traj.initial_mask
 
 
@@ -324,14 +329,19 @@ def test_determinism_by_seed():
     oracle = OracleClicker(box_noise=0.3)
 
     def run(seed):
-        return [t.to_dict() for t in simulate_trajectories(
-            ScriptedSegmenter(obj), np.zeros(SHAPE), gt, oracle, seed=seed, keep_discarded=True)]
+        return [
+            t.to_dict()
+            for t in simulate_trajectories(
+                ScriptedSegmenter(obj), np.zeros(SHAPE), gt, oracle, seed=seed, keep_discarded=True
+            )
+        ]
 
     assert run(7) == run(7)
     assert run(7) != run(8)
 
 
 # --- components and serialisation -----------------------------------------------------------
+
 
 def test_components_are_8_connected_and_each_gets_a_trajectory():
     gt = np.zeros(SHAPE, bool)
@@ -352,16 +362,18 @@ def test_components_are_8_connected_and_each_gets_a_trajectory():
     assert seg.set_image_calls == 1  # the image is encoded once for all components
     assert trajs[1].gt_box == mask_to_box(comps[1])
     # components are revised independently: dropping the speck changes no other trajectory
-    with_speck = simulate_trajectories(ScriptedSegmenter(gt), np.zeros(SHAPE), gt, OracleClicker(), seed=0,
-                                       keep_discarded=True)
+    with_speck = simulate_trajectories(
+        ScriptedSegmenter(gt), np.zeros(SHAPE), gt, OracleClicker(), seed=0, keep_discarded=True
+    )
     assert len(with_speck) == 3
     assert [t.to_dict() for t in with_speck[:2]] == [t.to_dict() for t in trajs]
 
 
 def test_to_dict_round_trip_through_json():
     gt, obj = _scene()
-    trajs = simulate_trajectories(ScriptedSegmenter(obj), np.zeros(SHAPE), gt, OracleClicker(box_noise=0.3),
-                                  seed=3, keep_discarded=True)
+    trajs = simulate_trajectories(
+        ScriptedSegmenter(obj), np.zeros(SHAPE), gt, OracleClicker(box_noise=0.3), seed=3, keep_discarded=True
+    )
     traj = max(trajs, key=lambda t: len(t.steps))
     data = json.loads(json.dumps(traj.to_dict()))
     assert isinstance(data["initial_mask"]["counts"], str)  # COCO compressed RLE
@@ -379,6 +391,7 @@ def test_to_dict_round_trip_through_json():
 
 
 # --- phantom lesions ------------------------------------------------------------------------
+
 
 def test_phantom_lesion_trajectories():
     from monailabel_xflow.data.phantom import generate_phantom
@@ -409,6 +422,7 @@ def test_phantom_lesion_trajectories():
 
 
 # --- the tiny random SAM3 through the real loading path --------------------------------------
+
 
 @pytest.fixture(scope="module")
 def loaded_sam3(tiny_sam3):

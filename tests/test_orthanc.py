@@ -19,8 +19,9 @@ from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_u
 
 pytestmark = [
     pytest.mark.timeout(900),
-    pytest.mark.skipif(orthanc_binary() is None,
-                       reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"),
+    pytest.mark.skipif(
+        orthanc_binary() is None, reason="Orthanc is not installed (apt-get install -y orthanc orthanc-dicomweb)"
+    ),
 ]
 
 
@@ -52,8 +53,9 @@ def pacs(tmp_path_factory, cxr_samples, tiny_models):
         for f in files.values():
             orthanc_upload(orthanc, f)
         with monailabel_server(f"{orthanc}/dicom-web", tmp / "server", conf={"models": str(models)}) as server:
-            yield SimpleNamespace(orthanc=orthanc, server=server, client=server.client(tmp), series=series,
-                                  files=files, tmp=tmp)
+            yield SimpleNamespace(
+                orthanc=orthanc, server=server, client=server.client(tmp), series=series, files=files, tmp=tmp
+            )
 
 
 def seg_labels(pacs) -> dict[str, np.ndarray]:
@@ -81,8 +83,9 @@ def test_only_cr_dx_series_are_images(pacs):
 def test_infer_on_a_cr_series_gives_a_label_in_the_image_geometry(pacs):
     import nibabel as nib
 
-    label, params = pacs.client.infer("xflow", pacs.series["pa"], {"instruction": "effusion in the left lung",
-                                                                   "revise": False})
+    label, params = pacs.client.infer(
+        "xflow", pacs.series["pa"], {"instruction": "effusion in the left lung", "revise": False}
+    )
     ds = pydicom.dcmread(pacs.files["pa"], stop_before_pixels=True)
     img = nib.load(label)
     assert img.shape == (int(ds.Columns), int(ds.Rows), 1)  # (W, H, 1), as MONAI Label holds the series
@@ -92,8 +95,12 @@ def test_infer_on_a_cr_series_gives_a_label_in_the_image_geometry(pacs):
 def test_lateral_view_is_refused(pacs):
     import requests
 
-    r = requests.post(f"{pacs.server.url}/infer/xflow", params={"image": pacs.series["lateral"]},
-                      data={"params": '{"instruction": "edema"}'}, timeout=120)
+    r = requests.post(
+        f"{pacs.server.url}/infer/xflow",
+        params={"image": pacs.series["lateral"]},
+        data={"params": '{"instruction": "edema"}'},
+        timeout=120,
+    )
     assert r.status_code == 400 and "lateral" in r.json()["detail"]
 
 
@@ -101,8 +108,11 @@ def test_saved_labels_come_back_from_orthanc_unchanged(pacs):
     from monailabel_xflow.app import layout
 
     # a label with a finding, from the click tool
-    label, _ = pacs.client.infer("xflow_revise", pacs.series["pa"],
-                                 {"finding": "effusion", "foreground": [[700, 300, 0]], "background": [[200, 800, 0]]})
+    label, _ = pacs.client.infer(
+        "xflow_revise",
+        pacs.series["pa"],
+        {"finding": "effusion", "foreground": [[700, 300, 0]], "background": [[200, 800, 0]]},
+    )
     drawn = layout.read_label(label)
     assert drawn.any() and set(np.unique(drawn)) == {0, 7}
     pacs.client.save_label(pacs.series["pa"], label, tag="final")

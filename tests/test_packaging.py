@@ -40,6 +40,7 @@ def tracked(folder: Path) -> list[Path]:
 
 # --- one version --------------------------------------------------------------------------------
 
+
 def test_the_version_has_one_source():
     cfg = setup_cfg()
     assert cfg["metadata"]["version"] == "attr: monailabel_xflow.__version__"
@@ -75,6 +76,7 @@ def test_classifiers_name_only_the_tested_python():
 
 # --- packages and package data ------------------------------------------------------------------
 
+
 def test_every_folder_of_python_files_is_a_package_and_found():
     from setuptools import find_packages
 
@@ -88,7 +90,9 @@ def test_every_folder_of_python_files_is_a_package_and_found():
 
 def test_every_module_imports():
     names = [m.name for m in pkgutil.walk_packages(monailabel_xflow.__path__, "monailabel_xflow.")]
-    assert len(names) > 80 and "monailabel_xflow.transforms.loading" in names and "monailabel_xflow.app.configs" in names
+    assert (
+        len(names) > 80 and "monailabel_xflow.transforms.loading" in names and "monailabel_xflow.app.configs" in names
+    )
     for name in names:
         importlib.import_module(name)
 
@@ -121,6 +125,7 @@ def test_the_folders_read_through_path_file_are_package_data():
 
 
 # --- the app from a workspace -------------------------------------------------------------------
+
 
 def test_monai_label_finds_the_packaged_app_in_a_workspace(tmp_path):
     from monailabel.utils.others.class_utils import get_class_of_subclass_from_file
@@ -166,15 +171,23 @@ def test_conf_models_file_is_the_key_and_models_still_works_with_a_warning(caplo
 
 # --- tests from a plain clone -------------------------------------------------------------------
 
+
 def test_nothing_reads_outside_the_repository():
     """No test, benchmark, CI script or Makefile names the folder beside the repository."""
     outside = re.compile(r"\.\./shared|parent\s*/\s*[\"']shared[\"']|cxr-samples|XFLOW_SHARED")
     me = Path(__file__).resolve()
-    files = [p for p in tracked(REPO / "tests") + tracked(REPO / "benchmarks") + tracked(REPO / ".ci")
-             + [REPO / "Makefile"] if p.suffix in ("", ".py", ".sh") and p.resolve() != me]
+    files = [
+        p
+        for p in tracked(REPO / "tests") + tracked(REPO / "benchmarks") + tracked(REPO / ".ci") + [REPO / "Makefile"]
+        if p.suffix in ("", ".py", ".sh") and p.resolve() != me
+    ]
     assert len(files) > 50
-    hits = [f"{p.relative_to(REPO)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
-            if outside.search(line)]
+    hits = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in files
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
     assert hits == []
 
 
@@ -187,8 +200,11 @@ def test_the_dicom_fixtures_hold_the_committed_pngs(cxr_samples):
     mono1 = pydicom.dcmread(cxr_samples / "dicom" / "cr_monochrome1.dcm")
     dx = pydicom.dcmread(cxr_samples / "dicom" / "dx.dcm")
     png = np.asarray(Image.open(DATA / CR_SOURCE).convert("L")).astype(np.float64)
-    assert (cr.Modality, cr.file_meta.TransferSyntaxUID, cr.PhotometricInterpretation) == \
-        ("CR", "1.2.840.10008.1.2.4.50", "MONOCHROME2")
+    assert (cr.Modality, cr.file_meta.TransferSyntaxUID, cr.PhotometricInterpretation) == (
+        "CR",
+        "1.2.840.10008.1.2.4.50",
+        "MONOCHROME2",
+    )
     assert "ImagePositionPatient" not in cr and cr.ViewPosition == "PA"
     assert np.abs(cr.pixel_array - png).mean() < 2.0  # JPEG quality 95
     assert mono1.PhotometricInterpretation == "MONOCHROME1" and np.array_equal(mono1.pixel_array, cr.pixel_array)

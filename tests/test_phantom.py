@@ -138,13 +138,28 @@ def test_mimic_ils_json(exported):
     assert len(studies) == 8
     found = set()
     for st in studies:
-        assert {"subject_id", "dicom_id", "image_path", "section_name", "section_content",
-                "instruction_answer_pairs"} <= set(st)
+        assert {
+            "subject_id",
+            "dicom_id",
+            "image_path",
+            "section_name",
+            "section_content",
+            "instruction_answer_pairs",
+        } <= set(st)
         img = np.asarray(Image.open(out / st["image_path"]))
         pairs = st["instruction_answer_pairs"]
         for p in pairs["positive_pairs"] + pairs["negative_pairs"]:
-            assert set(p) == {"pair_id", "instruction", "answer", "type", "target", "location",
-                              "sent_idx", "seg", "seg_mask_path"}
+            assert set(p) == {
+                "pair_id",
+                "instruction",
+                "answer",
+                "type",
+                "target",
+                "location",
+                "sent_idx",
+                "seg",
+                "seg_mask_path",
+            }
             assert p["type"] in ("basic", "global", "lesion_inference")
             ins = _instruction_of(p)
             assert p["instruction"] == ins.text
@@ -158,8 +173,7 @@ def test_mimic_ils_json(exported):
             if p["type"] == "global":
                 assert p["answer"] == ins.located_answer(p["location"])
             elif p["type"] == "lesion_inference":
-                assert p["answer"] in (ins.lesion_answer(p["target"], True),
-                                       ins.lesion_answer(p["target"], False))
+                assert p["answer"] in (ins.lesion_answer(p["target"], True), ins.lesion_answer(p["target"], False))
             else:
                 assert p["answer"] == ""
         for p in pairs["negative_pairs"]:
@@ -230,8 +244,24 @@ def test_command_writes_a_set(tmp_path, capsys):
     from monailabel_xflow.cli import main
 
     sheet = tmp_path / "sheet.png"
-    assert main(["phantom", "--out", str(tmp_path / "set"), "--count", "2", "--seed", "4",
-                 "--size", "128", "--contact-sheet", str(sheet)]) == 0
+    assert (
+        main(
+            [
+                "phantom",
+                "--out",
+                str(tmp_path / "set"),
+                "--count",
+                "2",
+                "--seed",
+                "4",
+                "--size",
+                "128",
+                "--contact-sheet",
+                str(sheet),
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in (tmp_path / "set").glob("*.png")) == ["phantom_4_00000.png", "phantom_4_00001.png"]
     assert (tmp_path / "set" / GT_DIR / JSON_NAME).is_file()
     assert np.asarray(Image.open(sheet)).ndim == 3
@@ -255,7 +285,11 @@ def test_committed_sample_data_is_consistent():
     assert targets == set(FINDINGS)
     assert any(not m["findings"] for m in meta)  # a normal chest
     assert {(m["dicom"]["photometric"], m["dicom"]["bits"]) for m in meta} == {
-        ("MONOCHROME1", 8), ("MONOCHROME1", 16), ("MONOCHROME2", 8), ("MONOCHROME2", 16)}
+        ("MONOCHROME1", 8),
+        ("MONOCHROME1", 16),
+        ("MONOCHROME2", 8),
+        ("MONOCHROME2", 16),
+    }
     assert all((root / m["dicom"]["path"]).is_file() for m in meta)
     size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
-    assert size < 20 * 2 ** 20
+    assert size < 20 * 2**20

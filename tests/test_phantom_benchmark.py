@@ -87,9 +87,22 @@ def test_shared_stage1_runs_the_policy_once_and_persists(tmp_path):
 
 
 def _record(inter, union, pred, gt):
-    return {"stats": {"intersection": inter, "union": union, "pred_area": pred, "gt_area": gt, "image_area": 100,
-                      "pred_components": int(pred > 0), "gt_components": int(gt > 0), "pred_specks": 0,
-                      "pred_specks_outside_gt": 0, "pred_speck_area": 0, "gt_specks": 0, "gt_speck_area": 0}}
+    return {
+        "stats": {
+            "intersection": inter,
+            "union": union,
+            "pred_area": pred,
+            "gt_area": gt,
+            "image_area": 100,
+            "pred_components": int(pred > 0),
+            "gt_components": int(gt > 0),
+            "pred_specks": 0,
+            "pred_specks_outside_gt": 0,
+            "pred_speck_area": 0,
+            "gt_specks": 0,
+            "gt_speck_area": 0,
+        }
+    }
 
 
 def test_stage2_effect_counts_changes_and_iou_moves():
@@ -109,14 +122,28 @@ def bench_models(tmp_path_factory, tiny_vlm):
     (folder / "vlm").symlink_to(tiny_vlm.base.parent, target_is_directory=True)  # copytree copies the files
     build_random_sam3(folder / "sam3", size="tiny", seed=0, image_size=112)  # 112 px input: a quicker F_seg
     cfg = folder / "models.yaml"
-    cfg.write_text("vlm_base: ./vlm/base\ninit_adapter: ./vlm/init\nrev_adapter: ./vlm/rev\nsegmenter: ./sam3\n"
-                   "device: cpu\nmax_clicks: 1\nmax_new_tokens: 24\n")
+    cfg.write_text(
+        "vlm_base: ./vlm/base\ninit_adapter: ./vlm/init\nrev_adapter: ./vlm/rev\nsegmenter: ./sam3\n"
+        "device: cpu\nmax_clicks: 1\nmax_new_tokens: 24\n"
+    )
     return cfg
 
 
 def _bench_args(out, cfg, *extra):
-    return ["benchmark", "phantom", "--out", str(out), "--model", str(cfg), "--questions", "6", "--size", "128",
-            "--no-progress", *extra]
+    return [
+        "benchmark",
+        "phantom",
+        "--out",
+        str(out),
+        "--model",
+        str(cfg),
+        "--questions",
+        "6",
+        "--size",
+        "128",
+        "--no-progress",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +172,11 @@ def test_command_runs_resumes_and_writes_the_report(bench_out, bench_models, cap
     # the trivial baselines: never present answers every negative right and finds nothing; always
     # present finds every positive (F1 2P / (2P + N) = 2/3 on a balanced set) and no negative
     never, always = summary["methods"]["never-present"], summary["methods"]["always-present"]
-    assert never["ci"]["n_acc"]["value"] == 1.0 and never["ci"]["f1"]["value"] == 0.0 and never["ci"]["giou"]["value"] == 0.0
+    assert (
+        never["ci"]["n_acc"]["value"] == 1.0
+        and never["ci"]["f1"]["value"] == 0.0
+        and never["ci"]["giou"]["value"] == 0.0
+    )
     assert always["ci"]["n_acc"]["value"] == 0.0 and always["ci"]["f1"]["value"] == pytest.approx(2 / 3)
     assert 0.0 < always["ci"]["giou"]["value"] < 1.0
     ci = summary["methods"]["stage1"]["ci"]["giou"]
@@ -190,7 +221,9 @@ def test_manifest_refuses_changed_data_and_test_split_models(tmp_path):
     first = check_manifest(tmp_path, {**setup, "data": "aaa", "models": {"xflow": "m1"}})
     (tmp_path / "manifest.json").write_text(json.dumps(first))
     assert check_manifest(tmp_path, {**setup, "data": "aaa", "models": {"xflow": "m1", "rosalia": "r1"}})["models"] == {
-        "xflow": "m1", "rosalia": "r1"}
+        "xflow": "m1",
+        "rosalia": "r1",
+    }
     with pytest.raises(BenchmarkOutError, match="data"):
         check_manifest(tmp_path, {**setup, "data": "bbb"})  # same seed, other phantoms (e.g. a changed generator)
     with pytest.raises(BenchmarkOutError, match="scored once"):
@@ -198,8 +231,9 @@ def test_manifest_refuses_changed_data_and_test_split_models(tmp_path):
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "manifest.json").write_text(json.dumps({**first, "split": "dev", "seed": 1000}))
-    again = check_manifest(dev, {"split": "dev", "seed": 1000, "questions": 6, "size": 128, "data": "aaa",
-                                 "models": {"xflow": "m2"}})
+    again = check_manifest(
+        dev, {"split": "dev", "seed": 1000, "questions": 6, "size": 128, "data": "aaa", "models": {"xflow": "m2"}}
+    )
     assert again["models"]["xflow"] == "m2"  # dev: another model is redone, not refused
 
 
@@ -233,10 +267,16 @@ def test_contact_cases_cover_every_level_and_a_negative_each():
         def __init__(self, level, finding, positive):
             self.level, self.finding, self.positive = level, finding, positive
 
-    cases = [C(lv, f, p) for lv in ("chest", "lung", "zone") for f in ("edema", "edema", "opacity") for p in (True, False)]
+    cases = [
+        C(lv, f, p) for lv in ("chest", "lung", "zone") for f in ("edema", "edema", "opacity") for p in (True, False)
+    ]
     chosen = contact_cases(cases)
-    assert [(c.level, c.positive) for c in chosen] == [(lv, p) for lv in ("chest", "lung", "zone") for p in (True, True, False)]
-    assert all(len({c.finding for c in chosen if c.level == lv and c.positive}) == 2 for lv in ("chest", "lung", "zone"))
+    assert [(c.level, c.positive) for c in chosen] == [
+        (lv, p) for lv in ("chest", "lung", "zone") for p in (True, True, False)
+    ]
+    assert all(
+        len({c.finding for c in chosen if c.level == lv and c.positive}) == 2 for lv in ("chest", "lung", "zone")
+    )
 
 
 def test_interleaved_order_keeps_every_prefix_balanced():
@@ -246,12 +286,18 @@ def test_interleaved_order_keeps_every_prefix_balanced():
         def __init__(self, k, level, positive):
             self.k, self.level, self.positive = k, level, positive
 
-    cases = [C(k, lv, p) for k, (lv, p) in enumerate([(lv, p) for lv in ("chest", "lung", "zone")
-                                                       for p in (True, False) for _ in range(3)])]
+    cases = [
+        C(k, lv, p)
+        for k, (lv, p) in enumerate(
+            [(lv, p) for lv in ("chest", "lung", "zone") for p in (True, False) for _ in range(3)]
+        )
+    ]
     order = interleaved(cases[::-1])
     assert sorted(c.k for c in order) == list(range(18))
     first = order[:6]
-    assert {(c.level, c.positive) for c in first} == {(lv, p) for lv in ("chest", "lung", "zone") for p in (True, False)}
+    assert {(c.level, c.positive) for c in first} == {
+        (lv, p) for lv in ("chest", "lung", "zone") for p in (True, False)
+    }
     # each stratum keeps its own order
     chest_pos = [c.k for c in order if c.level == "chest" and c.positive]
     assert chest_pos == sorted(chest_pos, reverse=True)
@@ -308,7 +354,9 @@ def test_bootstrap_resamples_phantoms_not_questions():
     assert w.shape == (4000, 100) and set(np.unique(w)) <= {0.0, 1.0, 2.0}
     assert np.all(w.sum(1) == 100)  # two phantoms drawn, 50 questions each
     giou = metrics(s, w)["giou"]
-    assert np.mean(giou == 0.5) == pytest.approx(0.5, abs=0.03) and np.mean(giou == 0.0) == pytest.approx(0.25, abs=0.03)
+    assert np.mean(giou == 0.5) == pytest.approx(0.5, abs=0.03) and np.mean(giou == 0.0) == pytest.approx(
+        0.25, abs=0.03
+    )
     ci = interval(giou, float(metrics(s, np.ones((1, 100)))["giou"][0]))
     assert ci == {"value": 0.5, "low": 0.0, "high": 1.0}
 
@@ -367,8 +415,10 @@ def test_bootstrap_point_estimates_are_the_reports_figures():
         rec["stats"]["pred_specks"] = int(rng.integers(0, 3)) if pred else 0
         records.append({"case_id": str(k), "level": level, "finding": "edema", **rec})
     report = build_report(records)
-    got = {k: float(v[0]) for k, v in metrics(Scored.from_records(records, [k // 3 for k in range(90)]),
-                                               np.ones((1, 90))).items()}
+    got = {
+        k: float(v[0])
+        for k, v in metrics(Scored.from_records(records, [k // 3 for k in range(90)]), np.ones((1, 90))).items()
+    }
     for key in ("giou", "ciou", "f1", "n_acc"):
         assert got[key] == pytest.approx(report["average"][key])
         for lv in ("chest", "lung", "zone"):

@@ -46,8 +46,7 @@ def test_reports_csv_and_truth_written(phantom_set):
         findings = [tuple_from_dict(d) for d in t["findings"]]
         for p in st["instruction_answer_pairs"]["positive_pairs"]:
             if p["sent_idx"] is not None:
-                assert any(f.sentence == p["sent_idx"] + 1 and f.finding == p["target"] and f.present
-                           for f in findings)
+                assert any(f.sentence == p["sent_idx"] + 1 and f.finding == p["target"] and f.present for f in findings)
     assert "findings" in names
 
 
@@ -114,4 +113,3 @@ def test_structurer_recovers_phantom_truth(phantom_set, tmp_path):
     assert main(["--phantoms", str(out), "--out", str(tmp_path / "s.md")]) == 0
     assert "| presence |" in (tmp_path / "s.md").read_text()
     assert json.loads((tmp_path / "s.json").read_text())["studies"] == N
-

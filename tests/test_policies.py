@@ -36,8 +36,7 @@ def one_thread():
 
 def load(vlm, init=True, rev=True, **kw) -> VLMPolicy:
     kw.setdefault("generation", GenerationSettings(max_new_tokens=10))
-    return VLMPolicy.from_pretrained(vlm.base, vlm.init if init else None, vlm.rev if rev else None,
-                                     device="cpu", **kw)
+    return VLMPolicy.from_pretrained(vlm.base, vlm.init if init else None, vlm.rev if rev else None, device="cpu", **kw)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +54,7 @@ def states(image: np.ndarray, n: int = 4) -> list[RevisionState]:
     for t in range(n):
         box = (0.55 - 0.05 * t, 0.5, 0.85, 0.85)
         mask = box_to_mask(box, SHAPE)
-        out.append(RevisionState(image, LEFT, box, mask, list(clicks),
-                                 render_observation(image, mask, clicks), t))
+        out.append(RevisionState(image, LEFT, box, mask, list(clicks), render_observation(image, mask, clicks), t))
         clicks.append(Click(t % 2 == 0, 0.5 + 0.05 * t, 0.6))
     return out
 
@@ -71,8 +69,9 @@ def logits(policy: VLMPolicy, image, instruction, adapter: str):
 
     enc = policy.stage1_inputs(image, instruction)
     with policy._adapter(adapter), torch.inference_mode():
-        return policy.model(input_ids=enc.input_ids, token_type_ids=enc.token_type_ids,
-                            pixel_values=enc.pixel_values).logits[0, -1]
+        return policy.model(
+            input_ids=enc.input_ids, token_type_ids=enc.token_type_ids, pixel_values=enc.pixel_values
+        ).logits[0, -1]
 
 
 def spy_generate(monkeypatch, policy, outputs: list | None = None) -> list[dict]:
@@ -92,6 +91,7 @@ def spy_generate(monkeypatch, policy, outputs: list | None = None) -> list[dict]
 
 
 # --- contract -------------------------------------------------------------------------------
+
 
 def test_policies_implement_the_protocols(policy):
     assert isinstance(policy, Stage1Policy) and isinstance(policy, RevisionPolicy)
@@ -124,6 +124,7 @@ def test_bad_inputs_are_refused(policy, tiny_vlm, tmp_path):
 
 # --- adapters -------------------------------------------------------------------------------
 
+
 def test_adapters_switch_and_match_single_adapter_loads(policy, tiny_vlm):
     image = radiograph(1)
     l_init, l_rev = logits(policy, image, LEFT, "init"), logits(policy, image, LEFT, "rev")
@@ -144,6 +145,7 @@ def test_adapters_switch_and_match_single_adapter_loads(policy, tiny_vlm):
 
 
 # --- Stage 2: one growing conversation -----------------------------------------------------
+
 
 def test_cache_reuse_gives_the_tokens_of_rereading(tiny_vlm, monkeypatch):
     image = radiograph(2)
@@ -174,7 +176,7 @@ def test_turns_append_to_the_previous_ids(policy):
         seen.append(session.input_ids.clone())
     for before, after in pairwise(seen):
         assert after.shape[1] > before.shape[1]
-        assert np.array_equal(after[:, :before.shape[1]].numpy(), before.numpy())
+        assert np.array_equal(after[:, : before.shape[1]].numpy(), before.numpy())
     # Gemma turn structure: 3 user + 3 model turns opened; every turn but the last closed once
     tok = policy.processor.tokenizer
     ids = session.input_ids[0].tolist()
@@ -206,6 +208,7 @@ def test_observations_change_the_stage2_logits(policy):
 
 
 # --- Stage 1 --------------------------------------------------------------------------------
+
 
 def test_images_change_the_logits(policy):
     a = logits(policy, radiograph(6), LEFT, "init")
@@ -245,8 +248,9 @@ def test_stage1_many_batched_is_greedy_for_every_prompt(tiny_vlm, tmp_path, monk
     config = json.loads((base / "config.json").read_text())
     config["text_config"]["sliding_window"] = 4096
     (base / "config.json").write_text(json.dumps(config))
-    policy = VLMPolicy.from_pretrained(base, tiny_vlm.init, tiny_vlm.rev, device="cpu",
-                                       generation=GenerationSettings(max_new_tokens=10))
+    policy = VLMPolicy.from_pretrained(
+        base, tiny_vlm.init, tiny_vlm.rev, device="cpu", generation=GenerationSettings(max_new_tokens=10)
+    )
     image = radiograph(8)
     findings = all_findings() + [LEFT, Instruction("opacity", ("left lung base",), "lesion_inference")]
     one_by_one = [policy.stage1(image, i) for i in findings]
@@ -260,8 +264,7 @@ def test_stage1_many_batched_is_greedy_for_every_prompt(tiny_vlm, tmp_path, monk
     # may flip; every token picked must still be greedy for its own prompt
     width = calls[0]["input_ids"].shape[1]
     for row, instruction in enumerate(findings):
-        assert_greedy_up_to_ties(policy, policy.stage1_inputs(image, instruction),
-                                 outputs[0].sequences[row, width:])
+        assert_greedy_up_to_ties(policy, policy.stage1_inputs(image, instruction), outputs[0].sequences[row, width:])
     assert sum(a == b for a, b in zip(batched, one_by_one, strict=True)) >= len(findings) - 2
 
 
@@ -277,14 +280,20 @@ def assert_greedy_up_to_ties(policy, enc, new_ids, tol: float = 1e-3):
     ids = torch.cat([enc.input_ids, torch.tensor([new_ids])], dim=1)
     tti = torch.cat([enc.token_type_ids, torch.zeros_like(ids[:, n:])], dim=1)
     with policy._adapter("init"), torch.inference_mode():
-        logits = policy.model(input_ids=ids, token_type_ids=tti, pixel_values=enc.pixel_values,
-                              attention_mask=torch.ones_like(ids)).logits[0, n - 1:-1].float()
+        logits = (
+            policy.model(
+                input_ids=ids, token_type_ids=tti, pixel_values=enc.pixel_values, attention_mask=torch.ones_like(ids)
+            )
+            .logits[0, n - 1 : -1]
+            .float()
+        )
         logits[:, policy._suppress_ids] = float("-inf")
     for k, token in enumerate(new_ids):
         assert logits[k, token] >= logits[k].max() - tol, (k, token, int(logits[k].argmax()))
 
 
 # --- generation settings ---------------------------------------------------------------------
+
 
 def test_generation_settings_are_honoured(tiny_vlm, monkeypatch):
     image = radiograph(9)
@@ -294,9 +303,11 @@ def test_generation_settings_are_honoured(tiny_vlm, monkeypatch):
     assert calls[0]["max_new_tokens"] == 3 and calls[0]["do_sample"] is False
     texts = set()
     for seed in range(4):
-        sampler = VLMPolicy(short.model, short.processor,
-                            GenerationSettings(do_sample=True, temperature=3.0, top_p=0.9,
-                                               max_new_tokens=8, seed=seed))
+        sampler = VLMPolicy(
+            short.model,
+            short.processor,
+            GenerationSettings(do_sample=True, temperature=3.0, top_p=0.9, max_new_tokens=8, seed=seed),
+        )
         a, b = sampler.stage1(image, LEFT), sampler.stage1(image, LEFT)
         assert a == b  # same seed, same sample
         texts.add(a)
@@ -310,8 +321,9 @@ def test_image_placeholders_are_never_generated(tiny_vlm, monkeypatch):
     """A hot sampler on a random model would otherwise emit image tokens, which break the next
     forward ("image features and image tokens do not match"), e.g. in GRPO rollouts."""
     image = radiograph(9)
-    sampler = load(tiny_vlm, generation=GenerationSettings(do_sample=True, temperature=50.0,
-                                                           max_new_tokens=150, seed=0))
+    sampler = load(
+        tiny_vlm, generation=GenerationSettings(do_sample=True, temperature=50.0, max_new_tokens=150, seed=0)
+    )
     tok = sampler.processor.tokenizer
     image_ids = {tok.convert_tokens_to_ids(t) for t in ("<image_soft_token>", "<start_of_image>", "<end_of_image>")}
     seen = []
@@ -319,7 +331,7 @@ def test_image_placeholders_are_never_generated(tiny_vlm, monkeypatch):
 
     def wrapper(**kw):
         out = real(**kw)
-        seen.append((kw, out.sequences[0, kw["input_ids"].shape[1]:].tolist()))
+        seen.append((kw, out.sequences[0, kw["input_ids"].shape[1] :].tolist()))
         return out
 
     monkeypatch.setattr(sampler.model, "generate", wrapper)
@@ -338,7 +350,8 @@ def test_max_new_tokens_caps_each_turn(tiny_vlm):
     for s in states(image, 3):
         before = 0 if session.input_ids is None else session.input_ids.shape[1]
         prompt = pol.encoder.prompt(
-            stage2_followup_text(pol.encoder.image_token, True), [s.observation]).input_ids.shape[1]
+            stage2_followup_text(pol.encoder.image_token, True), [s.observation]
+        ).input_ids.shape[1]
         session.step(s)
         added.append(session.input_ids.shape[1] - before - prompt)
     # later turns: the follow-up prompt (one token shorter if <end_of_turn> was generated)
@@ -347,6 +360,7 @@ def test_max_new_tokens_caps_each_turn(tiny_vlm):
 
 
 # --- replay and oracle ----------------------------------------------------------------------
+
 
 def test_scripted_policy_replays_and_stops_when_out_of_script():
     image = radiograph(0)
@@ -373,8 +387,7 @@ def test_oracle_revision_policy_clicks_then_stops():
     small = box_to_mask((0.2, 0.2, 0.4, 0.4), SHAPE)
     pol = OracleRevisionPolicy(gt)
     session = pol.start(image, LEFT, (0.2, 0.2, 0.4, 0.4))
-    state = RevisionState(image, LEFT, (0.2, 0.2, 0.4, 0.4), small, [],
-                          render_observation(image, small, []), 0)
+    state = RevisionState(image, LEFT, (0.2, 0.2, 0.4, 0.4), small, [], render_observation(image, small, []), 0)
     parsed = parse_stage2(session.step(state))
     assert parsed.ok and parsed.value.click is not None and parsed.value.click.positive
     c = parsed.value.click

@@ -24,10 +24,18 @@ def write_csv(path, rows):
 #   c3: C=1, A=2, B=3  -> A>B, C>A, C>B
 #   c4: B=1, A=2, C=2  -> B>A, A~C, B>C
 TINY = [
-    ("c1", "r", "A", 1), ("c1", "r", "B", 2), ("c1", "r", "C", 3),
-    ("c2", "r", "A", 1), ("c2", "r", "B", 1), ("c2", "r", "C", 3),
-    ("c3", "r", "C", 1), ("c3", "r", "A", 2), ("c3", "r", "B", 3),
-    ("c4", "r", "B", 1), ("c4", "r", "A", 2), ("c4", "r", "C", 2),
+    ("c1", "r", "A", 1),
+    ("c1", "r", "B", 2),
+    ("c1", "r", "C", 3),
+    ("c2", "r", "A", 1),
+    ("c2", "r", "B", 1),
+    ("c2", "r", "C", 3),
+    ("c3", "r", "C", 1),
+    ("c3", "r", "A", 2),
+    ("c3", "r", "B", 3),
+    ("c4", "r", "B", 1),
+    ("c4", "r", "A", 2),
+    ("c4", "r", "C", 2),
 ]
 
 
@@ -42,10 +50,18 @@ def hand_davidson(a, b, c, nu):
         return math.log(nu * math.sqrt(x * y) / (x + y + nu * math.sqrt(x * y)))
 
     return (
-        win(pa, pb) + win(pa, pc) + win(pb, pc)  # c1
-        + tie(pa, pb) + win(pa, pc) + win(pb, pc)  # c2
-        + win(pa, pb) + win(pc, pa) + win(pc, pb)  # c3
-        + win(pb, pa) + tie(pa, pc) + win(pb, pc)  # c4
+        win(pa, pb)
+        + win(pa, pc)
+        + win(pb, pc)  # c1
+        + tie(pa, pb)
+        + win(pa, pc)
+        + win(pb, pc)  # c2
+        + win(pa, pb)
+        + win(pc, pa)
+        + win(pc, pb)  # c3
+        + win(pb, pa)
+        + tie(pa, pc)
+        + win(pb, pc)  # c4
     )
 
 
@@ -59,10 +75,18 @@ def hand_rao_kupper(a, b, c, theta):
         return math.log(x * y * (theta**2 - 1) / ((x + theta * y) * (y + theta * x)))
 
     return (
-        win(pa, pb) + win(pa, pc) + win(pb, pc)
-        + tie(pa, pb) + win(pa, pc) + win(pb, pc)
-        + win(pa, pb) + win(pc, pa) + win(pc, pb)
-        + win(pb, pa) + tie(pa, pc) + win(pb, pc)
+        win(pa, pb)
+        + win(pa, pc)
+        + win(pb, pc)
+        + tie(pa, pb)
+        + win(pa, pc)
+        + win(pb, pc)
+        + win(pa, pb)
+        + win(pc, pa)
+        + win(pc, pb)
+        + win(pb, pa)
+        + tie(pa, pc)
+        + win(pb, pc)
     )
 
 
@@ -95,7 +119,9 @@ def test_likelihood_and_fit_match_hand_written(tmp_path, model, loglik, hand):
         t = math.exp(x[2]) if model == "davidson" else 1 + math.exp(x[2])
         return -hand(x[0], x[1], 0.0, t)
 
-    ref = minimize(neg, [0.5, 0.2, 0.0], method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-12, "maxiter": 20000})
+    ref = minimize(
+        neg, [0.5, 0.2, 0.0], method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-12, "maxiter": 20000}
+    )
     fitted = preference.fit(model, data.pairs, data.total, 3)
     assert fitted.converged
     assert fitted.loglik == pytest.approx(-ref.fun, abs=1e-6)
@@ -161,7 +187,9 @@ def test_three_item_rankings_mean_rank_and_order(tmp_path):
             ranks[order] = [1, 2, 3]
             if abs(score[0] - score[1]) < 0.3:  # near-equal GT and XFlow: reader ties them
                 ranks[0] = ranks[1] = min(ranks[0], ranks[1])
-            rows += [(f"c{c}", f"r{r}", name, int(k)) for name, k in zip(["GT", "XFlow", "ROSALIA"], ranks, strict=True)]
+            rows += [
+                (f"c{c}", f"r{r}", name, int(k)) for name, k in zip(["GT", "XFlow", "ROSALIA"], ranks, strict=True)
+            ]
     report = preference.analyse(preference.read_rankings(write_csv(tmp_path / "r.csv", rows)), n_bootstrap=50)
     assert report["n_rankings"] == 240 and report["n_cases"] == 80 and report["n_readers"] == 3
     assert report["n_pairs"] == 720

@@ -47,16 +47,20 @@ def test_absent_reads_as_absent_and_drops_lesion_boxes():
         ("<answer>present</answer><ref>effusion</ref><|box_start|>(1,1),(5,5)<|box_end|>", "missing <think>"),
         ("<think></think>", "missing <answer>"),
         ("<think></think><answer>maybe</answer>", "unreadable answer"),
-        ("<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(1,1)(5,5)<|box_end|>",
-         "malformed box"),
-        ("<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(1,1),(5000,5)<|box_end|>",
-         "out of range"),
-        ("<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(9,9),(5,5)<|box_end|>",
-         "inverted"),
-        ("<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(5,1),(5,9)<|box_end|>",
-         "empty box"),
-        ("<think></think><answer>present</answer><ref>tumour</ref><|box_start|>(1,1),(5,5)<|box_end|>",
-         "unknown box label"),
+        (
+            "<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(1,1)(5,5)<|box_end|>",
+            "malformed box",
+        ),
+        (
+            "<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(1,1),(5000,5)<|box_end|>",
+            "out of range",
+        ),
+        ("<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(9,9),(5,5)<|box_end|>", "inverted"),
+        ("<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(5,1),(5,9)<|box_end|>", "empty box"),
+        (
+            "<think></think><answer>present</answer><ref>tumour</ref><|box_start|>(1,1),(5,5)<|box_end|>",
+            "unknown box label",
+        ),
         ("<think></think><answer>present</answer>", "without a lesion box"),
         ("<think></think><answer>absent</answer> and some chatter", "unexpected text"),
         ("<think></think><answer>absent</answer><answer>present</answer>", "more than one answer"),
@@ -68,8 +72,9 @@ def test_malformed_stage1_is_reported(text, fragment):
 
 
 def test_out_of_range_and_inverted_boxes_are_repaired():
-    p = parse_stage1("<think></think><answer>present</answer>"
-                     "<ref>effusion</ref><|box_start|>(900,100),(-5,1200)<|box_end|>")
+    p = parse_stage1(
+        "<think></think><answer>present</answer><ref>effusion</ref><|box_start|>(900,100),(-5,1200)<|box_end|>"
+    )
     assert p.value.lesions == [BoxRef("effusion", (0.0, 0.1, 0.9, 1.0))]
 
 
@@ -81,8 +86,9 @@ def test_duplicates_are_dropped_and_counted():
 
 
 def test_pleural_effusion_label_is_a_synonym():
-    p = parse_stage1("<think></think><answer>present</answer>"
-                     "<ref>pleural effusion</ref><|box_start|>(1,1),(5,5)<|box_end|>")
+    p = parse_stage1(
+        "<think></think><answer>present</answer><ref>pleural effusion</ref><|box_start|>(1,1),(5,5)<|box_end|>"
+    )
     assert p.value.lesions[0].label == "effusion"
 
 
@@ -155,19 +161,25 @@ def test_stage1_round_trip(out):
     assert p.value == out
 
 
-@given(st.one_of(st.none(), st.builds(Click, st.booleans(), _coord.map(lambda v: v / 1000),
-                                      _coord.map(lambda v: v / 1000))))
+@given(
+    st.one_of(
+        st.none(), st.builds(Click, st.booleans(), _coord.map(lambda v: v / 1000), _coord.map(lambda v: v / 1000))
+    )
+)
 def test_stage2_round_trip(click):
     action = Stage2Action(click, "why")
     p = parse_stage2(format_stage2(action))
     assert p.ok and p.value == action
 
 
-_noise = st.text(alphabet=st.sampled_from(list("()<>,/|-0123456789 abcdefghijklmnopqrstuvwxyz_")) , max_size=80)
+_noise = st.text(alphabet=st.sampled_from(list("()<>,/|-0123456789 abcdefghijklmnopqrstuvwxyz_")), max_size=80)
 
 
-@given(st.lists(st.one_of(st.sampled_from(TAGS + ("left lung", "effusion", "present", "(1,2),(3,4)")), _noise),
-                max_size=25).map("".join))
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(TAGS + ("left lung", "effusion", "present", "(1,2),(3,4)")), _noise), max_size=25
+    ).map("".join)
+)
 def test_arbitrary_text_never_crashes(text):
     for parse in (parse_stage1, parse_stage2):
         p = parse(text)

@@ -66,8 +66,9 @@ def test_boxes():
 
 def test_contact_sheet_shape():
     tiles = [overlay(_image(), [])] * 5
-    sheet = contact_sheet(tiles, [f"t{i}" for i in range(5)], ncols=3, tile_size=64,
-                          legend=[("effusion", (0, 220, 120))])
+    sheet = contact_sheet(
+        tiles, [f"t{i}" for i in range(5)], ncols=3, tile_size=64, legend=[("effusion", (0, 220, 120))]
+    )
     assert sheet.dtype == np.uint8 and sheet.shape[1] == 3 * 64 and sheet.shape[2] == 3
     assert sheet.shape[0] > 2 * 64
     with pytest.raises(RenderError):

@@ -60,7 +60,7 @@ def test_revision_gain_and_format():
     gt[2:8, 2:8] = True  # 36 px
     m0 = np.zeros_like(gt)
     m0[2:8, 2:5] = True  # 18 px -> IoU 0.5
-    m1 = gt.copy()                                                 # IoU 1
+    m1 = gt.copy()  # IoU 1
     turns = [format_stage2(Stage2Action(Click(True, 0.6, 0.5))), format_stage2(Stage2Action(None))]
     r = revision_reward(turns, m0, m1, gt)
     assert r["gain"] == pytest.approx(0.5) and r["format"] == 1.0 and r["total"] == pytest.approx(1.5)

@@ -34,7 +34,9 @@ def app(tmp_path_factory, cxr_samples, tiny_models):
     studies = tmp / "studies"
     studies.mkdir()
     shutil.copy(cxr_samples / "nih" / "images" / f"{IMAGE}.png", studies)
-    Image.open(cxr_samples / "nih" / "images" / "00000129_000.png").crop((0, 0, 1024, 800)).save(studies / f"{WIDE}.png")
+    Image.open(cxr_samples / "nih" / "images" / "00000129_000.png").crop((0, 0, 1024, 800)).save(
+        studies / f"{WIDE}.png"
+    )
     with monailabel_server(studies, tmp / "server", conf={"models": str(models)}) as server:
         yield SimpleNamespace(server=server, url=server.url, studies=studies, tmp=tmp, client=server.client(tmp))
 
@@ -54,7 +56,9 @@ def test_info_lists_rosalia_beside_xflow_and_names_the_demo(app):
     info = app.client.info()
     task = info["models"]["rosalia"]
     assert task["type"] == "segmentation" and task["dimension"] == 2 and task["labels"]["effusion"] == 7
-    assert {"instruction", "finding", "location", "overlay", "trace", "store_seg", "label_values"} == set(task["config"])
+    assert {"instruction", "finding", "location", "overlay", "trace", "store_seg", "label_values"} == set(
+        task["config"]
+    )
     assert task["config"]["store_seg"] is False  # no --conf store_seg: off, as for xflow
     assert task["config"]["store_seg"] == info["models"]["xflow"]["config"]["store_seg"]
     assert "xflow" in info["models"] and "xflow_revise" in info["models"]
@@ -95,10 +99,17 @@ def test_ohif_result_format_is_honoured_as_by_xflow(app):
 
 
 def test_pickers_and_several_findings_paint_one_label(app):
-    label, params = app.client.infer("rosalia", IMAGE, {"finding": "all findings", "location": "right lung",
-                                                        "trace": False, "overlay": True})
-    assert [r["finding"] for r in params["findings"]] == ["pneumonia", "atelectasis", "opacity", "consolidation",
-                                                            "edema", "effusion"]
+    label, params = app.client.infer(
+        "rosalia", IMAGE, {"finding": "all findings", "location": "right lung", "trace": False, "overlay": True}
+    )
+    assert [r["finding"] for r in params["findings"]] == [
+        "pneumonia",
+        "atelectasis",
+        "opacity",
+        "consolidation",
+        "edema",
+        "effusion",
+    ]
     assert "traces" not in params and params["overlay_png_base64"]
     with Image.open(label) as img:
         values = set(np.unique(np.asarray(img)).tolist())
@@ -106,14 +117,26 @@ def test_pickers_and_several_findings_paint_one_label(app):
 
 
 def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(app):
-    bad = requests.post(f"{app.url}/infer/rosalia", params={"image": IMAGE},
-                        data={"params": '{"instruction": "Segment the pneumothorax."}'}, timeout=120)
+    bad = requests.post(
+        f"{app.url}/infer/rosalia",
+        params={"image": IMAGE},
+        data={"params": '{"instruction": "Segment the pneumothorax."}'},
+        timeout=120,
+    )
     assert bad.status_code == 422 and "pneumothorax" in bad.json()["detail"]
-    missing = requests.post(f"{app.url}/infer/rosalia", params={"image": "no_such_image"},
-                            data={"params": '{"instruction": "Segment the edema."}'}, timeout=120)
+    missing = requests.post(
+        f"{app.url}/infer/rosalia",
+        params={"image": "no_such_image"},
+        data={"params": '{"instruction": "Segment the edema."}'},
+        timeout=120,
+    )
     assert missing.status_code == 404
-    wrong = requests.post(f"{app.url}/infer/rosalia", params={"image": IMAGE},
-                          data={"params": '{"instruction": "Segment the edema.", "trace": "maybe"}'}, timeout=120)
+    wrong = requests.post(
+        f"{app.url}/infer/rosalia",
+        params={"image": IMAGE},
+        data={"params": '{"instruction": "Segment the edema.", "trace": "maybe"}'},
+        timeout=120,
+    )
     assert wrong.status_code == 422
     _, params = app.client.infer("rosalia", IMAGE, {"instruction": "Segment the edema."})
     assert params["findings"][0]["finding"] == "edema"
@@ -124,12 +147,20 @@ def test_store_seg_on_a_studies_folder_answers_422_naming_the_problem(app):
     studies folder the request answers 422 saying so, as ``xflow`` does, and nothing is written."""
     before = sorted(p.name for p in app.studies.rglob("*"))
     for task in ("rosalia", "xflow"):
-        r = requests.post(f"{app.url}/infer/{task}", params={"image": IMAGE},
-                          data={"params": '{"instruction": "Segment the edema.", "store_seg": true}'}, timeout=300)
+        r = requests.post(
+            f"{app.url}/infer/{task}",
+            params={"image": IMAGE},
+            data={"params": '{"instruction": "Segment the edema.", "store_seg": true}'},
+            timeout=300,
+        )
         assert r.status_code == 422, (task, r.text)
         assert "store_seg: the studies are not a DICOMweb PACS" in r.json()["detail"]
-    r = requests.post(f"{app.url}/infer/rosalia", params={"image": IMAGE},
-                      data={"params": '{"instruction": "Segment the edema.", "store_seg": "maybe"}'}, timeout=120)
+    r = requests.post(
+        f"{app.url}/infer/rosalia",
+        params={"image": IMAGE},
+        data={"params": '{"instruction": "Segment the edema.", "store_seg": "maybe"}'},
+        timeout=120,
+    )
     assert r.status_code == 422 and "store_seg" in r.json()["detail"]
     assert sorted(p.name for p in app.studies.rglob("*")) == before
     _, params = app.client.infer("rosalia", IMAGE, {"instruction": "Segment the edema.", "store_seg": False})

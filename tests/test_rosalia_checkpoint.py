@@ -33,10 +33,15 @@ def _lisa_tokenizer(folder):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(["Segment the effusion in the left lung. There is no effusion. USER ASSISTANT"],
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                show_progress=False))
+    tok.train_from_iterator(
+        ["Segment the effusion in the left lung. There is no effusion. USER ASSISTANT"],
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<unk>", "<s>", "</s>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     tok.add_tokens(["[SEG]"])
     tok.add_special_tokens(["<im_start>", "<im_end>"])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
@@ -46,8 +51,11 @@ def _lisa_tokenizer(folder):
 
 def _official_state(vocab: int, g: torch.Generator) -> dict[str, torch.Tensor]:
     r = lambda *shape: torch.randn(*shape, generator=g) * 0.1  # noqa: E731
-    s: dict[str, torch.Tensor] = {"model.embed_tokens.weight": r(vocab, H), "model.norm.weight": 1 + r(H),
-                                  "lm_head.weight": r(vocab, H)}
+    s: dict[str, torch.Tensor] = {
+        "model.embed_tokens.weight": r(vocab, H),
+        "model.norm.weight": 1 + r(H),
+        "lm_head.weight": r(vocab, H),
+    }
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
@@ -121,8 +129,16 @@ def release(tmp_path_factory):
     root = tmp_path_factory.mktemp("lisa")
     clip = root / "clip-vit"
     torch.manual_seed(1)
-    tower = CLIPVisionModel(CLIPVisionConfig(hidden_size=CLIP_H, intermediate_size=48, num_hidden_layers=2,
-                                             num_attention_heads=2, image_size=32, patch_size=8))
+    tower = CLIPVisionModel(
+        CLIPVisionConfig(
+            hidden_size=CLIP_H,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        )
+    )
     clip.mkdir()
     tower.config.save_pretrained(clip)
     clip_state = {"vision_model." + k: v.contiguous() for k, v in tower.state_dict().items()}
@@ -133,12 +149,27 @@ def release(tmp_path_factory):
     vocab = _lisa_tokenizer(lisa)
     state = _official_state(vocab, torch.Generator().manual_seed(0))
     torch.save(state, lisa / "pytorch_model.bin")
-    (lisa / "config.json").write_text(json.dumps({
-        "architectures": ["LISAForCausalLM"], "model_type": "llava", "hidden_size": H, "intermediate_size": INTER,
-        "num_hidden_layers": LAYERS, "num_attention_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": vocab,
-        "vision_tower": str(clip), "mm_vision_tower": str(clip), "mm_hidden_size": CLIP_H,
-        "mm_vision_select_layer": -2, "mm_use_im_start_end": True, "out_dim": D, "train_mask_decoder": True,
-    }))
+    (lisa / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LISAForCausalLM"],
+                "model_type": "llava",
+                "hidden_size": H,
+                "intermediate_size": INTER,
+                "num_hidden_layers": LAYERS,
+                "num_attention_heads": 2,
+                "rms_norm_eps": 1e-6,
+                "vocab_size": vocab,
+                "vision_tower": str(clip),
+                "mm_vision_tower": str(clip),
+                "mm_hidden_size": CLIP_H,
+                "mm_vision_select_layer": -2,
+                "mm_use_im_start_end": True,
+                "out_dim": D,
+                "train_mask_decoder": True,
+            }
+        )
+    )
     return lisa, clip, state, clip_state
 
 
@@ -155,18 +186,13 @@ PINNED = {
     "model.visual_model.prompt_encoder.point_embeddings.3.weight": "sam.prompt_encoder.point_embed.3.weight",
     "model.visual_model.prompt_encoder.mask_downscaling.6.weight": "sam.prompt_encoder.mask_embed.conv3.weight",
     "model.visual_model.prompt_encoder.no_mask_embed.weight": "sam.prompt_encoder.no_mask_embed.weight",
-    "model.visual_model.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix":
-        "sam.shared_image_embedding.positional_embedding",
-    "model.visual_model.mask_decoder.transformer.layers.0.norm4.weight":
-        "sam.mask_decoder.transformer.layers.0.layer_norm4.weight",
-    "model.visual_model.mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.weight":
-        "sam.mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.weight",
-    "model.visual_model.mask_decoder.transformer.norm_final_attn.bias":
-        "sam.mask_decoder.transformer.layer_norm_final_attn.bias",
+    "model.visual_model.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix": "sam.shared_image_embedding.positional_embedding",
+    "model.visual_model.mask_decoder.transformer.layers.0.norm4.weight": "sam.mask_decoder.transformer.layers.0.layer_norm4.weight",
+    "model.visual_model.mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.weight": "sam.mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.weight",
+    "model.visual_model.mask_decoder.transformer.norm_final_attn.bias": "sam.mask_decoder.transformer.layer_norm_final_attn.bias",
     "model.visual_model.mask_decoder.output_upscaling.3.weight": "sam.mask_decoder.upscale_conv2.weight",
     "model.visual_model.mask_decoder.output_upscaling.1.weight": "sam.mask_decoder.upscale_layer_norm.weight",
-    "model.visual_model.mask_decoder.output_hypernetworks_mlps.2.layers.1.weight":
-        "sam.mask_decoder.output_hypernetworks_mlps.2.layers.0.weight",
+    "model.visual_model.mask_decoder.output_hypernetworks_mlps.2.layers.1.weight": "sam.mask_decoder.output_hypernetworks_mlps.2.layers.0.weight",
     "model.visual_model.mask_decoder.iou_prediction_head.layers.2.bias": "sam.mask_decoder.iou_prediction_head.proj_out.bias",
     "model.text_hidden_fcs.0.2.weight": "text_hidden_fcs.2.weight",
 }
@@ -183,10 +209,14 @@ def test_pinned_official_names_land_where_they_belong(release, loaded):
     ours = loaded.state_dict()
     for official, name in PINNED.items():
         assert torch.equal(ours[name], state[official]), official
-    assert torch.equal(ours["sam.prompt_encoder.shared_embedding.positional_embedding"],
-                       state["model.visual_model.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix"])
-    assert torch.equal(ours["llava.model.vision_tower.encoder.layers.1.mlp.fc2.weight"],
-                       clip_state["vision_model.encoder.layers.1.mlp.fc2.weight"])
+    assert torch.equal(
+        ours["sam.prompt_encoder.shared_embedding.positional_embedding"],
+        state["model.visual_model.prompt_encoder.pe_layer.positional_encoding_gaussian_matrix"],
+    )
+    assert torch.equal(
+        ours["llava.model.vision_tower.encoder.layers.1.mlp.fc2.weight"],
+        clip_state["vision_model.encoder.layers.1.mlp.fc2.weight"],
+    )
     emb = ours["llava.model.language_model.embed_tokens.weight"]
     vocab = state["model.embed_tokens.weight"].shape[0]
     assert emb.shape[0] == vocab + 1  # <image> added for transformers' LLaVA
@@ -214,8 +244,14 @@ def test_llava_15_mlp_projector_is_linear_gelu_linear(release, tmp_path):
     lisa, _, state, _ = release
     g = torch.Generator().manual_seed(5)
     mlp = {k: v for k, v in state.items() if not k.startswith("model.mm_projector.")}
-    mlp["model.mm_projector.0.weight"], mlp["model.mm_projector.0.bias"] = torch.randn(H, CLIP_H, generator=g), torch.randn(H, generator=g)
-    mlp["model.mm_projector.2.weight"], mlp["model.mm_projector.2.bias"] = torch.randn(H, H, generator=g), torch.randn(H, generator=g)
+    mlp["model.mm_projector.0.weight"], mlp["model.mm_projector.0.bias"] = (
+        torch.randn(H, CLIP_H, generator=g),
+        torch.randn(H, generator=g),
+    )
+    mlp["model.mm_projector.2.weight"], mlp["model.mm_projector.2.bias"] = (
+        torch.randn(H, H, generator=g),
+        torch.randn(H, generator=g),
+    )
     folder = tmp_path / "lisa-15"
     folder.mkdir()
     for f in lisa.iterdir():

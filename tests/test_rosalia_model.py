@@ -59,7 +59,7 @@ def test_input_follows_sam_and_llava_v1(tiny_rosalia):
     enc = model.encoder.image(image)
     s = model.encoder.sam_size
     assert enc.sam_pixels.shape == (3, s, s) and enc.resized == (s, round(50 * s / 80)) and enc.original == (80, 50)
-    assert torch.all(enc.sam_pixels[:, :, enc.resized[1]:] == 0)  # padded on the right
+    assert torch.all(enc.sam_pixels[:, :, enc.resized[1] :] == 0)  # padded on the right
     text = model.encoder.text("Segment the effusion in the left lung.", "There is no effusion in the left lung.")
     decoded = model.tokenizer.decode(text.input_ids)
     # the reference tokenisation: whitespace around LISA's added tokens stripped (tests/test_rosalia_reference.py)
@@ -67,7 +67,7 @@ def test_input_follows_sam_and_llava_v1(tiny_rosalia):
     assert "<im_end>Segment the effusion in the left lung. ASSISTANT:[SEG]There is no" in decoded
     assert decoded.endswith("</s>")
     assert text.input_ids[text.prompt_length] == model.seg_token_id  # the answer starts with [SEG]
-    assert (text.labels[: text.prompt_length] == -100).all() and (text.labels[text.prompt_length:] >= 0).all()
+    assert (text.labels[: text.prompt_length] == -100).all() and (text.labels[text.prompt_length :] >= 0).all()
 
 
 def test_equalisation_flattens_the_histogram():

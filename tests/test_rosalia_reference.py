@@ -34,8 +34,9 @@ def llama_like():
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     tok.add_special_tokens([SEG_TOKEN, IM_START, IM_END, IMAGE_TOKEN])
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>"
+    )
 
 
 def test_reference_tokens_pinned(llama_like):
@@ -43,17 +44,36 @@ def test_reference_tokens_pinned(llama_like):
     space before ``<im_start>`` and the newline after ``<im_end>`` stripped (its slow tokenizer
     strips whitespace around tokens added as plain strings); each text piece with its own ``▁``;
     the image between the two chunks; the answer after ``[SEG]`` without its space, then ``</s>``."""
-    prompt, answer = reference_ids(llama_like, "Segment the effusion in the left lung.", IMAGE_TOKENS,
-                                   "There is no effusion in the left lung.")
+    prompt, answer = reference_ids(
+        llama_like, "Segment the effusion in the left lung.", IMAGE_TOKENS, "There is no effusion in the left lung."
+    )
     tokens = llama_like.convert_ids_to_tokens(prompt)
     system = ["▁" + w for w in SYSTEM.split()]
-    assert tokens == (["<s>"] + system + ["▁USER:", IM_START] + [IMAGE_TOKEN] * IMAGE_TOKENS + [IM_END]
-                      + ["▁Segment", "▁the", "▁effusion", "▁in", "▁the", "▁left", "▁lung.", "▁ASSISTANT:"])
-    assert llama_like.convert_ids_to_tokens(answer) == [SEG_TOKEN, "▁There", "▁is", "▁no", "▁effusion", "▁in",
-                                                        "▁the", "▁left", "▁lung.", "</s>"]
+    assert tokens == (
+        ["<s>"]
+        + system
+        + ["▁USER:", IM_START]
+        + [IMAGE_TOKEN] * IMAGE_TOKENS
+        + [IM_END]
+        + ["▁Segment", "▁the", "▁effusion", "▁in", "▁the", "▁left", "▁lung.", "▁ASSISTANT:"]
+    )
+    assert llama_like.convert_ids_to_tokens(answer) == [
+        SEG_TOKEN,
+        "▁There",
+        "▁is",
+        "▁no",
+        "▁effusion",
+        "▁in",
+        "▁the",
+        "▁left",
+        "▁lung.",
+        "</s>",
+    ]
     # The prompt tokenised at once keeps what the reference strips, so the two differ on this tokenizer.
-    whole = llama_like(f"{SYSTEM} USER: {IM_START}{IMAGE_TOKEN * IMAGE_TOKENS}{IM_END}\nSegment the effusion "
-                       "in the left lung. ASSISTANT:")["input_ids"]
+    whole = llama_like(
+        f"{SYSTEM} USER: {IM_START}{IMAGE_TOKEN * IMAGE_TOKENS}{IM_END}\nSegment the effusion "
+        "in the left lung. ASSISTANT:"
+    )["input_ids"]
     assert whole != prompt
 
 
@@ -61,8 +81,9 @@ def test_encoder_feeds_the_reference_ids_and_refuses_an_unknown_tokenisation(lla
     encoder = RosaliaEncoder(llama_like, IMAGE_TOKENS, clip_size=32, sam_size=64)
     assert encoder.tokenisation == "reference"
     text = encoder.text("Segment the effusion in the left lung.", "There is no effusion in the left lung.")
-    prompt, answer = reference_ids(llama_like, "Segment the effusion in the left lung.", IMAGE_TOKENS,
-                                   "There is no effusion in the left lung.")
+    prompt, answer = reference_ids(
+        llama_like, "Segment the effusion in the left lung.", IMAGE_TOKENS, "There is no effusion in the left lung."
+    )
     assert text.input_ids.tolist() == prompt + answer and text.prompt_length == len(prompt)
     assert encoder.text("Segment the effusion in the left lung.").input_ids.tolist() == prompt
     with pytest.raises(RosaliaError, match="tokenisation"):

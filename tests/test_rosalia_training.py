@@ -41,11 +41,15 @@ def data(tmp_path_factory, tiny_rosalia):
     export_set(root / "heldout", 3, 1000, size=128)
     spec = f"mimic-ils:{root / 'train' / 'ground-truth' / 'mimic_ils.json'}"
     train = examples_from_spec(spec, ("train", "val", "test"))
-    held = examples_from_spec(f"mimic-ils:{root / 'heldout' / 'ground-truth' / 'mimic_ils.json'}", ("train", "val", "test"))
+    held = examples_from_spec(
+        f"mimic-ils:{root / 'heldout' / 'ground-truth' / 'mimic_ils.json'}", ("train", "val", "test")
+    )
     rng = np.random.default_rng(0)
     pos = [e for e in held if e.positive]
     neg = [e for e in held if not e.positive]
-    held = [pos[i] for i in rng.choice(len(pos), 8, replace=False)] + [neg[i] for i in rng.choice(len(neg), 8, replace=False)]
+    held = [pos[i] for i in rng.choice(len(pos), 8, replace=False)] + [
+        neg[i] for i in rng.choice(len(neg), 8, replace=False)
+    ]
     return root, spec, train, held, tiny_rosalia
 
 
@@ -86,7 +90,9 @@ def test_recipe_trains_what_the_paper_trains(data):
     assert any("language_model" in n and "lora_A" in n and "q_proj" in n for n in trainable)
     assert any(n.endswith("down_proj.lora_B.default.weight") for n in trainable)
     assert not any("vision_tower" in n and "lora" in n for n in trainable)  # LoRA on the LLM only
-    assert any(n.endswith("embed_tokens.weight") for n in trainable) and any(n.endswith("lm_head.weight") for n in trainable)
+    assert any(n.endswith("embed_tokens.weight") for n in trainable) and any(
+        n.endswith("lm_head.weight") for n in trainable
+    )
     assert all(p.requires_grad for p in model.sam.mask_decoder.parameters())
     assert all(p.requires_grad for p in model.text_hidden_fcs.parameters())
     frozen = [model.sam.vision_encoder, model.sam.prompt_encoder]
@@ -109,18 +115,55 @@ def test_learning_check_loss_falls_and_heldout_improves(data, tmp_path):
 
 
 def test_cli_runs_under_accelerate_launch(data, tmp_path):
-    _, spec, *_ , base = data
+    _, spec, *_, base = data
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "configs/accelerate/cpu.yaml"),
-           "-m", "monailabel_xflow.cli", "train", "rosalia", "--model", str(base), "--data", spec,
-           "--out", str(tmp_path / "out"), "--steps", "2", "--batch", "2", "--lora-r", "4", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(REPO / "configs/accelerate/cpu.yaml"),
+        "-m",
+        "monailabel_xflow.cli",
+        "train",
+        "rosalia",
+        "--model",
+        str(base),
+        "--data",
+        spec,
+        "--out",
+        str(tmp_path / "out"),
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--lora-r",
+        "4",
+        "--no-progress",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 2 and (tmp_path / "out" / "rosalia.json").is_file()
-    bad = subprocess.run([sys.executable, "-m", "monailabel_xflow.cli", "train", "rosalia", "--model", str(base),
-                          "--data", "mimic-ils:/no/such.json", "--out", str(tmp_path / "x")],
-                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monailabel_xflow.cli",
+            "train",
+            "rosalia",
+            "--model",
+            str(base),
+            "--data",
+            "mimic-ils:/no/such.json",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "no/such.json" in bad.stderr
 
 

@@ -53,21 +53,57 @@ def test_table_round_trips_every_model_tensor(model, official):
 @pytest.mark.parametrize(
     "official_key, model_key",
     [  # facts from transformers' convert_sam3_video_to_hf.py and conversion_mapping.py
-        ("detector.backbone.vision_backbone.trunk.blocks.3.attn.proj.weight", "vision_encoder.backbone.layers.3.attention.o_proj.weight"),
+        (
+            "detector.backbone.vision_backbone.trunk.blocks.3.attn.proj.weight",
+            "vision_encoder.backbone.layers.3.attention.o_proj.weight",
+        ),
         ("detector.backbone.vision_backbone.trunk.ln_pre.bias", "vision_encoder.backbone.layer_norm.bias"),
-        ("detector.backbone.vision_backbone.trunk.patch_embed.proj.weight", "vision_encoder.backbone.embeddings.patch_embeddings.projection.weight"),
-        ("detector.backbone.vision_backbone.sam2_convs.0.dconv_2x2_1.weight", "vision_encoder.neck.fpn_layers.0.scale_layers.2.weight"),
-        ("detector.backbone.vision_backbone.sam2_convs.1.dconv_2x2.bias", "vision_encoder.neck.fpn_layers.1.scale_layers.0.bias"),
-        ("detector.backbone.vision_backbone.sam2_convs.2.conv_3x3.weight", "vision_encoder.neck.fpn_layers.2.proj2.weight"),
+        (
+            "detector.backbone.vision_backbone.trunk.patch_embed.proj.weight",
+            "vision_encoder.backbone.embeddings.patch_embeddings.projection.weight",
+        ),
+        (
+            "detector.backbone.vision_backbone.sam2_convs.0.dconv_2x2_1.weight",
+            "vision_encoder.neck.fpn_layers.0.scale_layers.2.weight",
+        ),
+        (
+            "detector.backbone.vision_backbone.sam2_convs.1.dconv_2x2.bias",
+            "vision_encoder.neck.fpn_layers.1.scale_layers.0.bias",
+        ),
+        (
+            "detector.backbone.vision_backbone.sam2_convs.2.conv_3x3.weight",
+            "vision_encoder.neck.fpn_layers.2.proj2.weight",
+        ),
         ("tracker.sam_prompt_encoder.mask_downscaling.6.bias", "prompt_encoder.mask_embed.conv3.bias"),
         ("tracker.sam_mask_decoder.output_upscaling.1.weight", "mask_decoder.upscale_layer_norm.weight"),
-        ("tracker.sam_mask_decoder.iou_prediction_head.layers.1.bias", "mask_decoder.iou_prediction_head.layers.0.bias"),
-        ("tracker.sam_mask_decoder.pred_obj_score_head.layers.2.weight", "mask_decoder.pred_obj_score_head.proj_out.weight"),
-        ("tracker.sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.bias", "mask_decoder.transformer.layers.1.cross_attn_image_to_token.o_proj.bias"),
-        ("tracker.sam_mask_decoder.transformer.layers.0.norm4.weight", "mask_decoder.transformer.layers.0.layer_norm4.weight"),
-        ("tracker.sam_mask_decoder.transformer.layers.0.mlp.lin1.weight", "mask_decoder.transformer.layers.0.mlp.proj_in.weight"),
-        ("tracker.sam_mask_decoder.transformer.layers.0.mlp.layers.1.weight", "mask_decoder.transformer.layers.0.mlp.proj_out.weight"),
-        ("tracker.sam_mask_decoder.transformer.norm_final_attn.bias", "mask_decoder.transformer.layer_norm_final_attn.bias"),
+        (
+            "tracker.sam_mask_decoder.iou_prediction_head.layers.1.bias",
+            "mask_decoder.iou_prediction_head.layers.0.bias",
+        ),
+        (
+            "tracker.sam_mask_decoder.pred_obj_score_head.layers.2.weight",
+            "mask_decoder.pred_obj_score_head.proj_out.weight",
+        ),
+        (
+            "tracker.sam_mask_decoder.transformer.layers.1.cross_attn_image_to_token.out_proj.bias",
+            "mask_decoder.transformer.layers.1.cross_attn_image_to_token.o_proj.bias",
+        ),
+        (
+            "tracker.sam_mask_decoder.transformer.layers.0.norm4.weight",
+            "mask_decoder.transformer.layers.0.layer_norm4.weight",
+        ),
+        (
+            "tracker.sam_mask_decoder.transformer.layers.0.mlp.lin1.weight",
+            "mask_decoder.transformer.layers.0.mlp.proj_in.weight",
+        ),
+        (
+            "tracker.sam_mask_decoder.transformer.layers.0.mlp.layers.1.weight",
+            "mask_decoder.transformer.layers.0.mlp.proj_out.weight",
+        ),
+        (
+            "tracker.sam_mask_decoder.transformer.norm_final_attn.bias",
+            "mask_decoder.transformer.layer_norm_final_attn.bias",
+        ),
         ("sam2_predictor.model.sam_mask_decoder.iou_token.weight", "mask_decoder.iou_token.weight"),
         ("tracker.no_mem_embed", "no_memory_embedding"),
     ],

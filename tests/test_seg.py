@@ -48,8 +48,10 @@ def test_segments_are_numbered_1_to_n_with_codes_and_viewer_geometry(source):
     assert [str(s.SegmentLabel) for s in segments.values()] == ["pneumonia", "opacity", "edema", "effusion"]
     for s in segments.values():
         code = FINDING_CODES[str(s.SegmentLabel)]
-        assert (s.SegmentedPropertyTypeCodeSequence[0].CodeValue, s.SegmentedPropertyTypeCodeSequence[0]
-                .CodingSchemeDesignator) == (code.value, code.scheme)
+        assert (
+            s.SegmentedPropertyTypeCodeSequence[0].CodeValue,
+            s.SegmentedPropertyTypeCodeSequence[0].CodingSchemeDesignator,
+        ) == (code.value, code.scheme)
         assert s.SegmentedPropertyCategoryCodeSequence[0].CodeValue == CATEGORY.value == "49755003"
     assert FINDING_CODES["effusion"].value == "60046008" and FINDING_CODES["edema"].value == "19242006"
     assert (seg.Rows, seg.Columns, int(seg.NumberOfFrames)) == (1024, 700, 4)
@@ -162,7 +164,7 @@ def _stroke_and_effusion(radius: float):
     effusion = generate_phantom(7, size=512, findings=("effusion",)).lesions[0].mask
     rows, cols = np.mgrid[:512, :512]
     nearest = np.clip(cols, 330, 400)
-    return effusion, (cols - nearest) ** 2 + (rows - 250) ** 2 <= radius ** 2
+    return effusion, (cols - nearest) ** 2 + (rows - 250) ** 2 <= radius**2
 
 
 @pytest.mark.parametrize("name", ["ohif-3.13.2-labelmap.dcm", "ohif-3.13.2-bitmap.dcm"])
@@ -197,7 +199,7 @@ def test_reads_ohif_3_13s_overlapping_label_map_frames():
     np.testing.assert_array_equal(masks["effusion"], effusion)
     rows, cols = np.nonzero(effusion)
     opacity = np.zeros((512, 512), bool)
-    opacity[rows.min():rows.min() + 60, cols.min():cols.max()] = True  # as written before OHIF opened it
+    opacity[rows.min() : rows.min() + 60, cols.min() : cols.max()] = True  # as written before OHIF opened it
     assert (masks["opacity"] & effusion).sum() == (opacity & effusion).sum() > 5000  # the overlap kept
     assert (opacity & ~masks["opacity"]).sum() == 0
     assert (inner & ~masks["opacity"]).sum() == 0  # the stroke went into the active segment

@@ -53,9 +53,20 @@ def _check_outputs(folder, shape):
 
 def test_segment_png(models_file, cxr_samples, tmp_path, capsys):
     out = tmp_path / "out"
-    status = main(["segment", str(cxr_samples / "nih" / "images" / "00000129_000.png"),
-                   "--instruction", "is there fluid on the left?", "--out", str(out),
-                   "--models", str(models_file), "--max-clicks", "2"])
+    status = main(
+        [
+            "segment",
+            str(cxr_samples / "nih" / "images" / "00000129_000.png"),
+            "--instruction",
+            "is there fluid on the left?",
+            "--out",
+            str(out),
+            "--models",
+            str(models_file),
+            "--max-clicks",
+            "2",
+        ]
+    )
     assert status == 0
     printed = capsys.readouterr().out.strip().splitlines()
     trace = _check_outputs(out, (1024, 1024))
@@ -69,8 +80,9 @@ def test_segment_png(models_file, cxr_samples, tmp_path, capsys):
 def test_segment_dicom_all_findings(models_file, cxr_samples, tmp_path, capsys):
     dicom = cxr_samples / "dicom" / "cr.dcm"
     out = tmp_path / "all"
-    status = main(["segment", str(dicom), "--all-findings", "--out", str(out),
-                   "--models", str(models_file), "--no-revise", "-q"])
+    status = main(
+        ["segment", str(dicom), "--all-findings", "--out", str(out), "--models", str(models_file), "--no-revise", "-q"]
+    )
     assert status == 0
     printed = capsys.readouterr().out.strip().splitlines()
     summary = json.loads((out / "summary.json").read_text())["results"]
@@ -108,12 +120,15 @@ def test_segment_requires_an_instruction(tmp_path):
 
 # --- xflow weights ----------------------------------------------------------------------------
 
+
 @pytest.fixture()
 def mixed_config(tmp_path):
     (tmp_path / "sam").mkdir()
     path = tmp_path / "m.yaml"
-    path.write_text("vlm_base: google/medgemma-1.5-4b-it\ninit_adapter: org/xflow-init@v1\n"
-                    "rev_adapter: org/xflow-rev\nsegmenter: sam\n")
+    path.write_text(
+        "vlm_base: google/medgemma-1.5-4b-it\ninit_adapter: org/xflow-init@v1\n"
+        "rev_adapter: org/xflow-rev\nsegmenter: sam\n"
+    )
     return path
 
 
@@ -154,7 +169,9 @@ def test_weights_pull_dry_run_and_explicit_ids(mixed_config, fake_download, caps
     assert fake_download == [] and capsys.readouterr().out.count("would fetch") == 3
     assert main(["weights", "pull", "org/one", "org/one", "org/two@main"]) == 0
     assert [(c["repo_id"], c["revision"], c["token"]) for c in fake_download] == [
-        ("org/one", None, None), ("org/two", "main", None)]
+        ("org/one", None, None),
+        ("org/two", "main", None),
+    ]
 
 
 def test_weights_pull_errors(tmp_path, fake_download, capsys):

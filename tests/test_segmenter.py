@@ -180,7 +180,9 @@ def test_prompts_reach_the_model_in_1008_pixel_coordinates(monkeypatch, seg, ima
     kwargs = spy.calls[-1][1]
     sx, sy = 1008 / W, 1008 / H
     np.testing.assert_allclose(kwargs["input_boxes"][0, 0].numpy(), [80 * sx, 128 * sy, 240 * sx, 256 * sy], rtol=1e-6)
-    np.testing.assert_allclose(kwargs["input_points"][0, 0].numpy(), [[240.5 * sx, 64.5 * sy], [160 * sx, 64 * sy]], rtol=1e-6)
+    np.testing.assert_allclose(
+        kwargs["input_points"][0, 0].numpy(), [[240.5 * sx, 64.5 * sy], [160 * sx, 64 * sy]], rtol=1e-6
+    )
     assert kwargs["input_labels"][0, 0].tolist() == [1, 0]
     assert result.masks.shape == (1, H, W) and result.masks.dtype == bool
     assert result.logits.shape == (1, H, W) and result.logits.dtype == np.float32
@@ -190,8 +192,9 @@ def test_prompts_reach_the_model_in_1008_pixel_coordinates(monkeypatch, seg, ima
 
 def test_a_reduced_input_model_gets_prompts_in_its_own_grid(monkeypatch, tmp_path, image):
     """A 336-px tracker (the demo's): same contract, prompts scaled to 336, 96 x 96 low-res logits."""
-    small = load_segmenter(build_random_sam3(tmp_path / "s336", size="tiny", image_size=336),
-                           device="cpu", cache=EmbeddingCache())
+    small = load_segmenter(
+        build_random_sam3(tmp_path / "s336", size="tiny", image_size=336), device="cpu", cache=EmbeddingCache()
+    )
     assert small.input_size == 336 and small.low_res_size == (96, 96)
     assert tuple(small.preprocess(image).shape) == (1, 3, 336, 336)
     small.set_image(image)
@@ -199,8 +202,9 @@ def test_a_reduced_input_model_gets_prompts_in_its_own_grid(monkeypatch, tmp_pat
     box = pixels_to_box([80, 128, 240, 256], (H, W))
     first = small.predict([box])
     sx, sy = 336 / W, 336 / H
-    np.testing.assert_allclose(spy.calls[-1][1]["input_boxes"][0, 0].numpy(),
-                               [80 * sx, 128 * sy, 240 * sx, 256 * sy], rtol=1e-6)
+    np.testing.assert_allclose(
+        spy.calls[-1][1]["input_boxes"][0, 0].numpy(), [80 * sx, 128 * sy, 240 * sx, 256 * sy], rtol=1e-6
+    )
     assert first.masks.shape == (1, H, W) and first.low_res_logits.shape == (1, 1, 96, 96)
     again = small.predict([box], [[Click(True, 0.5, 0.7)]], previous=first.low_res_logits)
     assert again.low_res_logits.shape == (1, 1, 96, 96)
@@ -281,8 +285,11 @@ def test_two_segmenters_on_the_same_weights_share_embeddings(tiny_sam3, image):
 def test_batched_boxes_equal_one_box_at_a_time(seg, image):
     seg.set_image(image)
     boxes = [(0.1, 0.1, 0.5, 0.6), (0.4, 0.3, 0.9, 0.8), (0.0, 0.5, 0.3, 1.0)]
-    clicks = [[Click(True, 0.3, 0.3), Click(False, 0.2, 0.2)], [Click(True, 0.6, 0.5), Click(True, 0.95, 0.9)],
-              [Click(False, 0.1, 0.7), Click(True, 0.2, 0.9)]]
+    clicks = [
+        [Click(True, 0.3, 0.3), Click(False, 0.2, 0.2)],
+        [Click(True, 0.6, 0.5), Click(True, 0.95, 0.9)],
+        [Click(False, 0.1, 0.7), Click(True, 0.2, 0.9)],
+    ]
     first = seg.predict(boxes)
     batched = seg.predict(boxes, clicks=clicks, previous=first.low_res_logits, multimask=True)
     for i, box in enumerate(boxes):

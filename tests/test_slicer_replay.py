@@ -54,6 +54,7 @@ WIDE = "phantom_1_00006"  # cropped to 512 x 400 below: rows and columns differ
 
 # --- the module's request building --------------------------------------------------------------
 
+
 def module_params(info: dict, section: str, name: str) -> dict:
     """``getParamsFromConfig`` (M:907-915): the task's options, each list's first entry."""
     mapping = {"infer": "models", "train": "trainers", "activelearning": "strategies", "scoring": "scoring"}
@@ -90,6 +91,7 @@ def ordered_label_names(params: dict, model_labels) -> list[str]:
 
 # --- the module's scene, reduced to segment masks -----------------------------------------------
 
+
 class SlicerScene:
     """The module's segmentation node as masks on the volume's (row, column) grid.
 
@@ -112,10 +114,11 @@ class SlicerScene:
         assert label.GetDimension() == 3 and label.GetSize()[2] == 1, label.GetSize()
         resampled = sitk.Resample(label, self.volume, sitk.Transform(), sitk.sitkNearestNeighbor, 0)
         # the label must lie on the image, not beside it: same grid, not just same size
-        assert np.allclose(label.GetOrigin(), self.volume.GetOrigin()) and \
-            np.allclose(label.GetSpacing(), self.volume.GetSpacing()) and \
-            np.allclose(label.GetDirection(), self.volume.GetDirection()), \
-            (label.GetOrigin(), label.GetSpacing(), label.GetDirection())
+        assert (
+            np.allclose(label.GetOrigin(), self.volume.GetOrigin())
+            and np.allclose(label.GetSpacing(), self.volume.GetSpacing())
+            and np.allclose(label.GetDirection(), self.volume.GetDirection())
+        ), (label.GetOrigin(), label.GetSpacing(), label.GetDirection())
         return sitk.GetArrayFromImage(resampled)[0]
 
     def import_auto(self, nrrd_file: str, labels) -> None:
@@ -152,7 +155,7 @@ def archetype_series(path: Path) -> list[str]:
     name = path.name
     best = [name]
     for m in re.finditer(r"[0-9]+", name):
-        pattern = re.escape(name[:m.start()]) + "[0-9]+" + re.escape(name[m.end():])
+        pattern = re.escape(name[: m.start()]) + "[0-9]+" + re.escape(name[m.end() :])
         found = sorted(f.name for f in path.parent.iterdir() if re.fullmatch(pattern, f.name))
         if len(found) > len(best):
             best = found
@@ -160,6 +163,7 @@ def archetype_series(path: Path) -> list[str]:
 
 
 # --- the server ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def slicer(tmp_path_factory, tiny_models):
@@ -174,8 +178,9 @@ def slicer(tmp_path_factory, tiny_models):
     Image.open(SAMPLE_DATA / f"{WIDE}.png").crop((0, 0, 512, 400)).save(studies / f"{WIDE}.png")
     with monailabel_server(studies, tmp / "server", conf={"models": str(models)}) as server:
         client = server.client(tmp)
-        yield SimpleNamespace(server=server, url=server.url, studies=studies, models=models, tmp=tmp,
-                              client=client, info=client.info())
+        yield SimpleNamespace(
+            server=server, url=server.url, studies=studies, models=models, tmp=tmp, client=client, info=client.info()
+        )
 
 
 def expected_revision(slicer, image_id: str, positives, negatives) -> np.ndarray:
@@ -189,8 +194,9 @@ def expected_revision(slicer, image_id: str, positives, negatives) -> np.ndarray
     if not hasattr(slicer, "flow"):
         slicer.flow = XFlow(None, None, load_segmenter(str(slicer.models.parent / "sam3"), device="cpu"))
     image, _ = load_cxr(slicer.studies / f"{image_id}.png")
-    clicks = [Click(True, *pixel_to_point(r, c, image.shape)) for r, c in positives] + \
-             [Click(False, *pixel_to_point(r, c, image.shape)) for r, c in negatives]
+    clicks = [Click(True, *pixel_to_point(r, c, image.shape)) for r, c in positives] + [
+        Click(False, *pixel_to_point(r, c, image.shape)) for r, c in negatives
+    ]
     return np.asarray(slicer.flow.revise(image, clicks).mask, bool)
 
 
@@ -198,11 +204,12 @@ def filled_scene(slicer, image_id: str) -> SlicerScene:
     """A scene whose every segment already holds something (earlier answers or drawing)."""
     scene = SlicerScene(slicer.studies / f"{image_id}.png", slicer.info["labels"])
     for k, name in enumerate(scene.segments):
-        scene.segments[name][10 + 20 * k: 25 + 20 * k, 30:60] = True
+        scene.segments[name][10 + 20 * k : 25 + 20 * k, 30:60] = True
     return scene
 
 
 # --- connect --------------------------------------------------------------------------------------
+
 
 def test_connect_shows_xflow_under_auto_segmentation_and_both_click_lists(slicer):
     info = slicer.info  # fetchInfo -> logic.info() -> GET /info/ (M:1112-1119)
@@ -221,6 +228,7 @@ def test_connect_shows_xflow_under_auto_segmentation_and_both_click_lists(slicer
 
 
 # --- next sample and its auto-run ---------------------------------------------------------------
+
 
 def test_next_sample_opens_one_image_and_auto_runs_stage_1(slicer):
     c, info = slicer.client, slicer.info
@@ -245,8 +253,10 @@ def test_next_sample_opens_one_image_and_auto_runs_stage_1(slicer):
         got = requests.get(f"{slicer.url}/datastore/image", params={"image": image_id}, timeout=60)
         assert got.status_code == 200
         (cache / sample["name"]).write_bytes(got.content)
-        assert sitk.GetArrayFromImage(sitk.ReadImage(str(cache / sample["name"]))).shape == \
-            sitk.GetArrayFromImage(sitk.ReadImage(str(slicer.studies / f"{image_id}.png"))).shape
+        assert (
+            sitk.GetArrayFromImage(sitk.ReadImage(str(cache / sample["name"]))).shape
+            == sitk.GetArrayFromImage(sitk.ReadImage(str(slicer.studies / f"{image_id}.png"))).shape
+        )
     for f in cache.iterdir():
         assert archetype_series(f) == [f.name]  # every download opens alone, too
 
@@ -265,6 +275,7 @@ def test_next_sample_opens_one_image_and_auto_runs_stage_1(slicer):
 
 
 # --- auto-segmentation: picker, typed instruction -----------------------------------------------
+
 
 def test_auto_segmentation_changes_only_the_findings_asked(slicer):
     c = slicer.client
@@ -307,6 +318,7 @@ def test_auto_segmentation_changes_only_the_findings_asked(slicer):
 
 # --- clicks -------------------------------------------------------------------------------------
 
+
 def deepgrow_params(info: dict, segment: str, foreground, background) -> dict:
     """``onClickDeepgrow`` for a 2D model that is not multi-label deepedit (M:1744-1771)."""
     params = {"label": segment, "foreground": foreground, "background": background}
@@ -323,8 +335,9 @@ def test_clicks_revise_the_selected_segment_where_the_user_clicked(slicer):
     fg, bg = (120, 450), (140, 470)  # (row, col): a column past the 400 rows, refused if swapped
 
     # a positive click on the effusion segment
-    label_file, result = module_infer(c, "xflow_revise", WIDE,
-                                      deepgrow_params(info, "effusion", [click_index(*fg)], []))
+    label_file, result = module_infer(
+        c, "xflow_revise", WIDE, deepgrow_params(info, "effusion", [click_index(*fg)], [])
+    )
     assert result["finding"] == "effusion" and result["clicks"][0]["positive"]
     scene.import_click(label_file, ["effusion"])  # labels = [label] (M:1764)
     np.testing.assert_array_equal(scene.segments["effusion"], expected_revision(slicer, WIDE, [fg], []))
@@ -333,16 +346,18 @@ def test_clicks_revise_the_selected_segment_where_the_user_clicked(slicer):
         np.testing.assert_array_equal(scene.segments[name], before[name])
 
     # then a negative click on it: both lists of this segment go (M:1755-1763)
-    label_file, result = module_infer(c, "xflow_revise", WIDE,
-                                      deepgrow_params(info, "effusion", [click_index(*fg)], [click_index(*bg)]))
+    label_file, result = module_infer(
+        c, "xflow_revise", WIDE, deepgrow_params(info, "effusion", [click_index(*fg)], [click_index(*bg)])
+    )
     assert [k["positive"] for k in result["clicks"]] == [True, False]
     scene.import_click(label_file, ["effusion"])
     effusion = expected_revision(slicer, WIDE, [fg], [bg])
     np.testing.assert_array_equal(scene.segments["effusion"], effusion)
 
     # another segment: its own point lists (onSelectLabel M:1020-1026) and label; effusion stays
-    label_file, result = module_infer(c, "xflow_revise", WIDE,
-                                      deepgrow_params(info, "edema", [click_index(300, 100)], [click_index(50, 50)]))
+    label_file, result = module_infer(
+        c, "xflow_revise", WIDE, deepgrow_params(info, "edema", [click_index(300, 100)], [click_index(50, 50)])
+    )
     assert result["finding"] == "edema" and result["label_names"] == {"edema": FINDINGS.index("edema") + 1}
     scene.import_click(label_file, ["edema"])
     np.testing.assert_array_equal(scene.segments["edema"], expected_revision(slicer, WIDE, [(300, 100)], [(50, 50)]))
@@ -365,25 +380,41 @@ def test_click_label_is_a_segment_name_only(slicer):
     canary = slicer.tmp / "canary.png"
     shutil.copy(slicer.studies / f"{WIDE}.png", canary)
     client = MONAILabelClient(slicer.url, tmpdir=str(slicer.tmp))
-    for bad in (str(canary), "../effusion", "effusion.png", "Effusion", "background", "/etc/passwd", 7,
-                ["effusion"], {"name": "effusion"}, "effusion\x00.png", " effusion"):
+    for bad in (
+        str(canary),
+        "../effusion",
+        "effusion.png",
+        "Effusion",
+        "background",
+        "/etc/passwd",
+        7,
+        ["effusion"],
+        {"name": "effusion"},
+        "effusion\x00.png",
+        " effusion",
+    ):
         params = deepgrow_params(slicer.info, "effusion", [click_index(120, 330)], [])
         params["label"] = bad
-        r = requests.post(f"{slicer.url}/infer/xflow_revise", params={"image": WIDE},
-                          data={"params": json.dumps(params)}, timeout=120)
+        r = requests.post(
+            f"{slicer.url}/infer/xflow_revise", params={"image": WIDE}, data={"params": json.dumps(params)}, timeout=120
+        )
         assert r.status_code == 422, (bad, r.status_code, r.text[:200])
         assert "label" in r.json()["detail"], r.text
     # a segment name that is not the finding the options ask for: 422 saying so
     params = deepgrow_params(slicer.info, "effusion", [click_index(120, 330)], [])
     params["instruction"] = "segment the edema"
-    r = requests.post(f"{slicer.url}/infer/xflow_revise", params={"image": WIDE},
-                      data={"params": json.dumps(params)}, timeout=120)
+    r = requests.post(
+        f"{slicer.url}/infer/xflow_revise", params={"image": WIDE}, data={"params": json.dumps(params)}, timeout=120
+    )
     assert r.status_code == 422 and "effusion" in r.json()["detail"] and "edema" in r.json()["detail"]
-    _, result = client.infer("xflow_revise", WIDE, deepgrow_params(slicer.info, "effusion", [click_index(120, 330)], []))
+    _, result = client.infer(
+        "xflow_revise", WIDE, deepgrow_params(slicer.info, "effusion", [click_index(120, 330)], [])
+    )
     assert result["finding"] == "effusion"  # still serving
 
 
 # --- upload, save, train ------------------------------------------------------------------------
+
 
 def test_upload_then_segment_the_uploaded_image(slicer):
     """``onUploadImage`` (M:1418-1458): the volume saved with the module's default file extension
@@ -491,8 +522,15 @@ def test_progress_is_published_as_monai_label_trainers_do(tmp_path):
     stats = json.loads(path.read_text())
     current = 0 if stats.get("total_time") else stats.get("epoch", 1)
     assert 100 * current / stats["total_epochs"] == 30 and stats["best_metric"] == 0.42
-    out = progress.done({"steps": 10, "promoted": False, "reason": "kept aside: x", "heldout_iou_current": 0.5,
-                         "heldout_iou_candidate": 0.4})
+    out = progress.done(
+        {
+            "steps": 10,
+            "promoted": False,
+            "reason": "kept aside: x",
+            "heldout_iou_current": 0.5,
+            "heldout_iou_candidate": 0.4,
+        }
+    )
     assert json.loads(path.read_text()) == out
     assert out["epoch"] == out["total_epochs"] == 10 and out["total_time"] and out["best_metric"] == 0.5
     assert not list(tmp_path.glob("*.tmp"))
@@ -515,5 +553,7 @@ def test_answer_numbering_and_its_way_back_to_fixed_values():
         label_names_for(asked, {"label_values": "/etc/passwd"})
     label = np.array([[0, 1, 2], [2, 1, 0]], np.uint8)
     back = to_fixed_values(label, answer)
-    np.testing.assert_array_equal(back, np.where(label == 1, fixed["edema"], np.where(label == 2, fixed["effusion"], 0)))
+    np.testing.assert_array_equal(
+        back, np.where(label == 1, fixed["edema"], np.where(label == 2, fixed["effusion"], 0))
+    )
     np.testing.assert_array_equal(to_fixed_values(back, fixed), back)

@@ -32,19 +32,47 @@ def make_trace() -> Trace:
     m2 = m1 & ~ellipse((H, W), 60, 90, 3, 3)
     box0 = (0.6, 0.5, 0.8, 0.75)
     steps = [
-        RevisionStep(1, "<think>a</think><click>positive (900,625)</click>", "click", (0.6, 0.5, 0.9, 0.75),
-                     Click(True, 0.9, 0.625), True, rle.encode(m1), 0.81, [], 0.12),
-        RevisionStep(2, "<think>b</think><click>negative (703,625)</click>", "click", (0.6, 0.5, 0.9, 0.75),
-                     Click(False, 0.703, 0.625), False, rle.encode(m2), 0.85, [], 0.1),
+        RevisionStep(
+            1,
+            "<think>a</think><click>positive (900,625)</click>",
+            "click",
+            (0.6, 0.5, 0.9, 0.75),
+            Click(True, 0.9, 0.625),
+            True,
+            rle.encode(m1),
+            0.81,
+            [],
+            0.12,
+        ),
+        RevisionStep(
+            2,
+            "<think>b</think><click>negative (703,625)</click>",
+            "click",
+            (0.6, 0.5, 0.9, 0.75),
+            Click(False, 0.703, 0.625),
+            False,
+            rle.encode(m2),
+            0.85,
+            [],
+            0.1,
+        ),
         RevisionStep(3, "<stop/>", "stop", (0.6, 0.5, 0.9, 0.75), problems=["missing <think>…</think>"], seconds=0.05),
     ]
-    lesion = LesionRecord(0, "effusion", box0, rle.encode(m0), 0.7, steps, "stop", (0.6, 0.5, 0.9, 0.75), rle.encode(m2), 0.85)
+    lesion = LesionRecord(
+        0, "effusion", box0, rle.encode(m0), 0.7, steps, "stop", (0.6, 0.5, 0.9, 0.75), rle.encode(m2), 0.85
+    )
     return Trace(
-        instruction={"instruction": "Segment the effusion in the left lung.", "finding": "effusion",
-                     "regions": ["left lung"], "level": "lung", "kind": "basic"},
+        instruction={
+            "instruction": "Segment the effusion in the left lung.",
+            "finding": "effusion",
+            "regions": ["left lung"],
+            "level": "lung",
+            "kind": "basic",
+        },
         image_size=(H, W),
-        stage1=Stage1Record("raw text", "thinking", [BoxRef("left lung", (0.55, 0.1, 0.95, 0.9))], True,
-                            [BoxRef("effusion", box0)], []),
+        stage1=Stage1Record(
+            "raw text", "thinking", [BoxRef("left lung", (0.55, 0.1, 0.95, 0.9))], True, [BoxRef("effusion", box0)], []
+        ),
         present=True,
         mask=rle.encode(m2),
         answer="",

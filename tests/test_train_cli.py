@@ -25,13 +25,30 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
     bad.write_text("learning_rat: 0.1\n")
     data = tmp_path / "data"
     data.mkdir()
-    assert cli.main(["train", "init-sft", "--data", str(data), "--model", "m", "--out", str(tmp_path / "o"),
-                     "--config", str(bad)]) == 2
+    assert (
+        cli.main(
+            [
+                "train",
+                "init-sft",
+                "--data",
+                str(data),
+                "--model",
+                "m",
+                "--out",
+                str(tmp_path / "o"),
+                "--config",
+                str(bad),
+            ]
+        )
+        == 2
+    )
     assert "learning_rat" in capsys.readouterr().err
     assert cli.main(["train", "rev-rl", "--data", str(data), "--model", "m", "--out", str(tmp_path / "o")]) == 2
     assert "--segmenter" in capsys.readouterr().err
-    assert cli.main(["train", "init-sft", "--data", str(tmp_path / "nope"), "--model", "m",
-                     "--out", str(tmp_path / "o")]) == 2
+    assert (
+        cli.main(["train", "init-sft", "--data", str(tmp_path / "nope"), "--model", "m", "--out", str(tmp_path / "o")])
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -43,8 +60,23 @@ def test_init_sft_plain_call_writes_an_adapter(tiny_vlm, tmp_path, capsys):
     cfg = tmp_path / "small.yaml"
     cfg.write_text("effective_batch: 2\nlora_r: 4\nlora_alpha: 8\nlearning_rate: 1.0e-3\n")
     out = tmp_path / "out"
-    status = cli.main(["train", "init-sft", "--data", str(data), "--model", str(tiny_vlm.base), "--out", str(out),
-                       "--config", str(cfg), "--max-steps", "2", "--no-progress"])
+    status = cli.main(
+        [
+            "train",
+            "init-sft",
+            "--data",
+            str(data),
+            "--model",
+            str(tiny_vlm.base),
+            "--out",
+            str(out),
+            "--config",
+            str(cfg),
+            "--max-steps",
+            "2",
+            "--no-progress",
+        ]
+    )
     assert status == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 2 and summary["rows"] == 2 and summary["config"]["lora_r"] == 4
@@ -62,8 +94,23 @@ def test_segmenter_plain_call_reads_a_dataset_spec(tiny_sam3, tmp_path, capsys):
     cfg = tmp_path / "seg.yaml"
     cfg.write_text("effective_batch: 1\n")
     out = tmp_path / "out"
-    status = cli.main(["train", "segmenter", "--data", f"folder:{folder}", "--model", str(tiny_sam3),
-                       "--out", str(out), "--config", str(cfg), "--max-steps", "1", "--no-progress"])
+    status = cli.main(
+        [
+            "train",
+            "segmenter",
+            "--data",
+            f"folder:{folder}",
+            "--model",
+            str(tiny_sam3),
+            "--out",
+            str(out),
+            "--config",
+            str(cfg),
+            "--max-steps",
+            "1",
+            "--no-progress",
+        ]
+    )
     captured = capsys.readouterr()
     assert status == 0, captured.err
     summary = json.loads(captured.out.strip().splitlines()[-1])

@@ -12,8 +12,15 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 def test_table7_defaults():
     seg = load_config("segmenter")
-    assert (seg.learning_rate, seg.encoder_lr_scale, seg.layer_decay, seg.weight_decay, seg.grad_clip,
-            seg.effective_batch, seg.epochs) == (1e-4, 0.6, 0.9, 0.1, 0.1, 16, 5)
+    assert (
+        seg.learning_rate,
+        seg.encoder_lr_scale,
+        seg.layer_decay,
+        seg.weight_decay,
+        seg.grad_clip,
+        seg.effective_batch,
+        seg.epochs,
+    ) == (1e-4, 0.6, 0.9, 0.1, 0.1, 16, 5)
     init_sft, rev_sft = load_config("init-sft"), load_config("rev-sft")
     assert (init_sft.effective_batch, init_sft.epochs, rev_sft.effective_batch, rev_sft.epochs) == (256, 15, 64, 10)
     assert init_sft.vision_lr_scale == 0.3 and (init_sft.lora_r, init_sft.lora_alpha) == (128, 256)
@@ -37,8 +44,15 @@ def test_yaml_and_keyword_overrides(tmp_path):
     assert (c.epochs, c.learning_rate, c.max_steps) == (2, 3e-4, 7)
 
 
-@pytest.mark.parametrize("text,fragment", [("epoch: 2\n", "unknown setting"), ("epochs: 2.5\n", "must be int"),
-                                          ("learning_rate: 1e-4\n", "must be float"), ("- 1\n", "mapping")])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("epoch: 2\n", "unknown setting"),
+        ("epochs: 2.5\n", "must be int"),
+        ("learning_rate: 1e-4\n", "must be float"),
+        ("- 1\n", "mapping"),
+    ],
+)
 def test_bad_files_are_refused(tmp_path, text, fragment):
     f = tmp_path / "c.yaml"
     f.write_text(text)

@@ -34,9 +34,16 @@ def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(tiny_vlm, t
 
     rows = []
     for ph, img, mask in phantom_cases(tmp_path / "data", 2):
-        rows.append(dict(image=img, prompt=EFFUSION.text, instruction=EFFUSION.text,
-                         gt_boxes=[list(b) for b in lesion_boxes(ph.finding_mask("effusion"))],
-                         present=mask is not None, case_id=str(ph.seed)))
+        rows.append(
+            dict(
+                image=img,
+                prompt=EFFUSION.text,
+                instruction=EFFUSION.text,
+                gt_boxes=[list(b) for b in lesion_boxes(ph.finding_mask("effusion"))],
+                present=mask is not None,
+                case_id=str(ph.seed),
+            )
+        )
     calls = []
     real = rewards.init_reward
 
@@ -49,8 +56,16 @@ def test_init_rl_rewards_come_from_rewards_py_and_update_the_adapter(tiny_vlm, t
 
     monkeypatch.setattr(rewards, "init_reward", spy)
     out = tmp_path / "out"
-    summary = train_grpo("init-rl", Dataset.from_list(rows), tiny_vlm.base, out, tiny_vlm.init,
-                         rl_config("init-rl"), max_new_tokens=12, progress=False)
+    summary = train_grpo(
+        "init-rl",
+        Dataset.from_list(rows),
+        tiny_vlm.base,
+        out,
+        tiny_vlm.init,
+        rl_config("init-rl"),
+        max_new_tokens=12,
+        progress=False,
+    )
     # 2 steps x 2 completions x 3 reward terms, each a call of the pure function
     assert len(calls) == 12
     assert {tuple(map(tuple, c[1])) for c in calls} <= {tuple(map(tuple, r["gt_boxes"])) for r in rows}
@@ -77,9 +92,15 @@ def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(tiny_vlm, tiny_sam3,
     rows = []
     for ph, img, mask in phantom_cases(tmp_path / "data", 2):
         if mask is not None:
-            rows.append(dict(image=img, instruction=EFFUSION.text,
-                             start_box=list(mask_to_box(ph.finding_mask("effusion"))), gt_mask=mask,
-                             case_id=str(ph.seed)))
+            rows.append(
+                dict(
+                    image=img,
+                    instruction=EFFUSION.text,
+                    start_box=list(mask_to_box(ph.finding_mask("effusion"))),
+                    gt_mask=mask,
+                    case_id=str(ph.seed),
+                )
+            )
     # A random model writes no valid click: read every answer as a positive click so that the
     # episodes take all max_clicks turns, with an observation image per turn in the completion.
     real_parse = protocol.parse_stage2
@@ -103,9 +124,17 @@ def test_rev_rl_runs_multi_turn_episodes_with_the_segmenter(tiny_vlm, tiny_sam3,
     monkeypatch.setattr(rewards, "revision_reward", spy)
     segmenter = load_segmenter(tiny_sam3, device="cpu")
     out = tmp_path / "out"
-    summary = train_grpo("rev-rl", Dataset.from_list(rows), tiny_vlm.base, out, tiny_vlm.rev,
-                         rl_config("rev-rl", max_steps=1), segmenter=segmenter, max_new_tokens=6,
-                         progress=False)
+    summary = train_grpo(
+        "rev-rl",
+        Dataset.from_list(rows),
+        tiny_vlm.base,
+        out,
+        tiny_vlm.rev,
+        rl_config("rev-rl", max_steps=1),
+        segmenter=segmenter,
+        max_new_tokens=6,
+        progress=False,
+    )
     assert calls and all(len(c[0]) == 3 for c in calls)  # max_clicks turns each
     assert all(c[1] == c[3] == (128, 128) for c in calls)
     assert np.isfinite(summary["losses"]).all()
@@ -119,8 +148,9 @@ def test_rev_rl_needs_a_segmenter(tiny_vlm, tmp_path):
     from monailabel_xflow.training.config import ConfigError
     from monailabel_xflow.training.grpo import train_grpo
 
-    rows = Dataset.from_list([dict(image="x.png", instruction=EFFUSION.text, start_box=[0, 0, 1, 1],
-                                   gt_mask="m.png", case_id="a")])
+    rows = Dataset.from_list(
+        [dict(image="x.png", instruction=EFFUSION.text, start_box=[0, 0, 1, 1], gt_mask="m.png", case_id="a")]
+    )
     with pytest.raises(ConfigError, match="segmenter"):
         train_grpo("rev-rl", rows, tiny_vlm.base, tmp_path / "o", None, rl_config("rev-rl"))
 

@@ -59,7 +59,7 @@ def test_layer_decay_groups():
     embed = lr_of[id(params["vision_encoder.backbone.embeddings.patch_embeddings.projection.weight"])]
     assert last == pytest.approx(1e-4 * 0.6)
     assert first == pytest.approx(1e-4 * 0.6 * 0.9 ** (depth - 1))
-    assert embed == pytest.approx(1e-4 * 0.6 * 0.9 ** depth)
+    assert embed == pytest.approx(1e-4 * 0.6 * 0.9**depth)
     assert sum(len(g["params"]) for g in groups) == len(params)
 
 
@@ -117,18 +117,24 @@ def test_revision_aware_prompts_are_stage2s_prompts(tiny_sam3):
     forward = model.forward
 
     def spy(*args, **kwargs):
-        calls.append({k: (tuple(v.shape) if hasattr(v, "shape") else None) for k, v in kwargs.items()
-                      if k.startswith("input_")} | {"grad": torch.is_grad_enabled()})
+        calls.append(
+            {k: (tuple(v.shape) if hasattr(v, "shape") else None) for k, v in kwargs.items() if k.startswith("input_")}
+            | {"grad": torch.is_grad_enabled()}
+        )
         return forward(*args, **kwargs)
 
     model.forward = spy
-    out = model(pixel_values=prep.preprocess(sample.image), input_boxes=torch.tensor([[[10.0, 10.0, 200.0, 200.0]]]),
-                multimask_output=True)
+    out = model(
+        pixel_values=prep.preprocess(sample.image),
+        input_boxes=torch.tensor([[[10.0, 10.0, 200.0, 200.0]]]),
+        multimask_output=True,
+    )
     calls.clear()
     target = _target_grid(sample.mask, out.pred_masks.shape[-2:])
     cfg = SegmenterTrainConfig(revision_clicks=3)
-    loss = _revision_loss(model, out.image_embeddings, sample, np.random.default_rng(3), cfg, prep.input_size,
-                          target, OracleClicker())
+    loss = _revision_loss(
+        model, out.image_embeddings, sample, np.random.default_rng(3), cfg, prep.input_size, target, OracleClicker()
+    )
     assert calls[0].keys() == {"input_boxes", "grad"} and not calls[0]["grad"]  # M_0: the box alone
     clicked = calls[1:]
     assert clicked and clicked[-1]["grad"] and not any(c["grad"] for c in clicked[:-1])
@@ -147,8 +153,9 @@ def test_revision_aware_training_is_off_by_default_and_runs_when_asked(tiny_sam3
     assert SegmenterTrainConfig().revision_clicks == 0  # the paper's Table 7 recipe is unchanged
     base = tiny_sam3
     plain = SegmenterTrainConfig(effective_batch=1, max_steps=3, learning_rate=2e-3, points_per_prompt=0)
-    aware = SegmenterTrainConfig(effective_batch=1, max_steps=3, learning_rate=2e-3, points_per_prompt=0,
-                                 revision_clicks=2, revision_prob=1.0)
+    aware = SegmenterTrainConfig(
+        effective_batch=1, max_steps=3, learning_rate=2e-3, points_per_prompt=0, revision_clicks=2, revision_prob=1.0
+    )
     a = finetune_segmenter(base, [_ellipse()], tmp_path / "a", plain, progress=False)["losses"]
     b = finetune_segmenter(base, [_ellipse()], tmp_path / "b", aware, progress=False)["losses"]
     assert np.isfinite(b).all() and b[0] > a[0]  # the same first prompt plus a supervised revision turn

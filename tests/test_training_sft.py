@@ -51,9 +51,19 @@ def init_sft_rows(root: Path, n: int = 2, size: int = 128, start: int = 0) -> li
     for ph, img, mask in phantom_cases(root, n, size, start):
         lungs = {k: mask_to_box(v) for k, v in ph.lungs.items()}
         target = init_target(EFFUSION, ph.finding_mask("effusion"), lungs)
-        rows.append(dict(image=img, prompt="Find and segment the effusion.", instruction=EFFUSION.text,
-                         target=target, lesion_mask=mask, case_id=f"c{ph.seed}", finding="effusion",
-                         level="chest", positive=mask is not None))
+        rows.append(
+            dict(
+                image=img,
+                prompt="Find and segment the effusion.",
+                instruction=EFFUSION.text,
+                target=target,
+                lesion_mask=mask,
+                case_id=f"c{ph.seed}",
+                finding="effusion",
+                level="chest",
+                positive=mask is not None,
+            )
+        )
     return rows
 
 
@@ -76,8 +86,16 @@ def rev_sft_rows(root: Path, n: int = 1) -> list[dict]:
             o = render_observation(ph.image, masks[t], clicks[:t])
             obs.append(_save_png(root / f"obs{ph.seed}_{t}.png", o))
             targets.append(format_stage2(Stage2Action(clicks[t] if t < 2 else None, "Because.")))
-        rows.append(dict(image=img, instruction=EFFUSION.text, box=list(box), observations=obs,
-                         targets=targets, case_id=f"c{ph.seed}"))
+        rows.append(
+            dict(
+                image=img,
+                instruction=EFFUSION.text,
+                box=list(box),
+                observations=obs,
+                targets=targets,
+                case_id=f"c{ph.seed}",
+            )
+        )
     return rows
 
 
@@ -239,7 +257,9 @@ def test_init_sft_saves_adapter_with_vision_tower_and_no_aux_head(init_sft, vlm)
     base_keys = set(AutoModelForImageTextToText.from_pretrained(str(vlm.base)).state_dict())
     extra = [k for k in keys if "lora_" not in k and k.removeprefix("base_model.model.") not in base_keys]
     assert extra == []
-    assert sorted(p.name for p in out.iterdir() if p.suffix in (".safetensors", ".bin")) == ["adapter_model.safetensors"]
+    assert sorted(p.name for p in out.iterdir() if p.suffix in (".safetensors", ".bin")) == [
+        "adapter_model.safetensors"
+    ]
 
 
 def test_init_sft_adapter_loads_through_inference_code(init_sft, vlm, tmp_path):
@@ -250,16 +270,18 @@ def test_init_sft_adapter_loads_through_inference_code(init_sft, vlm, tmp_path):
     from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
 
     out, _ = init_sft
-    policy = VLMPolicy.from_pretrained(vlm.base, init_adapter=out,
-                                       generation=GenerationSettings(max_new_tokens=24))
+    policy = VLMPolicy.from_pretrained(vlm.base, init_adapter=out, generation=GenerationSettings(max_new_tokens=24))
     text = policy.stage1(generate_phantom(3, size=128).image, EFFUSION)
     assert isinstance(text, str)
     # the trained tower is what runs under the "init" adapter
     saved = load_file(str(out / "adapter_model.safetensors"))
     name, tensor = next((k, v) for k, v in saved.items() if "vision_tower" in k and k.endswith("weight"))
     live = dict(policy.model.named_parameters())
-    live_key = next(k for k in live if k.endswith(name.split("vision_tower.", 1)[1])
-                    and ".modules_to_save.init." in k and "vision_tower" in k)
+    live_key = next(
+        k
+        for k in live
+        if k.endswith(name.split("vision_tower.", 1)[1]) and ".modules_to_save.init." in k and "vision_tower" in k
+    )
     assert torch.equal(live[live_key].detach(), tensor)
     base_key = live_key.replace(".modules_to_save.init.", ".original_module.")
     assert not torch.equal(live[base_key].detach(), tensor)  # it was trained
@@ -286,16 +308,19 @@ def test_rev_sft_warm_starts_from_init_and_loads_as_rev(init_sft, vlm, tmp_path)
         assert torch.equal(live[k], v), k
     rows = Dataset.from_list(rev_sft_rows(tmp_path / "data"))
     out = tmp_path / "rev"
-    summary = train_sft("rev-sft", rows, vlm.base, out, sft_config("rev-sft", max_steps=2),
-                        init_from=init_out, progress=False)
+    summary = train_sft(
+        "rev-sft", rows, vlm.base, out, sft_config("rev-sft", max_steps=2), init_from=init_out, progress=False
+    )
     assert summary["init_from"] == str(init_out) and np.isfinite(summary["losses"]).all()
-    policy = VLMPolicy.from_pretrained(vlm.base, init_adapter=init_out, rev_adapter=out,
-                                       generation=GenerationSettings(max_new_tokens=8))
+    policy = VLMPolicy.from_pretrained(
+        vlm.base, init_adapter=init_out, rev_adapter=out, generation=GenerationSettings(max_new_tokens=8)
+    )
     image = generate_phantom(0, size=128).image
     mask = np.zeros(image.shape, bool)
     session = policy.start(image, EFFUSION, (0.2, 0.2, 0.6, 0.6))
-    text = session.step(RevisionState(image, EFFUSION, (0.2, 0.2, 0.6, 0.6), mask, [],
-                                      render_observation(image, mask, []), 0))
+    text = session.step(
+        RevisionState(image, EFFUSION, (0.2, 0.2, 0.6, 0.6), mask, [], render_observation(image, mask, []), 0)
+    )
     assert isinstance(text, str)
 
 
@@ -379,7 +404,9 @@ def test_init_sft_learns_to_place_boxes(tmp_path):
     cfg = sft_config(max_steps=300, effective_batch=4, learning_rate=1e-2, aux_mask_loss_weight=1.0)
     summary = train_sft("init-sft", rows, base, out, cfg, progress=False)
     after = _placed_share(VLMPolicy.from_pretrained(base, init_adapter=out, generation=gen), held_out)
-    print("(formed, placed, positives called present, lung-box IoU): untrained "
-          f"{np.round(before, 2).tolist()}, after {summary['steps']} steps {np.round(after, 2).tolist()}; "
-          f"loss {summary['losses'][0]:.3f} -> {summary['losses'][-1]:.3f}")
+    print(
+        "(formed, placed, positives called present, lung-box IoU): untrained "
+        f"{np.round(before, 2).tolist()}, after {summary['steps']} steps {np.round(after, 2).tolist()}; "
+        f"loss {summary['losses'][0]:.3f} -> {summary['losses'][-1]:.3f}"
+    )
     assert after[1] > before[1]

@@ -37,8 +37,9 @@ def marker_image(dtype=np.uint8, peak: int = 255) -> np.ndarray:
     return image
 
 
-def write_dicom(path: Path, pixels: np.ndarray, photometric: str = "MONOCHROME2",
-                bits_stored: int | None = None, **tags) -> Path:
+def write_dicom(
+    path: Path, pixels: np.ndarray, photometric: str = "MONOCHROME2", bits_stored: int | None = None, **tags
+) -> Path:
     """An uncompressed single-frame DICOM of ``pixels`` ((rows, cols) or (rows, cols, 3))."""
     from pydicom.dataset import FileDataset, FileMetaDataset
     from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
@@ -70,6 +71,7 @@ def write_dicom(path: Path, pixels: np.ndarray, photometric: str = "MONOCHROME2"
 
 # --- real radiographs -----------------------------------------------------------------------
 
+
 def test_png_sample_is_float_unit_range_with_meta(cxr_samples):
     from PIL import Image
 
@@ -78,9 +80,13 @@ def test_png_sample_is_float_unit_range_with_meta(cxr_samples):
     assert image.min() == 0.0 and image.max() == 1.0
     np.testing.assert_allclose(image, minmax(np.array(Image.open(cxr_samples / PNG))), atol=1e-6)
     assert meta == {
-        "filename_or_obj": str(cxr_samples / PNG), "format": "PNG",
-        "original_size": (1024, 1024), "spacing": None,
-        "photometric_interpretation": "MONOCHROME2", "view_position": None, "modality": None,
+        "filename_or_obj": str(cxr_samples / PNG),
+        "format": "PNG",
+        "original_size": (1024, 1024),
+        "spacing": None,
+        "photometric_interpretation": "MONOCHROME2",
+        "view_position": None,
+        "modality": None,
         "bits_stored": 8,
     }
 
@@ -133,6 +139,7 @@ def test_jpeg_file_matches_png(cxr_samples, tmp_path):
 
 
 # --- orientation ----------------------------------------------------------------------------
+
 
 def test_marker_lands_on_same_pixel_from_png_dicom_nifti(tmp_path):
     from PIL import Image
@@ -194,6 +201,7 @@ def test_reader_order_helpers_are_the_one_transpose():
     assert from_reader_order(as_read).shape == (H, W, 1)
     np.testing.assert_array_equal(from_reader_order(to_reader_order(image)), image)
 
+
 def test_save_nifti_2d_stores_bool_as_uint8_and_refuses_3d(tmp_path):
     import nibabel as nib
 
@@ -219,6 +227,7 @@ def test_plain_2d_nifti_loads_in_the_same_convention(tmp_path):
 
 # --- DICOM intensity pipeline ---------------------------------------------------------------
 
+
 def test_16_bit_png_keeps_full_precision(tmp_path):
     from PIL import Image
 
@@ -233,8 +242,7 @@ def test_16_bit_png_keeps_full_precision(tmp_path):
 
 def test_rescale_slope_intercept_applied(tmp_path):
     stored = marker_image(np.uint16, peak=4000)
-    write_dicom(tmp_path / "neg.dcm", stored, bits_stored=12, RescaleSlope=-1,
-                RescaleIntercept=4095)
+    write_dicom(tmp_path / "neg.dcm", stored, bits_stored=12, RescaleSlope=-1, RescaleIntercept=4095)
     image, _ = load_cxr(tmp_path / "neg.dcm")
     np.testing.assert_allclose(image, 1.0 - minmax(stored), atol=1e-6)  # negative slope inverts
     assert np.unravel_index(np.argmin(image), image.shape) == MARK
@@ -243,8 +251,15 @@ def test_rescale_slope_intercept_applied(tmp_path):
 def test_window_applies_in_rescaled_units(tmp_path):
     hu = np.tile(np.linspace(-400, 600, W), (H, 1)).round()
     stored = (hu + 1024).astype(np.uint16)
-    write_dicom(tmp_path / "win.dcm", stored, bits_stored=12, RescaleSlope=1,
-                RescaleIntercept=-1024, WindowCenter=40, WindowWidth=400)
+    write_dicom(
+        tmp_path / "win.dcm",
+        stored,
+        bits_stored=12,
+        RescaleSlope=1,
+        RescaleIntercept=-1024,
+        WindowCenter=40,
+        WindowWidth=400,
+    )
     image, _ = load_cxr(tmp_path / "win.dcm")
     center, width = 40.0, 400.0  # DICOM PS3.3 C.11.2.1.2.1, LINEAR
     expected = np.clip((hu - (center - 0.5)) / (width - 1) + 0.5, 0.0, 1.0)
@@ -294,7 +309,6 @@ def test_rgb_dicom_is_converted_to_gray(tmp_path):
     assert np.abs(image - minmax(luma)).max() <= 1.5 / 255
 
 
-
 def test_jpeg_ybr_dicom_keeps_the_luma(tmp_path):
     """Colour JPEG-baseline DICOMs decode to YBR in pydicom 2.4: Y is the gray image."""
     import io
@@ -322,7 +336,9 @@ def test_jpeg_ybr_dicom_keeps_the_luma(tmp_path):
     assert meta["photometric_interpretation"] == "YBR_FULL_422"
     assert np.abs(image - minmax(luma)).max() < 0.02  # JPEG loss only
 
+
 # --- errors ---------------------------------------------------------------------------------
+
 
 def assert_load_error(path: Path, *words: str, **kwargs) -> CXRLoadError:
     with pytest.raises(CXRLoadError) as info:
@@ -336,8 +352,7 @@ def assert_load_error(path: Path, *words: str, **kwargs) -> CXRLoadError:
     return error
 
 
-@pytest.mark.parametrize("name", ["notes.png", "notes.dcm", "notes.nii.gz", "notes.jpg",
-                                  "notes.txt"])
+@pytest.mark.parametrize("name", ["notes.png", "notes.dcm", "notes.nii.gz", "notes.jpg", "notes.txt"])
 def test_text_file_with_image_suffix_is_refused(tmp_path, name):
     path = tmp_path / name
     path.write_text("this is not an image\n" * 20)
@@ -374,8 +389,7 @@ def test_truncated_nifti_and_native_dicom_are_refused(tmp_path, name):
 def test_multi_slice_volumes_are_refused(tmp_path):
     import nibabel as nib
 
-    nib.save(nib.Nifti1Image(np.random.rand(W, H, 3).astype(np.float32), np.eye(4)),
-             tmp_path / "vol.nii.gz")
+    nib.save(nib.Nifti1Image(np.random.rand(W, H, 3).astype(np.float32), np.eye(4)), tmp_path / "vol.nii.gz")
     assert_load_error(tmp_path / "vol.nii.gz", "(320, 256, 3)", "2d")
     frames = np.stack([marker_image()] * 2)
     path = write_dicom(tmp_path / "frames.dcm", frames[0], NumberOfFrames=2)
@@ -417,6 +431,7 @@ def test_frontal_views_pass(tmp_path):
 
 # --- MONAI transforms -----------------------------------------------------------------------
 
+
 def test_load_cxr_transform_returns_channel_first_metatensor(tmp_path):
     from monai.data import MetaTensor
 
@@ -453,8 +468,10 @@ def test_load_cxr_dict_transform(tmp_path):
 
 
 def test_package_import_stays_light():
-    code = ("import sys, monailabel_xflow.transforms as t; "
-            "from monailabel_xflow.transforms import load_cxr, CXRLoadError, save_nifti_2d; "
-            "heavy = [m for m in ('monai', 'torch', 'pydicom', 'nibabel') if m in sys.modules]; "
-            "assert not heavy, heavy")
+    code = (
+        "import sys, monailabel_xflow.transforms as t; "
+        "from monailabel_xflow.transforms import load_cxr, CXRLoadError, save_nifti_2d; "
+        "heavy = [m for m in ('monai', 'torch', 'pydicom', 'nibabel') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

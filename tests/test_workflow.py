@@ -159,8 +159,10 @@ def test_revise_false_skips_stage2(image, target):
         ("I think there is an effusion somewhere", "no readable presence"),
         ("<think>x</think><answer>maybe</answer>", "no readable presence"),
         ("<think>x</think><answer>present</answer>", "no usable lesion box"),
-        ("<think>x</think><answer>present</answer><ref>effusion</ref><|box_start|>(5,5),(5,9)<|box_end|>",
-         "no usable lesion box"),
+        (
+            "<think>x</think><answer>present</answer><ref>effusion</ref><|box_start|>(5,5),(5,9)<|box_end|>",
+            "no usable lesion box",
+        ),
         (None, "unreadable"),
     ],
 )
@@ -179,7 +181,9 @@ def test_malformed_stage1_is_recorded_and_answered_absent(image, target, text, w
 def test_malformed_stage2_stops_that_lesion(image, target, bad):
     box = box_of(target)
     seg = ScriptedSegmenter(target)
-    policy = ScriptedPolicy([stage1_text(True, [box])], [[click_text(True, 0.8, 0.74), bad, click_text(True, 0.5, 0.5)]])
+    policy = ScriptedPolicy(
+        [stage1_text(True, [box])], [[click_text(True, 0.8, 0.74), bad, click_text(True, 0.5, 0.5)]]
+    )
     result = XFlow(policy, policy, seg).run(image, EFFUSION)
     lesion = result.trace.lesions[0]
     assert [s.action for s in lesion.steps] == ["click", "malformed"] and lesion.end == "malformed"
@@ -270,8 +274,12 @@ def test_lesion_inference_answer(image, target):
     instr = Instruction("opacity", ("left lung",), "lesion_inference")
     box = box_of(target)
     seg = ScriptedSegmenter(target)
-    policy = ScriptedPolicy([stage1_text(True, [box], label="pneumonia"),
-                             format_stage1(Stage1Output(lungs(), True, [BoxRef("opacity", box)], "likely atelectasis"))])
+    policy = ScriptedPolicy(
+        [
+            stage1_text(True, [box], label="pneumonia"),
+            format_stage1(Stage1Output(lungs(), True, [BoxRef("opacity", box)], "likely atelectasis")),
+        ]
+    )
     flow = XFlow(policy, None, seg)
     assert flow.run(image, instr).answer == "It is highly suggestive of pneumonia."
     assert flow.run(image, instr).answer == "It possibly reflects atelectasis."
@@ -280,8 +288,14 @@ def test_lesion_inference_answer(image, target):
 def test_infer_lesion_type_mixed_labels_is_not_confident():
     from monailabel_xflow.workflow.trace import Stage1Record
 
-    rec = Stage1Record(raw="", lesions=[BoxRef("edema", (0, 0, 1, 1)), BoxRef("edema", (0, 0, 0.5, 0.5)),
-                                        BoxRef("pneumonia", (0, 0, 0.2, 0.2))])
+    rec = Stage1Record(
+        raw="",
+        lesions=[
+            BoxRef("edema", (0, 0, 1, 1)),
+            BoxRef("edema", (0, 0, 0.5, 0.5)),
+            BoxRef("pneumonia", (0, 0, 0.2, 0.2)),
+        ],
+    )
     assert infer_lesion_type(rec) == ("edema", False)
     assert infer_lesion_type(Stage1Record(raw="")) is None
 
@@ -335,11 +349,18 @@ def test_free_text_instruction_is_parsed(image, target):
 
 # --- tiny real models, loaded the way users load theirs -------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_config(tiny_vlm, tiny_sam3) -> dict:
     """The session's tiny random SAM3 + Gemma3 (two LoRA adapters) as a model configuration."""
-    return {"vlm_base": str(tiny_vlm.base), "init_adapter": str(tiny_vlm.init), "rev_adapter": str(tiny_vlm.rev),
-            "segmenter": str(tiny_sam3), "device": "cpu", "max_new_tokens": 24}
+    return {
+        "vlm_base": str(tiny_vlm.base),
+        "init_adapter": str(tiny_vlm.init),
+        "rev_adapter": str(tiny_vlm.rev),
+        "segmenter": str(tiny_sam3),
+        "device": "cpu",
+        "max_new_tokens": 24,
+    }
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,10 @@ class XFlowConfig(TaskConfig):
         self.runtime = XFlowRuntime(conf, model_dir=model_dir)
 
     def infer(self) -> dict[str, Any]:
-        return {self.name: XFlowInferTask(self.runtime, store_seg=store_seg_default(self.conf)),
-                f"{self.name}_revise": XFlowReviseTask(self.runtime)}
+        return {
+            self.name: XFlowInferTask(self.runtime, store_seg=store_seg_default(self.conf)),
+            f"{self.name}_revise": XFlowReviseTask(self.runtime),
+        }
 
     def trainer(self) -> XFlowSegmenterTrainTask:
         return XFlowSegmenterTrainTask(self.runtime, self.model_dir)

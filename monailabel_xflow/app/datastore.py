@@ -124,11 +124,14 @@ def stored_name(datastore: Any, item_id: str, suffix: str) -> str:
     if item_id.startswith("."):
         raise UnsafeIdError(f"invalid image id {item_id[:40]!r}: an id may not start with '.'")
     if len(name.encode("utf-8", "surrogatepass")) > MAX_STORED_NAME_BYTES:
-        raise RequestError(f"image id too long: its stored name {name[:40]!r}... would be over "
-                           f"{MAX_STORED_NAME_BYTES} bytes")
+        raise RequestError(
+            f"image id too long: its stored name {name[:40]!r}... would be over {MAX_STORED_NAME_BYTES} bytes"
+        )
     if datastore._to_id(name) != (item_id, suffix):
-        raise UnsafeIdError(f"invalid image id {item_id[:60]!r}: it ends in or holds a file suffix, so its "
-                            "stored file would read back as another id")
+        raise UnsafeIdError(
+            f"invalid image id {item_id[:60]!r}: it ends in or holds a file suffix, so its "
+            "stored file would read back as another id"
+        )
     return name
 
 
@@ -207,20 +210,23 @@ class XFlowLocalDatastore(_LocalDatastore):
             check_id(image_id, "image")
             load_cxr(image_filename)
             name = stored_name(self, image_id, stored_suffix(image_filename, IMAGE_FORMATS, "image"))
-            ext = name[len(image_id):]
+            ext = name[len(image_id) :]
             info = dict(image_info or {})
             _check_info_size(info, "image info")
             folder = self._datastore.image_path()
             with FileLock(self._lock_file):
                 old = self._datastore.objects.get(image_id)
                 if old is not None and old.labels:
-                    raise _conflict(f"image {image_id!r} has labels ({', '.join(sorted(old.labels))}) that describe "
-                                    "its current pixels: delete it first (its labels go with it) or upload under a "
-                                    "new id")
+                    raise _conflict(
+                        f"image {image_id!r} has labels ({', '.join(sorted(old.labels))}) that describe "
+                        "its current pixels: delete it first (its labels go with it) or upload under a "
+                        "new id"
+                    )
                 dest = os.path.join(folder, name)
                 if os.path.isdir(dest) or (os.path.lexists(dest) and old is None):
-                    raise _conflict(f"image {image_id!r}: the studies folder already holds {name!r} that is not "
-                                    "this image")
+                    raise _conflict(
+                        f"image {image_id!r}: the studies folder already holds {name!r} that is not this image"
+                    )
                 if old is not None:
                     unlink_inside(os.path.join(folder, self._filename(image_id, old.image.ext)), folder)
                 shutil.copyfile(image_filename, dest)
@@ -254,8 +260,10 @@ class XFlowLocalDatastore(_LocalDatastore):
             check_id(image_id, "image")
             check_id(label_tag, "label tag")
             if len(label_tag.encode("utf-8", "surrogatepass")) > MAX_STORED_NAME_BYTES or label_tag.startswith("."):
-                raise RequestError(f"label tag {label_tag[:40]!r}... names a folder: at most {MAX_STORED_NAME_BYTES} "
-                                   "bytes, not starting with '.'")
+                raise RequestError(
+                    f"label tag {label_tag[:40]!r}... names a folder: at most {MAX_STORED_NAME_BYTES} "
+                    "bytes, not starting with '.'"
+                )
             _check_label_for(self, image_id, label_filename)
             suffix = stored_suffix(label_filename, LABEL_FORMATS, "label")
             stored_name(self, image_id, suffix)
@@ -327,8 +335,9 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
         upstream would put the file in the local cache, where it shadows the PACS."""
-        raise _refused("images come from the PACS: store the radiograph there (DICOMweb STOW), not through "
-                       "PUT /datastore/image")
+        raise _refused(
+            "images come from the PACS: store the radiograph there (DICOMweb STOW), not through PUT /datastore/image"
+        )
 
     def remove_image(self, image_id: str) -> None:
         """Refused (405): deleting a series is the PACS's business, not the labeling server's."""
@@ -353,8 +362,9 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
             raise ImageNotFoundError(f"series {image_id!r} holds {len(files)} instances; a radiograph has one")
         return files[0]
 
-    def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any],
-                   label_id: str = "") -> str:
+    def save_label(
+        self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any], label_id: str = ""
+    ) -> str:
         from monailabel.interfaces.datastore import DefaultLabelTag
 
         with http_errors("save label"):
@@ -375,15 +385,28 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         series_uid = self.store_seg(image_id, label, content_label=LABEL_CONTENT_LABEL)
         info = self.get_image_info(image_id)
         label_info = dict(label_info or {})
-        label_info.update({"SeriesInstanceUID": series_uid, "Modality": "SEG", "PatientID": info.get("PatientID"),
-                           "StudyInstanceUID": info.get("StudyInstanceUID"),
-                           "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING]})
+        label_info.update(
+            {
+                "SeriesInstanceUID": series_uid,
+                "Modality": "SEG",
+                "PatientID": info.get("PatientID"),
+                "StudyInstanceUID": info.get("StudyInstanceUID"),
+                "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING],
+            }
+        )
         logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
         return _local_base().save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
 
-    def store_seg(self, image_id: str, label: np.ndarray, findings: tuple[str, ...] | list[str] = (),
-                  content_label: str = PREANNOTATION_CONTENT_LABEL, description: str = "",
-                  algorithm: str = "XFlow", masks: Mapping[str, np.ndarray] | None = None) -> str:
+    def store_seg(
+        self,
+        image_id: str,
+        label: np.ndarray,
+        findings: tuple[str, ...] | list[str] = (),
+        content_label: str = PREANNOTATION_CONTENT_LABEL,
+        description: str = "",
+        algorithm: str = "XFlow",
+        masks: Mapping[str, np.ndarray] | None = None,
+    ) -> str:
         """Store an ``(H, W)`` label map of an image as a DICOM SEG in its study (DICOMweb STOW).
 
         Args:
@@ -406,8 +429,14 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
 
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "seg.dcm"
-            seg = write_seg(label, self._series_file(image_id), findings=findings, description=description,
-                            algorithm=algorithm, masks=masks)
+            seg = write_seg(
+                label,
+                self._series_file(image_id),
+                findings=findings,
+                description=description,
+                algorithm=algorithm,
+                masks=masks,
+            )
             seg.ContentLabel = content_label
             seg.save_as(str(out))
             series_uid = dicom_web_upload_dcm(str(out), self._client)
@@ -479,8 +508,9 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
             image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
             if image not in images:
                 continue
-            stamp = "".join(str(meta.get(k, "") or "") for k in ("SeriesDate", "SeriesTime", "ContentDate",
-                                                                  "ContentTime"))
+            stamp = "".join(
+                str(meta.get(k, "") or "") for k in ("SeriesDate", "SeriesTime", "ContentDate", "ContentTime")
+            )
             if image not in newest or stamp >= newest[image][0]:
                 newest[image] = (stamp, str(row.SeriesInstanceUID))
         index = {image: seg for image, (_, seg) in newest.items()}
@@ -561,8 +591,11 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         label = read_seg(pydicom.dcmread(str(seg_files[0])), ref.shape)
         tmp = layout.write_label(label, ref)
         try:
-            info = {**self._dicom_info(label_id), "SeriesInstanceUID": label_id,
-                    "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING]}
+            info = {
+                **self._dicom_info(label_id),
+                "SeriesInstanceUID": label_id,
+                "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING],
+            }
             _local_base().save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
         finally:
             os.unlink(tmp)
@@ -595,8 +628,9 @@ def search_filter(conf: Mapping[str, str] | None = None) -> dict[str, Any]:
     return dict(DEFAULT_SEARCH_FILTER)
 
 
-def make_dicomweb_datastore(studies: str, conf: Mapping[str, str] | None = None,
-                            cache_path: str | None = None) -> XFlowDICOMwebDatastore:
+def make_dicomweb_datastore(
+    studies: str, conf: Mapping[str, str] | None = None, cache_path: str | None = None
+) -> XFlowDICOMwebDatastore:
     """The app's remote datastore: ``MONAILabelApp._init_dicomweb_datastore`` without the dcmqi
     download, with the CR/DX filter and our SEG handling."""
     from dicomweb_client.session_utils import create_session_from_user_pass
@@ -608,12 +642,22 @@ def make_dicomweb_datastore(studies: str, conf: Mapping[str, str] | None = None,
     password = settings.MONAI_LABEL_DATASTORE_PASSWORD or settings.MONAI_LABEL_DICOMWEB_PASSWORD
     if user and password:
         session = create_session_from_user_pass(user, password)
-    client = DICOMwebClientX(url=studies, session=session, qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
-                             wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
-                             stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX)
-    cache = (cache_path or settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or settings.MONAI_LABEL_DATASTORE_CACHE_PATH
-             or "").strip()
+    client = DICOMwebClientX(
+        url=studies,
+        session=session,
+        qido_url_prefix=settings.MONAI_LABEL_QIDO_PREFIX,
+        wado_url_prefix=settings.MONAI_LABEL_WADO_PREFIX,
+        stow_url_prefix=settings.MONAI_LABEL_STOW_PREFIX,
+    )
+    cache = (
+        cache_path or settings.MONAI_LABEL_DICOMWEB_CACHE_PATH or settings.MONAI_LABEL_DATASTORE_CACHE_PATH or ""
+    ).strip()
     flt = search_filter(conf)
     logger.info("DICOMweb datastore %s, series filter %s, cache %s", studies, flt, cache or "~/.cache/monailabel")
-    return XFlowDICOMwebDatastore(client=client, search_filter=flt, cache_path=cache or None,
-                                  fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME, convert_to_nifti=True)
+    return XFlowDICOMwebDatastore(
+        client=client,
+        search_filter=flt,
+        cache_path=cache or None,
+        fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME,
+        convert_to_nifti=True,
+    )

@@ -96,7 +96,6 @@ def _check_upload_name(upload: Any, field: str) -> str:
 # --- the one upload path ------------------------------------------------------------------------
 
 
-
 def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
     """Copy one multipart upload to a new file in the server's temporary folder, named by what
     its **content** is (:func:`~monailabel_xflow.transforms.loading.sniff_format`), never by the
@@ -121,8 +120,10 @@ def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
 
     name = _check_upload_name(upload, field)
     if name.lower().endswith(".bin"):
-        raise UploadError(f"{field}: binary scribbles (.bin) are not read by the XFlow tasks; send clicks as "
-                          "foreground/background points and a previous label as PNG, NIfTI or NRRD")
+        raise UploadError(
+            f"{field}: binary scribbles (.bin) are not read by the XFlow tasks; send clicks as "
+            "foreground/background points and a previous label as PNG, NIfTI or NRRD"
+        )
     fd, raw = tempfile.mkstemp(prefix=UPLOAD_PREFIX)
     final = raw
     try:
@@ -131,8 +132,9 @@ def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
         fmt = sniff_format(raw) if os.path.getsize(raw) else None
         if fmt not in formats:
             kinds = ", ".join(sorted({CANONICAL_SUFFIX[f] for f in formats}))
-            raise UploadError(f"cannot load uploaded {field}: unreadable as {kinds} by its content (the file name "
-                              "does not decide)")
+            raise UploadError(
+                f"cannot load uploaded {field}: unreadable as {kinds} by its content (the file name does not decide)"
+            )
         final = raw + CANONICAL_SUFFIX[fmt]
         os.rename(raw, final)
         return final
@@ -174,8 +176,9 @@ def _open_session(session_id: str) -> Any:
     return session
 
 
-def guarded_run_inference(background_tasks, model, image="", session_id="", params="{}", file=None, label=None,
-                          output=None):
+def guarded_run_inference(
+    background_tasks, model, image="", session_id="", params="{}", file=None, label=None, output=None
+):
     """MONAI Label's ``run_inference`` with the checks of the module docstring: uploads through
     :func:`receive_upload` (removed whatever happens), sessions checked, ``output=dicom_seg``
     refused (the ``store_seg`` option stores results as DICOM SEG)."""
@@ -187,9 +190,11 @@ def guarded_run_inference(background_tasks, model, image="", session_id="", para
         with http_errors("infer"):
             p = parse_params(params)
             if str(getattr(output, "value", output) or "") == "dicom_seg":
-                raise RequestError("output=dicom_seg is not served (it needs dcmqi and a DICOM series on the "
-                                   "server); ask output=image, json or all, or set store_seg to store the result "
-                                   "as a DICOM SEG in the PACS")
+                raise RequestError(
+                    "output=dicom_seg is not served (it needs dcmqi and a DICOM series on the "
+                    "server); ask output=image, json or all, or set store_seg to store the result "
+                    "as a DICOM SEG in the PACS"
+                )
             session = _open_session(session_id) if session_id else None
             if session is None and not file:
                 if not image:
@@ -320,8 +325,9 @@ def guarded_download_dataset(limit_cases=None):
         if not store.datalist():
             raise ImageNotFoundError("no image has a final label yet: nothing to put in a dataset archive")
         path = store.get_dataset_archive(limit_cases)
-    return FileResponse(path, media_type="application/zip", filename="dataset.zip",
-                        background=BackgroundTask(_remove, [path]))
+    return FileResponse(
+        path, media_type="application/zip", filename="dataset.zip", background=BackgroundTask(_remove, [path])
+    )
 
 
 def guarded_sample(strategy, params=None, user=None):
@@ -388,8 +394,10 @@ def validate_task_request(method: str, request: dict) -> None:
         if request.get("label_tag"):
             check_id(request.get("label_tag"), "label tag")
             if request.get("label_tag") == "final":
-                raise RequestError("batch infer saves the model's answers; label_tag 'final' is a person's label "
-                                   "and is never written by a model (use 'original', the default, or another tag)")
+                raise RequestError(
+                    "batch infer saves the model's answers; label_tag 'final' is a person's label "
+                    "and is never written by a model (use 'original', the default, or another tag)"
+                )
         as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000)
         as_int(request.get("max_workers"), "max_workers", 0, 16)
 
@@ -430,8 +438,10 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
         pending = _pending(method)
         if method in ONE_AT_A_TIME and pending and not force_sync:
             task = pending[0]
-            return None, (f"a {method} task ({task['id']}, {task['status'].lower()}) is already running or queued; "
-                          f"wait for it or stop it (DELETE {'/train/' if method == 'train' else '/batch/infer'})")
+            return None, (
+                f"a {method} task ({task['id']}, {task['status'].lower()}) is already running or queued; "
+                f"wait for it or stop it (DELETE {'/train/' if method == 'train' else '/batch/infer'})"
+            )
         queued = [t for t in pending if t.get("status") == "SUBMITTED"]
         if method == "scoring" and queued and not force_sync:
             logger.info("scoring request joins the queued scoring task %s", queued[0]["id"])
@@ -465,11 +475,20 @@ def _skipping_stopped(upstream):
 
 # --- ASGI middleware ----------------------------------------------------------------------------
 
+
 async def _send_json(send, status: int, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -491,12 +510,17 @@ def refusal(method: str, path: str, query: bytes) -> tuple[int, str] | None:
     if any(s == ".." for s in segments) or "\x00" in path:
         return 400, "invalid path"
     if segments[1:2] == ["model"] and method in ("PUT", "DELETE", "POST"):
-        return 405, "model files are not replaced over HTTP: the xflow train task and the models configuration change them"
+        return (
+            405,
+            "model files are not replaced over HTTP: the xflow train task and the models configuration change them",
+        )
     if segments[1:3] in (["infer", "wsi"], ["infer", "wsi_v2"]):
         return 404, "whole-slide inference is not served by the XFlow app"
     if segments[1:2] == ["logs"] and not _auth_enabled():
-        return 403, ("the server log is served only behind MONAI Label's authentication "
-                     "(MONAI_LABEL_AUTH_ENABLE=true, admin role); read it on the server host")
+        return 403, (
+            "the server log is served only behind MONAI Label's authentication "
+            "(MONAI_LABEL_AUTH_ENABLE=true, admin role); read it on the server host"
+        )
     if segments[1:2] == ["proxy"] and not _dicomweb_studies():
         return 404, "the DICOMweb proxy serves a DICOMweb datastore only; this server's studies are a folder"
     if segments[1:] in (["train"], ["train", ""]) and method == "POST":
@@ -584,8 +608,9 @@ class GuardMiddleware:
             return await self.app(scope, receive, send)
         refused = refusal(scope.get("method", "GET"), scope.get("path", ""), scope.get("query_string", b""))
         if refused is not None:
-            logger.warning("request refused (%d): %s %s: %s", refused[0], scope.get("method"), scope.get("path"),
-                           refused[1])
+            logger.warning(
+                "request refused (%d): %s %s: %s", refused[0], scope.get("method"), scope.get("path"), refused[1]
+            )
             return await _send_json(send, *refused)
         limit = self.max_body
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -614,6 +639,7 @@ class GuardMiddleware:
 
 
 # --- exception handlers -------------------------------------------------------------------------
+
 
 async def _input_error_handler(request, exc):
     """Documented error types, bad JSON in a form field and MONAI Label's input errors -> 4xx."""

@@ -103,6 +103,7 @@ _InferTask: Any = _base_infer_task()  # monailabel ships no type information: th
 
 # --- request parameters ---------------------------------------------------------------------
 
+
 def as_max_clicks(value: Any) -> int | None:
     """``max_clicks`` as an int in ``0..MAX_CLICKS_LIMIT`` (None/"" = the models' default)."""
     return as_int(value, "max_clicks", 0, MAX_CLICKS_LIMIT)
@@ -166,8 +167,12 @@ def label_names_for(findings: Sequence[str], data: Mapping[str, Any]) -> dict[st
     """
     from monailabel_xflow.app.requests import as_choice
 
-    numbering = as_choice(_unpicked(data.get("label_values"), LABEL_VALUE_CHOICES, None), "label_values",
-                          LABEL_VALUE_CHOICES, default="findings")
+    numbering = as_choice(
+        _unpicked(data.get("label_values"), LABEL_VALUE_CHOICES, None),
+        "label_values",
+        LABEL_VALUE_CHOICES,
+        default="findings",
+    )
     ordered = sorted(set(findings), key=label_value)
     if numbering == "answer":
         return {f: i for i, f in enumerate(ordered, 1)}
@@ -268,7 +273,9 @@ def write_result(label: np.ndarray, ref: Any, extension: str | None, dtype: str,
 
     import nibabel as nib
 
-    nifti = layout.write_label(label, dataclasses.replace(ref, format="DICOM") if ref.format in ("PNG", "JPEG") else ref)
+    nifti = layout.write_label(
+        label, dataclasses.replace(ref, format="DICOM") if ref.format in ("PNG", "JPEG") else ref
+    )
     img = cast(nib.Nifti1Image, nib.load(nifti))  # write_label writes NIfTI
     voxels = np.asarray(img.dataobj).astype(dtype)  # (W, H, 1)
     fd, out = tempfile.mkstemp(suffix=extension)
@@ -279,9 +286,14 @@ def write_result(label: np.ndarray, ref: Any, extension: str | None, dtype: str,
 
             affine = img.affine.copy()
             affine[:2] *= -1  # NIfTI RAS -> NRRD "left-posterior-superior"
-            header = {"space": "left-posterior-superior", "space directions": affine[:3, :3].T,
-                      "space origin": affine[:3, 3], "kinds": ["domain"] * 3, "encoding": "raw",
-                      "xflow_answer": answer.replace("\n", " ")}
+            header = {
+                "space": "left-posterior-superior",
+                "space directions": affine[:3, :3].T,
+                "space origin": affine[:3, 3],
+                "kinds": ["domain"] * 3,
+                "encoding": "raw",
+                "xflow_answer": answer.replace("\n", " "),
+            }
             nrrd.write(out, voxels, header=header, index_order="F")
         else:
             nib.save(nib.Nifti1Image(voxels, img.affine), out)
@@ -326,8 +338,10 @@ def answer_of_file(path: str) -> str | None:
 
 # --- results --------------------------------------------------------------------------------
 
-def paint(results: Sequence[Any], shape: tuple[int, int],
-          values: Mapping[str, int] | None = None) -> tuple[np.ndarray, int]:
+
+def paint(
+    results: Sequence[Any], shape: tuple[int, int], values: Mapping[str, int] | None = None
+) -> tuple[np.ndarray, int]:
     """One ``uint8 (H, W)`` label map from XFlow results, each mask painted with its finding's
     value (``values``, default the fixed label values) in FINDINGS order (later wins).
     Returns ``(label, overlap_pixels)``."""
@@ -423,8 +437,9 @@ class XFlowInferTask(_InferTask):
         revise = as_bool(_unpicked(data.get("revise"), REVISE_CHOICES, True), "revise")
         overlay = as_bool(data.get("overlay", False), "overlay")
         with_trace = as_bool(data.get("trace", True), "trace")
-        check_work(len(instructions), (self.runtime.config.max_clicks if max_clicks is None else max_clicks)
-                   if revise else 0)
+        check_work(
+            len(instructions), (self.runtime.config.max_clicks if max_clicks is None else max_clicks) if revise else 0
+        )
         names = label_names_for([i.finding for i in instructions], data)
         seg = seg_request(data, instructions, "XFlow")
         extension, dtype = result_format(data)
@@ -463,6 +478,11 @@ class XFlowInferTask(_InferTask):
             "post": round(t_end - t_model, 4),
             "total": round(t_end - t0, 4),
         }
-        logger.info("xflow: %s -> %s (%.3f s; models %.3f s)", [i.text for i in instructions],
-                    params["answer"], t_end - t0, t_model - t_pre)
+        logger.info(
+            "xflow: %s -> %s (%.3f s; models %.3f s)",
+            [i.text for i in instructions],
+            params["answer"],
+            t_end - t0,
+            t_model - t_pre,
+        )
         return label_file, params

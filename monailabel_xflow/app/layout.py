@@ -32,7 +32,13 @@ from monailabel_xflow.vocabulary import FINDINGS
 
 MAX_LABEL_VALUE = len(FINDINGS)
 FINDING_COLOURS: tuple[tuple[int, int, int], ...] = (
-    (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
+    (230, 25, 75),
+    (60, 180, 75),
+    (255, 225, 25),
+    (0, 130, 200),
+    (245, 130, 48),
+    (145, 30, 180),
+    (70, 240, 240),
 )
 """RGB of label value ``v`` at index ``v - 1`` (overlays and DICOM SEG segments alike)."""
 
@@ -85,8 +91,9 @@ def load_image(path: str | os.PathLike | None, image_id: str | None = None) -> t
 
     image, meta = load_cxr(path)
     _refuse_lateral_series(path)
-    ref = ImageRef(str(path), (int(image.shape[0]), int(image.shape[1])), str(meta["format"]),
-                   meta.get("spacing"), meta)
+    ref = ImageRef(
+        str(path), (int(image.shape[0]), int(image.shape[1])), str(meta["format"]), meta.get("spacing"), meta
+    )
     return image, ref
 
 
@@ -198,8 +205,10 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
         h, w = shape
         raise LabelError(f"label is {values.shape[1]} x {values.shape[0]} (W x H) but the image is {w} x {h}")
     if values.size and (values.min() < 0 or values.max() > MAX_LABEL_VALUE or not np.all(np.mod(values, 1) == 0)):
-        raise LabelError(f"label values must be integers 0..{MAX_LABEL_VALUE} (0 background, "
-                         f"1..{MAX_LABEL_VALUE} the findings), got {np.unique(values)[:10].tolist()}")
+        raise LabelError(
+            f"label values must be integers 0..{MAX_LABEL_VALUE} (0 background, "
+            f"1..{MAX_LABEL_VALUE} the findings), got {np.unique(values)[:10].tolist()}"
+        )
     return values.astype(np.uint8)
 
 

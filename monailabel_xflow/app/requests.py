@@ -62,14 +62,17 @@ def max_body_bytes(environ: Mapping[str, str] | None = None) -> int:
     return int(mib) * 1024 * 1024
 
 
-RESERVED_PARAMS = frozenset({"image", "image_id", "label", "file", "session", "session_id", "model",
-                             "save_label", "label_tag", "result_dir"})
+RESERVED_PARAMS = frozenset(
+    {"image", "image_id", "label", "file", "session", "session_id", "model", "save_label", "label_tag", "result_dir"}
+)
 """Keys a client may not set in an infer request's ``params`` (they would name files or
 redirect where results are written). ``image``/``label`` come from the URL id and uploads."""
 
 _UNSAFE_ID = re.compile(r"[/\\\x00-\x1f\x7f]|\.\.")
-ID_RULES = (f"ids are 1..{MAX_ID_CHARS} characters without '/', '\\', '..', NUL or control characters "
-            "(an id names an item of the datastore, never a path)")
+ID_RULES = (
+    f"ids are 1..{MAX_ID_CHARS} characters without '/', '\\', '..', NUL or control characters "
+    "(an id names an item of the datastore, never a path)"
+)
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -91,8 +94,14 @@ def check_id(value: Any, what: str = "image") -> str:
         UnsafeIdError: not text, empty, over-long, or holding a path separator, ``..``, NUL or a
             control character. The message is the same whatever the id names (no existence leak).
     """
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS or _UNSAFE_ID.search(value) \
-            or value.strip() != value or value in (".", "~"):
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_ID_CHARS
+        or _UNSAFE_ID.search(value)
+        or value.strip() != value
+        or value in (".", "~")
+    ):
         raise UnsafeIdError(f"invalid {what} id: {ID_RULES}")
     return value
 
@@ -145,7 +154,7 @@ def as_float(value: Any, name: str, lo: float, hi: float, default: float | None 
             raise RequestError(why) from None
     if not isinstance(value, (int, float)):
         raise RequestError(why)
-    if isinstance(value, int) and abs(value) > 2 ** 63:  # float() of a 400-digit int overflows
+    if isinstance(value, int) and abs(value) > 2**63:  # float() of a 400-digit int overflows
         raise RequestError(why)
     value = float(value)
     if not math.isfinite(value) or not lo <= value <= hi:
@@ -201,12 +210,15 @@ def check_work(findings: int, max_clicks: int) -> None:
     :data:`MAX_WORK_STEPS` (422, saying how to ask less)."""
     steps = int(findings) * (1 + int(max_clicks))
     if steps > MAX_WORK_STEPS:
-        raise RequestError(f"request too large: {findings} finding(s) x (1 + {max_clicks} clicks) = {steps} policy "
-                           f"steps; at most {MAX_WORK_STEPS} per request (ask fewer findings or lower max_clicks)")
+        raise RequestError(
+            f"request too large: {findings} finding(s) x (1 + {max_clicks} clicks) = {steps} policy "
+            f"steps; at most {MAX_WORK_STEPS} per request (ask fewer findings or lower max_clicks)"
+        )
 
 
-def parse_json_object(text: str | bytes | None, name: str = "params",
-                      max_bytes: int = MAX_PARAMS_BYTES) -> dict[str, Any]:
+def parse_json_object(
+    text: str | bytes | None, name: str = "params", max_bytes: int = MAX_PARAMS_BYTES
+) -> dict[str, Any]:
     """A JSON-object form field (``params`` of an upload, ``info`` of an info update) of at most
     ``max_bytes`` and :data:`MAX_PARAM_KEYS` keys; empty text is ``{}``.
 
@@ -251,14 +263,22 @@ def check_params(params: Mapping[str, Any]) -> None:
     """
     if len(params) > MAX_PARAM_KEYS:
         raise RequestError(f"params holds {len(params)} keys; at most {MAX_PARAM_KEYS}")
-    reserved = sorted(k for k in params if (k in RESERVED_PARAMS or str(k).startswith("_"))
-                      and not (k == "label" and is_label_name(params[k])))
+    reserved = sorted(
+        k
+        for k in params
+        if (k in RESERVED_PARAMS or str(k).startswith("_")) and not (k == "label" and is_label_name(params[k]))
+    )
     if reserved:
-        raise RequestError(f"params may not set {', '.join(map(repr, reserved))}: the image is the `image` id "
-                           "of the URL (or an uploaded file), a previous label an uploaded `label` file; "
-                           "labels are saved with PUT /datastore/label"
-                           + ("; `label` may only name a finding's segment (one of "
-                              f"{', '.join(FINDINGS)})" if "label" in reserved else ""))
+        raise RequestError(
+            f"params may not set {', '.join(map(repr, reserved))}: the image is the `image` id "
+            "of the URL (or an uploaded file), a previous label an uploaded `label` file; "
+            "labels are saved with PUT /datastore/label"
+            + (
+                f"; `label` may only name a finding's segment (one of {', '.join(FINDINGS)})"
+                if "label" in reserved
+                else ""
+            )
+        )
 
 
 LABEL_NAME_KEY = "label_name"
@@ -297,8 +317,7 @@ def number_lists(value: Any, name: str, arity: Sequence[int] = (2, 3), max_items
             raise RequestError(f"{name} must be a list of [i, j, k] voxel indices, got {short(p)}")
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p):
             raise RequestError(f"{name} click {short(p)} must hold numbers [i, j, k]")
-        if not all(abs(v) < 2 ** 31 if isinstance(v, int) else math.isfinite(v) and abs(v) < 2 ** 31 for v in p):
+        if not all(abs(v) < 2**31 if isinstance(v, int) else math.isfinite(v) and abs(v) < 2**31 for v in p):
             raise RequestError(f"{name} click {short(p)} must hold finite indices below 2^31")
         out.append([float(v) for v in p])
     return out
-

@@ -120,8 +120,10 @@ def label_keyed_clicks(data: Mapping[str, Any]) -> dict[str, Any]:
         return {"foreground": keyed[segment]} if segment in keyed else {}
     picked = _picked(data.get("finding"), REVISE_FINDING_CHOICES)
     if len(keyed) > 1 and len(picked) != 1:
-        raise RequestError(f"clicks for several findings ({', '.join(keyed)}); revise one at a time: set "
-                           "`finding` to the one to revise")
+        raise RequestError(
+            f"clicks for several findings ({', '.join(keyed)}); revise one at a time: set "
+            "`finding` to the one to revise"
+        )
     finding = picked[0] if picked else next(iter(keyed))
     if finding not in keyed:
         raise RequestError(f"finding is {finding!r} but the clicks are for {', '.join(keyed)}")
@@ -154,17 +156,21 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
     ins = parse_instruction(text) if isinstance(text, str) and text.strip() else None
     asked = ins.finding if ins is not None else from_choices(picked)[0].finding if picked else None
     if segment and asked and asked != segment:
-        raise RequestError(f"the clicks are for the {segment!r} segment but the options ask {asked!r}: "
-                           "clear `instruction` / `finding`, or select that finding's segment")
+        raise RequestError(
+            f"the clicks are for the {segment!r} segment but the options ask {asked!r}: "
+            "clear `instruction` / `finding`, or select that finding's segment"
+        )
     finding = segment or asked
     if finding:
         return finding, ins
     values = sorted(int(v) for v in np.unique(previous) if v) if previous is not None else []
     if len(values) == 1:
         return FINDINGS[values[0] - 1], None
-    raise RequestError("say which finding to revise: select its segment (`label`), set `finding` (one of "
-                       f"{', '.join(FINDINGS)}) or `instruction`"
-                       + (f"; the previous label holds {len(values)} findings" if values else ""))
+    raise RequestError(
+        "say which finding to revise: select its segment (`label`), set `finding` (one of "
+        f"{', '.join(FINDINGS)}) or `instruction`"
+        + (f"; the previous label holds {len(values)} findings" if values else "")
+    )
 
 
 class XFlowReviseTask(_InferTask):
@@ -177,10 +183,15 @@ class XFlowReviseTask(_InferTask):
             type=InferType.DEEPEDIT,
             labels={},  # the app's labels come from `xflow`; see the module docstring
             dimension=2,
-            description=description or "XFlow click revision: positive clicks grow, negative clicks shrink "
-                                       f"the finding's mask ({runtime.describe()})",
-            config={"finding": list(REVISE_FINDING_CHOICES), "instruction": "", "auto": False,
-                    "max_clicks": int(runtime.config.max_clicks)},
+            description=description
+            or "XFlow click revision: positive clicks grow, negative clicks shrink "
+            f"the finding's mask ({runtime.describe()})",
+            config={
+                "finding": list(REVISE_FINDING_CHOICES),
+                "instruction": "",
+                "auto": False,
+                "max_clicks": int(runtime.config.max_clicks),
+            },
         )
         self.runtime = runtime
 
@@ -206,8 +217,10 @@ class XFlowReviseTask(_InferTask):
         auto = as_bool(data.get("auto", False), "auto")
         max_clicks = as_max_clicks(data.get("max_clicks"))
         if not clicks and not auto and previous is None:
-            raise RequestError("no clicks: send `foreground` / `background` clicks, a previous `label`, "
-                               "or set `auto` to let XFlow's revision policy click")
+            raise RequestError(
+                "no clicks: send `foreground` / `background` clicks, a previous `label`, "
+                "or set `auto` to let XFlow's revision policy click"
+            )
         t_pre = time.perf_counter()
 
         xflow = self.runtime.get()
@@ -216,8 +229,10 @@ class XFlowReviseTask(_InferTask):
         else:
             res = xflow.revise(image, clicks, previous_mask=previous)
             mask = np.asarray(res.mask, dtype=bool)
-            extra = {"box": [float(v) for v in res.box] if res.box is not None else None,
-                     "iou": None if res.iou is None else float(res.iou)}
+            extra = {
+                "box": [float(v) for v in res.box] if res.box is not None else None,
+                "iou": None if res.iou is None else float(res.iou),
+            }
         t_model = time.perf_counter()
 
         label = previous_label.copy() if previous_label is not None else np.zeros(ref.shape, np.uint8)
@@ -231,13 +246,23 @@ class XFlowReviseTask(_InferTask):
             "pixels": int(mask.sum()),
             "label_names": present_label_names(label, also=[finding]),
             **extra,
-            "latencies": {"pre": round(t_pre - t0, 4), "infer": round(t_model - t_pre, 4),
-                          "total": round(time.perf_counter() - t0, 4)},
+            "latencies": {
+                "pre": round(t_pre - t0, 4),
+                "infer": round(t_model - t_pre, 4),
+                "total": round(time.perf_counter() - t0, 4),
+            },
         }
         return out, params
 
-    def _auto(self, xflow: Any, image: np.ndarray, finding: str, instruction: Any, previous: np.ndarray | None,
-              max_clicks: int | None) -> tuple[np.ndarray, dict[str, Any]]:
+    def _auto(
+        self,
+        xflow: Any,
+        image: np.ndarray,
+        finding: str,
+        instruction: Any,
+        previous: np.ndarray | None,
+        max_clicks: int | None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """π_rev proposes the clicks: XFlow runs Stage 1 and Stage 2 for the finding.
 
         The workflow has no "Stage 2 from a person's mask" entry point yet, so the previous
@@ -245,8 +270,11 @@ class XFlowReviseTask(_InferTask):
         """
         from monailabel_xflow.instructions import from_choices
 
-        res = xflow.run(image, instruction or from_choices([finding])[0], max_clicks=max_clicks,
-                        revise=True)
+        res = xflow.run(image, instruction or from_choices([finding])[0], max_clicks=max_clicks, revise=True)
         clicks = [{"positive": c.positive, "x": c.x, "y": c.y} for lesion in res.trace.lesions for c in lesion.clicks]
-        return np.asarray(res.mask, dtype=bool), {"answer": res.message, "proposed_clicks": clicks,
-                                                   "auto_from": "stage1", "trace": res.trace.to_dict()}
+        return np.asarray(res.mask, dtype=bool), {
+            "answer": res.message,
+            "proposed_clicks": clicks,
+            "auto_from": "stage1",
+            "trace": res.trace.to_dict(),
+        }

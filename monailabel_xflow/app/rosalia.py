@@ -88,8 +88,9 @@ class RosaliaRuntime:
         preload: load now (the server does, so its log names the model at start-up).
     """
 
-    def __init__(self, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None,
-                 preload: bool = True) -> None:
+    def __init__(
+        self, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None, preload: bool = True
+    ) -> None:
         import os
 
         from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError, default_config, rosalia_source
@@ -122,8 +123,12 @@ class RosaliaRuntime:
         """For ``/info``: which ROSALIA is served (the demo is named as such)."""
         from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_NAME, ROSALIA_DEMO_NOTICE
 
-        out: dict[str, Any] = {"configured": self.path is not None, "source": self.source,
-                               "path": str(self.path) if self.path else None, "loaded": self._predictor is not None}
+        out: dict[str, Any] = {
+            "configured": self.path is not None,
+            "source": self.source,
+            "path": str(self.path) if self.path else None,
+            "loaded": self._predictor is not None,
+        }
         if self.is_demo:
             out.update(demo=ROSALIA_DEMO_NOTICE, model_name=ROSALIA_DEMO_NAME)
         if self.path is None:
@@ -174,12 +179,20 @@ class RosaliaInferTask(_InferTask):
         from monailabel.interfaces.tasks.infer_v2 import InferType
 
         super().__init__(
-            type=InferType.SEGMENTATION, labels=dict(LABELS), dimension=2,
-            description=description or f"ROSALIA (the papers' baseline) instruction-guided CXR lesion "
-                                       f"segmentation ({runtime.describe()})",
-            config={"instruction": "", "finding": list(FINDING_CHOICES), "location": list(LOCATION_CHOICES),
-                    "overlay": False, "trace": True, "store_seg": bool(store_seg),
-                    "label_values": list(LABEL_VALUE_CHOICES)},
+            type=InferType.SEGMENTATION,
+            labels=dict(LABELS),
+            dimension=2,
+            description=description
+            or f"ROSALIA (the papers' baseline) instruction-guided CXR lesion segmentation ({runtime.describe()})",
+            config={
+                "instruction": "",
+                "finding": list(FINDING_CHOICES),
+                "location": list(LOCATION_CHOICES),
+                "overlay": False,
+                "trace": True,
+                "store_seg": bool(store_seg),
+                "label_values": list(LABEL_VALUE_CHOICES),
+            },
         )
         self.runtime = runtime
 
@@ -231,8 +244,12 @@ class RosaliaInferTask(_InferTask):
         if overlay:
             params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()
-        params["latencies"] = {"pre": round(t_pre - t0, 4), "infer": round(t_model - t_pre, 4),
-                               "post": round(t_end - t_model, 4), "total": round(t_end - t0, 4)}
+        params["latencies"] = {
+            "pre": round(t_pre - t0, 4),
+            "infer": round(t_model - t_pre, 4),
+            "post": round(t_end - t_model, 4),
+            "total": round(t_end - t0, 4),
+        }
         logger.info("rosalia: %s -> %s (%.3f s)", [i.text for i in instructions], params["answer"], t_end - t0)
         return label_file, params
 

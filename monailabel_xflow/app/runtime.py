@@ -80,8 +80,9 @@ def lower_priority_if_background() -> None:
     _NICED = True
     try:
         os.nice(BACKGROUND_NICE)
-        logger.info("background %s task: CPU niceness +%d (interactive requests first)", background_task(),
-                    BACKGROUND_NICE)
+        logger.info(
+            "background %s task: CPU niceness +%d (interactive requests first)", background_task(), BACKGROUND_NICE
+        )
     except OSError:
         pass
 
@@ -101,8 +102,13 @@ class XFlowRuntime:
             at the next :meth:`get`, as MONAI Label reloads a retrained model file.
     """
 
-    def __init__(self, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None,
-                 preload: bool = True, model_dir: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        conf: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        preload: bool = True,
+        model_dir: str | os.PathLike | None = None,
+    ):
         self._load_lock = threading.Lock()  # loading and swapping models; XFlow locks its own use
         self._conf = dict(conf or {})
         self.model_dir = model_dir
@@ -153,8 +159,13 @@ class XFlowRuntime:
             return {"configured": False, "error": str(self._config_error), "message": HOW_TO_CONFIGURE}
         if not self.configured:
             return {"configured": False, "message": HOW_TO_CONFIGURE}
-        out: dict[str, Any] = {"configured": True, "source": self.source, "models": self.config.identities(),
-                               "loaded": self._xflow is not None, "trained_segmenter": self.trained_segmenter}
+        out: dict[str, Any] = {
+            "configured": True,
+            "source": self.source,
+            "models": self.config.identities(),
+            "loaded": self._xflow is not None,
+            "trained_segmenter": self.trained_segmenter,
+        }
         if self.config.is_demo:
             from monailabel_xflow.workflow.model_config import DEMO_NAME, DEMO_NOTICE
 
@@ -196,16 +207,18 @@ class XFlowRuntime:
 
                 wait = self._retry_at - time.monotonic()
                 if self._error is not None and wait > 0:  # back off: no reload under the lock per request
-                    raise ModelUnavailableError(f"the XFlow models failed to load ({self._error}); "
-                                                f"next attempt in {wait:.0f} s")
+                    raise ModelUnavailableError(
+                        f"the XFlow models failed to load ({self._error}); next attempt in {wait:.0f} s"
+                    )
                 logger.info("loading XFlow models (%s): %s", self.source, self.describe())
                 try:
                     self._xflow = XFlow.from_config(self.config)
                 except Exception as exc:
                     self._error = exc
                     self._failures += 1
-                    self._retry_at = time.monotonic() + min(LOAD_BACKOFF_MAX_S,
-                                                            LOAD_BACKOFF_S * 2 ** (self._failures - 1))
+                    self._retry_at = time.monotonic() + min(
+                        LOAD_BACKOFF_MAX_S, LOAD_BACKOFF_S * 2 ** (self._failures - 1)
+                    )
                     from monailabel_xflow.app.errors import status_of
 
                     if status_of(exc) is None:  # e.g. a torch or I/O error: still a 503 with the reason

@@ -138,8 +138,11 @@ class XFlowUncertaintyScoring(_ScoringMethod):
         instructions = parse_instructions(params["instruction"])
         budget = params["max_clicks"]
         known = set(datastore.list_images())
-        asked = params["images"] if params["images"] is not None else sorted(
-            datastore.get_unlabeled_images(DefaultLabelTag.FINAL))
+        asked = (
+            params["images"]
+            if params["images"] is not None
+            else sorted(datastore.get_unlabeled_images(DefaultLabelTag.FINAL))
+        )
         skipped = {i: "unknown image" for i in asked if i not in known}
         images = [i for i in asked if i in known][: params["max_images"]]
         from monailabel.interfaces.exception import ImageNotFoundException
@@ -168,8 +171,15 @@ class XFlowUncertaintyScoring(_ScoringMethod):
                 logger.warning("xflow_uncertainty: skipping %s: %s", image_id, exc)
                 continue
             score, parts = image_uncertainty(results, t_budget)
-            datastore.update_image_info(image_id, {INFO_KEY: score, f"{INFO_KEY}_parts": parts,
-                                                   f"{INFO_KEY}_ts": int(time.time()), f"{INFO_KEY}_key": key})
+            datastore.update_image_info(
+                image_id,
+                {
+                    INFO_KEY: score,
+                    f"{INFO_KEY}_parts": parts,
+                    f"{INFO_KEY}_ts": int(time.time()),
+                    f"{INFO_KEY}_key": key,
+                },
+            )
             scores[image_id] = score
             logger.info("xflow_uncertainty %s = %.4f", image_id, score)
         if skipped:

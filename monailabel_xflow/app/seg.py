@@ -119,26 +119,31 @@ def dicom_lab(rgb: tuple[int, int, int]) -> list[int]:
     return [int(v) for v in CIELabColor(*(float(v) for v in lab)).value]
 
 
-def _segment(number: int, name: str, code: Coded, algorithm: str, version: str,
-             rgb: tuple[int, int, int] = (128, 128, 128)) -> Any:
+def _segment(
+    number: int, name: str, code: Coded, algorithm: str, version: str, rgb: tuple[int, int, int] = (128, 128, 128)
+) -> Any:
     import highdicom as hd
     from pydicom.sr.codedict import codes
     from pydicom.sr.coding import Code
 
     # pydicom types codes.DCM as a union of its dictionary kinds; the attribute is a Code
     family: Code = codes.DCM.ArtificialIntelligence  # type: ignore[union-attr,assignment]
-    algo = hd.AlgorithmIdentificationSequence(name=algorithm, family=family,
-                                              version=version or "0")
+    algo = hd.AlgorithmIdentificationSequence(name=algorithm, family=family, version=version or "0")
     segment = hd.seg.SegmentDescription(
-        segment_number=number, segment_label=name, segmented_property_category=CATEGORY.concept(),
-        segmented_property_type=code.concept(), algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
-        algorithm_identification=algo)
+        segment_number=number,
+        segment_label=name,
+        segmented_property_category=CATEGORY.concept(),
+        segmented_property_type=code.concept(),
+        algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
+        algorithm_identification=algo,
+    )
     segment.RecommendedDisplayCIELabValue = dicom_lab(rgb)  # viewers colour findings as our overlays do
     return segment
 
 
-def segment_findings(label_hw: np.ndarray, findings: Sequence[str] = (),
-                     masks: Mapping[str, np.ndarray] | None = None) -> list[str]:
+def segment_findings(
+    label_hw: np.ndarray, findings: Sequence[str] = (), masks: Mapping[str, np.ndarray] | None = None
+) -> list[str]:
     """The findings a SEG holds, in FINDINGS order: those painted in ``label_hw`` (or with pixels
     in ``masks``) plus those asked (``findings``, present or not). Empty = "no finding".
 
@@ -153,9 +158,16 @@ def segment_findings(label_hw: np.ndarray, findings: Sequence[str] = (),
     return [f for i, f in enumerate(FINDINGS, 1) if i in values or f in painted or f in findings]
 
 
-def write_seg(label_hw: np.ndarray, source: Any, out: str | Path | None = None, findings: Sequence[str] = (),
-              algorithm: str = "XFlow", version: str = "", description: str = "",
-              masks: Mapping[str, np.ndarray] | None = None) -> Any:
+def write_seg(
+    label_hw: np.ndarray,
+    source: Any,
+    out: str | Path | None = None,
+    findings: Sequence[str] = (),
+    algorithm: str = "XFlow",
+    version: str = "",
+    description: str = "",
+    masks: Mapping[str, np.ndarray] | None = None,
+) -> Any:
     """An ``(H, W)`` label map (0 background, 1..7 the findings' label values) as a SEG of ``source``.
 
     Args:
@@ -192,23 +204,35 @@ def write_seg(label_hw: np.ndarray, source: Any, out: str | Path | None = None, 
     if names:
         from monailabel_xflow.app.layout import FINDING_COLOURS
 
-        segments = [_segment(i, f, FINDING_CODES[f], algorithm, version, FINDING_COLOURS[FINDINGS.index(f)])
-                    for i, f in enumerate(names, 1)]
+        segments = [
+            _segment(i, f, FINDING_CODES[f], algorithm, version, FINDING_COLOURS[FINDINGS.index(f)])
+            for i, f in enumerate(names, 1)
+        ]
         full = dict(masks or {})
-        masks_hwn = np.stack([np.asarray(full[f], bool) if f in full else label == FINDINGS.index(f) + 1
-                              for f in names], axis=-1)  # (H, W, N), segments may overlap
+        masks_hwn = np.stack(
+            [np.asarray(full[f], bool) if f in full else label == FINDINGS.index(f) + 1 for f in names], axis=-1
+        )  # (H, W, N), segments may overlap
     else:
         segments = [_segment(1, NO_FINDING, NO_FINDING_CODE, algorithm, version)]
         masks_hwn = np.zeros((*label.shape, 1), dtype=bool)
     seg = hd.seg.Segmentation(
-        source_images=[ds], pixel_array=masks_hwn[None].astype(np.uint8),  # (1 frame, H, W, N segments)
-        segmentation_type=hd.seg.SegmentationTypeValues.BINARY, segment_descriptions=segments,
-        series_instance_uid=generate_uid(), series_number=SERIES_NUMBER, sop_instance_uid=generate_uid(),
-        instance_number=1, manufacturer=MANUFACTURER, manufacturer_model_name=algorithm,
-        software_versions=_package_version(), device_serial_number="0",
+        source_images=[ds],
+        pixel_array=masks_hwn[None].astype(np.uint8),  # (1 frame, H, W, N segments)
+        segmentation_type=hd.seg.SegmentationTypeValues.BINARY,
+        segment_descriptions=segments,
+        series_instance_uid=generate_uid(),
+        series_number=SERIES_NUMBER,
+        sop_instance_uid=generate_uid(),
+        instance_number=1,
+        manufacturer=MANUFACTURER,
+        manufacturer_model_name=algorithm,
+        software_versions=_package_version(),
+        device_serial_number="0",
         series_description=(description or f"{algorithm}: {', '.join(names) or NO_FINDING}")[:64],
-        content_label="XFLOW", content_description=f"{algorithm} findings"[:64],
-        omit_empty_frames=False)
+        content_label="XFLOW",
+        content_description=f"{algorithm} findings"[:64],
+        omit_empty_frames=False,
+    )
     _add_viewer_geometry(seg)
     if out is not None:
         seg.save_as(str(out))
@@ -268,6 +292,7 @@ def _add_viewer_geometry(seg: Any) -> None:
 
 # --- reading ----------------------------------------------------------------------------------
 
+
 def finding_of_segment(segment: Any) -> str | None:
     """The finding a SEG segment (a SegmentSequence item) stands for, None for "no finding".
 
@@ -293,8 +318,10 @@ def finding_of_segment(segment: Any) -> str | None:
         return parse_instruction(f"segment the {label}").finding
     except InstructionError:
         pass
-    raise LabelError(f"SEG segment {getattr(segment, 'SegmentNumber', '?')} ({label or 'no label'}) names none of "
-                     f"the findings {', '.join(FINDINGS)} (by SNOMED/DCM type code or by label)")
+    raise LabelError(
+        f"SEG segment {getattr(segment, 'SegmentNumber', '?')} ({label or 'no label'}) names none of "
+        f"the findings {', '.join(FINDINGS)} (by SNOMED/DCM type code or by label)"
+    )
 
 
 LABELMAP_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.66.7"
@@ -320,8 +347,10 @@ def read_seg_masks(dataset: Any, shape: tuple[int, int] | None = None) -> dict[s
 
     ds = dataset if isinstance(dataset, pydicom.Dataset) else pydicom.dcmread(str(dataset))
     if str(getattr(ds, "Modality", "")) != "SEG" or "SegmentSequence" not in ds:
-        raise LabelError(f"not a DICOM SEG (Modality {getattr(ds, 'Modality', None)!r}"
-                         f"{'' if 'SegmentSequence' in ds else ', no Segment Sequence'})")
+        raise LabelError(
+            f"not a DICOM SEG (Modality {getattr(ds, 'Modality', None)!r}"
+            f"{'' if 'SegmentSequence' in ds else ', no Segment Sequence'})"
+        )
     rows, cols = int(ds.Rows), int(ds.Columns)
     if shape is not None and (rows, cols) != tuple(shape):
         raise LabelError(f"SEG is {cols} x {rows} (W x H) but the image is {shape[1]} x {shape[0]}")
@@ -350,8 +379,9 @@ def read_seg_masks(dataset: Any, shape: tuple[int, int] | None = None) -> dict[s
         raise LabelError(f"SEG has {len(frames)} frames but {len(per_frame)} per-frame descriptions")
     shared = ds.SharedFunctionalGroupsSequence[0] if ds.get("SharedFunctionalGroupsSequence") else None
     for frame, group in zip(frames, per_frame, strict=True):
-        ident = group.get("SegmentIdentificationSequence") or (shared.get("SegmentIdentificationSequence")
-                                                               if shared is not None else None)
+        ident = group.get("SegmentIdentificationSequence") or (
+            shared.get("SegmentIdentificationSequence") if shared is not None else None
+        )
         if not ident:
             raise LabelError("SEG frame without a Segment Identification Sequence")
         number = int(ident[0].ReferencedSegmentNumber)
@@ -383,7 +413,7 @@ def _frames(ds: Any, rows: int, cols: int) -> np.ndarray:
         offsets = _parse_rle_header(frame[:64])
         if len(offsets) != 1:
             raise LabelError(f"1-bit RLE frame with {len(offsets)} segments (expected 1)")
-        bits = np.unpackbits(np.frombuffer(_rle_decode_segment(frame[offsets[0]:]), np.uint8), bitorder="little")
+        bits = np.unpackbits(np.frombuffer(_rle_decode_segment(frame[offsets[0] :]), np.uint8), bitorder="little")
         if bits.size < rows * cols:
             raise LabelError(f"1-bit RLE frame holds {bits.size} pixels, {rows * cols} expected")
         out.append(bits[: rows * cols].reshape(rows, cols))
@@ -423,16 +453,18 @@ def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[P
     """
     import pydicom
 
-    found = [pydicom.Dataset.from_json(s) for s in client.search_for_series(
-        search_filters={"SeriesInstanceUID": series_uid})]
+    found = [
+        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
+    ]
     found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
     if not found:
         raise LabelError(f"SEG series {series_uid} is not in the PACS")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     files = []
-    for ds in client.retrieve_series(str(found[0].StudyInstanceUID), series_uid,
-                                     media_types=(("application/dicom", "*"),)):
+    for ds in client.retrieve_series(
+        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
+    ):
         files.append(folder / f"{ds.SOPInstanceUID}.dcm")
         ds.save_as(str(files[-1]), write_like_original=False)
     return files

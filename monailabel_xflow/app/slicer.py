@@ -32,6 +32,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+
 def letter_tag(image_id: str, length: int = 8) -> str:
     """``length`` lowercase letters derived from ``image_id`` (SHA-256, no digits)."""
     digest = hashlib.sha256(image_id.encode("utf-8")).digest()
@@ -43,7 +44,7 @@ def file_extension(path: str) -> str:
     lower = path.lower()
     for double in (".nii.gz", ".nrrd.gz"):
         if lower.endswith(double):
-            return path[-len(double):]
+            return path[-len(double) :]
     return Path(path).suffix
 
 

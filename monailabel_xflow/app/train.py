@@ -14,7 +14,7 @@ starts). It calls :func:`finetune_from_labels`, which
    it did not train on): it **replaces the serving segmenter only when its weights are finite
    and its held-out mean IoU is not below the serving one's** (:func:`promotion_check`); then it
    is saved in ``<model_dir>/xflow_segmenter/`` (``save_pretrained``, loadable by
-   :func:`monailabel_xflow.segmenter.sam3.load_segmenter`), otherwise in
+   :func:`monailabel_xflow.segmenter.loading.load_segmenter`), otherwise in
    ``<model_dir>/xflow_segmenter.rejected/`` with the reason logged and in the stats;
 5. writes ``train_stats.json`` beside it (``promoted``, ``reason``, the held-out IoUs).
 
@@ -52,7 +52,7 @@ from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, tr
 
 logger = logging.getLogger(__name__)
 
-TRAIN_LIMITS = {"steps": (1, 2000), "batch": (1, 16), "seed": (0, 2 ** 31 - 1)}
+TRAIN_LIMITS = {"steps": (1, 2000), "batch": (1, 16), "seed": (0, 2**31 - 1)}
 LR_RANGE = (1e-8, 1e-2)
 """Train request bounds (422 outside): ``steps`` 1..2000 optimiser steps, ``batch`` 1..16 prompts
 per step, ``seed`` 0..2^31-1, ``lr`` a finite number in [1e-8, 1e-2]."""
@@ -106,9 +106,16 @@ class TrainProgress:
     def step(self, step: int, total: int | None = None, loss: float | None = None) -> None:
         """Publish ``step`` of ``total`` optimiser steps done (running: ``current_time``)."""
         self.total = int(total or self.total)
-        self._write({"epoch": int(step), "total_epochs": self.total, "best_metric": self.best_metric,
-                     "start_ts": int(self.start), "current_time": self._elapsed(),
-                     "loss": None if loss is None else float(loss)})
+        self._write(
+            {
+                "epoch": int(step),
+                "total_epochs": self.total,
+                "best_metric": self.best_metric,
+                "start_ts": int(self.start),
+                "current_time": self._elapsed(),
+                "loss": None if loss is None else float(loss),
+            }
+        )
 
     def done(self, stats: Mapping[str, Any]) -> dict[str, Any]:
         """Publish the outcome: ``stats`` plus ``epoch = total_epochs``, ``total_time`` and
@@ -116,8 +123,14 @@ class TrainProgress:
         serving = stats.get("heldout_iou_candidate") if stats.get("promoted") else stats.get("heldout_iou_current")
         if serving is not None:
             self.best_metric = float(serving)
-        out = {**stats, "epoch": int(stats.get("steps", self.total)), "total_epochs": self.total,
-               "best_metric": self.best_metric, "start_ts": int(self.start), "total_time": self._elapsed()}
+        out = {
+            **stats,
+            "epoch": int(stats.get("steps", self.total)),
+            "total_epochs": self.total,
+            "best_metric": self.best_metric,
+            "start_ts": int(self.start),
+            "total_time": self._elapsed(),
+        }
         self._write(out)
         return out
 
@@ -129,16 +142,20 @@ MAX_PROMPTS_PER_IMAGE = 8
 """The largest components of an image that become prompts (bounds the decoder batch)."""
 
 
-def component_prompts(label_hw: np.ndarray, min_share: float = MIN_COMPONENT_SHARE,
-                      max_prompts: int = MAX_PROMPTS_PER_IMAGE) -> list[tuple[tuple[float, float, float, float], np.ndarray]]:
+def component_prompts(
+    label_hw: np.ndarray, min_share: float = MIN_COMPONENT_SHARE, max_prompts: int = MAX_PROMPTS_PER_IMAGE
+) -> list[tuple[tuple[float, float, float, float], np.ndarray]]:
     """``[(box, mask)]``: one box prompt per connected component (8-connectivity, as everywhere
     else) of each finding in a label map, specks (< ``min_share`` of the image) left out, at most
     ``max_prompts``, largest first."""
     from monailabel_xflow.geometry import connected_components, mask_to_box
 
     min_px = max(1, int(np.ceil(min_share * label_hw.size)))
-    found = [m for value in (int(v) for v in np.unique(label_hw) if v)
-             for m in connected_components(label_hw == value, min_area_px=min_px)]
+    found = [
+        m
+        for value in (int(v) for v in np.unique(label_hw) if v)
+        for m in connected_components(label_hw == value, min_area_px=min_px)
+    ]
     found.sort(key=lambda m: -int(m.sum()))
     return [(box, m) for m in found[:max_prompts] if (box := mask_to_box(m)) is not None]  # never None: m not empty
 
@@ -192,7 +209,9 @@ def finetune_from_labels(
         raise RequestError("nothing to train on: no final label holds a finding (save labels first)")
     held, train = split_heldout(labeled)
     samples = [SegSample(image, mask) for _, image, prompts in train for _, mask in prompts]
-    cfg = SegmenterTrainConfig(learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed))
+    cfg = SegmenterTrainConfig(
+        learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed)
+    )
     output_dir = Path(output_dir)
     progress = TrainProgress(output_dir.parent / STATS_FILE, int(steps))
     progress.step(0)
@@ -208,14 +227,30 @@ def finetune_from_labels(
     tmp.rename(destination)  # one rename: a serving app never reads half a checkpoint
     shutil.rmtree(old, ignore_errors=True)
     losses = [float(v) for v in result["losses"]]
-    stats = {"images": len(train), "prompts": len(samples), "steps": int(result["steps"]), "losses": losses,
-             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
-             "heldout_images": [path for path, _, _ in held], **check,
-             "seconds": round(time.perf_counter() - t0, 3), "output": str(destination), "start_weights": str(segmenter)}
+    stats = {
+        "images": len(train),
+        "prompts": len(samples),
+        "steps": int(result["steps"]),
+        "losses": losses,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "heldout_images": [path for path, _, _ in held],
+        **check,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "output": str(destination),
+        "start_weights": str(segmenter),
+    }
     stats = progress.done(stats)
     log = logger.info if check["promoted"] else logger.warning
-    log("fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f; %s (%s)", len(samples), len(train),
-        stats["loss_first"], stats["loss_last"], check["reason"], destination)
+    log(
+        "fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f; %s (%s)",
+        len(samples),
+        len(train),
+        stats["loss_first"],
+        stats["loss_last"],
+        check["reason"],
+        destination,
+    )
     return stats
 
 
@@ -260,26 +295,37 @@ def weights_finite(weights: str | os.PathLike) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
 
 
-def promotion_check(current: str | os.PathLike, candidate: str | os.PathLike,
-                    held: Sequence[tuple[np.ndarray, list]]) -> dict[str, Any]:
+def promotion_check(
+    current: str | os.PathLike, candidate: str | os.PathLike, held: Sequence[tuple[np.ndarray, list]]
+) -> dict[str, Any]:
     """May ``candidate`` replace ``current``? Only with finite weights and a held-out mean IoU not
     below the current segmenter's on the same labels (which it did not train on).
 
     Returns:
         ``{"promoted", "reason", "weights_finite", "heldout_iou_current", "heldout_iou_candidate"}``.
     """
-    out: dict[str, Any] = {"weights_finite": weights_finite(candidate), "heldout_iou_current": None,
-                           "heldout_iou_candidate": None}
+    out: dict[str, Any] = {
+        "weights_finite": weights_finite(candidate),
+        "heldout_iou_current": None,
+        "heldout_iou_candidate": None,
+    }
     if not out["weights_finite"]:
         return {**out, "promoted": False, "reason": "kept aside: the fine-tuned weights are not finite"}
     if not held:
-        return {**out, "promoted": False, "reason": "kept aside: no held-out label to check it on "
-                                                    "(save final labels with findings on at least 2 images)"}
+        return {
+            **out,
+            "promoted": False,
+            "reason": "kept aside: no held-out label to check it on "
+            "(save final labels with findings on at least 2 images)",
+        }
     cur, new = heldout_iou(current, held), heldout_iou(candidate, held)
     out.update(heldout_iou_current=round(cur, 6), heldout_iou_candidate=round(new, 6))
     if not np.isfinite(new) or new < cur:
-        return {**out, "promoted": False,
-                "reason": f"kept aside: held-out IoU {new:.4f} is below the serving segmenter's {cur:.4f}"}
+        return {
+            **out,
+            "promoted": False,
+            "reason": f"kept aside: held-out IoU {new:.4f} is below the serving segmenter's {cur:.4f}",
+        }
     return {**out, "promoted": True, "reason": f"promoted: held-out IoU {new:.4f} >= {cur:.4f}"}
 
 
@@ -327,7 +373,6 @@ class XFlowSegmenterTrainTask(_TrainTask):
         steps, lr, batch, seed = params["steps"], params["lr"], params["batch"], params["seed"]
         pairs = datastore.datalist()
         logger.info("xflow train: %d labeled images, start from %s", len(pairs), start)
-        return finetune_from_labels(pairs, start, self.model_dir / TRAINED_SEGMENTER_DIR, steps=steps, lr=lr,
-                                    batch=batch, seed=seed)
-
-
+        return finetune_from_labels(
+            pairs, start, self.model_dir / TRAINED_SEGMENTER_DIR, steps=steps, lr=lr, batch=batch, seed=seed
+        )

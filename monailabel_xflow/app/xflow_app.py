@@ -58,8 +58,14 @@ class XFlowApp(MONAILabelApp):
         self.rosalia = RosaliaConfig()  # the papers' baseline, beside XFlow
         self.rosalia.init("rosalia", model_dir, conf, None)
         logger.info("ROSALIA: %s", self.rosalia.runtime.describe())
-        super().__init__(app_dir=app_dir, studies=studies, conf=conf, name="XFlow",
-                         description=app_description(self.xflow.runtime), version=__version__)
+        super().__init__(
+            app_dir=app_dir,
+            studies=studies,
+            conf=conf,
+            name="XFlow",
+            description=app_description(self.xflow.runtime),
+            version=__version__,
+        )
         install_guard()  # body limit, id checks, infer params confined
         install_slicer_samples()  # next sample: one file for Slicer, never a numbered series
 
@@ -84,8 +90,11 @@ class XFlowApp(MONAILabelApp):
         return self.xflow.scoring_method()
 
     def info(self):
-        return {**super().info(), "xflow_models": self.xflow.runtime.status(),
-                "rosalia_models": self.rosalia.runtime.status()}
+        return {
+            **super().info(),
+            "xflow_models": self.xflow.runtime.status(),
+            "rosalia_models": self.rosalia.runtime.status(),
+        }
 
     def infer(self, request, datastore=None):
         return checked_infer(self, super().infer, request, datastore)
@@ -105,9 +114,14 @@ def app_conf(conf: Mapping[str, str] | None) -> dict[str, str]:
             logger.warning("--conf models_file %s and --conf models %s: using models_file", named, old)
         conf["models"] = named
     elif old:
-        logger.warning("--conf models is deprecated (MONAI Label's sample apps use that key for a list of task "
-                       "names): use --conf models_file %s (xflow serve --models %s)", old, old)
+        logger.warning(
+            "--conf models is deprecated (MONAI Label's sample apps use that key for a list of task "
+            "names): use --conf models_file %s (xflow serve --models %s)",
+            old,
+            old,
+        )
     return conf
+
 
 EXTRA_EXTENSIONS = ("*.dcm", "*.jpeg")
 """Radiograph files a studies folder may hold besides MONAI Label's defaults (png, jpg, nii ...)."""
@@ -128,8 +142,12 @@ def init_datastore(app: Any, upstream: Callable[[], Any]) -> Any:
     from monailabel_xflow.app.datastore import XFlowLocalDatastore
 
     extensions = list(dict.fromkeys([*settings.MONAI_LABEL_DATASTORE_FILE_EXT, *EXTRA_EXTENSIONS]))
-    return XFlowLocalDatastore(app.studies, extensions=extensions, auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
-                               read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY)
+    return XFlowLocalDatastore(
+        app.studies,
+        extensions=extensions,
+        auto_reload=settings.MONAI_LABEL_DATASTORE_AUTO_RELOAD,
+        read_only=settings.MONAI_LABEL_DATASTORE_READ_ONLY,
+    )
 
 
 def _under(path: str, folder: str) -> bool:
@@ -143,8 +161,9 @@ def server_upload_folders() -> list[str]:
 
     from monailabel.config import settings
 
-    sessions = settings.MONAI_LABEL_SESSION_PATH or os.path.join(os.path.expanduser("~"), ".cache", "monailabel",
-                                                                 "sessions")
+    sessions = settings.MONAI_LABEL_SESSION_PATH or os.path.join(
+        os.path.expanduser("~"), ".cache", "monailabel", "sessions"
+    )
     return [tempfile.gettempdir(), sessions]
 
 
@@ -162,8 +181,12 @@ def confined_image(image: Any, datastore: Any) -> tuple[str, str | None]:
     from monailabel_xflow.app.guard import upload_paths_allowed
     from monailabel_xflow.app.requests import check_id
 
-    if upload_paths_allowed() and isinstance(image, str) and os.path.isabs(image) \
-            and any(_under(image, folder) for folder in server_upload_folders()):
+    if (
+        upload_paths_allowed()
+        and isinstance(image, str)
+        and os.path.isabs(image)
+        and any(_under(image, folder) for folder in server_upload_folders())
+    ):
         return image, None
     image_id = check_id(image, "image")
     if image_id not in datastore.list_images():
@@ -193,16 +216,21 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
         if image_id is not None:
             request["image_id"] = image_id
         label = request.get("label")
-        if label not in (None, "") and not (upload_paths_allowed() and isinstance(label, str) and os.path.isabs(label)
-                                            and any(_under(label, f) for f in server_upload_folders())):
+        if label not in (None, "") and not (
+            upload_paths_allowed()
+            and isinstance(label, str)
+            and os.path.isabs(label)
+            and any(_under(label, f) for f in server_upload_folders())
+        ):
             raise RequestError("a previous label is uploaded as the `label` file of the request, never named")
         save = as_bool(request.pop("save_label", False), "save_label")
         tag = check_id(str(request.pop("label_tag", "") or "original"), "label tag")
         result = upstream(request, datastore)
         store_result_seg(store, image_id, result)
         if save and image_id is not None and result.get("file") and os.path.exists(result["file"]):
-            result["label"] = store.save_label(image_id, result["file"], tag, {"model": request.get("model"),
-                                                                               "params": result.get("params")})
+            result["label"] = store.save_label(
+                image_id, result["file"], tag, {"model": request.get("model"), "params": result.get("params")}
+            )
         return result
 
 
@@ -225,8 +253,10 @@ def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
     if not wanted:
         return
     if not hasattr(datastore, "store_seg"):
-        raise RequestError("store_seg: the studies are not a DICOMweb PACS (start the server with "
-                           "--studies http://.../dicom-web to store results as DICOM SEG)")
+        raise RequestError(
+            "store_seg: the studies are not a DICOMweb PACS (start the server with "
+            "--studies http://.../dicom-web to store results as DICOM SEG)"
+        )
     if image_id is None:  # e.g. a client uploading its own image while the server stores by default
         params["seg_series"] = None
         params["seg_not_stored"] = "the image is an upload, not a series of the PACS; name it by its `image` id"
@@ -237,6 +267,7 @@ def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
     algorithm = str(wanted.get("algorithm") or "XFlow")
     _, ref = layout.load_image(datastore.get_image_uri(image_id), image_id)
     label = to_fixed_values(layout.read_label(result["file"], ref.shape), params.get("label_names"))
-    params["seg_series"] = datastore.store_seg(image_id, label, findings=wanted.get("findings", ()),
-                                               algorithm=algorithm, masks=wanted.get("masks"))
+    params["seg_series"] = datastore.store_seg(
+        image_id, label, findings=wanted.get("findings", ()), algorithm=algorithm, masks=wanted.get("masks")
+    )
     logger.info("stored %s's answer for %s as SEG %s", algorithm, image_id, params["seg_series"])

@@ -38,17 +38,32 @@ def register(subparsers) -> None:
         "redone on the dev split); an --out made with another seed, size, question count or data is refused.",
     )
     ph.add_argument("--out", type=Path, required=True, metavar="DIR", help="benchmark folder (resumes if it exists)")
-    ph.add_argument("--model", default=None, metavar="CONFIG",
-                    help="XFlow models file (default: the committed demo, monailabel_xflow/demo/models.yaml)")
+    ph.add_argument(
+        "--model",
+        default=None,
+        metavar="CONFIG",
+        help="XFlow models file (default: the committed demo, monailabel_xflow/demo/models.yaml)",
+    )
     ph.add_argument("--rosalia", default=None, metavar="DIR", help="ROSALIA model folder (omit to leave its row out)")
     ph.add_argument("--questions", type=int, default=300, help="held-out questions (default 300, at least 6)")
-    ph.add_argument("--seed", type=int, default=None,
-                    help="phantom seed (default: the split's, 1000 for dev, 7301 for --test; the demo trains on 0)")
-    ph.add_argument("--test", action="store_true",
-                    help="the test split: the report's run, once, with the models chosen on the dev seed")
+    ph.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="phantom seed (default: the split's, 1000 for dev, 7301 for --test; the demo trains on 0)",
+    )
+    ph.add_argument(
+        "--test",
+        action="store_true",
+        help="the test split: the report's run, once, with the models chosen on the dev seed",
+    )
     ph.add_argument("--size", type=int, default=256, help="phantom side in pixels (default 256, the demo's)")
-    ph.add_argument("--methods", default=None, metavar="LIST",
-                    help="comma-separated subset of rosalia,stage1,stage1+2,oracle (default: all available)")
+    ph.add_argument(
+        "--methods",
+        default=None,
+        metavar="LIST",
+        help="comma-separated subset of rosalia,stage1,stage1+2,oracle (default: all available)",
+    )
     ph.add_argument("--no-plots", action="store_true", help="skip the PNG plots and the contact sheet")
     ph.add_argument("--no-progress", action="store_true", help="no progress bars")
     ph.set_defaults(func=run)
@@ -69,15 +84,26 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or str(DEMO_MODELS_FILE)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     try:
-        summary = run_benchmark(args.out, model, rosalia=args.rosalia, questions=args.questions, seed=args.seed,
-                                phantom_size=args.size, methods=methods, progress=not args.no_progress,
-                                plots=not args.no_plots, split="test" if args.test else "dev")
+        summary = run_benchmark(
+            args.out,
+            model,
+            rosalia=args.rosalia,
+            questions=args.questions,
+            seed=args.seed,
+            phantom_size=args.size,
+            methods=methods,
+            progress=not args.no_progress,
+            plots=not args.no_plots,
+            split="test" if args.test else "dev",
+        )
     except (ValueError, ModelConfigError, OSError, EvaluationError) as err:
         print(f"xflow benchmark phantom: {err}", file=sys.stderr)
         return 2
     protocol = summary["protocol"]
-    print(f"{protocol['split']} split, seed {protocol['seed']}, {summary['questions']} questions "
-          "(value [bootstrap 95 % interval over phantoms])")
+    print(
+        f"{protocol['split']} split, seed {protocol['seed']}, {summary['questions']} questions "
+        "(value [bootstrap 95 % interval over phantoms])"
+    )
     for m, s in summary["methods"].items():
         c = s["ci"]
 
@@ -87,14 +113,18 @@ def run(args: argparse.Namespace) -> int:
                 return "—"
             return f"{v['value']:.3f}" + ("" if v["low"] is None else f" [{v['low']:.2f}, {v['high']:.2f}]")
 
-        print(f"{METHOD_TITLES[m]:38s} gIoU {fmt('giou')}  cIoU {fmt('ciou')}  F1 {fmt('f1')}  "
-              f"N-Acc {fmt('n_acc')}  ΔC {fmt('delta_c')}  specks {fmt('specks')}")
+        print(
+            f"{METHOD_TITLES[m]:38s} gIoU {fmt('giou')}  cIoU {fmt('ciou')}  F1 {fmt('f1')}  "
+            f"N-Acc {fmt('n_acc')}  ΔC {fmt('delta_c')}  specks {fmt('specks')}"
+        )
     for claim in summary["bootstrap"]["claims"]:
         print(f"claim: {claim['claim']}: {claim['verdict']}")
     print(f"summary in {args.out / 'benchmark.md'}")
     errors = sum(s["errors"] for s in summary["methods"].values())
     if errors:
-        print(f"xflow benchmark phantom: {errors} question(s) could not be scored (listed in the reports)",
-              file=sys.stderr)
+        print(
+            f"xflow benchmark phantom: {errors} question(s) could not be scored (listed in the reports)",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -14,7 +14,9 @@ def register(subparsers) -> None:
         "run the same command again after an interruption. Sharded: --shard i/N on N workers.",
     )
     p.add_argument("kind", choices=("init-sft", "rev-sft", "init-rl", "rev-rl"))
-    p.add_argument("--dataset", required=True, help="mimic-ils:JSON[:IMAGE_ROOT] | chexlocalize:JSON:IMAGE_ROOT | folder:DIR")
+    p.add_argument(
+        "--dataset", required=True, help="mimic-ils:JSON[:IMAGE_ROOT] | chexlocalize:JSON:IMAGE_ROOT | folder:DIR"
+    )
     p.add_argument("--split", default="train", help="MIMIC-ILS split (default: train)")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--shard", default="0/1", help="i/N: this worker builds every N-th case from the i-th")
@@ -53,8 +55,16 @@ def run(args) -> int:
 
         segmenter = load_segmenter(args.segmenter)
     try:
-        report = build(args.kind, result.cases, args.out, lung_boxes=lungs, segmenter=segmenter,
-                       shard=(i, n), seed=args.seed, chunk_size=args.chunk_size)
+        report = build(
+            args.kind,
+            result.cases,
+            args.out,
+            lung_boxes=lungs,
+            segmenter=segmenter,
+            shard=(i, n),
+            seed=args.seed,
+            chunk_size=args.chunk_size,
+        )
     except BuildError as err:
         print(f"xflow build: {err}", file=sys.stderr)
         return 2

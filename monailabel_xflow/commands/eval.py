@@ -23,11 +23,20 @@ def register(subparsers) -> None:
         "columns image,mask,instruction; empty mask = negative). Exit status 1 when some cases "
         "could not be scored (e.g. a missing prediction; they are listed in the report).",
     )
-    p.add_argument("--dataset", required=True, metavar="SPEC", help="mimic-ils:JSON[:ROOT] | chexlocalize:JSON:IMAGE_ROOT | folder:DIR")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        metavar="SPEC",
+        help="mimic-ils:JSON[:ROOT] | chexlocalize:JSON:IMAGE_ROOT | folder:DIR",
+    )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--predictions", type=Path, metavar="DIR", help="saved masks DIR/<case_id>.png (non-zero = lesion)")
+    src.add_argument(
+        "--predictions", type=Path, metavar="DIR", help="saved masks DIR/<case_id>.png (non-zero = lesion)"
+    )
     src.add_argument("--model", metavar="CONFIG", help="run XFlow from this model config (YAML/JSON)")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder (resumes if it holds results.jsonl)")
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="output folder (resumes if it holds results.jsonl)"
+    )
     p.add_argument("--split", default="test", help="MIMIC-ILS split (default test)")
     p.add_argument("--lesion-inference", action="store_true", help="MIMIC-ILS: also score lesion-inference questions")
     p.add_argument("--strict", action="store_true", help="stop (exit 2) if the dataset has any problem")
@@ -64,7 +73,10 @@ def run(args) -> int:
         print(f"xflow eval: {err}", file=sys.stderr)
         return 2
     if result.problems:
-        print(f"xflow eval: {len(result.problems)} dataset entries left out (listed in report.md); first:", file=sys.stderr)
+        print(
+            f"xflow eval: {len(result.problems)} dataset entries left out (listed in report.md); first:",
+            file=sys.stderr,
+        )
         for line in result.problems[:5]:
             print(f"  {line}", file=sys.stderr)
     cases = result.cases[: args.limit] if args.limit else result.cases
@@ -81,26 +93,40 @@ def run(args) -> int:
         try:
             predict = _model_predictor(args.model)
         except ImportError as err:
-            print(f"xflow eval: --model needs monailabel_xflow.workflow.xflow (XFlow.from_config), which is not "
-                  f"available here ({err}); save masks and use --predictions DIR instead", file=sys.stderr)
+            print(
+                f"xflow eval: --model needs monailabel_xflow.workflow.xflow (XFlow.from_config), which is not "
+                f"available here ({err}); save masks and use --predictions DIR instead",
+                file=sys.stderr,
+            )
             return 2
         except (ValueError, OSError) as err:
             print(f"xflow eval: cannot load the model from {args.model}: {err}", file=sys.stderr)
             return 2
         identity = model_identity(args.model)
     report = evaluate(
-        cases, predict, args.out, connectivity=args.connectivity, resume=not args.no_resume,
+        cases,
+        predict,
+        args.out,
+        connectivity=args.connectivity,
+        resume=not args.no_resume,
         predictor_id=identity,
-        save_predictions=args.save_predictions and args.model is not None, problems=result.problems,
-        title=f"XFlow evaluation: {args.dataset}", plots=not args.no_plots,
+        save_predictions=args.save_predictions and args.model is not None,
+        problems=result.problems,
+        title=f"XFlow evaluation: {args.dataset}",
+        plots=not args.no_plots,
     )
     avg = report["average"]
     fmt = lambda v: "—" if v is None or v != v else f"{v:.3f}"  # noqa: E731
-    print(f"{report['n_scored']}/{len(cases)} cases scored; equal-weight level average: "
-          f"gIoU {fmt(avg['giou'])}, cIoU {fmt(avg['ciou'])}, F1 {fmt(avg['f1'])}, N-Acc {fmt(avg['n_acc'])}")
+    print(
+        f"{report['n_scored']}/{len(cases)} cases scored; equal-weight level average: "
+        f"gIoU {fmt(avg['giou'])}, cIoU {fmt(avg['ciou'])}, F1 {fmt(avg['f1'])}, N-Acc {fmt(avg['n_acc'])}"
+    )
     print(f"reports in {args.out} (report.md, report.json, results.jsonl)")
     if report["errors"]:
-        print(f"xflow eval: {len(report['errors'])} case(s) could not be scored, e.g. "
-              f"{next(iter(report['errors'].items()))}", file=sys.stderr)
+        print(
+            f"xflow eval: {len(report['errors'])} case(s) could not be scored, e.g. "
+            f"{next(iter(report['errors'].items()))}",
+            file=sys.stderr,
+        )
         return 1
     return 0

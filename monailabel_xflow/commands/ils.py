@@ -40,28 +40,46 @@ def register(subparsers) -> None:
         "PNG masks and review sheets.",
     )
     sub = p.add_subparsers(dest="ils_command", metavar="ACTION", required=True)
-    b = sub.add_parser("build", help="run the pipeline (resumable, sharded, processes or Dask)",
-                       description=__doc__.split("\n\n", 2)[2], formatter_class=_raw())
-    b.add_argument("--images", required=True, type=Path, metavar="DIR", help="folder the reports' image paths are relative to")
-    b.add_argument("--reports", required=True, metavar="CSV", help="reports CSV (study_id,image_path,report) or 'phantom-truth'")
+    b = sub.add_parser(
+        "build",
+        help="run the pipeline (resumable, sharded, processes or Dask)",
+        description=__doc__.split("\n\n", 2)[2],
+        formatter_class=_raw(),
+    )
+    b.add_argument(
+        "--images", required=True, type=Path, metavar="DIR", help="folder the reports' image paths are relative to"
+    )
+    b.add_argument(
+        "--reports", required=True, metavar="CSV", help="reports CSV (study_id,image_path,report) or 'phantom-truth'"
+    )
     b.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (resumes if it holds work/)")
     b.add_argument("--stages", metavar="YAML", help="stage configuration (keys anatomy, healthy, locations, detector)")
-    b.add_argument("--high-recall", action="store_true", help="halve every threshold of Algorithm 1 (the paper's variant)")
+    b.add_argument(
+        "--high-recall", action="store_true", help="halve every threshold of Algorithm 1 (the paper's variant)"
+    )
     b.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
-    b.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler (tcp://host:8786), or 'local:N' for N local workers")
+    b.add_argument(
+        "--dask", metavar="ADDRESS", help="run on a Dask scheduler (tcp://host:8786), or 'local:N' for N local workers"
+    )
     b.add_argument("--shard", default="0/1", help="i/N: process every N-th study from the i-th")
     b.add_argument("--split", default="train", help="split of studies whose row names none (default train)")
     _structurer_args(b)
     b.set_defaults(func=run_build)
-    r = sub.add_parser("recall", help="pipeline recall (Table 8 layout) and mask IoU on a phantom set",
-                       description="Run the pipeline on an `xflow phantom` set with default and halved thresholds, "
-                       "with findings from its structured reports.csv and from its truth, and write report structuring "
-                       "precision/recall per field, recall per finding (the paper's Table 8 layout) and mask IoU against "
-                       "the phantom truth (OUT/recall.md, OUT/recall.json).")
+    r = sub.add_parser(
+        "recall",
+        help="pipeline recall (Table 8 layout) and mask IoU on a phantom set",
+        description="Run the pipeline on an `xflow phantom` set with default and halved thresholds, "
+        "with findings from its structured reports.csv and from its truth, and write report structuring "
+        "precision/recall per field, recall per finding (the paper's Table 8 layout) and mask IoU against "
+        "the phantom truth (OUT/recall.md, OUT/recall.json).",
+    )
     r.add_argument("--images", required=True, type=Path, metavar="DIR", help="a set written by xflow phantom")
-    r.add_argument("--reports", metavar="CSV",
-                   help="reports CSV to structure (default: the set's reports.csv, whose structuring is also scored "
-                   "against ground-truth/report_findings.json); 'phantom-truth': only the truth findings")
+    r.add_argument(
+        "--reports",
+        metavar="CSV",
+        help="reports CSV to structure (default: the set's reports.csv, whose structuring is also scored "
+        "against ground-truth/report_findings.json); 'phantom-truth': only the truth findings",
+    )
     r.add_argument("--out", required=True, type=Path, metavar="DIR", help="where recall.md / recall.json go")
     r.add_argument("--work", type=Path, metavar="DIR", help="pipeline outputs (default OUT/work)")
     r.add_argument("--workers", type=int, default=1)
@@ -70,15 +88,31 @@ def register(subparsers) -> None:
 
 
 def _structurer_args(p) -> None:
-    p.add_argument("--structurer", choices=("rules", "llm"), default="rules",
-                   help="report structurer: medspaCy rules (default) or a local instruction-tuned LLM (--llm-model)")
-    p.add_argument("--llm-model", metavar="PATH", help="with --structurer llm: a local Hugging Face model folder "
-                   "(never downloaded)")
-    p.add_argument("--llm-max-new-tokens", type=int, default=512, metavar="N",
-                   help="with --structurer llm: longest answer per report (default 512)")
-    p.add_argument("--section", choices=("findings", "findings+impression"), default="findings",
-                   help="what is structured: 'findings' (default, the papers' rule: findings, else impression, "
-                   "else last paragraph) or 'findings+impression' (both together: more recall)")
+    p.add_argument(
+        "--structurer",
+        choices=("rules", "llm"),
+        default="rules",
+        help="report structurer: medspaCy rules (default) or a local instruction-tuned LLM (--llm-model)",
+    )
+    p.add_argument(
+        "--llm-model",
+        metavar="PATH",
+        help="with --structurer llm: a local Hugging Face model folder (never downloaded)",
+    )
+    p.add_argument(
+        "--llm-max-new-tokens",
+        type=int,
+        default=512,
+        metavar="N",
+        help="with --structurer llm: longest answer per report (default 512)",
+    )
+    p.add_argument(
+        "--section",
+        choices=("findings", "findings+impression"),
+        default="findings",
+        help="what is structured: 'findings' (default, the papers' rule: findings, else impression, "
+        "else last paragraph) or 'findings+impression' (both together: more recall)",
+    )
 
 
 def _raw():
@@ -151,14 +185,21 @@ def run_build(args) -> int:
         if args.dask.startswith("local:"):
             from distributed import LocalCluster
 
-            cluster = LocalCluster(n_workers=int(args.dask.split(":", 1)[1]), threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+            cluster = LocalCluster(
+                n_workers=int(args.dask.split(":", 1)[1]), threads_per_worker=1, processes=True, dashboard_address=None
+            )
             scheduler = cluster.scheduler_address
         else:
             scheduler = args.dask
     try:
-        summary = run(studies, config, shard=(i, n), workers=args.workers, scheduler=scheduler,
-                      progress=lambda it: tqdm(it, desc="studies", unit="study", total=None))
+        summary = run(
+            studies,
+            config,
+            shard=(i, n),
+            workers=args.workers,
+            scheduler=scheduler,
+            progress=lambda it: tqdm(it, desc="studies", unit="study", total=None),
+        )
     except (PipelineError, StageError) as err:
         print(f"xflow ils build: {err}", file=sys.stderr)
         return 2
@@ -167,9 +208,11 @@ def run_build(args) -> int:
             cluster.close()
     rec = summary["recall"]["mean"]
     recall = "n/a" if rec["recall"] is None else f"{rec['recall']:.1%}"
-    print(f"{summary['written']}/{summary['studies']} studies written ({summary['qc_dropped']} dropped by QC, "
-          f"{summary['errors']} unreadable); {summary['positive_pairs']} positive and {summary['negative_pairs']} "
-          f"negative pairs; masks for {rec['generated']}/{rec['reported']} reported lung findings (mean recall {recall})")
+    print(
+        f"{summary['written']}/{summary['studies']} studies written ({summary['qc_dropped']} dropped by QC, "
+        f"{summary['errors']} unreadable); {summary['positive_pairs']} positive and {summary['negative_pairs']} "
+        f"negative pairs; masks for {rec['generated']}/{rec['reported']} reported lung findings (mean recall {recall})"
+    )
     print(f"MIMIC-ILS JSON: {args.out / 'ground-truth' / 'mimic_ils.json'}; review sheets in {args.out / 'review'}")
     return 0
 
@@ -211,8 +254,15 @@ def run_recall(args) -> int:
         print(f"xflow ils recall: cannot read the reports: {err}", file=sys.stderr)
         return 2
     how = "xflow " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["ils"] else ""
-    figures, text = recall_report(args.images, args.work or args.out / "work", sources, args.workers,
-                                  progress=progress, structuring=structuring, how=how)
+    figures, text = recall_report(
+        args.images,
+        args.work or args.out / "work",
+        sources,
+        args.workers,
+        progress=progress,
+        structuring=structuring,
+        how=how,
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "recall.json").write_text(json.dumps(figures, indent=1))
     (args.out / "recall.md").write_text(text)

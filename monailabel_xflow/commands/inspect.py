@@ -25,8 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bits_stored. Exit status 2 with the reason on stderr when it cannot be loaded.",
     )
     parser.add_argument("image", type=Path, help="PNG, JPEG, DICOM or NIfTI file")
-    parser.add_argument("--allow-lateral", action="store_true",
-                        help="accept lateral views (refused by default: XFlow reads frontal views)")
+    parser.add_argument(
+        "--allow-lateral",
+        action="store_true",
+        help="accept lateral views (refused by default: XFlow reads frontal views)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -76,17 +76,31 @@ def dist_dir(root: Path | None = None) -> Path:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "ohif", help=f"serve OHIF {OHIF_VERSION} with the PACS's DICOMweb behind one origin (loopback)",
-        description=(__doc__ or "").split("\n\n")[0])
+        "ohif",
+        help=f"serve OHIF {OHIF_VERSION} with the PACS's DICOMweb behind one origin (loopback)",
+        description=(__doc__ or "").split("\n\n")[0],
+    )
     parser.add_argument("--studies", help="the PACS's DICOMweb URL (http://host:port/dicom-web)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any free)")
-    parser.add_argument("--dir", type=Path, default=None, help="where the viewer is installed (default: $XFLOW_OHIF_DIR, else ~/.local/share/monailabel-xflow/ohif)")
-    parser.add_argument("--seg-encoding", choices=SEG_ENCODINGS, default="labelmap",
-                        help="how OHIF stores segmentations: labelmap (OHIF's default, Label Map SEG) or bitmap "
-                        "(binary SEG, for PACS/tools without the Label Map IOD)")
-    parser.add_argument("--install", action="store_true",
-                        help=f"install {OHIF_PACKAGE}@{OHIF_VERSION} with npm (pinned, integrity-checked) and exit")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the viewer is installed (default: $XFLOW_OHIF_DIR, else ~/.local/share/monailabel-xflow/ohif)",
+    )
+    parser.add_argument(
+        "--seg-encoding",
+        choices=SEG_ENCODINGS,
+        default="labelmap",
+        help="how OHIF stores segmentations: labelmap (OHIF's default, Label Map SEG) or bitmap "
+        "(binary SEG, for PACS/tools without the Label Map IOD)",
+    )
+    parser.add_argument(
+        "--install",
+        action="store_true",
+        help=f"install {OHIF_PACKAGE}@{OHIF_VERSION} with npm (pinned, integrity-checked) and exit",
+    )
     parser.set_defaults(func=run)
 
 
@@ -107,12 +121,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     dist = dist_dir(root)
     if not (dist / "index.html").is_file():
-        print(f"xflow ohif: no OHIF {OHIF_VERSION} at {dist}; install it with `make ohif` "
-              f"(or `xflow ohif --install`)", file=sys.stderr)
+        print(
+            f"xflow ohif: no OHIF {OHIF_VERSION} at {dist}; install it with `make ohif` (or `xflow ohif --install`)",
+            file=sys.stderr,
+        )
         return 2
     server = make_server(dist, args.studies, args.host, args.port, args.seg_encoding)
-    print(f"OHIF {OHIF_VERSION} at http://{args.host}:{server.server_address[1]}/ "
-          f"(DICOMweb: {args.studies} behind {PROXY_PREFIX})", flush=True)
+    print(
+        f"OHIF {OHIF_VERSION} at http://{args.host}:{server.server_address[1]}/ "
+        f"(DICOMweb: {args.studies} behind {PROXY_PREFIX})",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -123,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 # --- installing ---------------------------------------------------------------------------------
+
 
 def install(root: Path) -> Path:
     """``npm pack`` the pinned release, check its integrity, unpack ``dist`` to ``ROOT/<version>/dist``.
@@ -139,8 +159,12 @@ def install(root: Path) -> Path:
     if npm is None:
         raise RuntimeError("npm is not installed (node >= 18 and npm are needed once, to install the viewer)")
     with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run([npm, "pack", f"{OHIF_PACKAGE}@{OHIF_VERSION}", "--pack-destination", tmp, "--silent"],
-                              capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [npm, "pack", f"{OHIF_PACKAGE}@{OHIF_VERSION}", "--pack-destination", tmp, "--silent"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         tarballs = sorted(Path(tmp).glob("*.tgz"))
         if done.returncode != 0 or len(tarballs) != 1:
             raise RuntimeError(f"npm pack {OHIF_PACKAGE}@{OHIF_VERSION} failed: {done.stderr.strip()[-2000:]}")
@@ -183,37 +207,61 @@ def app_config(seg_encoding: str = "labelmap") -> str:
         "namespace": "@ohif/extension-default.dataSourcesModule.dicomweb",
         "sourceName": "pacs",
         "configuration": {
-            "friendlyName": "PACS (xflow ohif)", "name": "pacs",
-            "qidoSupportsIncludeField": False, "imageRendering": "wadors", "thumbnailRendering": "wadors",
-            "enableStudyLazyLoad": True, "supportsFuzzyMatching": False, "supportsWildcard": True,
-            "omitQuotationForMultipartRequest": True, "bulkDataURI": {"enabled": False},
-            "dicomUploadEnabled": False, "supportsReject": False,
+            "friendlyName": "PACS (xflow ohif)",
+            "name": "pacs",
+            "qidoSupportsIncludeField": False,
+            "imageRendering": "wadors",
+            "thumbnailRendering": "wadors",
+            "enableStudyLazyLoad": True,
+            "supportsFuzzyMatching": False,
+            "supportsWildcard": True,
+            "omitQuotationForMultipartRequest": True,
+            "bulkDataURI": {"enabled": False},
+            "dicomUploadEnabled": False,
+            "supportsReject": False,
             "segmentation": {"store": {"defaultMode": seg_encoding}},
         },
     }
-    config = {"routerBasename": "/", "showStudyList": True, "extensions": [], "modes": [],
-              "customizationService": {}, "maxNumberOfWebWorkers": 2, "showWarningMessageForCrossOrigin": False,
-              "showCPUFallbackMessage": False, "showLoadingIndicator": True, "strictZSpacingForVolumeViewport": True,
-              "defaultDataSourceName": "pacs", "dataSources": [source]}
-    return ("// written by `xflow ohif`: the PACS's DICOMweb behind this origin\n"
-            f"window.config = {json.dumps(config, indent=1)};\n"
-            "for (const key of ['qidoRoot', 'wadoRoot', 'wadoUriRoot'])\n"
-            f"  window.config.dataSources[0].configuration[key] = window.location.origin + '{PROXY_PREFIX}';\n")
+    config = {
+        "routerBasename": "/",
+        "showStudyList": True,
+        "extensions": [],
+        "modes": [],
+        "customizationService": {},
+        "maxNumberOfWebWorkers": 2,
+        "showWarningMessageForCrossOrigin": False,
+        "showCPUFallbackMessage": False,
+        "showLoadingIndicator": True,
+        "strictZSpacingForVolumeViewport": True,
+        "defaultDataSourceName": "pacs",
+        "dataSources": [source],
+    }
+    return (
+        "// written by `xflow ohif`: the PACS's DICOMweb behind this origin\n"
+        f"window.config = {json.dumps(config, indent=1)};\n"
+        "for (const key of ['qidoRoot', 'wadoRoot', 'wadoUriRoot'])\n"
+        f"  window.config.dataSources[0].configuration[key] = window.location.origin + '{PROXY_PREFIX}';\n"
+    )
 
 
-def make_server(dist: Path, studies: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                seg_encoding: str = "labelmap") -> ThreadingHTTPServer:
+def make_server(
+    dist: Path, studies: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, seg_encoding: str = "labelmap"
+) -> ThreadingHTTPServer:
     """The viewer + proxy server, bound but not yet serving (``serve_forever`` it)."""
     upstream = urllib.parse.urlsplit(studies.rstrip("/"))
-    handler = type("OHIFHandler", (_Handler,), {"dist": dist.resolve(), "upstream": upstream,
-                                                "config_js": app_config(seg_encoding).encode()})
+    handler = type(
+        "OHIFHandler",
+        (_Handler,),
+        {"dist": dist.resolve(), "upstream": upstream, "config_js": app_config(seg_encoding).encode()},
+    )
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server
 
 
-def serve_in_thread(dist: Path, studies: str, host: str = "127.0.0.1", port: int = 0,
-                    seg_encoding: str = "labelmap") -> tuple[ThreadingHTTPServer, str]:
+def serve_in_thread(
+    dist: Path, studies: str, host: str = "127.0.0.1", port: int = 0, seg_encoding: str = "labelmap"
+) -> tuple[ThreadingHTTPServer, str]:
     """Start :func:`make_server` in a daemon thread; returns the server and its URL (tests, embedding)."""
     server = make_server(dist, studies, host, port, seg_encoding)
     threading.Thread(target=server.serve_forever, name="xflow-ohif", daemon=True).start()
@@ -238,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = urllib.parse.urlsplit(self.path).path
-        rest = path[len(PROXY_PREFIX):].strip("/").split("/")
+        rest = path[len(PROXY_PREFIX) :].strip("/").split("/")
         if path.startswith(PROXY_PREFIX + "/") and rest[0] == "studies" and len(rest) <= 2 and self._safe(path):
             self._proxy(send_body=True)
         else:
@@ -282,13 +330,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _proxy(self, send_body: bool) -> None:
         up = self.upstream
         split = urllib.parse.urlsplit(self.path)
-        target = up.path + split.path[len(PROXY_PREFIX):] + (f"?{split.query}" if split.query else "")
+        target = up.path + split.path[len(PROXY_PREFIX) :] + (f"?{split.query}" if split.query else "")
         length = int(self.headers.get("Content-Length") or 0)
         if length < 0 or length > 1 << 30:
             return self._error(413, "request body over 1 GiB")
         body = self.rfile.read(length) if length else None
-        headers = {k: v for k, v in self.headers.items()
-                   if k.lower() in ("accept", "content-type", "content-length", "authorization")}
+        headers = {
+            k: v
+            for k, v in self.headers.items()
+            if k.lower() in ("accept", "content-type", "content-length", "authorization")
+        }
         conn_type = http.client.HTTPSConnection if up.scheme == "https" else http.client.HTTPConnection
         conn = conn_type(up.hostname, up.port, timeout=300)
         try:
@@ -326,9 +377,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, "text/plain; charset=utf-8", f"{status}: {message}\n".encode(), True)
 
 
-_TYPES = {".js": "application/javascript", ".mjs": "application/javascript", ".css": "text/css",
-          ".html": "text/html; charset=utf-8", ".json": "application/json", ".wasm": "application/wasm",
-          ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2", ".ico": "image/x-icon"}
+_TYPES = {
+    ".js": "application/javascript",
+    ".mjs": "application/javascript",
+    ".css": "text/css",
+    ".html": "text/html; charset=utf-8",
+    ".json": "application/json",
+    ".wasm": "application/wasm",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".woff2": "font/woff2",
+    ".ico": "image/x-icon",
+}
 
 
 def _content_type(path: Path) -> str:

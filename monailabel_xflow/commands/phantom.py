@@ -17,9 +17,9 @@ def register(subparsers) -> None:
         "phantom",
         help="generate synthetic chest radiographs with pixel-true masks and MIMIC-ILS JSON",
         description="Write N procedural chest radiographs (PNG, optional DICOM), lesion/lung/zone "
-                    "masks, a MIMIC-ILS-format JSON and a radiology-style report per study "
-                    "(reports.csv: study_id,image_path,report; true tuples in "
-                    "ground-truth/report_findings.json) under --out.",
+        "masks, a MIMIC-ILS-format JSON and a radiology-style report per study "
+        "(reports.csv: study_id,image_path,report; true tuples in "
+        "ground-truth/report_findings.json) under --out.",
     )
     p.add_argument("--out", required=True, help="output folder (images at its top level)")
     p.add_argument("--count", type=int, default=12, help="number of studies (default 12)")
@@ -44,7 +44,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         release, phantoms = export_set(
-            Path(args.out), args.count, args.seed, size=args.size, dicom=args.dicom,
+            Path(args.out),
+            args.count,
+            args.seed,
+            size=args.size,
+            dicom=args.dicom,
             progress=lambda it: tqdm(it, desc="phantoms", unit="img"),
         )
     except PhantomError as e:

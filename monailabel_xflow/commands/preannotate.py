@@ -39,8 +39,13 @@ def register(subparsers) -> None:
         "skipped). Prints a JSON summary.",
     )
     parser.add_argument("--studies", required=True, help="DICOMweb URL (http://host:port/dicom-web)")
-    parser.add_argument("--finding", "-f", action="append", default=[],
-                        help="a finding to look for (repeat; default: all seven findings)")
+    parser.add_argument(
+        "--finding",
+        "-f",
+        action="append",
+        default=[],
+        help="a finding to look for (repeat; default: all seven findings)",
+    )
     parser.add_argument("--location", default="", help="a lung or zone to restrict the question to")
     parser.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* or the demo model")
     parser.add_argument("--limit", type=int, default=0, help="stop after N series (0 = all)")
@@ -66,8 +71,13 @@ def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.app.infer import XFlowInferTask, instructions_from_request
     from monailabel_xflow.app.runtime import XFlowRuntime
 
-    request = {"finding": args.finding or ["all findings"], "location": args.location, "revise": not args.no_revise,
-               "max_clicks": args.max_clicks, "trace": False}
+    request = {
+        "finding": args.finding or ["all findings"],
+        "location": args.location,
+        "revise": not args.no_revise,
+        "max_clicks": args.max_clicks,
+        "trace": False,
+    }
     try:
         findings = list(dict.fromkeys(i.finding for i in instructions_from_request(request)))
     except (InstructionError, ValueError) as exc:
@@ -79,8 +89,13 @@ def run(args: argparse.Namespace) -> int:
     todo = [s for s in series if args.force or not set(findings) <= done_before.get(s, set())]
     if args.limit:
         todo = todo[: args.limit]
-    summary: dict = {"findings": findings, "series": len(series), "skipped": len(series) - len(todo), "done": [],
-                     "failed": {}}
+    summary: dict = {
+        "findings": findings,
+        "series": len(series),
+        "skipped": len(series) - len(todo),
+        "done": [],
+        "failed": {},
+    }
     if todo:  # load the models only when there is work (a resumed, finished run returns at once)
         runtime = XFlowRuntime({"models": args.models} if args.models else {}, preload=False)
         try:
@@ -116,5 +131,10 @@ def preannotate_one(store, task, image_id: str, request: dict, findings: list[st
         label = layout.read_label(label_file, ref.shape)
     finally:
         os.unlink(label_file)
-    return store.store_seg(image_id, label, findings=findings, description=f"XFlow: {params['answer']}"[:64],
-                           masks=params["store_seg"]["masks"])  # each finding's full mask, overlaps kept
+    return store.store_seg(
+        image_id,
+        label,
+        findings=findings,
+        description=f"XFlow: {params['answer']}"[:64],
+        masks=params["store_seg"]["masks"],
+    )  # each finding's full mask, overlaps kept

@@ -17,7 +17,9 @@ def register(subparsers) -> None:
         "log-strengths with percentile bootstrap intervals over cases, mean ranks and the tie rate.",
     )
     p.add_argument("rankings", type=Path, help="CSV with columns case,reader,item,rank")
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples over cases (default 2000; 0 = none)")
+    p.add_argument(
+        "--bootstrap", type=int, default=2000, help="bootstrap resamples over cases (default 2000; 0 = none)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed of the bootstrap (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval coverage (default 0.95)")
     p.add_argument("--out", type=Path, default=None, help="write the full report as JSON here")

@@ -58,7 +58,9 @@ def register(subparsers) -> None:
     what.add_argument("--all-findings", action="store_true", help="the seven findings at chest level")
     parser.add_argument("--out", "-o", type=Path, required=True, help="output folder (created)")
     parser.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
-    parser.add_argument("--max-clicks", type=int, default=None, help="Stage 2 click budget T (default from the config, 4)")
+    parser.add_argument(
+        "--max-clicks", type=int, default=None, help="Stage 2 click budget T (default from the config, 4)"
+    )
     parser.add_argument("--no-revise", action="store_true", help="skip Stage 2 (Stage 1 masks only)")
     parser.add_argument("--quiet", "-q", action="store_true", help="warnings only on stderr")
     parser.set_defaults(func=run)
@@ -101,13 +103,15 @@ def run(args: argparse.Namespace) -> int:
     for k, result in enumerate(results):
         folder = args.out if len(results) == 1 else args.out / _slug(k, result.instruction)
         write_result(result, image, folder, spacing=meta.get("spacing"))
-        summary.append({
-            "instruction": result.instruction.text,
-            "present": result.present,
-            "answer": result.answer,
-            "message": result.message,
-            "folder": str(folder.relative_to(args.out)) if folder != args.out else ".",
-        })
+        summary.append(
+            {
+                "instruction": result.instruction.text,
+                "present": result.present,
+                "answer": result.answer,
+                "message": result.message,
+                "folder": str(folder.relative_to(args.out)) if folder != args.out else ".",
+            }
+        )
         timings = ", ".join(f"{key} {value:.2f} s" for key, value in result.trace.timings.items())
         logger.info("%s: %s", result.instruction.text, timings)
         print(result.message if len(results) == 1 else f"{result.instruction.text} {result.message}")

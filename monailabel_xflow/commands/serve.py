@@ -80,19 +80,25 @@ def prepare_workspace(folder: str | os.PathLike) -> Path:
     import monailabel_xflow
 
     folder = Path(folder).expanduser().resolve()
-    installed = {Path(monailabel_xflow.__file__).resolve().parent,
-                 *(Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib"))}
+    installed = {
+        Path(monailabel_xflow.__file__).resolve().parent,
+        *(Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")),
+    }
     for place in installed:
         if folder == place or place in folder.parents:
-            raise WorkspaceError(f"workspace {folder} is inside {place}, where Python packages live; "
-                                 "choose a folder of your own (--workspace DIR)")
+            raise WorkspaceError(
+                f"workspace {folder} is inside {place}, where Python packages live; "
+                "choose a folder of your own (--workspace DIR)"
+            )
     if folder.exists() and not folder.is_dir():
         raise WorkspaceError(f"workspace {folder} is not a folder")
     main = folder / "main.py"
     current = main.read_text() if main.is_file() else None
     if current is not None and POINTER_IMPORT not in current:
-        raise WorkspaceError(f"{main} is not XFlow's workspace pointer (serve that app with --app {folder}, "
-                             "or choose another --workspace)")
+        raise WorkspaceError(
+            f"{main} is not XFlow's workspace pointer (serve that app with --app {folder}, "
+            "or choose another --workspace)"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     if current != WORKSPACE_MAIN:  # new, or written by another version
         main.write_text(WORKSPACE_MAIN)
@@ -101,15 +107,16 @@ def prepare_workspace(folder: str | os.PathLike) -> Path:
 
 def workspace_env(folder: Path) -> dict[str, str]:
     """Caches and sessions inside the workspace (defaults; variables already set win)."""
-    return {"MONAI_LABEL_DICOMWEB_CACHE_PATH": str(folder / "cache" / "dicomweb"),
-            "MONAI_LABEL_SESSION_PATH": str(folder / "cache" / "sessions")}
+    return {
+        "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(folder / "cache" / "dicomweb"),
+        "MONAI_LABEL_SESSION_PATH": str(folder / "cache" / "sessions"),
+    }
 
 
 SERVER_ENV: dict[str, str] = {
     "MONAI_LABEL_DICOMWEB_SEARCH_FILTER": json.dumps({"Modality": "CR,DX"}),
     "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY": "10",
-    "MONAI_LABEL_DATASTORE_FILE_EXT": json.dumps(
-        ["*.nii.gz", "*.nii", "*.nrrd", "*.png", "*.jpg", "*.jpeg", "*.dcm"]),
+    "MONAI_LABEL_DATASTORE_FILE_EXT": json.dumps(["*.nii.gz", "*.nii", "*.nrrd", "*.png", "*.jpg", "*.jpeg", "*.dcm"]),
 }
 """Environment defaults for a radiograph server (an existing variable wins)."""
 
@@ -121,25 +128,48 @@ def register(subparsers) -> None:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--workspace", help="folder for the server's logs, trained models and caches (default "
-                                           "$XFLOW_WORKSPACE, else ~/.local/share/monailabel-xflow/workspace)")
+    where.add_argument(
+        "--workspace",
+        help="folder for the server's logs, trained models and caches (default "
+        "$XFLOW_WORKSPACE, else ~/.local/share/monailabel-xflow/workspace)",
+    )
     where.add_argument("--app", help="serve this MONAI Label app folder instead of the packaged app")
-    parser.add_argument("--studies", required=True, help="studies folder, or a DICOMweb URL (http://host:port/dicom-web)")
+    parser.add_argument(
+        "--studies", required=True, help="studies folder, or a DICOMweb URL (http://host:port/dicom-web)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--models", help="model configuration file (same as --conf models_file PATH)")
-    parser.add_argument("--conf", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-                        help="app configuration, repeatable (models_file, model_dir, dicomweb_search_filter, "
-                             "store_seg)")
+    parser.add_argument(
+        "--conf",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("KEY", "VALUE"),
+        help="app configuration, repeatable (models_file, model_dir, dicomweb_search_filter, store_seg)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command and environment, start nothing")
     parser.set_defaults(func=run)
 
 
-def server_command(app: str, studies: str, host: str, port: int, conf: Sequence[Sequence[str]] = (),
-                   python: str | None = None) -> list[str]:
+def server_command(
+    app: str, studies: str, host: str, port: int, conf: Sequence[Sequence[str]] = (), python: str | None = None
+) -> list[str]:
     """The ``python -m monailabel.main start_server ...`` argument list."""
-    cmd = [python or sys.executable, "-m", "monailabel.main", "start_server", "--app", str(app),
-           "--studies", str(studies), "--host", host, "--port", str(int(port))]
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "monailabel.main",
+        "start_server",
+        "--app",
+        str(app),
+        "--studies",
+        str(studies),
+        "--host",
+        host,
+        "--port",
+        str(int(port)),
+    ]
     for key, value in conf:
         cmd += ["--conf", str(key), str(value)]
     return cmd
@@ -181,8 +211,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key}={env[key]}")
         print(" ".join(cmd))
         return 0
-    print(f"xflow serve: http://{args.host}:{args.port}/ (studies {studies}; {'app' if args.app else 'workspace'} "
-          f"{app})", file=sys.stderr)
+    print(
+        f"xflow serve: http://{args.host}:{args.port}/ (studies {studies}; {'app' if args.app else 'workspace'} {app})",
+        file=sys.stderr,
+    )
     try:
         return subprocess.call(cmd, env=env)
     except KeyboardInterrupt:

@@ -52,22 +52,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-m monailabel_xflow.cli train ...",
     )
     parser.add_argument("trainer", choices=TRAINERS)
-    parser.add_argument("--data", required=True,
-                        help="segmenter: dataset spec (e.g. folder:DIR, mimic-ils:JSON:ROOT); "
-                        "policies: the built training set folder")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="segmenter: dataset spec (e.g. folder:DIR, mimic-ils:JSON:ROOT); policies: the built training set folder",
+    )
     parser.add_argument("--model", required=True, help="base model folder or hub id (SAM3 for segmenter)")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
-    parser.add_argument("--init-from", type=Path, default=None,
-                        help="adapter to start from (rev-sft: π_init's SFT; RL: the same policy's SFT)")
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="adapter to start from (rev-sft: π_init's SFT; RL: the same policy's SFT)",
+    )
     parser.add_argument("--config", type=Path, default=None, help="YAML overriding the Table 7 defaults")
     parser.add_argument("--max-steps", type=int, default=None, help="cap the number of optimiser steps")
     parser.add_argument("--split", default="train", help="segmenter: dataset split to read (default train)")
     parser.add_argument("--segmenter", default=None, help="rev-rl: F_seg weights (folder or .pt) in the loop")
-    parser.add_argument("--per-device-batch", type=int, default=None,
-                        help="examples (SFT) or completions (RL) per device and step; the rest is "
-                        "gradient accumulation up to the config's effective batch")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="RL: tokens per completion (init-rl) or per turn (rev-rl)")
+    parser.add_argument(
+        "--per-device-batch",
+        type=int,
+        default=None,
+        help="examples (SFT) or completions (RL) per device and step; the rest is "
+        "gradient accumulation up to the config's effective batch",
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None, help="RL: tokens per completion (init-rl) or per turn (rev-rl)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run)
 
@@ -84,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     keep = {k: v for k, v in summary.items() if k not in ("losses", "reward", "rewards_per_term", "aux_mask_loss")}
     losses = summary.get("losses") or []
-    keep.update(out=str(args.out), first_loss=losses[0] if losses else None,
-                last_loss=losses[-1] if losses else None)
+    keep.update(out=str(args.out), first_loss=losses[0] if losses else None, last_loss=losses[-1] if losses else None)
     print(json.dumps(keep, default=str))
     return 0
 
@@ -110,8 +120,7 @@ def _train(args: argparse.Namespace, cfg) -> dict:
         read = read_dataset(args.data, split=args.split)
         samples = samples_from_cases(read.cases, progress=progress)
         if not samples:
-            raise ValueError(f"{args.data}: no positive case with a mask to train on "
-                             f"({len(read.cases)} cases read)")
+            raise ValueError(f"{args.data}: no positive case with a mask to train on ({len(read.cases)} cases read)")
         out = finetune_segmenter(args.model, samples, args.out, cfg, progress=progress)
         summary = {"trainer": "segmenter", "cases": len(read.cases), "samples": len(samples), **out}
         Path(args.out, "xflow_training.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -119,10 +128,27 @@ def _train(args: argparse.Namespace, cfg) -> dict:
     if args.trainer.endswith("-sft"):
         from monailabel_xflow.training.sft import train_sft
 
-        return train_sft(args.trainer, args.data, args.model, args.out, cfg, init_from=args.init_from,
-                         per_device_batch=args.per_device_batch, progress=progress)
+        return train_sft(
+            args.trainer,
+            args.data,
+            args.model,
+            args.out,
+            cfg,
+            init_from=args.init_from,
+            per_device_batch=args.per_device_batch,
+            progress=progress,
+        )
     from monailabel_xflow.training.grpo import train_grpo
 
-    return train_grpo(args.trainer, args.data, args.model, args.out, args.init_from, cfg,
-                      segmenter=args.segmenter, max_new_tokens=args.max_new_tokens,
-                      per_device_batch=args.per_device_batch, progress=progress)
+    return train_grpo(
+        args.trainer,
+        args.data,
+        args.model,
+        args.out,
+        args.init_from,
+        cfg,
+        segmenter=args.segmenter,
+        max_new_tokens=args.max_new_tokens,
+        per_device_batch=args.per_device_batch,
+        progress=progress,
+    )

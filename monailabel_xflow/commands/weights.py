@@ -31,7 +31,9 @@ def register(subparsers) -> None:
     show.set_defaults(func=run)
 
     pull = actions.add_parser("pull", help="download hub weights into the local Hugging Face cache")
-    pull.add_argument("repo_ids", nargs="*", metavar="REPO_ID", help="hub ids (org/name[@revision]); default: the config's")
+    pull.add_argument(
+        "repo_ids", nargs="*", metavar="REPO_ID", help="hub ids (org/name[@revision]); default: the config's"
+    )
     pull.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
     pull.add_argument("--token", help="Hugging Face token (default: HF_TOKEN or the saved login)")
     pull.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
@@ -42,7 +44,11 @@ def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
 
     try:
-        config = ModelConfig.load(args.models) if (args.models or args.weights_action == "show" or not args.repo_ids) else None
+        config = (
+            ModelConfig.load(args.models)
+            if (args.models or args.weights_action == "show" or not args.repo_ids)
+            else None
+        )
     except ModelConfigError as err:
         return _error(str(err))
     if args.weights_action == "show":

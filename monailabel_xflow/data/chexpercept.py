@@ -64,7 +64,9 @@ class CheXperceptError(InputError):
 # --- verdicts and agreement --------------------------------------------------------------------
 
 
-def verdicts_from_zones(image_id: str, finding: str, zones: Iterable[str], present: bool | None = None) -> dict[Triple, bool]:
+def verdicts_from_zones(
+    image_id: str, finding: str, zones: Iterable[str], present: bool | None = None
+) -> dict[Triple, bool]:
     """Verdicts of a source that lists the zones a finding occupies.
 
     Args:

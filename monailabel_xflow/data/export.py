@@ -115,8 +115,9 @@ def save_mask(path: Path, mask: np.ndarray) -> None:
     Image.fromarray(np.where(mask, 255, 0).astype(np.uint8)).save(path)
 
 
-def write_dicom(path: Path, phantom: Phantom, v12: np.ndarray, v8: np.ndarray, variant: DicomVariant,
-                subject_id: str, study_id: str) -> None:
+def write_dicom(
+    path: Path, phantom: Phantom, v12: np.ndarray, v8: np.ndarray, variant: DicomVariant, subject_id: str, study_id: str
+) -> None:
     """One single-frame CR/DX DICOM of the phantom, with fresh UIDs.
 
     Pixels: 8-bit variants store ``v8``, 16-bit ones ``v12`` (BitsStored 12); MONOCHROME1 stores
@@ -175,6 +176,7 @@ def write_dicom(path: Path, phantom: Phantom, v12: np.ndarray, v8: np.ndarray, v
 
 
 # --- pairs ----------------------------------------------------------------------------------
+
 
 def _location(phantom: Phantom, finding: str) -> tuple[str, ...]:
     """Where a finding is, as a global answer names it: whole lungs or their occupied zones."""
@@ -275,8 +277,14 @@ def build_pairs(phantom: Phantom, study: str, rng: np.random.Generator, sent_of:
         if others & set(les.zones):
             continue
         ins = Instruction("opacity", les.zones, "lesion_inference")
-        add(ins, ins.lesion_answer(les.finding, les.confident), les.finding, les.zones, les.mask,
-            f"lesion{k}_{les.finding}")
+        add(
+            ins,
+            ins.lesion_answer(les.finding, les.confident),
+            les.finding,
+            les.zones,
+            les.mask,
+            f"lesion{k}_{les.finding}",
+        )
     if empty_zones:
         z = empty_zones[int(rng.integers(len(empty_zones)))]
         ins = Instruction("opacity", (z,), "lesion_inference")
@@ -288,6 +296,7 @@ def build_pairs(phantom: Phantom, study: str, rng: np.random.Generator, sent_of:
 
 
 # --- a whole set ----------------------------------------------------------------------------
+
 
 def scheduled_findings(index: int, rng: np.random.Generator) -> tuple[str, ...]:
     """Findings of study ``index``: every 8th study is normal, the others cycle through the seven
@@ -326,8 +335,14 @@ def split_of(index: int) -> str:
     return {8: "val", 9: "test"}.get(index % 10, "train")
 
 
-def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool = False,
-               progress: Callable[[Iterable], Iterable] = lambda it: it) -> tuple[dict, list[Phantom]]:
+def export_set(
+    out: Path,
+    count: int,
+    seed: int,
+    size: int = 1024,
+    dicom: bool = False,
+    progress: Callable[[Iterable], Iterable] = lambda it: it,
+) -> tuple[dict, list[Phantom]]:
     """Generate and write ``count`` phantoms under ``out`` (layout in the module docstring).
 
     Args:
@@ -369,16 +384,26 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
 
         report = phantom_report(ph, np.random.default_rng([s, 0x5E907]))  # own stream: images unchanged
         reports.append({"study_id": study, "image_path": f"{stem}.png", "report": report.text})
-        truth[study] = {"section_name": report.section_name, "section_text": report.section_text,
-                        "findings": [tuple_to_dict(t) for t in report.truth]}
+        truth[study] = {
+            "section_name": report.section_name,
+            "section_text": report.section_text,
+            "findings": [tuple_to_dict(t) for t in report.truth],
+        }
         sent_of = {f: report.sentence_of(f) - 1 for f in ph.findings if report.sentence_of(f)}
         pos, neg, masks = build_pairs(ph, study, rng, sent_of)
         lesion_meta = []
         for k, les in enumerate(ph.lesions):
             rel = f"{study}/lesion{k}_{les.finding}.png"
             masks[rel] = les.mask
-            lesion_meta.append({"finding": les.finding, "lung": les.lung, "zones": list(les.zones),
-                                "confident": les.confident, "mask": rel})
+            lesion_meta.append(
+                {
+                    "finding": les.finding,
+                    "lung": les.lung,
+                    "zones": list(les.zones),
+                    "confident": les.confident,
+                    "mask": rel,
+                }
+            )
         for rel, m in masks.items():
             save_mask(gt / MASK_DIR / rel, m)
         release[split_of(i)][study] = {
@@ -389,14 +414,30 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
             "section_content": report.section_text,
             "instruction_answer_pairs": {"positive_pairs": pos, "negative_pairs": neg},
         }
-        meta.append({
-            "study": study, "image": f"{stem}.png", "seed": s, "size": size, "view": ph.view,
-            "ctr": round(ph.ctr, 4), "pixel_spacing_mm": ph.pixel_spacing_mm,
-            "findings": list(ph.findings), "lesions": lesion_meta,
-            "anatomy": f"anatomy/{stem}.png",
-            "dicom": ({"path": f"{DICOM_DIR}/{stem}.dcm", "photometric": variant.photometric,
-                       "bits": variant.bits, "modality": variant.modality} if dicom else None),
-        })
+        meta.append(
+            {
+                "study": study,
+                "image": f"{stem}.png",
+                "seed": s,
+                "size": size,
+                "view": ph.view,
+                "ctr": round(ph.ctr, 4),
+                "pixel_spacing_mm": ph.pixel_spacing_mm,
+                "findings": list(ph.findings),
+                "lesions": lesion_meta,
+                "anatomy": f"anatomy/{stem}.png",
+                "dicom": (
+                    {
+                        "path": f"{DICOM_DIR}/{stem}.dcm",
+                        "photometric": variant.photometric,
+                        "bits": variant.bits,
+                        "modality": variant.modality,
+                    }
+                    if dicom
+                    else None
+                ),
+            }
+        )
     gt.mkdir(parents=True, exist_ok=True)
     (gt / JSON_NAME).write_text(json.dumps(release, indent=1))
     (gt / META_NAME).write_text(json.dumps(meta, indent=1))
@@ -405,12 +446,20 @@ def export_set(out: Path, count: int, seed: int, size: int = 1024, dicom: bool =
     return release, phantoms
 
 
-FINDING_COLORS = {f: c for f, c in zip(FINDINGS, (
-    (255, 200, 0), (255, 64, 64), (64, 160, 255), (220, 80, 255), (255, 128, 0), (0, 230, 230), (0, 220, 120)), strict=True)}
+FINDING_COLORS = {
+    f: c
+    for f, c in zip(
+        FINDINGS,
+        ((255, 200, 0), (255, 64, 64), (64, 160, 255), (220, 80, 255), (255, 128, 0), (0, 230, 230), (0, 220, 120)),
+        strict=True,
+    )
+}
 """Colour of each finding on contact sheets."""
 
 
-def phantom_contact_sheet(phantoms: list[Phantom], titles: list[str], ncols: int = 4, tile_size: int = 320) -> np.ndarray:
+def phantom_contact_sheet(
+    phantoms: list[Phantom], titles: list[str], ncols: int = 4, tile_size: int = 320
+) -> np.ndarray:
     """Each phantom with its lesion masks outlined in their finding's colour, and a legend."""
     from monailabel_xflow.rendering import contact_sheet, overlay
 
@@ -419,5 +468,4 @@ def phantom_contact_sheet(phantoms: list[Phantom], titles: list[str], ncols: int
         masks = [les.mask for les in ph.lesions]
         colors = [FINDING_COLORS[les.finding] for les in ph.lesions]
         tiles.append(overlay(ph.image, masks, colors=colors, outline=True, alpha=0.12))
-    return contact_sheet(tiles, titles, ncols=ncols, tile_size=tile_size,
-                         legend=list(FINDING_COLORS.items()))
+    return contact_sheet(tiles, titles, ncols=ncols, tile_size=tile_size, legend=list(FINDING_COLORS.items()))

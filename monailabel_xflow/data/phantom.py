@@ -135,9 +135,10 @@ class Phantom:
 
 # --- small helpers --------------------------------------------------------------------------
 
+
 def _grid(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Normalised pixel-centre coordinates: ``y`` as a column ``(n, 1)``, ``x`` as a row ``(1, n)``."""
-    c = ((np.arange(n, dtype=np.float32) + 0.5) / n)
+    c = (np.arange(n, dtype=np.float32) + 0.5) / n
     return c[:, None], c[None, :]
 
 
@@ -161,18 +162,19 @@ def _smoothstep(t: np.ndarray) -> np.ndarray:
 
 # --- plan -----------------------------------------------------------------------------------
 
+
 @dataclass
 class _Side:
     """Geometry of one hemithorax, in normalised distance ``d`` from the midline."""
 
-    apex_y: float      # top of the lung
-    cp_y: float        # costophrenic angle (lowest lung point, lateral)
-    lat_d: float       # widest lateral reach
-    dome_h: float      # dome height above the costophrenic angle
-    dome_peak: float   # d of the dome's top
-    med_top: float     # mediastinal half-width above the heart
-    knob: float        # extra medial bulge (aortic knob on the left, SVC on the right)
-    shoulder: float    # roundness of the apex
+    apex_y: float  # top of the lung
+    cp_y: float  # costophrenic angle (lowest lung point, lateral)
+    lat_d: float  # widest lateral reach
+    dome_h: float  # dome height above the costophrenic angle
+    dome_peak: float  # d of the dome's top
+    med_top: float  # mediastinal half-width above the heart
+    knob: float  # extra medial bulge (aortic knob on the left, SVC on the right)
+    shoulder: float  # roundness of the apex
 
     def _t(self, y: np.ndarray) -> np.ndarray:
         return np.clip((y - self.apex_y) / (self.cp_y - self.apex_y), 0, 1)
@@ -256,6 +258,7 @@ def _sides(rng: np.random.Generator, lesions, view: str) -> dict[str, _Side]:
 
 # --- anatomy masks --------------------------------------------------------------------------
 
+
 def _side_d(x: np.ndarray, lung: str) -> np.ndarray:
     """Distance from the midline towards ``lung``'s side (patient right = image left)."""
     return (0.5 - x) if lung == RIGHT_LUNG else (x - 0.5)
@@ -321,7 +324,7 @@ def zone_masks(lungs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         cuts = [r0 + (k * n) // 4 for k in range(5)]
         for k, name in enumerate(ZONES[lung]):
             z = np.zeros_like(mask)
-            z[cuts[k]:cuts[k + 1]] = mask[cuts[k]:cuts[k + 1]]
+            z[cuts[k] : cuts[k + 1]] = mask[cuts[k] : cuts[k + 1]]
             zones[name] = z
     return zones
 
@@ -335,6 +338,7 @@ def cardiothoracic_ratio(lungs: dict[str, np.ndarray], heart: np.ndarray) -> flo
 
 
 # --- lesions --------------------------------------------------------------------------------
+
 
 def _zones_of(mask: np.ndarray, zones: dict[str, np.ndarray], lung: str) -> tuple[str, ...]:
     return tuple(z for z in ZONES[lung] if (mask & zones[z]).any())
@@ -355,7 +359,7 @@ def _blob_field(rng, lo: int, cy: float, cx: float, radius: float, lobes: int, r
     y, x = _grid(lo)
     f = np.zeros((lo, lo), np.float32)
     for i in range(lobes):
-        oy, ox = (rng.normal(0, 0.5 * radius, 2) if i else (0.0, 0.0))
+        oy, ox = rng.normal(0, 0.5 * radius, 2) if i else (0.0, 0.0)
         sy, sx = radius * rng.uniform(0.6, 1.2, 2)
         f = np.maximum(f, np.exp(-(((y - cy - oy) / sy) ** 2 + ((x - cx - ox) / sx) ** 2) / 2))
     return f * (1 + roughness * _smooth_noise(rng, lo, max(1.0, lo / 60)))
@@ -404,11 +408,16 @@ def _lesion_field(rng, finding: str, lung: str, sides, zones, lo: int):
         f = np.zeros((lo, lo), np.float32)
         for k, w in enumerate(np.linspace(0.012, 0.05, 5)):
             t = k / 4
-            f = np.maximum(f, _band_field(lo, (hy, hx), (hy + t * (ty - hy), hx + t * (tx - hx) * 0.4 + (tx - hx) * 0.6 * t), w))
+            f = np.maximum(
+                f, _band_field(lo, (hy, hx), (hy + t * (ty - hy), hx + t * (tx - hx) * 0.4 + (tx - hx) * 0.6 * t), w)
+            )
         return f * (1 + 0.15 * _smooth_noise(rng, lo, lo / 60)), 0.45, rng.uniform(0.18, 0.28)
     # patches: pneumonia / consolidation / opacity in 1-2 adjacent zones
-    weights = {"pneumonia": [0.1, 0.2, 0.35, 0.35], "consolidation": [0.1, 0.25, 0.35, 0.3],
-               "opacity": [0.2, 0.3, 0.3, 0.2]}[finding]
+    weights = {
+        "pneumonia": [0.1, 0.2, 0.35, 0.35],
+        "consolidation": [0.1, 0.25, 0.35, 0.3],
+        "opacity": [0.2, 0.3, 0.3, 0.2],
+    }[finding]
     zone = zones[zone_list[int(rng.choice(4, p=weights))]]
     cy, cx = _point_in(rng, zone)
     radius = float(np.exp(rng.uniform(np.log(0.018), np.log(0.07))))
@@ -433,12 +442,13 @@ def _effusion(rng, lung: str, sd: _Side, lungs, y: np.ndarray, x: np.ndarray):
 
     def boundary(xx: np.ndarray) -> np.ndarray:
         u = np.clip((_side_d(xx, lung) - inner) / (sd.lat_d - inner), 0, 1)
-        return level - meniscus * u ** 2.2
+        return level - meniscus * u**2.2
 
     return lungs[lung] & (y >= boundary(x)), boundary
 
 
 # --- picture --------------------------------------------------------------------------------
+
 
 def _rib_layer(rng, sides, y, x) -> np.ndarray:
     """Posterior and anterior ribs plus clavicles as bright bands with cortical rims."""
@@ -448,14 +458,14 @@ def _rib_layer(rng, sides, y, x) -> np.ndarray:
     def band(center: np.ndarray, half: float, cols: np.ndarray, gain: float):
         # center: row (normalised) of the band's centre line at each column in cols
         for j0 in range(0, len(cols), 256):
-            cc = cols[j0:j0 + 256]
-            cy = center[j0:j0 + 256]
+            cc = cols[j0 : j0 + 256]
+            cy = center[j0 : j0 + 256]
             r0 = max(0, int((cy.min() - half) * n) - 1)
             r1 = min(n, int((cy.max() + half) * n) + 2)
             if r1 <= r0:
                 continue
             t = np.abs(y[r0:r1] - cy[None, :]) / half
-            prof = np.where(t < 1, 0.55 + 0.45 * np.exp(-((t - 0.82) / 0.13) ** 2), 0.0)
+            prof = np.where(t < 1, 0.55 + 0.45 * np.exp(-(((t - 0.82) / 0.13) ** 2)), 0.0)
             out[r0:r1, cc] += gain * prof
 
     xs = x[0]
@@ -470,7 +480,7 @@ def _rib_layer(rng, sides, y, x) -> np.ndarray:
         for i in range(11):
             y0 = sd.apex_y - 0.03 + i * step
             # posterior rib: from the spine rising a little, then sweeping down the chest wall
-            post = y0 - 0.035 * u + (0.13 + 0.012 * i) * u ** 2.2
+            post = y0 - 0.035 * u + (0.13 + 0.012 * i) * u**2.2
             band(post, 0.0085 + 0.0006 * i, cols, 0.09)
             # anterior rib: from the chest wall downwards to the costal cartilage (invisible)
             acols = cols[u > 0.3]
@@ -499,10 +509,14 @@ def _branches(rng, img: np.ndarray, starts, length: float, max_depth: int, sprea
     while stack:
         py, px, ang, w, depth = stack.pop()
         ang += rng.normal(0, 0.15)
-        seg = rng.uniform(0.6, 1.2) * length * (0.85 ** depth)
+        seg = rng.uniform(0.6, 1.2) * length * (0.85**depth)
         qy, qx = py + seg * np.sin(ang), px + seg * np.cos(ang)
-        rr, cc = line(int(np.clip(py, 0, 0.999) * n), int(np.clip(px, 0, 0.999) * n),
-                      int(np.clip(qy, 0, 0.999) * n), int(np.clip(qx, 0, 0.999) * n))
+        rr, cc = line(
+            int(np.clip(py, 0, 0.999) * n),
+            int(np.clip(px, 0, 0.999) * n),
+            int(np.clip(qy, 0, 0.999) * n),
+            int(np.clip(qx, 0, 0.999) * n),
+        )
         img[rr, cc] += w
         if depth < max_depth and w > 0.2:
             for _ in range(2):
@@ -593,7 +607,7 @@ def _render(rng, size, sides, heart_geo, lesion_terms, effusions, view) -> np.nd
     lung_soft = lung_soft * (1 - 0.85 * fluid)
     for lung, sd in sides.items():  # hilar vessels: a bright, lobulated density near the heart
         hy, hx = _hilum(sd, lung)
-        hx += (0.02 if lung == LEFT_LUNG else -0.02)
+        hx += 0.02 if lung == LEFT_LUNG else -0.02
         den += 0.07 * np.exp(-(((y - hy) / 0.05) ** 2 + ((x - hx) / 0.025) ** 2) / 2) * lung_soft
     vessels = _vessels(rng, sides, mid)
     den += 0.16 * min(1.0, mid / 512) ** 0.5 * np.clip(vessels, 0, 1.0) * lung_soft  # thinner lines at low res
@@ -627,8 +641,10 @@ def _render(rng, size, sides, heart_geo, lesion_terms, effusions, view) -> np.nd
 
 # --- public API -----------------------------------------------------------------------------
 
-def generate_phantom(seed: int, size: int = 1024, findings=None, view: str | None = None,
-                     healthy: bool = False) -> Phantom:
+
+def generate_phantom(
+    seed: int, size: int = 1024, findings=None, view: str | None = None, healthy: bool = False
+) -> Phantom:
     """Draw one synthetic chest radiograph with its ground truth.
 
     Args:
@@ -700,6 +716,13 @@ def generate_phantom(seed: int, size: int = 1024, findings=None, view: str | Non
         terms, effusions = [(f, 0.0, kind) for f, _, kind in terms], []
     image = _render(rng, size, sides, heart_geo, terms, effusions, view)
     return Phantom(
-        seed=int(seed), image=image, lungs=lungs, zones=zones, heart=heart, lesions=lesions,
-        view=view, ctr=cardiothoracic_ratio(lungs, heart), pixel_spacing_mm=400.0 / size,
+        seed=int(seed),
+        image=image,
+        lungs=lungs,
+        zones=zones,
+        heart=heart,
+        lesions=lesions,
+        view=view,
+        ctr=cardiothoracic_ratio(lungs, heart),
+        pixel_spacing_mm=400.0 / size,
     )

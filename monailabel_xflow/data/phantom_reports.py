@@ -73,6 +73,7 @@ def _cap(s: str) -> str:
 
 # --- location words ----------------------------------------------------------------------
 
+
 def _side_words(rng, side: str, zones: list[int], finding: str, lobes_ok: bool) -> tuple[str, tuple[str, ...]]:
     """Words (used before the finding noun) for one lung's occupied zone indices, and labels."""
     z = sorted(zones)
@@ -81,8 +82,12 @@ def _side_words(rng, side: str, zones: list[int], finding: str, lobes_ok: bool) 
         return f"{side} lung", (lung,)
     options = []
     if z == [3]:
-        options += [(f"{side} basilar", (ZONES[lung][3],)), (f"{side} base", (ZONES[lung][3],)),
-                    (f"{side} lower lung", (ZONES[lung][3],)), (f"{side} lung base", (ZONES[lung][3],))]
+        options += [
+            (f"{side} basilar", (ZONES[lung][3],)),
+            (f"{side} base", (ZONES[lung][3],)),
+            (f"{side} lower lung", (ZONES[lung][3],)),
+            (f"{side} lung base", (ZONES[lung][3],)),
+        ]
         if lobes_ok:
             options.append((f"{side} lower lobe", (f"{side} lower lobe",)))
         if side == "left" and finding in ("opacity", "atelectasis", "pneumonia", "consolidation"):
@@ -108,8 +113,13 @@ def _location_words(rng, phantom, finding: str, lobes_ok: bool = True) -> tuple[
         if zs:
             per[lung.split()[0]] = zs
     if set(per) == {"right", "left"} and per["right"] == per["left"] == [3]:
-        return _pick(rng, [("bibasilar", ("right lung base", "left lung base")),
-                           ("bilateral basilar", ("right lung base", "left lung base"))])
+        return _pick(
+            rng,
+            [
+                ("bibasilar", ("right lung base", "left lung base")),
+                ("bilateral basilar", ("right lung base", "left lung base")),
+            ],
+        )
     if set(per) == {"right", "left"} and per["right"] == per["left"] == [0, 1, 2, 3]:
         return "bilateral", ("right lung", "left lung")
     parts = [_side_words(rng, side, zs, finding, lobes_ok) for side, zs in per.items()]
@@ -118,9 +128,15 @@ def _location_words(rng, phantom, finding: str, lobes_ok: bool = True) -> tuple[
 
 # --- sentences per finding -----------------------------------------------------------------
 
+
 def _t(entity, locations=(), finding=None, present=True, tentative=False) -> dict:
-    return {"entity": entity, "present": present, "tentative": tentative,
-            "locations": tuple(locations), "finding": finding}
+    return {
+        "entity": entity,
+        "present": present,
+        "tentative": tentative,
+        "locations": tuple(locations),
+        "finding": finding,
+    }
 
 
 def _present_sentence(rng, phantom, finding: str, confident: bool) -> _Sentence:
@@ -131,18 +147,31 @@ def _present_sentence(rng, phantom, finding: str, confident: bool) -> _Sentence:
             return _Sentence("Possible mild cardiomegaly.", [_t("cardiomegaly", (), finding, tentative=True)])
         k = int(rng.integers(4))
         if k == 0:
-            return _Sentence(_pick(rng, ["The heart is mildly enlarged.", "The heart is moderately enlarged.",
-                                         "Heart size is moderately enlarged."]),
-                             [_t("enlarged", ("heart",), finding)])
+            return _Sentence(
+                _pick(
+                    rng,
+                    [
+                        "The heart is mildly enlarged.",
+                        "The heart is moderately enlarged.",
+                        "Heart size is moderately enlarged.",
+                    ],
+                ),
+                [_t("enlarged", ("heart",), finding)],
+            )
         if k == 1:
             return _Sentence("Cardiomegaly is unchanged.", [_t("Cardiomegaly", (), finding)])
         if k == 2:
             return _Sentence("No change in moderate cardiomegaly.", [_t("cardiomegaly", (), finding)])
-        return _Sentence(_cap(f"{stable}{_pick(rng, ['mild', 'moderate', 'severe'])} cardiomegaly."),
-                         [_t("cardiomegaly", (), finding)])
+        return _Sentence(
+            _cap(f"{stable}{_pick(rng, ['mild', 'moderate', 'severe'])} cardiomegaly."),
+            [_t("cardiomegaly", (), finding)],
+        )
     if finding == "effusion":
-        sides = [lung.split()[0] for lung in LUNGS
-                 if any(les.finding == finding and les.lung == lung for les in phantom.lesions)]
+        sides = [
+            lung.split()[0]
+            for lung in LUNGS
+            if any(les.finding == finding and les.lung == lung for les in phantom.lesions)
+        ]
         if len(sides) == 2:
             where, locs, noun, verb = "bilateral", ("right lung", "left lung"), "pleural effusions", "are"
         else:
@@ -155,7 +184,9 @@ def _present_sentence(rng, phantom, finding: str, confident: bool) -> _Sentence:
             return _Sentence(_cap(f"{stable}{size} {where} {noun}."), [_t(noun, locs, finding)])
         if k == 1:
             return _Sentence(f"No change in the {size} {where} {noun}.", [_t(noun, locs, finding)])
-        return _Sentence(f"There {'are' if verb == 'are' else 'is a'} {size} {where} {noun}.", [_t(noun, locs, finding)])
+        return _Sentence(
+            f"There {'are' if verb == 'are' else 'is a'} {size} {where} {noun}.", [_t(noun, locs, finding)]
+        )
     if finding == "edema":
         if not confident:
             s = _pick(rng, ["Possible mild pulmonary edema.", "Mild interstitial edema cannot be excluded."])
@@ -168,43 +199,79 @@ def _present_sentence(rng, phantom, finding: str, confident: bool) -> _Sentence:
                 return _Sentence("Pulmonary edema is moderate, unchanged.", [_t("Pulmonary edema", (), finding)])
             return _Sentence(f"{sev} pulmonary edema.", [_t("pulmonary edema", (), finding)])
         if k == 1:
-            return _Sentence("There is mild bilateral interstitial edema.",
-                             [_t("interstitial edema", ("right lung", "left lung"), finding)])
-        return _Sentence("Pulmonary vascular congestion with mild interstitial edema.",
-                         [_t("congestion", ("vessels",), None), _t("interstitial edema", (), finding)])
+            return _Sentence(
+                "There is mild bilateral interstitial edema.",
+                [_t("interstitial edema", ("right lung", "left lung"), finding)],
+            )
+        return _Sentence(
+            "Pulmonary vascular congestion with mild interstitial edema.",
+            [_t("congestion", ("vessels",), None), _t("interstitial edema", (), finding)],
+        )
     # focal lung findings
     where, locs = _location_words(rng, phantom, finding)
     Where = _cap(where)
     if finding == "atelectasis":
         if not confident:
-            s = _pick(rng, [f"{Where} opacity, likely atelectasis.", f"{Where} opacities may reflect atelectasis.",
-                            f"Possible {where} atelectasis."])
+            s = _pick(
+                rng,
+                [
+                    f"{Where} opacity, likely atelectasis.",
+                    f"{Where} opacities may reflect atelectasis.",
+                    f"Possible {where} atelectasis.",
+                ],
+            )
             ent = "atelectasis" if s.startswith("Possible") else ("opacities" if "opacities" in s else "opacity")
             return _Sentence(s, [_t(ent, locs, finding, tentative=True)])
-        s = _pick(rng, [f"{Where} atelectasis.", f"{_cap(stable)}{where} atelectasis." if stable else
-                        f"Plate-like {where} atelectasis.", f"{Where} opacity consistent with atelectasis."])
+        s = _pick(
+            rng,
+            [
+                f"{Where} atelectasis.",
+                f"{_cap(stable)}{where} atelectasis." if stable else f"Plate-like {where} atelectasis.",
+                f"{Where} opacity consistent with atelectasis.",
+            ],
+        )
         ent = "opacity" if "opacity" in s else "atelectasis"
         return _Sentence(s, [_t(ent, locs, finding)])
     if finding == "pneumonia":
         if not confident:
-            s = _pick(rng, [f"{Where} consolidation concerning for pneumonia.",
-                            f"{Where} opacity may represent pneumonia.", f"Possible {where} pneumonia."])
+            s = _pick(
+                rng,
+                [
+                    f"{Where} consolidation concerning for pneumonia.",
+                    f"{Where} opacity may represent pneumonia.",
+                    f"Possible {where} pneumonia.",
+                ],
+            )
             ent = "consolidation" if "consolidation" in s else ("opacity" if "opacity" in s else "pneumonia")
             return _Sentence(s, [_t(ent, locs, finding, tentative=True)])
-        s = _pick(rng, [f"{Where} pneumonia.", f"Focal {where} consolidation consistent with pneumonia.",
-                        f"{Where} opacity compatible with pneumonia."])
+        s = _pick(
+            rng,
+            [
+                f"{Where} pneumonia.",
+                f"Focal {where} consolidation consistent with pneumonia.",
+                f"{Where} opacity compatible with pneumonia.",
+            ],
+        )
         ent = "consolidation" if "consolidation" in s else ("opacity" if "opacity" in s else "pneumonia")
         return _Sentence(s, [_t(ent, locs, finding)])
     if finding == "consolidation":
         if not confident:
             return _Sentence(f"Possible {where} consolidation.", [_t("consolidation", locs, finding, tentative=True)])
-        s = _pick(rng, [f"{Where} consolidation.", f"Dense {where} consolidation.",
-                        f"{_cap(stable)}{where} consolidation." if stable else f"New {where} consolidation."])
+        s = _pick(
+            rng,
+            [
+                f"{Where} consolidation.",
+                f"Dense {where} consolidation.",
+                f"{_cap(stable)}{where} consolidation." if stable else f"New {where} consolidation.",
+            ],
+        )
         return _Sentence(s, [_t("consolidation", locs, finding)])
     # opacity
     if not confident:
-        return _Sentence(_pick(rng, [f"Questionable {where} opacity.", f"Possible faint {where} opacity."]),
-                         [_t("opacity", locs, finding, tentative=True)])
+        return _Sentence(
+            _pick(rng, [f"Questionable {where} opacity.", f"Possible faint {where} opacity."]),
+            [_t("opacity", locs, finding, tentative=True)],
+        )
     s = _pick(rng, [f"Patchy {where} opacity.", f"Ill-defined {where} opacity.", f"Hazy {where} opacities."])
     return _Sentence(s, [_t("opacities" if "opacities" in s else "opacity", locs, finding)])
 
@@ -221,7 +288,7 @@ _NEG_WORDS = {
 
 
 def _negations(rng, absent: list[str]) -> list[_Sentence]:
-    """"No X or Y." sentences for some absent findings plus pneumothorax."""
+    """ "No X or Y." sentences for some absent findings plus pneumothorax."""
     out = []
     pool = [f for f in absent if f in _NEG_WORDS]
     rng.shuffle(pool)
@@ -241,19 +308,37 @@ def _negations(rng, absent: list[str]) -> list[_Sentence]:
             truth.append(_t(ent, (), finding, present=False))
         out.append(_Sentence(f"{lead} {listed}.", truth))
     if "cardiomegaly" in absent:
-        out.append(_Sentence(_pick(rng, ["Heart size is normal.", "The cardiomediastinal silhouette is normal.",
-                                         "Heart size is within normal limits."]), []))
+        out.append(
+            _Sentence(
+                _pick(
+                    rng,
+                    [
+                        "Heart size is normal.",
+                        "The cardiomediastinal silhouette is normal.",
+                        "Heart size is within normal limits.",
+                    ],
+                ),
+                [],
+            )
+        )
     return out
 
 
 def _resolved(rng, finding: str) -> _Sentence:
     side = _pick(rng, ["right", "left"])
     if finding == "effusion":
-        return _Sentence(f"The previously seen {side} pleural effusion has resolved.",
-                         [_t("pleural effusion", (f"{side} lung",), finding, present=False)])
+        return _Sentence(
+            f"The previously seen {side} pleural effusion has resolved.",
+            [_t("pleural effusion", (f"{side} lung",), finding, present=False)],
+        )
     lobe = _pick(rng, [f"{side} lower lobe", f"{side} upper lobe"])
-    word = {"pneumonia": "pneumonia", "consolidation": "consolidation", "atelectasis": "atelectasis",
-            "opacity": "opacity", "edema": "pulmonary edema"}[finding]
+    word = {
+        "pneumonia": "pneumonia",
+        "consolidation": "consolidation",
+        "atelectasis": "atelectasis",
+        "opacity": "opacity",
+        "edema": "pulmonary edema",
+    }[finding]
     if finding == "edema":
         return _Sentence("Previously seen pulmonary edema has resolved.", [_t(word, (), finding, present=False)])
     return _Sentence(f"Interval resolution of the {lobe} {word}.", [_t(word, (lobe,), finding, present=False)])
@@ -301,28 +386,52 @@ def phantom_report(phantom, rng: np.random.Generator) -> PhantomReport:
         body.append(_Sentence(_pick(rng, ["The lungs are clear.", "Lungs are well expanded and clear."]), []))
     body += _negations(rng, absent)
     if rng.random() < 0.25:
-        body.append(_Sentence(_pick(rng, ["Mild degenerative changes of the thoracic spine.",
-                                          "Degenerative changes are seen in the thoracic spine."]),
-                              [_t("degenerative changes", ("thoracic spine",), None)]))
+        body.append(
+            _Sentence(
+                _pick(
+                    rng,
+                    [
+                        "Mild degenerative changes of the thoracic spine.",
+                        "Degenerative changes are seen in the thoracic spine.",
+                    ],
+                ),
+                [_t("degenerative changes", ("thoracic spine",), None)],
+            )
+        )
     sentences = tuple(s.text for s in body)
-    truth = tuple(ReportedFinding(t["entity"], i + 1, t["present"], t["tentative"], t["locations"], t["finding"])
-                  for i, s in enumerate(body) for t in s.truth)
+    truth = tuple(
+        ReportedFinding(t["entity"], i + 1, t["present"], t["tentative"], t["locations"], t["finding"])
+        for i, s in enumerate(body)
+        for t in s.truth
+    )
     section_text = " ".join(sentences)
 
     view = "PORTABLE AP" if phantom.view == "AP" else "PA AND LAT"
-    indication = _pick(rng, ["___-year-old with shortness of breath.", "Cough and fever, evaluate for pneumonia.",
-                             "Chest pain.", "Post-procedure check."])
+    indication = _pick(
+        rng,
+        [
+            "___-year-old with shortness of breath.",
+            "Cough and fever, evaluate for pneumonia.",
+            "Chest pain.",
+            "Post-procedure check.",
+        ],
+    )
     comparison = _pick(rng, ["None.", "Chest radiograph from ___."])
-    summary = ("No acute cardiopulmonary process." if not present else
-               " ".join(f"{k + 1}. {_cap(f)}." for k, f in enumerate(present)))
+    summary = (
+        "No acute cardiopulmonary process."
+        if not present
+        else " ".join(f"{k + 1}. {_cap(f)}." for k, f in enumerate(present))
+    )
     layout = rng.random()
     if layout < 0.8:
         name = "findings"
-        text = (f"EXAMINATION:  CHEST ({view})\n\nINDICATION:  {indication}\n\nCOMPARISON:  {comparison}\n\n"
-                f"FINDINGS: \n\n{section_text}\n\nIMPRESSION: \n\n{summary}\n")
+        text = (
+            f"EXAMINATION:  CHEST ({view})\n\nINDICATION:  {indication}\n\nCOMPARISON:  {comparison}\n\n"
+            f"FINDINGS: \n\n{section_text}\n\nIMPRESSION: \n\n{summary}\n"
+        )
     elif layout < 0.9:
         name = "impression"
-        text = (f"EXAMINATION:  CHEST ({view})\n\nINDICATION:  {indication}\n\nIMPRESSION: \n\n{section_text}\n")
+        text = f"EXAMINATION:  CHEST ({view})\n\nINDICATION:  {indication}\n\nIMPRESSION: \n\n{section_text}\n"
     else:
         name = "last_paragraph"
         text = f"CHEST ({view}) {comparison}\n\n{section_text}\n"

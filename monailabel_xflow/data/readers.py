@@ -233,7 +233,9 @@ def read_mimic_ils(
             continue
         image = next((r / entry["image_path"] for r in roots if (r / entry["image_path"]).is_file()), None)
         if image is None:
-            result.problems.append(f"{where}: image {entry['image_path']!r} not found under {', '.join(map(str, roots))}")
+            result.problems.append(
+                f"{where}: image {entry['image_path']!r} not found under {', '.join(map(str, roots))}"
+            )
             continue
         pairs = entry["instruction_answer_pairs"]
         for positive, key in ((True, "positive_pairs"), (False, "negative_pairs")):
@@ -272,8 +274,14 @@ def _mimic_case(pair, positive, study, entry, image, mask_root, kinds, result, w
             return None
     pair_id = str(pair.get("pair_id") or where)
     case_id = safe_case_id(pair_id if pair_id.startswith(study) else f"{study}_{pair_id}")
-    meta = {"source": "mimic-ils", "study": study, "subject_id": str(entry.get("subject_id", "")),
-            "dicom_id": entry.get("dicom_id"), "target": pair.get("target"), "pair_id": pair_id}
+    meta = {
+        "source": "mimic-ils",
+        "study": study,
+        "subject_id": str(entry.get("subject_id", "")),
+        "dicom_id": entry.get("dicom_id"),
+        "target": pair.get("target"),
+        "pair_id": pair_id,
+    }
     return EvalCase(case_id, image, ins, positive, mask_path, None, meta)
 
 
@@ -327,11 +335,22 @@ def read_chexlocalize(json_path: str | Path, image_root: str | Path, *, strict: 
                 continue
             ins = Instruction(finding, (), "global")
             loader = (lambda e=encoded: rle_codec.decode(e)) if positive else None
-            result.cases.append(EvalCase(
-                safe_case_id(f"{image_id}_{finding}"), image, ins, positive, None, loader,
-                {"source": "chexlocalize", "image_id": image_id, "pathology": pathology,
-                 "subject_id": image_id.split("_")[0]},
-            ))
+            result.cases.append(
+                EvalCase(
+                    safe_case_id(f"{image_id}_{finding}"),
+                    image,
+                    ins,
+                    positive,
+                    None,
+                    loader,
+                    {
+                        "source": "chexlocalize",
+                        "image_id": image_id,
+                        "pathology": pathology,
+                        "subject_id": image_id.split("_")[0],
+                    },
+                )
+            )
     return result.finish(str(json_path), strict)
 
 
@@ -377,8 +396,9 @@ def read_folder(folder: str | Path, *, strict: bool = False) -> ReadResult:
                 result.problems.append(f"{where}: mask {mask_rel!r} not found")
                 continue
             case_id = safe_case_id((row.get("case_id") or "").strip() or f"{Path(image_rel).stem}__{_slug(ins)}")
-            result.cases.append(EvalCase(case_id, image, ins, mask is not None, mask, None,
-                                         {"source": "folder", "line": line}))
+            result.cases.append(
+                EvalCase(case_id, image, ins, mask is not None, mask, None, {"source": "folder", "line": line})
+            )
     return result.finish(str(table), strict)
 
 
@@ -387,7 +407,9 @@ def read_folder(folder: str | Path, *, strict: bool = False) -> ReadResult:
 DATASET_SPECS = "mimic-ils:JSON[:ROOT] | chexlocalize:JSON:IMAGE_ROOT | folder:DIR"
 
 
-def read_dataset(spec: str, *, split: str = "test", strict: bool = False, kinds: Iterable[str] = ("basic", "global")) -> ReadResult:
+def read_dataset(
+    spec: str, *, split: str = "test", strict: bool = False, kinds: Iterable[str] = ("basic", "global")
+) -> ReadResult:
     """Read a dataset given as ``KIND:ARGS`` (:data:`DATASET_SPECS`; details in the module doc).
 
     Args:

@@ -151,8 +151,7 @@ def files_fingerprint(*paths: str | os.PathLike) -> str:
     return digest.hexdigest()[:16]
 
 
-def _is_done(record: Mapping[str, Any] | None, case: EvalCase, connectivity: int,
-             predictor_id: str | None) -> bool:
+def _is_done(record: Mapping[str, Any] | None, case: EvalCase, connectivity: int, predictor_id: str | None) -> bool:
     """A stored record is reused only if it was scored, for the same question, the same way, by
     the same predictor."""
     return (
@@ -175,8 +174,9 @@ def _image_shape(case: EvalCase) -> tuple[int, int]:
         return 1, 1
 
 
-def _score(case: EvalCase, predict: Predictor, connectivity: int, save_dir: Path | None,
-           predictor_id: str | None) -> dict[str, Any]:
+def _score(
+    case: EvalCase, predict: Predictor, connectivity: int, save_dir: Path | None, predictor_id: str | None
+) -> dict[str, Any]:
     record: dict[str, Any] = {
         "case_id": case.case_id,
         "instruction": case.instruction.text,
@@ -261,11 +261,15 @@ def evaluate(
         results_path.unlink()
     stored = load_results(out_dir) if resume else {}
     pending = [c for c in cases if not _is_done(stored.get(c.case_id), c, connectivity, predictor_id)]
-    other = sum(1 for c in pending if "stats" in stored.get(c.case_id, {})
-                and stored[c.case_id].get("predictor") != predictor_id)
+    other = sum(
+        1
+        for c in pending
+        if "stats" in stored.get(c.case_id, {}) and stored[c.case_id].get("predictor") != predictor_id
+    )
     if other:
-        log.warning("%d stored result(s) in %s came from another model or predictions; redoing them",
-                    other, results_path)
+        log.warning(
+            "%d stored result(s) in %s came from another model or predictions; redoing them", other, results_path
+        )
     save_dir = out_dir / "predictions" if save_predictions else None
 
     iterator: Iterable[EvalCase] = pending
@@ -280,8 +284,11 @@ def evaluate(
             except KeyboardInterrupt:
                 raise
             except Exception as err:  # one bad case must not end a long run; it is listed instead
-                record = {"case_id": case.case_id, "instruction": case.instruction.text,
-                          "error": f"{type(err).__name__}: {err}"}
+                record = {
+                    "case_id": case.case_id,
+                    "instruction": case.instruction.text,
+                    "error": f"{type(err).__name__}: {err}",
+                }
             handle.write(json.dumps(record) + "\n")
             handle.flush()
             stored[case.case_id] = record
@@ -294,7 +301,9 @@ def evaluate(
 # --- reports -----------------------------------------------------------------------------------
 
 
-def build_report(records: Sequence[Mapping[str, Any]], *, problems: Sequence[str] = (), connectivity: int = CONNECTIVITY) -> dict[str, Any]:
+def build_report(
+    records: Sequence[Mapping[str, Any]], *, problems: Sequence[str] = (), connectivity: int = CONNECTIVITY
+) -> dict[str, Any]:
     """Aggregate per-case records (as stored in ``results.jsonl``) into the report dict."""
     scored = [(r, SampleStats.from_dict(r["stats"])) for r in records if "stats" in r]
     per_level = summarize_groups((r["level"], s) for r, s in scored)
@@ -363,16 +372,26 @@ def format_markdown(report: Mapping[str, Any], title: str = "XFlow evaluation") 
         f"| **average** | | | **{_f(a['giou'])}** | **{_f(a['ciou'])}** | **{_f(a['f1'])}** | {_f(a['precision'])} | "
         f"{_f(a['recall'])} | {_f(a['n_acc'])} | {_f(a['giou_all'])} |"
     )
-    lines += ["", "## Per finding (equal-weight average over the levels the finding is asked at)", "",
-              "| Finding | Positives | Negatives | gIoU | cIoU | F1 | N-Acc |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Per finding (equal-weight average over the levels the finding is asked at)",
+        "",
+        "| Finding | Positives | Negatives | gIoU | cIoU | F1 | N-Acc |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for finding, entry in report["findings"].items():
         allv, avg = entry["all_levels"], entry["average"]
         lines.append(
             f"| {finding} | {allv['n_positive']} | {allv['n_negative']} | {_f(avg['giou'])} | {_f(avg['ciou'])} | "
             f"{_f(avg['f1'])} | {_f(avg['n_acc'])} |"
         )
-    lines += ["", "## gIoU per finding and level", "", "| Finding | " + " | ".join(LEVELS) + " |",
-              "|---|" + "---|" * len(LEVELS)]
+    lines += [
+        "",
+        "## gIoU per finding and level",
+        "",
+        "| Finding | " + " | ".join(LEVELS) + " |",
+        "|---|" + "---|" * len(LEVELS),
+    ]
     for finding, entry in report["findings"].items():
         cells = [_f(entry["levels"][lv]["giou"]) if lv in entry["levels"] else "—" for lv in LEVELS]
         lines.append(f"| {finding} | " + " | ".join(cells) + " |")
@@ -401,8 +420,13 @@ def format_markdown(report: Mapping[str, Any], title: str = "XFlow evaluation") 
     return "\n".join(lines) + "\n"
 
 
-def _grouped_bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float | None]], rotation: float = 0,
-                  intervals: Mapping[str, Sequence[tuple[float, float] | None]] | None = None) -> None:
+def _grouped_bars(
+    ax,
+    groups: Sequence[str],
+    series: Mapping[str, Sequence[float | None]],
+    rotation: float = 0,
+    intervals: Mapping[str, Sequence[tuple[float, float] | None]] | None = None,
+) -> None:
     """One cluster of bars per group, one bar per series (None drawn as a gap); ``intervals``
     (per series, ``(low, high)`` per group or None) are drawn as error bars."""
     width = 0.8 / len(series)
@@ -411,11 +435,27 @@ def _grouped_bars(ax, groups: Sequence[str], series: Mapping[str, Sequence[float
         heights = np.asarray([np.nan if y is None else y for y in ys], float)
         yerr = None
         if intervals and label in intervals:
-            bounds = [b if b is not None and not np.isnan(h) else (h, h) for b, h in zip(intervals[label], heights, strict=False)]
-            yerr = np.abs(np.asarray([[h - lo for (lo, _), h in zip(bounds, heights, strict=False)],
-                                      [hi - h for (_, hi), h in zip(bounds, heights, strict=False)]], float))
-        ax.bar(np.arange(len(groups)) + offset, heights, width, label=label, yerr=yerr,
-               error_kw={"elinewidth": 0.8, "capsize": 1.5})
+            bounds = [
+                b if b is not None and not np.isnan(h) else (h, h)
+                for b, h in zip(intervals[label], heights, strict=False)
+            ]
+            yerr = np.abs(
+                np.asarray(
+                    [
+                        [h - lo for (lo, _), h in zip(bounds, heights, strict=False)],
+                        [hi - h for (_, hi), h in zip(bounds, heights, strict=False)],
+                    ],
+                    float,
+                )
+            )
+        ax.bar(
+            np.arange(len(groups)) + offset,
+            heights,
+            width,
+            label=label,
+            yerr=yerr,
+            error_kw={"elinewidth": 0.8, "capsize": 1.5},
+        )
     ax.set_xticks(np.arange(len(groups)), groups, rotation=rotation)
 
 
@@ -443,8 +483,12 @@ def write_plots(report: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
 
     findings = list(report["findings"])
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    _grouped_bars(ax, findings, {lv: [report["findings"][f]["levels"].get(lv, {}).get("giou") for f in findings]
-                                 for lv in LEVELS}, rotation=20)
+    _grouped_bars(
+        ax,
+        findings,
+        {lv: [report["findings"][f]["levels"].get(lv, {}).get("giou") for f in findings] for lv in LEVELS},
+        rotation=20,
+    )
     ax.set_ylim(0, 1)
     ax.set_ylabel("gIoU")
     ax.set_title("gIoU per finding and level")

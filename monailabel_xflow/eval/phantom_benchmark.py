@@ -63,9 +63,23 @@ from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
 
 __all__ = [
-    "METHODS", "BASELINES", "METHOD_TITLES", "DEV_SEED", "TEST_SEED", "BenchmarkOutError", "SharedStage1",
-    "stage1_identity", "GroundTruthReviser", "xflow_predictors", "baseline_predictors", "region_mask",
-    "check_manifest", "run_benchmark", "write_summary", "stage2_effect", "interleaved",
+    "METHODS",
+    "BASELINES",
+    "METHOD_TITLES",
+    "DEV_SEED",
+    "TEST_SEED",
+    "BenchmarkOutError",
+    "SharedStage1",
+    "stage1_identity",
+    "GroundTruthReviser",
+    "xflow_predictors",
+    "baseline_predictors",
+    "region_mask",
+    "check_manifest",
+    "run_benchmark",
+    "write_summary",
+    "stage2_effect",
+    "interleaved",
 ]
 
 log = logging.getLogger(__name__)
@@ -182,8 +196,18 @@ class SharedStage1:
         self._texts[key], self.seconds[key] = text, seconds
         if self.store is not None:
             with self.store.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"identity": self.identity, "image": key[0], "instruction": key[1],
-                                     "text": text, "seconds": seconds}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "identity": self.identity,
+                            "image": key[0],
+                            "instruction": key[1],
+                            "text": text,
+                            "seconds": seconds,
+                        }
+                    )
+                    + "\n"
+                )
 
 
 class GroundTruthReviser:
@@ -262,8 +286,10 @@ class _Revisions:
 
     def add(self, case_id: str, trace: Any) -> None:
         with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"case_id": case_id, "lesions": [rec.to_dict() for rec in trace.lesions]},
-                                default=float) + "\n")
+            fh.write(
+                json.dumps({"case_id": case_id, "lesions": [rec.to_dict() for rec in trace.lesions]}, default=float)
+                + "\n"
+            )
 
 
 def stage1_identity(cfg: Any) -> str:
@@ -292,8 +318,11 @@ def stage1_identity(cfg: Any) -> str:
 def _hash_files(digest: Any, path: Path, skip_suffixes: tuple[str, ...] = ()) -> None:
     """Feed the names (relative to ``path``) and bytes of a file or a folder's files to ``digest``
     (a folder's files ending in one of ``skip_suffixes`` left out)."""
-    files = (sorted(f for f in path.rglob("*") if f.is_file() and not f.name.endswith(skip_suffixes))
-             if path.is_dir() else [path])
+    files = (
+        sorted(f for f in path.rglob("*") if f.is_file() and not f.name.endswith(skip_suffixes))
+        if path.is_dir()
+        else [path]
+    )
     for f in files:
         digest.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
         digest.update(hashlib.sha256(f.read_bytes()).digest())
@@ -326,7 +355,9 @@ def xflow_content_identity(config: str | Path) -> str:
     return content_identity(*paths)
 
 
-def xflow_predictors(config: str | Path, out: Path, cases: Sequence[EvalCase] = ()) -> tuple[dict[str, Callable[[EvalCase], np.ndarray]], str]:
+def xflow_predictors(
+    config: str | Path, out: Path, cases: Sequence[EvalCase] = ()
+) -> tuple[dict[str, Callable[[EvalCase], np.ndarray]], str]:
     """Predictors of the three XFlow methods on one loaded model, and the model's identity.
 
     Args:
@@ -475,8 +506,10 @@ def baseline_predictors() -> dict[str, tuple[Callable[[EvalCase], np.ndarray | N
 
         return region_mask(case.instruction, np.asarray(Image.open(path)))
 
-    return {"never-present": (lambda case: None, "baseline:never-present/1"),
-            "always-present": (always, "baseline:always-present/1")}
+    return {
+        "never-present": (lambda case: None, "baseline:never-present/1"),
+        "always-present": (always, "baseline:always-present/1"),
+    }
 
 
 # --- the output folder's manifest ------------------------------------------------------------------
@@ -515,21 +548,27 @@ def check_manifest(out: Path, wanted: Mapping[str, Any]) -> dict[str, Any]:
     path = out / MANIFEST_NAME
     if not path.is_file():
         if (out / "data").exists() or any((out / m / "results.jsonl").exists() for m in METHODS + BASELINES):
-            raise BenchmarkOutError(f"{out} holds a benchmark without {MANIFEST_NAME} (made before the manifest "
-                                    "existed, or by hand): its phantoms and results cannot be checked; use a new --out")
+            raise BenchmarkOutError(
+                f"{out} holds a benchmark without {MANIFEST_NAME} (made before the manifest "
+                "existed, or by hand): its phantoms and results cannot be checked; use a new --out"
+            )
         return {"format": MANIFEST_FORMAT, **wanted}
     stored = json.loads(path.read_text())
     for key in ("split", "seed", "questions", "size", "data"):
         if key in wanted and key in stored and stored[key] != wanted[key]:
-            raise BenchmarkOutError(f"{out} was made with {key} {stored[key]!r}, this run asks {wanted[key]!r}: its "
-                                    "phantoms and results are of another benchmark; use a new --out")
+            raise BenchmarkOutError(
+                f"{out} was made with {key} {stored[key]!r}, this run asks {wanted[key]!r}: its "
+                "phantoms and results are of another benchmark; use a new --out"
+            )
     models = dict(stored.get("models", {}))
     for name, identity in wanted.get("models", {}).items():
         if name in models and models[name] != identity:
             if stored.get("split") == "test":
-                raise BenchmarkOutError(f"{out} is a test-split run scored with another {name} model ({models[name]}, "
-                                        f"now {identity}); the test seed is scored once, with the models chosen on "
-                                        f"the dev seed: compare models on --seed {DEV_SEED} instead")
+                raise BenchmarkOutError(
+                    f"{out} is a test-split run scored with another {name} model ({models[name]}, "
+                    f"now {identity}); the test seed is scored once, with the models chosen on "
+                    f"the dev seed: compare models on --seed {DEV_SEED} instead"
+                )
             log.warning("benchmark: %s model changed (%s -> %s); its records are redone", name, models[name], identity)
         models[name] = identity
     return {**stored, **{k: v for k, v in wanted.items() if k != "models"}, "models": models}
@@ -634,9 +673,16 @@ def run_benchmark(
         fn, identity = predictors[m]
         (out / m).mkdir(parents=True, exist_ok=True)
         log.info("benchmark: %s", METHOD_TITLES[m])
-        evaluate(cases, fn, out / m, predictor_id=identity, progress=progress and m not in BASELINES,
-                 save_predictions=m not in BASELINES, title=f"{METHOD_TITLES[m]} on {len(cases)} held-out phantom questions",
-                 plots=plots and m not in BASELINES)
+        evaluate(
+            cases,
+            fn,
+            out / m,
+            predictor_id=identity,
+            progress=progress and m not in BASELINES,
+            save_predictions=m not in BASELINES,
+            title=f"{METHOD_TITLES[m]} on {len(cases)} held-out phantom questions",
+            plots=plots and m not in BASELINES,
+        )
     return write_summary(out, list(BASELINES) + [m for m in METHODS if m in wanted], cases, plots=plots)
 
 
@@ -656,8 +702,9 @@ def _iou(record: Mapping[str, Any]) -> float:
     return SampleStats.from_dict(record["stats"]).iou
 
 
-def stage2_effect(before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]],
-                  tol: float = 1e-9) -> dict[str, Any]:
+def stage2_effect(
+    before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]], tol: float = 1e-9
+) -> dict[str, Any]:
     """What a revision did, question by question (records of two methods on the same cases).
 
     A mask counts as changed when any of its pixel counts differs. IoU up / down is counted over
@@ -682,9 +729,15 @@ def stage2_effect(before: Mapping[str, Mapping[str, Any]], after: Mapping[str, M
             deltas.append(d)
             up += d > tol
             down += d < -tol
-    return {"n": len(shared), "changed": changed, "iou_up": up, "iou_down": down,
-            "mean_iou_delta": float(np.mean(deltas)) if deltas else None,
-            "presence_gained": gained, "presence_lost": lost}
+    return {
+        "n": len(shared),
+        "changed": changed,
+        "iou_up": up,
+        "iou_down": down,
+        "mean_iou_delta": float(np.mean(deltas)) if deltas else None,
+        "presence_gained": gained,
+        "presence_lost": lost,
+    }
 
 
 def _latency(folder: Path, case_ids: set[str]) -> dict[str, float] | None:
@@ -721,8 +774,13 @@ CLAIMS = (
     ("XFlow segments better than ROSALIA (gIoU, Table 1)", "0.703 vs 0.621", "giou", "stage1+2", "rosalia"),
     ("XFlow segments better than ROSALIA (cIoU, Table 1)", "0.731 vs 0.688", "ciou", "stage1+2", "rosalia"),
     ("XFlow decides presence better than ROSALIA (F1, Table 1)", "0.961 vs 0.945", "f1", "stage1+2", "rosalia"),
-    ("ROSALIA's masks have more excess components than XFlow's (ΔC, Table 3)", "+5.63 vs +1.71", "delta_c",
-     "rosalia", "stage1+2"),
+    (
+        "ROSALIA's masks have more excess components than XFlow's (ΔC, Table 3)",
+        "+5.63 vs +1.71",
+        "delta_c",
+        "rosalia",
+        "stage1+2",
+    ),
     ("... the same, on the positives every method drew", "—", "delta_c_all_drew", "rosalia", "stage1+2"),
     ("ROSALIA's masks have more specks than XFlow's (Table 3)", "5.57 vs 1.69", "specks", "rosalia", "stage1+2"),
     ("Stage 2 adds to Stage 1 (gIoU, Table 2)", "+0.010", "giou", "stage1+2", "stage1"),
@@ -737,7 +795,7 @@ CLAIMS = (
 
 
 def verdict(diff: Mapping[str, Any]) -> str:
-    """"reproduced" when the interval of a - b lies above 0, "reversed" below, else "not shown"."""
+    """ "reproduced" when the interval of a - b lies above 0, "reversed" below, else "not shown"."""
     if diff.get("low") is None:
         return "—"
     if diff["low"] > 0:
@@ -747,8 +805,13 @@ def verdict(diff: Mapping[str, Any]) -> str:
     return "not shown (CI includes 0)"
 
 
-def bootstrap_summary(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
-                      replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+def bootstrap_summary(
+    out: Path,
+    methods: Sequence[str],
+    cases: Sequence[EvalCase],
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any]:
     """Every figure of the summary with a bootstrap 95 % interval over phantoms, and the claims.
 
     Only questions every method scored enter (so differences are paired); the positives every
@@ -780,29 +843,45 @@ def bootstrap_summary(out: Path, methods: Sequence[str], cases: Sequence[EvalCas
     point = {m: {k: float(v[0]) for k, v in figures(m, ones).items()} for m in methods}
     boot = {m: figures(m, weights) for m in methods}
     result: dict[str, Any] = {
-        "n": len(common), "n_images": int(first.group.max()) + 1 if len(common) else 0, "unit": "phantom",
-        "replicates": replicates, "seed": seed,
+        "n": len(common),
+        "n_images": int(first.group.max()) + 1 if len(common) else 0,
+        "unit": "phantom",
+        "replicates": replicates,
+        "seed": seed,
         "all_drew": {"n": int(all_drew.sum()), "n_positive": int(first.positive.sum()), "methods": models},
         "methods": {m: {k: interval(boot[m][k], point[m][k]) for k in point[m]} for m in methods},
-        "findings": {}, "claims": [],
+        "findings": {},
+        "claims": [],
     }
     for m in methods:
         per = {}
         for finding in FINDINGS:
             subset = np.asarray([c.finding == finding for c in common])
             if subset.any():
-                per[finding] = interval(metrics(scored[m], weights, subset)["giou"],
-                                        float(metrics(scored[m], ones, subset)["giou"][0]))
+                per[finding] = interval(
+                    metrics(scored[m], weights, subset)["giou"], float(metrics(scored[m], ones, subset)["giou"][0])
+                )
         result["findings"][m] = per
     for claim, paper, metric, a, b in CLAIMS:
         if a in methods and b in methods:
             diff = interval(boot[a][metric] - boot[b][metric], point[a][metric] - point[b][metric])
-            result["claims"].append({"claim": claim, "paper": paper, "metric": metric, "a": a, "b": b,
-                                     "difference": diff, "verdict": verdict(diff)})
+            result["claims"].append(
+                {
+                    "claim": claim,
+                    "paper": paper,
+                    "metric": metric,
+                    "a": a,
+                    "b": b,
+                    "difference": diff,
+                    "verdict": verdict(diff),
+                }
+            )
     return result
 
 
-def write_summary(out: str | Path, methods: Sequence[str], cases: Sequence[EvalCase], plots: bool = True) -> dict[str, Any]:
+def write_summary(
+    out: str | Path, methods: Sequence[str], cases: Sequence[EvalCase], plots: bool = True
+) -> dict[str, Any]:
     """``OUT/benchmark.md`` and ``benchmark.json`` from the methods' records, plus the figures.
 
     Every table carries bootstrap 95 % intervals over phantoms (:func:`bootstrap_summary`); the
@@ -823,16 +902,28 @@ def write_summary(out: str | Path, methods: Sequence[str], cases: Sequence[EvalC
     records = {m: _records(out / m, cases) for m in methods}
     ids = {c.case_id for c in cases}
     boot = bootstrap_summary(out, methods, cases)
-    protocol = {"split": manifest.get("split"), "seed": manifest.get("seed"), "dev_seed": DEV_SEED,
-                "test_seed": TEST_SEED, "train_seed": TRAIN_SEED, "size": manifest.get("size"),
-                "data": manifest.get("data"), "models": manifest.get("models", {})}
+    protocol = {
+        "split": manifest.get("split"),
+        "seed": manifest.get("seed"),
+        "dev_seed": DEV_SEED,
+        "test_seed": TEST_SEED,
+        "train_seed": TRAIN_SEED,
+        "size": manifest.get("size"),
+        "data": manifest.get("data"),
+        "models": manifest.get("models", {}),
+    }
     summary: dict[str, Any] = {"questions": len(cases), "protocol": protocol, "methods": {}, "bootstrap": boot}
     for m in methods:
         r = reports[m]
         summary["methods"][m] = {
-            "title": METHOD_TITLES[m], "average": r["average"], "levels": r["levels"], "noise": r["noise"],
+            "title": METHOD_TITLES[m],
+            "average": r["average"],
+            "levels": r["levels"],
+            "noise": r["noise"],
             "findings": {f: e["average"] for f, e in r["findings"].items()},
-            "latency": _latency(out / m, ids), "n_scored": r["n_scored"], "errors": len(r["errors"]),
+            "latency": _latency(out / m, ids),
+            "n_scored": r["n_scored"],
+            "errors": len(r["errors"]),
             "ci": boot["methods"][m],
         }
     effects = {}
@@ -842,59 +933,99 @@ def write_summary(out: str | Path, methods: Sequence[str], cases: Sequence[EvalC
     summary["revision"] = effects
 
     split = protocol["split"] or "unrecorded"
-    lines = [f"# ROSALIA beside XFlow on {len(cases)} held-out phantom questions ({split} split, seed {protocol['seed']})",
-             "",
-             "Generated by `xflow benchmark phantom` (monailabel_xflow/eval/phantom_benchmark.py); the "
-             "hand-written conclusions are in README.md.", "",
-             f"Protocol: choices are made on the dev seed ({DEV_SEED}); the test seed ({TEST_SEED}) is scored once "
-             f"for the report; the demos trained on seed {TRAIN_SEED}. Every figure: value [bootstrap 95 % interval], "
-             f"{boot['replicates']} resamplings of the {boot['n_images']} phantoms (questions of one phantom move "
-             f"together), {boot['n']} questions every method scored. Levels averaged with equal weight.", "",
-             "## Segmentation, presence and mask noise (paper Tables 1 and 3)", "",
-             "ΔC = components(pred) − components(GT) over positives; specks = components < 0.1 % of the image "
-             f"(8-connectivity). ΔC (all drew): over the {boot['all_drew']['n']} of {boot['all_drew']['n_positive']} "
-             "positives on which every model method drew a mask.", "",
-             "| Method | gIoU | cIoU | F1 | N-Acc | ΔC | ΔC (all drew) | Specks |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# ROSALIA beside XFlow on {len(cases)} held-out phantom questions ({split} split, seed {protocol['seed']})",
+        "",
+        "Generated by `xflow benchmark phantom` (monailabel_xflow/eval/phantom_benchmark.py); the "
+        "hand-written conclusions are in README.md.",
+        "",
+        f"Protocol: choices are made on the dev seed ({DEV_SEED}); the test seed ({TEST_SEED}) is scored once "
+        f"for the report; the demos trained on seed {TRAIN_SEED}. Every figure: value [bootstrap 95 % interval], "
+        f"{boot['replicates']} resamplings of the {boot['n_images']} phantoms (questions of one phantom move "
+        f"together), {boot['n']} questions every method scored. Levels averaged with equal weight.",
+        "",
+        "## Segmentation, presence and mask noise (paper Tables 1 and 3)",
+        "",
+        "ΔC = components(pred) − components(GT) over positives; specks = components < 0.1 % of the image "
+        f"(8-connectivity). ΔC (all drew): over the {boot['all_drew']['n']} of {boot['all_drew']['n_positive']} "
+        "positives on which every model method drew a mask.",
+        "",
+        "| Method | gIoU | cIoU | F1 | N-Acc | ΔC | ΔC (all drew) | Specks |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m in methods:
         c = boot["methods"][m]
         all_drew = "—" if m in BASELINES else _ci(c["delta_c_all_drew"], 2, True)  # a subset the models chose
-        lines.append(f"| {METHOD_TITLES[m]} | {_ci(c['giou'])} | {_ci(c['ciou'])} | {_ci(c['f1'])} | {_ci(c['n_acc'])} | "
-                     f"{_ci(c['delta_c'], 2, True)} | {all_drew} | {_ci(c['specks'], 2)} |")
+        lines.append(
+            f"| {METHOD_TITLES[m]} | {_ci(c['giou'])} | {_ci(c['ciou'])} | {_ci(c['f1'])} | {_ci(c['n_acc'])} | "
+            f"{_ci(c['delta_c'], 2, True)} | {all_drew} | {_ci(c['specks'], 2)} |"
+        )
     gt_noise = reports[methods[0]]["noise"] if methods else None
     if gt_noise:
         lines.append(f"| Ground truth | — | — | — | — | — | — | {_f(gt_noise['gt_specks'], 2)} |")
     for key, label in (("giou", "gIoU"), ("f1", "presence F1"), ("n_acc", "N-Acc")):
-        lines += ["", f"## {label} per level", "", "| Method | " + " | ".join(LEVELS) + " |", "|---|" + "---|" * len(LEVELS)]
+        lines += [
+            "",
+            f"## {label} per level",
+            "",
+            "| Method | " + " | ".join(LEVELS) + " |",
+            "|---|" + "---|" * len(LEVELS),
+        ]
         for m in methods:
             c = boot["methods"][m]
             lines.append(f"| {METHOD_TITLES[m]} | " + " | ".join(_ci(c.get(f"{lv}/{key}")) for lv in LEVELS) + " |")
-    lines += ["", "## gIoU per finding (equal-weight average over the levels it is asked at)", "",
-              "| Finding | " + " | ".join(METHOD_TITLES[m] for m in methods) + " |", "|---|" + "---|" * len(methods)]
+    lines += [
+        "",
+        "## gIoU per finding (equal-weight average over the levels it is asked at)",
+        "",
+        "| Finding | " + " | ".join(METHOD_TITLES[m] for m in methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
     for f in FINDINGS:
         lines.append(f"| {f} | " + " | ".join(_ci(boot["findings"][m].get(f)) for m in methods) + " |")
     if boot["claims"]:
-        lines += ["", "## The paper's claims: paired differences (a − b) with bootstrap 95 % intervals", "",
-                  "A claim reads *reproduced* only when the interval lies above 0.", "",
-                  "| Claim | Paper | a − b | Difference | Verdict |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## The paper's claims: paired differences (a − b) with bootstrap 95 % intervals",
+            "",
+            "A claim reads *reproduced* only when the interval lies above 0.",
+            "",
+            "| Claim | Paper | a − b | Difference | Verdict |",
+            "|---|---|---|---|---|",
+        ]
         for c in boot["claims"]:
-            lines.append(f"| {c['claim']} | {c['paper']} | {METHOD_TITLES[c['a']]} − {METHOD_TITLES[c['b']]} | "
-                         f"{_ci(c['difference'], 3, True)} | {c['verdict']} |")
+            lines.append(
+                f"| {c['claim']} | {c['paper']} | {METHOD_TITLES[c['a']]} − {METHOD_TITLES[c['b']]} | "
+                f"{_ci(c['difference'], 3, True)} | {c['verdict']} |"
+            )
     if effects:
-        lines += ["", "## What revision changed, question by question", "",
-                  "| Revision | Questions | Masks changed | IoU up | IoU down | Mean IoU change (positives) | "
-                  "Presence gained / lost | gIoU change [95 % interval] |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## What revision changed, question by question",
+            "",
+            "| Revision | Questions | Masks changed | IoU up | IoU down | Mean IoU change (positives) | "
+            "Presence gained / lost | gIoU change [95 % interval] |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for name, e in effects.items():
             a, b = name.split(" -> ")
             claim = next((c for c in boot["claims"] if (c["a"], c["b"], c["metric"]) == (b, a, "giou")), None)
-            lines.append(f"| {METHOD_TITLES[a]} → {METHOD_TITLES[b]} | {e['n']} | {e['changed']} | {e['iou_up']} | "
-                         f"{e['iou_down']} | {_f(e['mean_iou_delta'], 4)} | {e['presence_gained']} / {e['presence_lost']} | "
-                         f"{_ci(claim['difference'], 3, True) if claim else '—'} |")
+            lines.append(
+                f"| {METHOD_TITLES[a]} → {METHOD_TITLES[b]} | {e['n']} | {e['changed']} | {e['iou_up']} | "
+                f"{e['iou_down']} | {_f(e['mean_iou_delta'], 4)} | {e['presence_gained']} / {e['presence_lost']} | "
+                f"{_ci(claim['difference'], 3, True) if claim else '—'} |"
+            )
     lat = {m: summary["methods"][m]["latency"] for m in methods if summary["methods"][m]["latency"]}
     if lat:
         base = lat.get("stage1+2")
-        lines += ["", "## Latency per question (this machine, CPU, as measured during the run; a measurement, "
-                  "not an estimate: no interval)", "",
-                  "| Method | Questions timed | Mean s | Median s | Mean ÷ XFlow Stage 1 + 2 |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Latency per question (this machine, CPU, as measured during the run; a measurement, "
+            "not an estimate: no interval)",
+            "",
+            "| Method | Questions timed | Mean s | Median s | Mean ÷ XFlow Stage 1 + 2 |",
+            "|---|---|---|---|---|",
+        ]
         for m, v in lat.items():
             ratio = _f(v["mean_s"] / base["mean_s"], 2) if base else "—"
             lines.append(f"| {METHOD_TITLES[m]} | {v['n']} | {_f(v['mean_s'], 2)} | {_f(v['median_s'], 2)} | {ratio} |")
@@ -945,10 +1076,24 @@ def _plots(out: Path, summary: Mapping[str, Any], methods: Sequence[str]) -> lis
     fig, axes = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     boot_findings = summary.get("bootstrap", {}).get("findings", {})
     for ax, (key, label) in zip(axes, (("giou", "gIoU"), ("f1", "presence F1")), strict=True):
-        intervals = ({t: [_bounds(boot_findings.get(m, {}).get(f)) for f in FINDINGS] for m, t in zip(methods, titles, strict=True)}
-                     if key == "giou" else None)
-        _grouped_bars(ax, list(FINDINGS), {t: [summary["methods"][m]["findings"].get(f, {}).get(key) for f in FINDINGS]
-                                           for m, t in zip(methods, titles, strict=True)}, rotation=20, intervals=intervals)
+        intervals = (
+            {
+                t: [_bounds(boot_findings.get(m, {}).get(f)) for f in FINDINGS]
+                for m, t in zip(methods, titles, strict=True)
+            }
+            if key == "giou"
+            else None
+        )
+        _grouped_bars(
+            ax,
+            list(FINDINGS),
+            {
+                t: [summary["methods"][m]["findings"].get(f, {}).get(key) for f in FINDINGS]
+                for m, t in zip(methods, titles, strict=True)
+            },
+            rotation=20,
+            intervals=intervals,
+        )
         ax.set_ylabel(label)
         ax.set_ylim(0, 1)
     axes[0].set_title("Per finding (equal-weight average over levels)")
@@ -980,8 +1125,9 @@ def contact_cases(cases: Sequence[EvalCase], per_level: int = 3) -> list[EvalCas
     return chosen
 
 
-def _contact_sheet(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
-                   records: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Path:
+def _contact_sheet(
+    out: Path, methods: Sequence[str], cases: Sequence[EvalCase], records: Mapping[str, Mapping[str, Mapping[str, Any]]]
+) -> Path:
     """Rows: questions; columns: the GT, then each method's mask (red) over the GT outline (green).
 
     Raises:
@@ -1003,16 +1149,23 @@ def _contact_sheet(out: Path, methods: Sequence[str], cases: Sequence[EvalCase],
             png = out / m / "predictions" / f"{case.case_id}.png"
             record = records[m].get(case.case_id)
             if record is None or not png.is_file():
-                raise EvaluationError(f"{METHOD_TITLES[m]} has no {'prediction file ' + str(png) if record else 'scored record'} "
-                                      f"for {case.case_id}: rerun the benchmark (it predicts what is missing); "
-                                      "a missing prediction is never drawn as empty")
+                raise EvaluationError(
+                    f"{METHOD_TITLES[m]} has no {'prediction file ' + str(png) if record else 'scored record'} "
+                    f"for {case.case_id}: rerun the benchmark (it predicts what is missing); "
+                    "a missing prediction is never drawn as empty"
+                )
             pred = np.asarray(Image.open(png)) > 0
             pred = pred if pred.shape == image.shape else resize_mask(pred, image.shape)
             tiles.append(overlay(overlay(image, [gt], colors=[GT_COLOUR], alpha=0.0), [pred], colors=[PRED_COLOUR]))
             score = f"IoU {_iou(record):.2f}" if case.positive else ("empty" if not pred.any() else "drawn")
             titles.append(f"{METHOD_TITLES[m]} {score}")
-    sheet = contact_sheet(tiles, titles, ncols=1 + len(methods), tile_size=200,
-                          legend=[("ground truth", GT_COLOUR), ("prediction", PRED_COLOUR)])
+    sheet = contact_sheet(
+        tiles,
+        titles,
+        ncols=1 + len(methods),
+        tile_size=200,
+        legend=[("ground truth", GT_COLOUR), ("prediction", PRED_COLOUR)],
+    )
     path = out / "contact-sheet.png"
     Image.fromarray(sheet).save(path, optimize=True)
     return path

@@ -224,7 +224,9 @@ def _unpack(x: np.ndarray, k: int) -> tuple[np.ndarray, float]:
     return np.append(free, -free.sum()), float(x[k - 1])
 
 
-def _negloglik_grad(x: np.ndarray, model: str, k: int, pairs: np.ndarray, counts: np.ndarray) -> tuple[float, np.ndarray]:
+def _negloglik_grad(
+    x: np.ndarray, model: str, k: int, pairs: np.ndarray, counts: np.ndarray
+) -> tuple[float, np.ndarray]:
     """Negative log-likelihood and its gradient in the free parameters.
 
     ``x`` = (K - 1 free log-strengths, tau); the K-th log-strength is minus their sum, and
@@ -300,9 +302,7 @@ def fit(model: str, pairs: np.ndarray, counts: np.ndarray, n_items: int, start: 
         raise PreferenceError("need at least two items")
     x0 = np.zeros(n_items) if start is None else np.asarray(start, float)
     bounds = [(-_LOG_STRENGTH_BOUND, _LOG_STRENGTH_BOUND)] * (n_items - 1) + [_TIE_BOUNDS]
-    res = minimize(
-        _negloglik_grad, x0, args=(model, n_items, pairs, counts), jac=True, method="TNC", bounds=bounds
-    )
+    res = minimize(_negloglik_grad, x0, args=(model, n_items, pairs, counts), jac=True, method="TNC", bounds=bounds)
     logs, tie = _unpack(res.x, n_items)
     tie_value = math.exp(tie) if model == "davidson" else 1.0 + math.exp(tie)
     return Fit(model, logs, tie_value, -float(res.fun), bool(res.success))

@@ -151,9 +151,16 @@ class BoxCheck:
         return [c for c in ("c1", "c2", "c3", "c4") if not getattr(self, c)]
 
 
-def check_box(box: np.ndarray, confidence: float, anomaly: np.ndarray, reported_union: np.ndarray,
-              right_lung: np.ndarray, left_lung: np.ndarray, finding: str,
-              thresholds: Thresholds = DEFAULT_THRESHOLDS) -> BoxCheck:
+def check_box(
+    box: np.ndarray,
+    confidence: float,
+    anomaly: np.ndarray,
+    reported_union: np.ndarray,
+    right_lung: np.ndarray,
+    left_lung: np.ndarray,
+    finding: str,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> BoxCheck:
     """Conditions c1-c4 of Algorithm 1 for one box mask (formulae in the module docstring).
 
     Args:
@@ -167,10 +174,13 @@ def check_box(box: np.ndarray, confidence: float, anomaly: np.ndarray, reported_
     area = int(np.count_nonzero(box))
     anatomy_iou = mask_iou(box, reported_union) if reported_union.any() else 0.0
     signal = np.count_nonzero(box & anomaly) / area if area else 0.0
-    lung_iou = max(mask_iou(box, right_lung) if right_lung.any() else 0.0,
-                   mask_iou(box, left_lung) if left_lung.any() else 0.0)
+    lung_iou = max(
+        mask_iou(box, right_lung) if right_lung.any() else 0.0, mask_iou(box, left_lung) if left_lung.any() else 0.0
+    )
     return BoxCheck(
-        anatomy_iou=float(anatomy_iou), confidence=float(confidence), signal=float(signal),
+        anatomy_iou=float(anatomy_iou),
+        confidence=float(confidence),
+        signal=float(signal),
         lung_iou=float(lung_iou),
         c1=area > 0 and anatomy_iou >= thresholds.anatomy,
         c2=confidence >= thresholds.confidence_for(finding),
@@ -223,8 +233,13 @@ def extend_to_costophrenic_angle(mask: np.ndarray, lung: np.ndarray) -> np.ndarr
     return mask | (fill & lung)
 
 
-def refine(component: np.ndarray, image: np.ndarray, lungs: Sequence[np.ndarray], finding: str,
-           params: RefineParams = RefineParams()) -> np.ndarray:
+def refine(
+    component: np.ndarray,
+    image: np.ndarray,
+    lungs: Sequence[np.ndarray],
+    finding: str,
+    params: RefineParams = RefineParams(),
+) -> np.ndarray:
     """Refine(C) of Algorithm 1 (paper App. A.5).
 
     1. Opening then closing with a disk (scattered noise out, small holes closed).
@@ -260,7 +275,7 @@ def refine(component: np.ndarray, image: np.ndarray, lungs: Sequence[np.ndarray]
     if finding == "effusion":
         for lung in lungs:
             rows = np.flatnonzero(lung.any(axis=1))
-            if rows.size and (mask & lung)[int((rows[0] + rows[-1]) / 2):].any():
+            if rows.size and (mask & lung)[int((rows[0] + rows[-1]) / 2) :].any():
                 mask = extend_to_costophrenic_angle(mask, lung)
     return mask
 
@@ -298,10 +313,17 @@ class LesionResult:
         return "no box passed c1-c4 (failures: " + ", ".join(f"{c} x{n}" for c, n in sorted(failed.items())) + ")"
 
 
-def lesion_mask(finding: str, x: np.ndarray, x_ano: np.ndarray, reported_masks: Sequence[np.ndarray],
-                detections: Sequence[Detection], right_lung: np.ndarray, left_lung: np.ndarray,
-                thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                refine_params: RefineParams = RefineParams()) -> LesionResult:
+def lesion_mask(
+    finding: str,
+    x: np.ndarray,
+    x_ano: np.ndarray,
+    reported_masks: Sequence[np.ndarray],
+    detections: Sequence[Detection],
+    right_lung: np.ndarray,
+    left_lung: np.ndarray,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    refine_params: RefineParams = RefineParams(),
+) -> LesionResult:
     """Algorithm 1 for one reported finding.
 
     Args:
@@ -335,4 +357,3 @@ def lesion_mask(finding: str, x: np.ndarray, x_ano: np.ndarray, reported_masks: 
                 out.mask |= refined
                 out.kept.append(j)
     return out
-

@@ -84,7 +84,9 @@ def grounded_labels(reported: Sequence[str], masks: Mapping[str, np.ndarray], le
     return tuple(lab for lab in reported if lab in masks and bool((masks[lab] & lesion).any()))
 
 
-def instruction_regions(grounded: Sequence[str], masks: Mapping[str, np.ndarray], lesion: np.ndarray) -> tuple[str, ...]:
+def instruction_regions(
+    grounded: Sequence[str], masks: Mapping[str, np.ndarray], lesion: np.ndarray
+) -> tuple[str, ...]:
     """Grounded labels as instruction regions (lungs and zones, vocabulary order)."""
     regions = set()
     for label in grounded:
@@ -115,8 +117,9 @@ def cardiomegaly_negative_allowed(ratio: float | None) -> bool:
     return ratio is not None and ratio <= CTR_NORMAL_MAX
 
 
-def anatomy_disagreement(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray],
-                         tolerance: float = QC_TOLERANCE) -> list[str]:
+def anatomy_disagreement(
+    first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray], tolerance: float = QC_TOLERANCE
+) -> list[str]:
     """The QC cross-check of the two anatomy models (paper App. D.2).
 
     Compares the outermost columns of the lungs (right lung's leftmost, left lung's rightmost)
@@ -182,10 +185,27 @@ class Pairs:
     negative: list[dict] = field(default_factory=list)
     masks: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def add(self, ins: Instruction, answer: str, target: str, location: Sequence[str], sent: int | None,
-            mask: np.ndarray | None = None, mask_name: str | None = None) -> None:
-        pair = {"pair_id": "", "instruction": ins.text, "answer": answer, "type": ins.kind, "target": target,
-                "location": list(location), "sent_idx": sent, "seg": mask is not None, "seg_mask_path": None}
+    def add(
+        self,
+        ins: Instruction,
+        answer: str,
+        target: str,
+        location: Sequence[str],
+        sent: int | None,
+        mask: np.ndarray | None = None,
+        mask_name: str | None = None,
+    ) -> None:
+        pair = {
+            "pair_id": "",
+            "instruction": ins.text,
+            "answer": answer,
+            "type": ins.kind,
+            "target": target,
+            "location": list(location),
+            "sent_idx": sent,
+            "seg": mask is not None,
+            "seg_mask_path": None,
+        }
         if mask is None:
             self.negative.append(pair)
             return
@@ -198,8 +218,14 @@ class Pairs:
             pair["pair_id"] = f"{study}_{i:03d}"
 
 
-def study_pairs(study: str, outcomes: Sequence[FindingOutcome], masks: Mapping[str, np.ndarray],
-                heart: np.ndarray, ratio: float | None, rng: np.random.Generator) -> Pairs:
+def study_pairs(
+    study: str,
+    outcomes: Sequence[FindingOutcome],
+    masks: Mapping[str, np.ndarray],
+    heart: np.ndarray,
+    ratio: float | None,
+    rng: np.random.Generator,
+) -> Pairs:
     """Instruction-answer pairs of one study (rules in the module docstring).
 
     Args:
@@ -293,5 +319,7 @@ def _other_labels(finding: ReportedFinding) -> tuple[str, ...]:
     the lungs like any lesion's; without any location, both lungs; outside the lungs, none."""
     if not finding.locations:
         return LUNGS
-    labels = [lab for loc in finding.locations for lab in ((loc,) if loc in LUNG_LABELS else LUNGS if loc == "lung" else ())]
+    labels = [
+        lab for loc in finding.locations for lab in ((loc,) if loc in LUNG_LABELS else LUNGS if loc == "lung" else ())
+    ]
     return tuple(dict.fromkeys(labels))

@@ -175,9 +175,14 @@ class _Timer:
         return timed()
 
 
-def analyse_study(inp: StudyInput, stages: Stages, thresholds: alg.Thresholds = alg.DEFAULT_THRESHOLDS,
-                  refine_params: alg.RefineParams = alg.RefineParams(), pixels: np.ndarray | None = None,
-                  timings: dict[str, float] | None = None) -> dict:
+def analyse_study(
+    inp: StudyInput,
+    stages: Stages,
+    thresholds: alg.Thresholds = alg.DEFAULT_THRESHOLDS,
+    refine_params: alg.RefineParams = alg.RefineParams(),
+    pixels: np.ndarray | None = None,
+    timings: dict[str, float] | None = None,
+) -> dict:
     """Run the stages, Algorithm 1 and the pair rules on one study, writing nothing.
 
     Args:
@@ -223,8 +228,17 @@ def analyse_study(inp: StudyInput, stages: Stages, thresholds: alg.Thresholds = 
             missing = [lab for lab in o.reported if lab not in loc]
             reported_masks = [loc[lab] for lab in o.reported if lab in loc]
             with timed("algorithm1"):
-                o.result = alg.lesion_mask(f.finding, x, x_ano, reported_masks, detections, organs.right_lung,
-                                           organs.left_lung, thresholds, refine_params)
+                o.result = alg.lesion_mask(
+                    f.finding,
+                    x,
+                    x_ano,
+                    reported_masks,
+                    detections,
+                    organs.right_lung,
+                    organs.left_lung,
+                    thresholds,
+                    refine_params,
+                )
             if o.result.generated:
                 o.mask = o.result.mask
                 o.grounded = rules.grounded_labels(o.reported, loc, o.mask)
@@ -233,8 +247,16 @@ def analyse_study(inp: StudyInput, stages: Stages, thresholds: alg.Thresholds = 
     with timed("pairs"):
         rng = np.random.default_rng(zlib.crc32(inp.study.encode()))
         pairs = rules.study_pairs(inp.study, outcomes, loc, organs.heart, ratio, rng)
-    return {"image": x, "organs": organs, "location_masks": loc, "outcomes": outcomes, "pairs": pairs,
-            "ctr": ratio, "qc": qc, "detections": detections}
+    return {
+        "image": x,
+        "organs": organs,
+        "location_masks": loc,
+        "outcomes": outcomes,
+        "pairs": pairs,
+        "ctr": ratio,
+        "qc": qc,
+        "detections": detections,
+    }
 
 
 def process_study(inp: StudyInput, config: PipelineConfig) -> dict:
@@ -259,34 +281,63 @@ def process_study(inp: StudyInput, config: PipelineConfig) -> dict:
     if qc_ok:
         for rel, m in sorted(pairs.masks.items()):
             _write(out / GT_DIR / MASK_DIR / rel, _png_bytes(np.where(m, 255, 0).astype(np.uint8)))
-        _write(out / GT_DIR / "anatomy" / f"{stem}.png", _png_bytes(_anatomy_label(res["location_masks"], res["organs"].heart)))
+        _write(
+            out / GT_DIR / "anatomy" / f"{stem}.png",
+            _png_bytes(_anatomy_label(res["location_masks"], res["organs"].heart)),
+        )
     entry = {
         "subject_id": inp.subject_id,
         "dicom_id": stem,
         "image_path": os.path.relpath(Path(inp.image).resolve(), out.resolve()),
         "section_name": inp.section_name,
         "section_content": inp.section_content,
-        "instruction_answer_pairs": {"positive_pairs": pairs.positive if qc_ok else [],
-                                     "negative_pairs": pairs.negative if qc_ok else []},
+        "instruction_answer_pairs": {
+            "positive_pairs": pairs.positive if qc_ok else [],
+            "negative_pairs": pairs.negative if qc_ok else [],
+        },
     }
     findings = []
     for k, o in enumerate(res["outcomes"]):
         f = o.finding
         checks = o.result.checks if o.result else []
-        findings.append({
-            "index": k, "entity": f.entity, "finding": f.finding, "present": f.present, "tentative": f.tentative,
-            "sentence": f.sentence, "locations": list(f.locations), "reported": list(o.reported),
-            "grounded": list(o.grounded), "generated": o.mask is not None and f.finding != "cardiomegaly",
-            "mask_pixels": int(o.mask.sum()) if o.mask is not None else 0,
-            "boxes": len(checks), "boxes_kept": len(o.result.kept) if o.result else 0,
-            "box_checks": [{"anatomy_iou": round(c.anatomy_iou, 4), "confidence": round(c.confidence, 4),
-                            "signal": round(c.signal, 4), "lung_iou": round(c.lung_iou, 4), "failed": c.failed()}
-                           for c in checks],
-            "reason": o.reason,
-        })
-    record = {"study": inp.study, "split": inp.split, "image": str(inp.image), "entry": entry,
-              "ctr": None if res["ctr"] is None else round(res["ctr"], 4), "qc": res["qc"],
-              "detections": len(res["detections"]), "findings": findings}
+        findings.append(
+            {
+                "index": k,
+                "entity": f.entity,
+                "finding": f.finding,
+                "present": f.present,
+                "tentative": f.tentative,
+                "sentence": f.sentence,
+                "locations": list(f.locations),
+                "reported": list(o.reported),
+                "grounded": list(o.grounded),
+                "generated": o.mask is not None and f.finding != "cardiomegaly",
+                "mask_pixels": int(o.mask.sum()) if o.mask is not None else 0,
+                "boxes": len(checks),
+                "boxes_kept": len(o.result.kept) if o.result else 0,
+                "box_checks": [
+                    {
+                        "anatomy_iou": round(c.anatomy_iou, 4),
+                        "confidence": round(c.confidence, 4),
+                        "signal": round(c.signal, 4),
+                        "lung_iou": round(c.lung_iou, 4),
+                        "failed": c.failed(),
+                    }
+                    for c in checks
+                ],
+                "reason": o.reason,
+            }
+        )
+    record = {
+        "study": inp.study,
+        "split": inp.split,
+        "image": str(inp.image),
+        "entry": entry,
+        "ctr": None if res["ctr"] is None else round(res["ctr"], 4),
+        "qc": res["qc"],
+        "detections": len(res["detections"]),
+        "findings": findings,
+    }
     _write(record_path, json.dumps(record).encode())
     return record
 
@@ -318,8 +369,15 @@ def _run_dask(todo: Sequence[StudyInput], config: PipelineConfig, scheduler: Any
             client.close()
 
 
-def run(inputs: Sequence[StudyInput], config: PipelineConfig, *, shard: tuple[int, int] = (0, 1),
-        workers: int = 1, scheduler: Any = None, progress: Callable[[Iterable], Iterable] = lambda it: it) -> dict:
+def run(
+    inputs: Sequence[StudyInput],
+    config: PipelineConfig,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    workers: int = 1,
+    scheduler: Any = None,
+    progress: Callable[[Iterable], Iterable] = lambda it: it,
+) -> dict:
     """Process the studies not finished yet (this shard's), then :func:`merge` everything finished.
 
     Args:
@@ -357,10 +415,38 @@ def run(inputs: Sequence[StudyInput], config: PipelineConfig, *, shard: tuple[in
     return merge(out, [s.study for s in inputs])
 
 
-PAIR_COLUMNS = ("study", "image", "pair_id", "type", "target", "instruction", "answer", "location", "mask",
-                "sentence", "verdict", "comment")
-FINDING_COLUMNS = ("study", "index", "entity", "finding", "present", "tentative", "sentence", "reported",
-                   "grounded", "generated", "mask_pixels", "boxes", "boxes_kept", "reason", "verdict", "comment")
+PAIR_COLUMNS = (
+    "study",
+    "image",
+    "pair_id",
+    "type",
+    "target",
+    "instruction",
+    "answer",
+    "location",
+    "mask",
+    "sentence",
+    "verdict",
+    "comment",
+)
+FINDING_COLUMNS = (
+    "study",
+    "index",
+    "entity",
+    "finding",
+    "present",
+    "tentative",
+    "sentence",
+    "reported",
+    "grounded",
+    "generated",
+    "mask_pixels",
+    "boxes",
+    "boxes_kept",
+    "reason",
+    "verdict",
+    "comment",
+)
 STUDY_COLUMNS = ("study", "split", "image", "ctr", "qc", "detections", "positive_pairs", "negative_pairs", "error")
 
 
@@ -390,9 +476,11 @@ def recall_by_finding(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[st
                 counts[f["finding"]][1] += bool(f["generated"])
     out = {f: {"reported": n, "generated": k, "recall": k / n if n else None} for f, (n, k) in counts.items()}
     seen = [v["recall"] for v in out.values() if v["reported"]]
-    out["mean"] = {"reported": sum(v["reported"] for v in out.values()),
-                   "generated": sum(v["generated"] for v in out.values()),
-                   "recall": float(np.mean(seen)) if seen else None}
+    out["mean"] = {
+        "reported": sum(v["reported"] for v in out.values()),
+        "generated": sum(v["generated"] for v in out.values()),
+        "recall": float(np.mean(seen)) if seen else None,
+    }
     return out
 
 
@@ -414,7 +502,12 @@ def merge(out: str | Path, order: Sequence[str] | None = None) -> dict:
     release: dict[str, dict] = {s: {} for s in SPLITS}
     pair_rows, finding_rows, study_rows = [], [], []
     for rec in records:
-        row = {"study": rec["study"], "split": rec["split"], "image": rec.get("image", ""), "error": rec.get("error", "")}
+        row = {
+            "study": rec["study"],
+            "split": rec["split"],
+            "image": rec.get("image", ""),
+            "error": rec.get("error", ""),
+        }
         if rec.get("error"):
             study_rows.append(row)
             continue
@@ -422,12 +515,26 @@ def merge(out: str | Path, order: Sequence[str] | None = None) -> dict:
         pairs = entry["instruction_answer_pairs"]
         if not rec["qc"]:
             release[rec["split"]][rec["study"]] = entry
-        study_rows.append({**row, "ctr": rec["ctr"], "qc": rec["qc"] or "pass", "detections": rec["detections"],
-                           "positive_pairs": len(pairs["positive_pairs"]), "negative_pairs": len(pairs["negative_pairs"])})
+        study_rows.append(
+            {
+                **row,
+                "ctr": rec["ctr"],
+                "qc": rec["qc"] or "pass",
+                "detections": rec["detections"],
+                "positive_pairs": len(pairs["positive_pairs"]),
+                "negative_pairs": len(pairs["negative_pairs"]),
+            }
+        )
         for pair in pairs["positive_pairs"] + pairs["negative_pairs"]:
-            pair_rows.append({"study": rec["study"], "image": entry["image_path"], "mask": pair["seg_mask_path"] or "",
-                              "sentence": pair["sent_idx"], **{k: pair[k] for k in
-                                                               ("pair_id", "type", "target", "instruction", "answer", "location")}})
+            pair_rows.append(
+                {
+                    "study": rec["study"],
+                    "image": entry["image_path"],
+                    "mask": pair["seg_mask_path"] or "",
+                    "sentence": pair["sent_idx"],
+                    **{k: pair[k] for k in ("pair_id", "type", "target", "instruction", "answer", "location")},
+                }
+            )
         for f in rec["findings"]:
             finding_rows.append({"study": rec["study"], **f})
     gt = out / GT_DIR
@@ -452,20 +559,30 @@ def merge(out: str | Path, order: Sequence[str] | None = None) -> dict:
 
 # --- inputs from a report table ------------------------------------------------------------
 
-REPORT_COLUMNS = {"study": ("study_id", "study"), "image": ("image", "image_path", "path"),
-                  "report": ("report", "report_text", "text")}
+REPORT_COLUMNS = {
+    "study": ("study_id", "study"),
+    "image": ("image", "image_path", "path"),
+    "report": ("report", "report_text", "text"),
+}
 """Accepted column names of a reports CSV (first found wins); ``split`` and ``subject_id`` optional."""
 
 
 def _column(fields: Sequence[str], key: str, table: Path) -> str | None:
     found = next((c for c in REPORT_COLUMNS[key] if c in fields), None)
     if found is None and key != "study":
-        raise PipelineError(f"{table}: no {key} column (one of {', '.join(REPORT_COLUMNS[key])}); has {', '.join(fields)}")
+        raise PipelineError(
+            f"{table}: no {key} column (one of {', '.join(REPORT_COLUMNS[key])}); has {', '.join(fields)}"
+        )
     return found
 
 
-def read_reports(table: str | Path, images_root: str | Path, structure: Callable[[str], Sequence[ReportedFinding]],
-                 choose: Callable[[str], Any] | None = None, default_split: str = "train") -> tuple[list[StudyInput], list[str]]:
+def read_reports(
+    table: str | Path,
+    images_root: str | Path,
+    structure: Callable[[str], Sequence[ReportedFinding]],
+    choose: Callable[[str], Any] | None = None,
+    default_split: str = "train",
+) -> tuple[list[StudyInput], list[str]]:
     """Studies of a reports CSV, each report structured into findings.
 
     Args:
@@ -503,8 +620,9 @@ def read_reports(table: str | Path, images_root: str | Path, structure: Callable
         study = (row.get(study_col) or "").strip() if study_col else Path(image_rel).stem
         where = f"{table.name} line {line} ({study or '?'})"
         if study and safe_study_id(study) in seen:
-            skipped.append(f"{where}: the study already has an image (one frontal image per study; "
-                           "list the frontal one first)")
+            skipped.append(
+                f"{where}: the study already has an image (one frontal image per study; list the frontal one first)"
+            )
             continue
         image = images_root / image_rel
         if not image_rel or not image.is_file():
@@ -529,8 +647,17 @@ def read_reports(table: str | Path, images_root: str | Path, structure: Callable
             skipped.append(f"{where}: the report could not be structured: {err}")
             continue
         seen.add(safe_study_id(study))
-        studies.append(StudyInput(safe_study_id(study), image, findings, split,
-                                  (row.get("subject_id") or "").strip(), str(name), str(content)))
+        studies.append(
+            StudyInput(
+                safe_study_id(study),
+                image,
+                findings,
+                split,
+                (row.get("subject_id") or "").strip(),
+                str(name),
+                str(content),
+            )
+        )
     return studies, skipped
 
 

@@ -78,6 +78,7 @@ class Structurer(Protocol):
 
 # --- pipelines -----------------------------------------------------------------------------
 
+
 def _blank():
     import spacy
     from loguru import logger
@@ -183,7 +184,7 @@ def choose_section(report: str, rule: str = "findings") -> ReportSection:
     bodies: dict[str, str] = {}
     for sec in doc._.sections:
         if sec.category in ("findings", "impression") and sec.category not in bodies:
-            body = doc[sec.body_start:sec.body_end].text.strip() if sec.body_end > sec.body_start else ""
+            body = doc[sec.body_start : sec.body_end].text.strip() if sec.body_end > sec.body_start else ""
             if _usable(body):
                 bodies[sec.category] = body
     if rule == "findings+impression" and len(bodies) == 2:
@@ -204,8 +205,11 @@ def split_sentences(text: str) -> list[str]:
     PyRuSH's splits, whitespace-stripped, without fragments that hold no letter and without a
     leading list number ("2. No pneumothorax." -> "No pneumothorax.").
     """
-    return [_LIST_NUMBER.sub("", s.text.strip()) for s in _run(_sentence_nlp(), text).sents
-            if any(c.isalpha() for c in s.text)]
+    return [
+        _LIST_NUMBER.sub("", s.text.strip())
+        for s in _run(_sentence_nlp(), text).sents
+        if any(c.isalpha() for c in s.text)
+    ]
 
 
 # --- vocabulary mapping --------------------------------------------------------------------
@@ -237,7 +241,9 @@ def finding_of(entity: str) -> str | None:
 
 
 _WORD = re.compile(r"[a-z]+")
-_COMPARED_SIDES = re.compile(r" (?:right|left) (?:[a-z]+ ){0,2}?(?:greater|more|worse|larger) than (?:the )?(?:right|left) ")
+_COMPARED_SIDES = re.compile(
+    r" (?:right|left) (?:[a-z]+ ){0,2}?(?:greater|more|worse|larger) than (?:the )?(?:right|left) "
+)
 
 
 def _sides_for(tokens: list[str], i: int) -> tuple[str, ...]:
@@ -249,7 +255,7 @@ def _sides_for(tokens: list[str], i: int) -> tuple[str, ...]:
     before = [R.SIDE_WORDS[t] for t in tokens[:i] if t in R.SIDE_WORDS]
     if before:
         return before[-1]
-    after = [R.SIDE_WORDS[t] for t in tokens[i + 1:] if t in R.SIDE_WORDS]
+    after = [R.SIDE_WORDS[t] for t in tokens[i + 1 :] if t in R.SIDE_WORDS]
     return after[0] if after else ("right", "left")
 
 
@@ -258,7 +264,7 @@ def _is_lobe(tokens: list[str], i: int) -> bool:
     lobe(s) ("right upper and left lower lobes"); "basilar", "apical" never do."""
     if tokens[i] not in ("upper", "lower", "middle", "mid"):
         return False
-    for t in tokens[i + 1:]:
+    for t in tokens[i + 1 :]:
         if t in ("lobe", "lobes", "lobar"):
             return True
         if t in R.ZONE_PARTS or t in R.SIDE_WORDS or t in ("and", "or", "the", "to"):
@@ -314,7 +320,8 @@ def map_location(phrase: str) -> tuple[str, ...]:
                     sides = ("right",)  # only the right lung has a middle lobe
                 lung += [R.LOBE_OF[(s, part)] for s in sides]
             elif t in ("upper", "lower", "mid", "middle") and not any(
-                    n in tokens[i + 1:] for n in ("lung", "lungs", "zone", "zones", "field", "fields")):
+                n in tokens[i + 1 :] for n in ("lung", "lungs", "zone", "zones", "field", "fields")
+            ):
                 continue  # "upper abdomen", "lower thoracic spine": not a lung zone
             else:
                 lung += [R.ZONE_OF[(s, part)] for s in _sides_for(tokens, i)]
@@ -333,9 +340,15 @@ def map_location(phrase: str) -> tuple[str, ...]:
 
 # --- the rule-based structurer -------------------------------------------------------------
 
-_LOCATION_WORDS = (set(R.SIDE_WORDS) | set(R.ZONE_PARTS) | set(R.LUNG_NOUNS) | set(R.CATEGORY_WORDS)
-                   | set(R.SIDELESS_LUNG) | {w for p in R.CATEGORY_PHRASES for w in p.split()}
-                   | {"costophrenic", "retrocardiac", "lingula"})
+_LOCATION_WORDS = (
+    set(R.SIDE_WORDS)
+    | set(R.ZONE_PARTS)
+    | set(R.LUNG_NOUNS)
+    | set(R.CATEGORY_WORDS)
+    | set(R.SIDELESS_LUNG)
+    | {w for p in R.CATEGORY_PHRASES for w in p.split()}
+    | {"costophrenic", "retrocardiac", "lingula"}
+)
 _CONNECTORS = set(R.LOCATION_CONNECTORS)
 _PREPOSITIONS = set(R.LOCATION_PREPOSITIONS)
 _MODIFIERS = set(R.FINDING_MODIFIERS)
@@ -372,8 +385,9 @@ def _mention(ent) -> _Mention:
     finding = label if label not in ("OTHER", "DEVICE") else None
     # "borderline heart size" is a hedge inside the phrase itself, out of ConText's reach
     tentative = bool(ent._.is_uncertain) or "borderline" in entity.lower()
-    return _Mention(ent.start, ent.end, label, entity, present, tentative,
-                    bool(ent._.is_hypothetical), locs, [], finding)
+    return _Mention(
+        ent.start, ent.end, label, entity, present, tentative, bool(ent._.is_hypothetical), locs, [], finding
+    )
 
 
 def _groups(sent, taken: set[int]) -> list[tuple[int, int]]:
@@ -451,26 +465,38 @@ class RuleStructurer:
                 continue
             nxt = next((m for m in mentions if m.start >= g1), None)
             prv = next((m for m in reversed(mentions) if m.end <= g0), None)
-            between_next = [t.lower_ for t in doc[g1:nxt.start]] if nxt else None
+            between_next = [t.lower_ for t in doc[g1 : nxt.start]] if nxt else None
             if nxt is not None and len(between_next) <= 5 and all(w in _MODIFIERS for w in between_next):
                 nxt.pre += labels
                 continue
             if prv is not None:
-                gap = [t.lower_ for t in doc[prv.end:g0]]
-                if gap and (gap[-1] in _PREPOSITIONS or gap[-2:-1] and gap[-2] in _PREPOSITIONS
-                            and gap[-1] in ("the", "both", "a")) and ";" not in gap:
+                gap = [t.lower_ for t in doc[prv.end : g0]]
+                if (
+                    gap
+                    and (
+                        gap[-1] in _PREPOSITIONS
+                        or gap[-2:-1]
+                        and gap[-2] in _PREPOSITIONS
+                        and gap[-1] in ("the", "both", "a")
+                    )
+                    and ";" not in gap
+                ):
                     prv.post += labels
                     continue
                 if gap in ([","], ["at"], ["in"]):
                     prv.post += labels
                     continue
-            lead = [t.lower_ for t in doc[sent.start:g0]]
-            if (nxt is not None and lead and lead[0] in _PREPOSITIONS
-                    and all(w in _PREPOSITIONS or w in ("the", "a", "both") for w in lead)):
+            lead = [t.lower_ for t in doc[sent.start : g0]]
+            if (
+                nxt is not None
+                and lead
+                and lead[0] in _PREPOSITIONS
+                and all(w in _PREPOSITIONS or w in ("the", "a", "both") for w in lead)
+            ):
                 nxt.pre += labels  # "At the left base, there is atelectasis."
         # coordinated findings share locations: "bibasilar atelectasis and effusions"
         for a, b in pairwise(mentions):
-            gap = [t.lower_ for t in doc[a.end:b.start]]
+            gap = [t.lower_ for t in doc[a.end : b.start]]
             if not gap or not set(gap) <= {"and", "or", ","} | _MODIFIERS:
                 continue
             if a.pre and not (b.pre or b.post) and "DEVICE" not in (a.label, b.label):
@@ -483,9 +509,14 @@ class RuleStructurer:
         """Present findings offered as alternatives ("atelectasis or pneumonia", "atelectasis
         versus pneumonia") are both tentative: the report commits to neither."""
         for a, b in pairwise(mentions):
-            gap = [t.lower_ for t in doc[a.end:b.start]]
-            if (a.present and b.present and "DEVICE" not in (a.label, b.label)
-                    and set(gap) & _ALTERNATIVES and set(gap) <= _ALTERNATIVES | _MODIFIERS | {",", "either"}):
+            gap = [t.lower_ for t in doc[a.end : b.start]]
+            if (
+                a.present
+                and b.present
+                and "DEVICE" not in (a.label, b.label)
+                and set(gap) & _ALTERNATIVES
+                and set(gap) <= _ALTERNATIVES | _MODIFIERS | {",", "either"}
+            ):
                 a.tentative = b.tentative = True
 
     @staticmethod
@@ -496,9 +527,8 @@ class RuleStructurer:
             if k in skip:
                 continue
             nxt = mentions[k + 1] if k + 1 < len(mentions) else None
-            if (nxt is not None and m.finding in R.PREDICTED_TYPES
-                    and nxt.finding in R.PREDICTED_TYPES[m.finding]):
-                between = doc[m.end:nxt.start].text.lower()
+            if nxt is not None and m.finding in R.PREDICTED_TYPES and nxt.finding in R.PREDICTED_TYPES[m.finding]:
+                between = doc[m.end : nxt.start].text.lower()
                 if _LINK.search(between) and ";" not in between:
                     words = set(_WORD.findall(between))
                     m.finding = nxt.finding
@@ -516,6 +546,7 @@ class RuleStructurer:
 
 # --- entry points --------------------------------------------------------------------------
 
+
 @functools.cache
 def default_structurer() -> RuleStructurer:
     return RuleStructurer()
@@ -526,8 +557,9 @@ def structure_section(section: str, structurer: Structurer | None = None) -> lis
     return (structurer or default_structurer())(section)
 
 
-def structure_report(report: str, structurer: Structurer | None = None,
-                     section_rule: str = "findings") -> list[ReportedFinding]:
+def structure_report(
+    report: str, structurer: Structurer | None = None, section_rule: str = "findings"
+) -> list[ReportedFinding]:
     """Choose the section of a whole report (:func:`choose_section`) and structure it.
 
     Args:

@@ -86,8 +86,14 @@ def score(pairs: Iterable[tuple[list[ReportedFinding], list[ReportedFinding]]]) 
 
 
 def tuple_from_dict(d: dict) -> ReportedFinding:
-    return ReportedFinding(d["entity"], int(d["sentence"]), bool(d["present"]), bool(d["tentative"]),
-                           tuple(d.get("locations") or ()), d.get("finding"))
+    return ReportedFinding(
+        d["entity"],
+        int(d["sentence"]),
+        bool(d["present"]),
+        bool(d["tentative"]),
+        tuple(d.get("locations") or ()),
+        d.get("finding"),
+    )
 
 
 def evaluate_phantoms(folder: Path, structurer=None) -> dict:
@@ -119,8 +125,15 @@ def evaluate_phantoms(folder: Path, structurer=None) -> dict:
         for field in FIELDS:
             p, t = facts(pred, field), facts(true, field)
             if p != t and len(errors) < 50:
-                errors.append({"study": row["study_id"], "field": field, "missed": sorted(map(str, t - p)),
-                               "extra": sorted(map(str, p - t)), "section": sec.text})
+                errors.append(
+                    {
+                        "study": row["study_id"],
+                        "field": field,
+                        "missed": sorted(map(str, t - p)),
+                        "extra": sorted(map(str, p - t)),
+                        "section": sec.text,
+                    }
+                )
     return {"scores": score(pairs), "studies": len(rows), "section_correct": section_ok, "errors": errors}
 
 
@@ -140,16 +153,30 @@ def evaluate_handwritten(path: Path, structurer=None) -> dict:
         for field in FIELDS:
             p, t = facts(pred, field), facts(true, field)
             if p != t:
-                errors.append({"study": rep["id"], "field": field, "missed": sorted(map(str, t - p)),
-                               "extra": sorted(map(str, p - t)), "section": rep["text"]})
+                errors.append(
+                    {
+                        "study": rep["id"],
+                        "field": field,
+                        "missed": sorted(map(str, t - p)),
+                        "extra": sorted(map(str, p - t)),
+                        "section": rep["text"],
+                    }
+                )
     n = len(data["reports"])
     return {"scores": score(pairs), "studies": n, "section_correct": n, "errors": errors}
 
 
 # --- external evaluation: report-level labels written by others ------------------------------
 
-EXTERNAL_FINDINGS: tuple[str, ...] = ("pneumonia", "atelectasis", "effusion", "edema", "cardiomegaly",
-                                      "consolidation", "opacity")
+EXTERNAL_FINDINGS: tuple[str, ...] = (
+    "pneumonia",
+    "atelectasis",
+    "effusion",
+    "edema",
+    "cardiomegaly",
+    "consolidation",
+    "opacity",
+)
 """Findings an external set may label; a set scores those it has positives for."""
 
 CERTAINTY_MODES: tuple[str, ...] = ("definite", "any")
@@ -187,8 +214,11 @@ CMC_FINDING_CODES: dict[str, str] = {"486": "pneumonia", "518.0": "atelectasis",
 """ICD-9-CM codes of the CMC 2007 set that name a chest radiograph finding."""
 
 _CMC_URINARY = re.compile(r"^(59\d|753|788|791|741|V13\.0)")
-_RENAL_WORDS = re.compile(r"\b(kidneys?|renal|bladder|reflux|hydronephrosis|ureter\w*|urethr\w*|vcug|"
-                          r"pelvicaliectasis|collecting systems?|voiding)\b", re.I)
+_RENAL_WORDS = re.compile(
+    r"\b(kidneys?|renal|bladder|reflux|hydronephrosis|ureter\w*|urethr\w*|vcug|"
+    r"pelvicaliectasis|collecting systems?|voiding)\b",
+    re.I,
+)
 
 
 def read_cmc2007(path: Path) -> list[LabelledReport]:
@@ -277,8 +307,14 @@ def _summary(counts: np.ndarray, macro_mask: np.ndarray) -> tuple[float, float]:
     return micro, float(np.mean(f1s)) if f1s else 0.0
 
 
-def score_labels(pred: dict[str, np.ndarray], true: np.ndarray, findings: Sequence[str],
-                 baseline: str | None = None, resamples: int = 2000, seed: int = 0) -> dict:
+def score_labels(
+    pred: dict[str, np.ndarray],
+    true: np.ndarray,
+    findings: Sequence[str],
+    baseline: str | None = None,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict:
     """Per-finding and averaged P / R / F1 of report-level labels, with bootstrap 95 % CIs.
 
     Args:
@@ -300,8 +336,12 @@ def score_labels(pred: dict[str, np.ndarray], true: np.ndarray, findings: Sequen
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(resamples, n)) if n else np.zeros((0, 0), int)
     boot: dict[str, np.ndarray] = {}
-    out: dict = {"findings": list(findings), "reports": n,
-                 "macro_findings": [f for f, m in zip(findings, macro_mask, strict=False) if m], "systems": {}}
+    out: dict = {
+        "findings": list(findings),
+        "reports": n,
+        "macro_findings": [f for f, m in zip(findings, macro_mask, strict=False) if m],
+        "systems": {},
+    }
     for name, p in pred.items():
         c = _counts(p, true)
         per = {}
@@ -313,12 +353,25 @@ def score_labels(pred: dict[str, np.ndarray], true: np.ndarray, findings: Sequen
         boot[name] = samples
         for j, f in enumerate(findings):
             pr, rc, f1 = _prf(*c[:, j])
-            per[f] = {"precision": pr, "recall": rc, "f1": f1, "f1_ci": _ci(samples[:, 2 + j]),
-                      "tp": int(c[0, j]), "fp": int(c[1, j]), "fn": int(c[2, j]), "positives": int(true[:, j].sum())}
+            per[f] = {
+                "precision": pr,
+                "recall": rc,
+                "f1": f1,
+                "f1_ci": _ci(samples[:, 2 + j]),
+                "tp": int(c[0, j]),
+                "fp": int(c[1, j]),
+                "fn": int(c[2, j]),
+                "positives": int(true[:, j].sum()),
+            }
         micro, macro = _summary(c, macro_mask)
         mp, mr, _ = _prf(*c.sum(1))
-        out["systems"][name] = {"per_finding": per, "micro": {"precision": mp, "recall": mr, "f1": micro},
-                                "micro_f1_ci": _ci(samples[:, 0]), "macro_f1": macro, "macro_f1_ci": _ci(samples[:, 1])}
+        out["systems"][name] = {
+            "per_finding": per,
+            "micro": {"precision": mp, "recall": mr, "f1": micro},
+            "micro_f1_ci": _ci(samples[:, 0]),
+            "macro_f1": macro,
+            "macro_f1_ci": _ci(samples[:, 1]),
+        }
     if baseline is not None and baseline in boot:
         for name, samples in boot.items():
             if name != baseline:
@@ -331,8 +384,9 @@ def _ci(values: np.ndarray) -> list[float]:
     return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))] if len(values) else [0.0, 0.0]
 
 
-def certainty_agreement(tuples_per_report: Sequence[Sequence[ReportedFinding]], true: np.ndarray,
-                        findings: Sequence[str]) -> dict:
+def certainty_agreement(
+    tuples_per_report: Sequence[Sequence[ReportedFinding]], true: np.ndarray, findings: Sequence[str]
+) -> dict:
     """How often a system's certainty agrees with labels that code only asserted findings.
 
     Coders of the CMC set assign a diagnosis code only to a diagnosis the report asserts (ICD-9-CM
@@ -360,10 +414,14 @@ def certainty_agreement(tuples_per_report: Sequence[Sequence[ReportedFinding]], 
     return out
 
 
-def evaluate_external(reports: Sequence[LabelledReport], structurers: dict[str, Callable],
-                      section_rules: Sequence[str] = ("findings", "findings+impression"),
-                      baseline: str | None = "keyword+NegEx", resamples: int = 2000,
-                      splits: Sequence[str] = ("dev", "held-out", "all")) -> dict:
+def evaluate_external(
+    reports: Sequence[LabelledReport],
+    structurers: dict[str, Callable],
+    section_rules: Sequence[str] = ("findings", "findings+impression"),
+    baseline: str | None = "keyword+NegEx",
+    resamples: int = 2000,
+    splits: Sequence[str] = ("dev", "held-out", "all"),
+) -> dict:
     """Score structurers on labelled reports, per split, section rule and certainty mode.
 
     A report a structurer cannot structure (``ValueError``: no section, an LLM answer that
@@ -392,34 +450,54 @@ def evaluate_external(reports: Sequence[LabelledReport], structurers: dict[str, 
     out: dict = {"findings": findings, "splits": {}}
     for split in splits:
         keep = [k for k, r in enumerate(reports) if split == "all" or r.split == split]
-        true = np.array([[f in reports[k].labels for f in findings] for k in keep], bool).reshape(len(keep), len(findings))
+        true = np.array([[f in reports[k].labels for f in findings] for k in keep], bool).reshape(
+            len(keep), len(findings)
+        )
         runs = {}
         for rule in section_rules:
             for mode in CERTAINTY_MODES:
-                pred = {name: np.array([[f in report_labels(tuples[(name, rule)][k], mode) for f in findings]
-                                        for k in keep], bool).reshape(len(keep), len(findings))
-                        for name in structurers}
+                pred = {
+                    name: np.array(
+                        [[f in report_labels(tuples[(name, rule)][k], mode) for f in findings] for k in keep], bool
+                    ).reshape(len(keep), len(findings))
+                    for name in structurers
+                }
                 runs[f"{rule}/{mode}"] = score_labels(pred, true, findings, baseline, resamples)
-        certainty = {name: certainty_agreement([tuples[(name, section_rules[0])][k] for k in keep], true, findings)
-                     for name in structurers}
-        out["splits"][split] = {"reports": len(keep), "positives": dict(zip(findings, map(int, true.sum(0)), strict=False)),
-                                "runs": runs, "certainty": certainty,
-                                "failures": failures if split == "all" else None}
+        certainty = {
+            name: certainty_agreement([tuples[(name, section_rules[0])][k] for k in keep], true, findings)
+            for name in structurers
+        }
+        out["splits"][split] = {
+            "reports": len(keep),
+            "positives": dict(zip(findings, map(int, true.sum(0)), strict=False)),
+            "runs": runs,
+            "certainty": certainty,
+            "failures": failures if split == "all" else None,
+        }
     return out
 
 
 # --- comparison structurers: keyword + NegEx, and a published labeler's phrases ---------------
 
 KEYWORDS: dict[str, tuple[str, ...]] = {
-    "pneumonia": (r"\bpneumonias?\b",), "atelectasis": (r"\batelectasis\b",), "effusion": (r"\beffusions?\b",),
-    "edema": (r"\bedema\b",), "cardiomegaly": (r"\bcardiomegaly\b",), "consolidation": (r"\bconsolidations?\b",),
+    "pneumonia": (r"\bpneumonias?\b",),
+    "atelectasis": (r"\batelectasis\b",),
+    "effusion": (r"\beffusions?\b",),
+    "edema": (r"\bedema\b",),
+    "cardiomegaly": (r"\bcardiomegaly\b",),
+    "consolidation": (r"\bconsolidations?\b",),
     "opacity": (r"\bopacit(?:y|ies)\b",),
 }
 """The baseline's keywords (regular expressions): each finding's own name."""
 
 CHEXPERT_PHRASE_FILES: dict[str, str] = {
-    "pneumonia": "pneumonia", "atelectasis": "atelectasis", "pleural_effusion": "effusion", "edema": "edema",
-    "cardiomegaly": "cardiomegaly", "consolidation": "consolidation", "lung_opacity": "opacity",
+    "pneumonia": "pneumonia",
+    "atelectasis": "atelectasis",
+    "pleural_effusion": "effusion",
+    "edema": "edema",
+    "cardiomegaly": "cardiomegaly",
+    "consolidation": "consolidation",
+    "lung_opacity": "opacity",
     "airspace_opacity": "opacity",
 }
 """CheXpert labeler phrase files (``phrases/{mention,unmention}/NAME.txt``) -> our findings."""
@@ -453,8 +531,9 @@ class PhraseNegExStructurer:
                 for m in pattern.finditer(text):
                     if any(m.start() < e and m.end() > s for s, e in voids):
                         continue
-                    span = doc.char_span(sent.start_char + m.start(), sent.start_char + m.end(), label=finding,
-                                         alignment_mode="expand")
+                    span = doc.char_span(
+                        sent.start_char + m.start(), sent.start_char + m.end(), label=finding, alignment_mode="expand"
+                    )
                     if span is not None:
                         yield span
 
@@ -469,8 +548,11 @@ class PhraseNegExStructurer:
         doc.ents = spacy.util.filter_spans([sp for _, sp in spans])
         self.context(doc)
         index = {(sp.start, sp.end): k for k, sp in spans}
-        return [ReportedFinding(e.text, index[(e.start, e.end)], not e._.is_negated, bool(e._.is_uncertain), (), e.label_)
-                for e in doc.ents if not e._.is_hypothetical]
+        return [
+            ReportedFinding(e.text, index[(e.start, e.end)], not e._.is_negated, bool(e._.is_uncertain), (), e.label_)
+            for e in doc.ents
+            if not e._.is_hypothetical
+        ]
 
 
 def chexpert_structurer(folder: Path) -> PhraseNegExStructurer:
@@ -486,7 +568,8 @@ def chexpert_structurer(folder: Path) -> PhraseNegExStructurer:
             f = folder / "phrases" / kind / f"{stem}.txt"
             if f.is_file():
                 out.setdefault(finding, []).extend(
-                    x.strip().replace("_", " ") for x in f.read_text().splitlines() if x.strip())
+                    x.strip().replace("_", " ") for x in f.read_text().splitlines() if x.strip()
+                )
         return out
 
     phrases = read("mention")
@@ -499,51 +582,82 @@ def render_external(result: dict, how: str) -> str:
     """Markdown tables of :func:`evaluate_external`: per split, rule and mode."""
     lines = [how, ""]
     for split, sres in result["splits"].items():
-        lines += [f"### {split} ({sres['reports']} reports; reference positives: "
-                  + ", ".join(f"{f} {n}" for f, n in sres["positives"].items()) + ")", ""]
+        lines += [
+            f"### {split} ({sres['reports']} reports; reference positives: "
+            + ", ".join(f"{f} {n}" for f, n in sres["positives"].items())
+            + ")",
+            "",
+        ]
         for run, sc in sres["runs"].items():
-            lines += [f"**{run}** (macro over: {', '.join(sc['macro_findings']) or 'none'})", "",
-                      "| system | micro P | micro R | micro F1 [95 % CI] | macro F1 [95 % CI] | "
-                      "Δ micro F1 vs baseline [CI] | Δ macro F1 [CI] | "
-                      + " | ".join(f"{f} P / R / F1 [F1 CI]" for f in sc["findings"]) + " |",
-                      "|---" * (6 + len(sc["findings"])) + "|---|"]
+            lines += [
+                f"**{run}** (macro over: {', '.join(sc['macro_findings']) or 'none'})",
+                "",
+                "| system | micro P | micro R | micro F1 [95 % CI] | macro F1 [95 % CI] | "
+                "Δ micro F1 vs baseline [CI] | Δ macro F1 [CI] | "
+                + " | ".join(f"{f} P / R / F1 [F1 CI]" for f in sc["findings"])
+                + " |",
+                "|---" * (6 + len(sc["findings"])) + "|---|",
+            ]
             for name, s in sc["systems"].items():
                 dm = s.get("diff_micro_ci")
                 dM = s.get("diff_macro_ci")
-                cells = [name, f"{s['micro']['precision']:.3f}", f"{s['micro']['recall']:.3f}",
-                         f"{s['micro']['f1']:.3f} [{s['micro_f1_ci'][0]:.3f}, {s['micro_f1_ci'][1]:.3f}]",
-                         f"{s['macro_f1']:.3f} [{s['macro_f1_ci'][0]:.3f}, {s['macro_f1_ci'][1]:.3f}]",
-                         f"[{dm[0]:+.3f}, {dm[1]:+.3f}]" if dm else "-", f"[{dM[0]:+.3f}, {dM[1]:+.3f}]" if dM else "-"]
-                cells += [f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} "
-                          f"[{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
-                          for v in s["per_finding"].values()]
+                cells = [
+                    name,
+                    f"{s['micro']['precision']:.3f}",
+                    f"{s['micro']['recall']:.3f}",
+                    f"{s['micro']['f1']:.3f} [{s['micro_f1_ci'][0]:.3f}, {s['micro_f1_ci'][1]:.3f}]",
+                    f"{s['macro_f1']:.3f} [{s['macro_f1_ci'][0]:.3f}, {s['macro_f1_ci'][1]:.3f}]",
+                    f"[{dm[0]:+.3f}, {dm[1]:+.3f}]" if dm else "-",
+                    f"[{dM[0]:+.3f}, {dM[1]:+.3f}]" if dM else "-",
+                ]
+                cells += [
+                    f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} "
+                    f"[{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
+                    for v in s["per_finding"].values()
+                ]
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
-        lines += ["Certainty agreement (definite ⇔ coded), papers' section rule:", "",
-                  "| system | " + " | ".join(f"{f} (agree / mentions)" for f in result["findings"]) + " |",
-                  "|---" * (1 + len(result["findings"])) + "|"]
+        lines += [
+            "Certainty agreement (definite ⇔ coded), papers' section rule:",
+            "",
+            "| system | " + " | ".join(f"{f} (agree / mentions)" for f in result["findings"]) + " |",
+            "|---" * (1 + len(result["findings"])) + "|",
+        ]
         for name, cert in sres["certainty"].items():
-            lines.append(f"| {name} | " + " | ".join(
-                f"{cert[f]['accuracy']:.2f} ({cert[f]['agree']}/{cert[f]['mentions']})" if f in cert else "-"
-                for f in result["findings"]) + " |")
+            lines.append(
+                f"| {name} | "
+                + " | ".join(
+                    f"{cert[f]['accuracy']:.2f} ({cert[f]['agree']}/{cert[f]['mentions']})" if f in cert else "-"
+                    for f in result["findings"]
+                )
+                + " |"
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(result: dict, title: str, how: str) -> str:
     """A small report: the per-field table and how it was made."""
-    lines = [f"# {title}", "", how, "",
-             f"Studies: {result['studies']}; section chosen as written: "
-             f"{result['section_correct']}/{result['studies']}.", "",
-             "| field | precision | recall | F1 | facts predicted | facts true |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# {title}",
+        "",
+        how,
+        "",
+        f"Studies: {result['studies']}; section chosen as written: {result['section_correct']}/{result['studies']}.",
+        "",
+        "| field | precision | recall | F1 | facts predicted | facts true |",
+        "|---|---|---|---|---|---|",
+    ]
     for field, s in result["scores"].items():
-        lines.append(f"| {field} | {s['precision']:.3f} | {s['recall']:.3f} | {s['f1']:.3f} | "
-                     f"{s['predicted']} | {s['true']} |")
+        lines.append(
+            f"| {field} | {s['precision']:.3f} | {s['recall']:.3f} | {s['f1']:.3f} | {s['predicted']} | {s['true']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def external_structurers(chexpert_phrases: str | None = None, llm_model: str | None = None,
-                         llm_max_new_tokens: int = 512) -> dict[str, Callable]:
+def external_structurers(
+    chexpert_phrases: str | None = None, llm_model: str | None = None, llm_max_new_tokens: int = 512
+) -> dict[str, Callable]:
     """The systems scored on an external set: the rules, the keyword + NegEx baseline, the
     CheXpert labeler's phrases (given a checkout) and the LLM structurer (given a model)."""
     from monailabel_xflow.ils.report import default_structurer
@@ -565,33 +679,46 @@ def _external(args) -> tuple[str, dict]:
     if not splits or set(splits) - {"dev", "held-out", "all"}:
         raise SystemExit(f"--splits: a comma-separated list of dev, held-out, all; got {args.splits!r}")
     systems = external_structurers(args.chexpert_phrases, args.llm_model, args.llm_max_new_tokens)
-    result = evaluate_external(reports, systems,
-                               resamples=args.resamples, splits=splits)
+    result = evaluate_external(reports, systems, resamples=args.resamples, splits=splits)
     digest = hashlib.sha256(Path(args.cmc2007).read_bytes()).hexdigest()
-    how = (f"# Report structuring against external labels\n\nGenerated by `python -m monailabel_xflow.ils.report_eval "
-           f"--cmc2007 ...`; read with `reports/ils/structuring.md` (source, licence, split, what the labels mean). "
-           f"CMC 2007 chest radiograph reports: {len(reports)} of `{Path(args.cmc2007).name}` (sha256 {digest[:16]}...), "
-           f"labels = the coders' majority ICD-9-CM codes (486 pneumonia, 518.0 atelectasis, 511.9 effusion); "
-           f"{args.resamples} bootstrap resamples of the reports (95 % percentile intervals; the Δ columns are paired "
-           f"differences to keyword+NegEx). Run names: section rule / certainty mode.")
+    how = (
+        f"# Report structuring against external labels\n\nGenerated by `python -m monailabel_xflow.ils.report_eval "
+        f"--cmc2007 ...`; read with `reports/ils/structuring.md` (source, licence, split, what the labels mean). "
+        f"CMC 2007 chest radiograph reports: {len(reports)} of `{Path(args.cmc2007).name}` (sha256 {digest[:16]}...), "
+        f"labels = the coders' majority ICD-9-CM codes (486 pneumonia, 518.0 atelectasis, 511.9 effusion); "
+        f"{args.resamples} bootstrap resamples of the reports (95 % percentile intervals; the Δ columns are paired "
+        f"differences to keyword+NegEx). Run names: section rule / certainty mode."
+    )
     return render_external(result, how), result
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m monailabel_xflow.ils.report_eval",
-                                 description="score report structuring on a phantom set")
+    ap = argparse.ArgumentParser(
+        prog="python -m monailabel_xflow.ils.report_eval", description="score report structuring on a phantom set"
+    )
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--phantoms", help="folder written by `xflow phantom`")
     src.add_argument("--handwritten", help="JSON of hand-written reports with their tuples")
     src.add_argument("--cmc2007", help="the CMC 2007 challenge's 2007ChallengeTrainData.xml (external labels)")
-    ap.add_argument("--chexpert-phrases", metavar="DIR",
-                    help="with --cmc2007: a chexpert-labeler checkout; its phrases become the peer system")
+    ap.add_argument(
+        "--chexpert-phrases",
+        metavar="DIR",
+        help="with --cmc2007: a chexpert-labeler checkout; its phrases become the peer system",
+    )
     ap.add_argument("--llm-model", metavar="PATH", help="with --cmc2007: also score the LLM structurer (local model)")
-    ap.add_argument("--llm-max-new-tokens", type=int, default=512, metavar="N",
-                    help="with --llm-model: longest answer per report (default 512)")
+    ap.add_argument(
+        "--llm-max-new-tokens",
+        type=int,
+        default=512,
+        metavar="N",
+        help="with --llm-model: longest answer per report (default 512)",
+    )
     ap.add_argument("--resamples", type=int, default=2000, help="with --cmc2007: bootstrap resamples (default 2000)")
-    ap.add_argument("--splits", default="dev,held-out,all",
-                    help="with --cmc2007: comma-separated splits to score (default dev,held-out,all)")
+    ap.add_argument(
+        "--splits",
+        default="dev,held-out,all",
+        help="with --cmc2007: comma-separated splits to score (default dev,held-out,all)",
+    )
     ap.add_argument("--out", help="markdown report to write (a JSON with the errors goes beside it)")
     args = ap.parse_args(argv)
     if args.cmc2007:

@@ -90,7 +90,7 @@ def parse_answer(text: str, n_sentences: int) -> list[ReportedFinding]:
     if start < 0 or end < start:
         raise ReportStructuringError(f"the answer holds no JSON array: {text[:200]!r}")
     try:
-        items = json.loads(body[start:end + 1])
+        items = json.loads(body[start : end + 1])
     except json.JSONDecodeError as e:
         raise ReportStructuringError(f"the answer is not valid JSON ({e.msg} at {e.pos}): {text[:200]!r}") from None
     errors = sorted(jsonschema.Draft7Validator(TUPLE_SCHEMA).iter_errors(items), key=lambda e: list(e.path))
@@ -102,12 +102,20 @@ def parse_answer(text: str, n_sentences: int) -> list[ReportedFinding]:
     for item in items:
         if item["sentence"] > n_sentences:
             raise ReportStructuringError(
-                f"sentence {item['sentence']} is out of range: the section has {n_sentences} sentence(s)")
+                f"sentence {item['sentence']} is out of range: the section has {n_sentences} sentence(s)"
+            )
         locations = tuple(dict.fromkeys(lab for loc in item["location"] for lab in map_location(loc)))
         predicted = finding_of(item["predicted_type"]) if item["predicted_type"] else None
-        out.append(ReportedFinding(item["entity"], item["sentence"], item["presence"] == "positive",
-                                   item["certainty"] == "tentative", locations,
-                                   predicted or finding_of(item["entity"])))
+        out.append(
+            ReportedFinding(
+                item["entity"],
+                item["sentence"],
+                item["presence"] == "positive",
+                item["certainty"] == "tentative",
+                locations,
+                predicted or finding_of(item["entity"]),
+            )
+        )
     return out
 
 
@@ -133,8 +141,11 @@ class LLMStructurer:
         prompt = build_prompt(sentences)
         error: ReportStructuringError | None = None
         for _ in range(self.retries + 1):
-            asked = prompt if error is None else f"{prompt}\n\nYour previous answer was rejected: {error}. " \
-                                                 "Answer with a JSON array only."
+            asked = (
+                prompt
+                if error is None
+                else f"{prompt}\n\nYour previous answer was rejected: {error}. Answer with a JSON array only."
+            )
             try:
                 return parse_answer(self.generate(asked), len(sentences))
             except ReportStructuringError as e:
@@ -152,8 +163,9 @@ class LLMStructurer:
 
         def generate(prompt: str) -> str:
             if getattr(tokenizer, "chat_template", None):
-                text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                     tokenize=False, add_generation_prompt=True)
+                text = tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+                )
                 enc = tokenizer(text, return_tensors="pt", add_special_tokens=False)
             else:
                 enc = tokenizer(prompt, return_tensors="pt")
@@ -161,15 +173,25 @@ class LLMStructurer:
             if device is not None:
                 enc = {k: v.to(device) for k, v in enc.items()}
             with torch.no_grad():
-                out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                     pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-            return tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                out = model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                )
+            return tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
         return cls(generate, retries=retries)
 
 
-def load_llm_structurer(model: str, allow_download: bool = False, device: str = "cpu", dtype: str | None = None,
-                        max_new_tokens: int = 512, retries: int = 1) -> LLMStructurer:
+def load_llm_structurer(
+    model: str,
+    allow_download: bool = False,
+    device: str = "cpu",
+    dtype: str | None = None,
+    max_new_tokens: int = 512,
+    retries: int = 1,
+) -> LLMStructurer:
     """An :class:`LLMStructurer` over a local instruction-tuned causal LM.
 
     Args:
@@ -194,7 +216,8 @@ def load_llm_structurer(model: str, allow_download: bool = False, device: str = 
         if local and not Path(model).is_dir():
             raise FileNotFoundError(
                 f"LLM structurer model {model!r} is not a local folder nor in the Hugging Face cache; "
-                "pass a local path, or allow_download=True to fetch it") from e
+                "pass a local path, or allow_download=True to fetch it"
+            ) from e
         raise
     return LLMStructurer.from_model(lm, tokenizer, max_new_tokens=max_new_tokens, retries=retries)
 
@@ -210,8 +233,13 @@ def save_random_llm(folder, seed: int = 0):
     from monailabel_xflow.policy.configs import SIZES, build_tokenizer
 
     tok = build_tokenizer()
-    cfg = Gemma3TextConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                           eos_token_id=tok.eos_token_id, **SIZES["tiny"]["text"])
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tok),
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        **SIZES["tiny"]["text"],
+    )
     torch.manual_seed(seed)
     Gemma3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)

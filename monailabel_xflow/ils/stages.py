@@ -157,8 +157,12 @@ the upper zones (the left with the lingula over the mid zone), the middle lobe o
 zone, the lower lobes over the bases."""
 
 VINDR_LABELS = {
-    "pneumonia": "consolidation", "consolidation": "consolidation", "opacity": "lung opacity",
-    "atelectasis": "atelectasis", "edema": "infiltration", "effusion": "pleural effusion",
+    "pneumonia": "consolidation",
+    "consolidation": "consolidation",
+    "opacity": "lung opacity",
+    "atelectasis": "atelectasis",
+    "edema": "infiltration",
+    "effusion": "pleural effusion",
 }
 """VinDr-CXR class a detector would give each phantom finding."""
 
@@ -208,7 +212,9 @@ class PhantomSet:
         findings = scheduled_findings(index, np.random.default_rng(rec["seed"]))
         ph = generate_phantom(rec["seed"], size=rec["size"], findings=findings, healthy=healthy)
         if ph.image.shape != image.pixels.shape:
-            raise StageError(f"{image.path}: the regenerated phantom is {ph.image.shape}, the file {image.pixels.shape}")
+            raise StageError(
+                f"{image.path}: the regenerated phantom is {ph.image.shape}, the file {image.pixels.shape}"
+            )
         if any(k[0] != key[0] for k in self._cache):
             self._cache.clear()
         self._cache[key] = ph
@@ -275,8 +281,15 @@ class PhantomDetector:
         miss_rate: probability that a lesion component gets no box at all.
     """
 
-    def __init__(self, phantoms: PhantomSet, jitter: float = 0.12, confidence: tuple[float, float] = (0.05, 0.95),
-                 false_rate: float = 0.3, miss_rate: float = 0.1, min_area: float = 0.0005) -> None:
+    def __init__(
+        self,
+        phantoms: PhantomSet,
+        jitter: float = 0.12,
+        confidence: tuple[float, float] = (0.05, 0.95),
+        false_rate: float = 0.3,
+        miss_rate: float = 0.1,
+        min_area: float = 0.0005,
+    ) -> None:
         self.phantoms = phantoms
         self.jitter, self.confidence = jitter, confidence
         self.false_rate, self.miss_rate, self.min_area = false_rate, miss_rate, min_area
@@ -298,8 +311,12 @@ class PhantomDetector:
                 x1, y1, x2, y2 = cols[0], rows[0], cols[-1] + 1.0, rows[-1] + 1.0
                 bw, bh = x2 - x1, y2 - y1
                 d = rng.normal(0.0, self.jitter, 4) * np.array([bw, bh, bw, bh])
-                box = (float(np.clip(x1 + d[0], 0, w)), float(np.clip(y1 + d[1], 0, h)),
-                       float(np.clip(x2 + d[2], 0, w)), float(np.clip(y2 + d[3], 0, h)))
+                box = (
+                    float(np.clip(x1 + d[0], 0, w)),
+                    float(np.clip(y1 + d[1], 0, h)),
+                    float(np.clip(x2 + d[2], 0, w)),
+                    float(np.clip(y2 + d[3], 0, h)),
+                )
                 if box[2] - box[0] < 1 or box[3] - box[1] < 1:
                     continue
                 out.append(Detection(box, float(rng.uniform(*self.confidence)), VINDR_LABELS[les.finding]))
@@ -308,15 +325,23 @@ class PhantomDetector:
             rows, cols = np.flatnonzero(lung.any(axis=1)), np.flatnonzero(lung.any(axis=0))
             cy, cx = rng.uniform(rows[0], rows[-1]), rng.uniform(cols[0], cols[-1])
             s = rng.uniform(0.05, 0.15) * h
-            out.append(Detection((float(max(0, cx - s)), float(max(0, cy - s)), float(min(w, cx + s)),
-                                  float(min(h, cy + s))), float(rng.uniform(0.02, 0.4)), "lung opacity"))
+            out.append(
+                Detection(
+                    (float(max(0, cx - s)), float(max(0, cy - s)), float(min(w, cx + s)), float(min(h, cy + s))),
+                    float(rng.uniform(0.02, 0.4)),
+                    "lung opacity",
+                )
+            )
         return out
 
 
-PHANTOM_STAGES = {"anatomy": PhantomAnatomy, "healthy": PhantomHealthy, "locations": PhantomLocations,
-                  "detector": PhantomDetector}
-PROTOCOLS = {"anatomy": AnatomyStage, "healthy": HealthyStage, "locations": LocationStage,
-             "detector": DetectorStage}
+PHANTOM_STAGES = {
+    "anatomy": PhantomAnatomy,
+    "healthy": PhantomHealthy,
+    "locations": PhantomLocations,
+    "detector": PhantomDetector,
+}
+PROTOCOLS = {"anatomy": AnatomyStage, "healthy": HealthyStage, "locations": LocationStage, "detector": DetectorStage}
 
 
 def _build(key: str, spec: Any, phantoms: PhantomSet | None) -> Any:
@@ -329,7 +354,9 @@ def _build(key: str, spec: Any, phantoms: PhantomSet | None) -> Any:
             raise StageError(f"stage {key!r} ({STAGE_ROLES[key]}) is 'phantom' but the images are not a phantom set")
         return PHANTOM_STAGES[key](phantoms, **args)
     if not isinstance(spec, str) or ":" not in spec:
-        raise StageError(f"stage {key!r} ({STAGE_ROLES[key]}): expected 'phantom' or 'package.module:Class', got {spec!r}")
+        raise StageError(
+            f"stage {key!r} ({STAGE_ROLES[key]}): expected 'phantom' or 'package.module:Class', got {spec!r}"
+        )
     module_name, _, attr = spec.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
@@ -362,7 +389,8 @@ def load_stages(config: str | Path | Mapping[str, Any] | None, images_root: str 
             raise StageError(
                 f"no stage configuration: {images_root} is not a phantom set, so real models are needed; "
                 f"write a YAML with the keys {', '.join(STAGE_ROLES)} (first missing: 'anatomy', "
-                f"{STAGE_ROLES['anatomy']}) and pass it with --stages")
+                f"{STAGE_ROLES['anatomy']}) and pass it with --stages"
+            )
         config = {key: "phantom" for key in STAGE_ROLES}
     elif not isinstance(config, Mapping):
         import yaml
@@ -379,6 +407,8 @@ def load_stages(config: str | Path | Mapping[str, Any] | None, images_root: str 
         raise StageError(f"unknown stage key(s) {unknown}; the stages are {', '.join(STAGE_ROLES)}")
     for key, role in STAGE_ROLES.items():
         if not config.get(key):
-            raise StageError(f"stage {key!r} ({role}) is not configured; add '{key}: package.module:Class' "
-                             f"(or '{key}: phantom' for a phantom set) to the stage configuration")
+            raise StageError(
+                f"stage {key!r} ({role}) is not configured; add '{key}: package.module:Class' "
+                f"(or '{key}: phantom' for a phantom set) to the stage configuration"
+            )
     return Stages(**{key: _build(key, config[key], phantoms) for key in STAGE_ROLES})

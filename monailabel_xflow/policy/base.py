@@ -1,6 +1,7 @@
 """The contract between the workflow and its policies: what a revision policy sees each turn, and
 the protocols π_init and π_rev implement (VLM, oracle, test doubles alike). A policy turns
-pictures and an instruction into *raw protocol text* (or, in Stage 2, a parsed action: :data:`Stage2Answer`); the workflow parses that text with
+pictures and an instruction into *raw protocol text* (or, in Stage 2, a parsed action:
+:data:`Stage2Answer`); the workflow parses that text with
 :mod:`monailabel_xflow.policy.protocol` (a model's output is untrusted input, and the trace
 keeps the raw text)."""
 

@@ -31,8 +31,16 @@ from typing import Any, NamedTuple
 from monailabel_xflow.policy.protocol import TAGS as PROTOCOL_TAGS
 
 __all__ = [
-    "PROTOCOL_TAGS", "SPECIAL_TOKENS", "CHAT_TEMPLATE", "SIZES", "LORA_TARGET_MODULES", "RandomVLM",
-    "build_tokenizer", "build_processor", "gemma3_config", "build_random_vlm",
+    "PROTOCOL_TAGS",
+    "SPECIAL_TOKENS",
+    "CHAT_TEMPLATE",
+    "SIZES",
+    "LORA_TARGET_MODULES",
+    "RandomVLM",
+    "build_tokenizer",
+    "build_processor",
+    "gemma3_config",
+    "build_random_vlm",
 ]
 
 SPECIAL_TOKENS: tuple[str, ...] = (
@@ -74,12 +82,20 @@ SIZES: dict[str, dict[str, Any]] = {
     # Layer 0 uses a sliding window of 24 tokens so that a 4-turn conversation (6 image tokens
     # a turn) runs past it: cache reuse must stay exact there too.
     "tiny": dict(
-        image_size=32, patch_size=8, mm_tokens_per_image=4,
-        vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                    num_attention_heads=2),
-        text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                  sliding_window=24, layer_types=["sliding_attention", "full_attention"]),
+        image_size=32,
+        patch_size=8,
+        mm_tokens_per_image=4,
+        vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+        text=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            sliding_window=24,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
         lora_r=4,
     ),
     # Several hundred million parameters (mostly the language model): big enough that
@@ -88,12 +104,19 @@ SIZES: dict[str, dict[str, Any]] = {
     # 224 px / patch 14 = 16 x 16 patches, unpooled): they set how fast a Stage 2 conversation
     # grows, which is what cache reuse saves.
     "mid": dict(
-        image_size=224, patch_size=14, mm_tokens_per_image=256,
-        vision=dict(hidden_size=384, intermediate_size=1536, num_hidden_layers=6,
-                    num_attention_heads=6),
-        text=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=12,
-                  num_attention_heads=8, num_key_value_heads=4, head_dim=128,
-                  sliding_window=512),
+        image_size=224,
+        patch_size=14,
+        mm_tokens_per_image=256,
+        vision=dict(hidden_size=384, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=6),
+        text=dict(
+            hidden_size=1024,
+            intermediate_size=4096,
+            num_hidden_layers=12,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=128,
+            sliding_window=512,
+        ),
         lora_r=16,
     ),
     # The shapes of MedGemma-1.5-4B-it (Gemma 3 4B: SigLIP-so400m at 896 px pooled to 256
@@ -101,12 +124,19 @@ SIZES: dict[str, dict[str, Any]] = {
     # bf16) with random weights, for latency benchmarks of the real architecture
     # (benchmarks/bench_workflow.py --vlm medgemma-4b). Build it with dtype="bfloat16".
     "medgemma-4b": dict(
-        image_size=896, patch_size=14, mm_tokens_per_image=256,
-        vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
-                    num_attention_heads=16),
-        text=dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
-                  num_attention_heads=8, num_key_value_heads=4, head_dim=256,
-                  sliding_window=1024),
+        image_size=896,
+        patch_size=14,
+        mm_tokens_per_image=256,
+        vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16),
+        text=dict(
+            hidden_size=2560,
+            intermediate_size=10240,
+            num_hidden_layers=34,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=256,
+            sliding_window=1024,
+        ),
         lora_r=128,
         vocab_size=262_208,
     ),
@@ -119,9 +149,7 @@ optionally, ``embedding_std`` (std of the random tied embeddings; default the co
 and ``vocab_size`` (rows of the embedding / output matrix, at least the tokenizer's; a real
 vocabulary's size makes the output layer cost what it costs in the real model)."""
 
-LORA_TARGET_MODULES = (
-    r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-)
+LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 """Regex restricting LoRA to the language model's linear layers. Plain module names would also
 catch SigLIP's ``q_proj``/``k_proj``/... in the vision tower."""
 
@@ -155,8 +183,7 @@ def _corpus() -> list[str]:
     from monailabel_xflow.policy import targets as b
 
     questions = [Instruction(f, kind="global") for f in v.FINDINGS]
-    questions += [Instruction(f, (r,)) for f in v.FINDINGS if f != "cardiomegaly"
-                  for r in v.LUNGS + v.ALL_ZONES]
+    questions += [Instruction(f, (r,)) for f in v.FINDINGS if f != "cardiomegaly" for r in v.LUNGS + v.ALL_ZONES]
     questions += [Instruction("cardiomegaly", (v.HEART,))]
     questions += [Instruction("opacity", (r,), kind="lesion_inference") for r in v.LUNGS]
     lungs = {lung: (0.1, 0.1, 0.5, 0.9) for lung in v.LUNGS}
@@ -188,10 +215,12 @@ def build_tokenizer(vocab_size: int = 1024):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -204,11 +233,16 @@ def build_tokenizer(vocab_size: int = 1024):
     tok.add_tokens(list(PROTOCOL_TAGS))
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
-        boi_token="<start_of_image>", eoi_token="<end_of_image>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        boi_token="<start_of_image>",
+        eoi_token="<end_of_image>",
         image_token="<image_soft_token>",
         extra_special_tokens={
-            "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
             "image_token": "<image_soft_token>",
         },
         chat_template=CHAT_TEMPLATE,
@@ -229,7 +263,8 @@ def build_processor(size: str = "tiny"):
     spec = _spec(size)
     image_processor = Gemma3ImageProcessorPil(
         size={"height": spec["image_size"], "width": spec["image_size"]},
-        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
     )
     return Gemma3Processor(
         image_processor=image_processor,
@@ -265,12 +300,15 @@ def gemma3_config(size: str = "tiny", tokenizer=None):
         vocab_size=max(len(tok), spec.get("vocab_size", 0)),
         max_position_embeddings=4096,
         query_pre_attn_scalar=head_dim,
-        pad_token_id=ids["<pad>"], bos_token_id=ids["<bos>"], eos_token_id=ids["<eos>"],
+        pad_token_id=ids["<pad>"],
+        bos_token_id=ids["<bos>"],
+        eos_token_id=ids["<eos>"],
         **text,
     )
     vision_config = dict(
         model_type="siglip_vision_model",
-        image_size=spec["image_size"], patch_size=spec["patch_size"],
+        image_size=spec["image_size"],
+        patch_size=spec["patch_size"],
         **spec["vision"],
     )
     return Gemma3Config(
@@ -280,7 +318,8 @@ def gemma3_config(size: str = "tiny", tokenizer=None):
         boi_token_index=ids["<start_of_image>"],
         eoi_token_index=ids["<end_of_image>"],
         image_token_index=ids["<image_soft_token>"],
-        pad_token_id=ids["<pad>"], bos_token_id=ids["<bos>"],
+        pad_token_id=ids["<pad>"],
+        bos_token_id=ids["<bos>"],
         eos_token_id=[ids["<eos>"], ids["<end_of_turn>"]],
         tie_word_embeddings=True,
     )
@@ -338,8 +377,11 @@ def build_random_vlm(
             model.get_input_embeddings().weight.normal_(0.0, spec["embedding_std"])
     eos = config.eos_token_id
     model.generation_config = GenerationConfig(
-        bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id, eos_token_id=eos,
-        do_sample=False, max_new_tokens=64,
+        bos_token_id=config.bos_token_id,
+        pad_token_id=config.pad_token_id,
+        eos_token_id=eos,
+        do_sample=False,
+        max_new_tokens=64,
     )
     base = path / "base"
     model.save_pretrained(base)
@@ -351,8 +393,11 @@ def build_random_vlm(
 
     def lora() -> LoraConfig:
         return LoraConfig(
-            r=spec["lora_r"], lora_alpha=2 * spec["lora_r"], lora_dropout=0.0,
-            target_modules=LORA_TARGET_MODULES, init_lora_weights=False,
+            r=spec["lora_r"],
+            lora_alpha=2 * spec["lora_r"],
+            lora_dropout=0.0,
+            target_modules=LORA_TARGET_MODULES,
+            init_lora_weights=False,
         )
 
     torch.manual_seed(seed + 1)  # the adapters' random initialisation happens on injection

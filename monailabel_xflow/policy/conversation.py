@@ -105,18 +105,21 @@ class ConversationEncoder:
     def stage1_prompt(self, image: Any, instruction: Instruction) -> Piece:
         """Stage 1: the radiograph (``(H, W)`` float in ``[0, 1]``, or the PIL image
         :func:`image_to_pil` makes of it), the preamble and the request."""
-        text = self.processor.apply_chat_template(stage1_messages(instruction), add_generation_prompt=True,
-                                                  tokenize=False)
+        text = self.processor.apply_chat_template(
+            stage1_messages(instruction), add_generation_prompt=True, tokenize=False
+        )
         return self.prompt(text, [image if not isinstance(image, np.ndarray) else image_to_pil(image)])
 
-    def stage2_prompt(self, observation: Any, instruction: Instruction, box: Box, turn: int,
-                      closes_model_turn: bool = False) -> Piece:
+    def stage2_prompt(
+        self, observation: Any, instruction: Instruction, box: Box, turn: int, closes_model_turn: bool = False
+    ) -> Piece:
         """Stage 2 turn ``turn``: the observation (``(H, W, 3)`` uint8 or an RGB PIL image) and,
         at turn 0, the preamble and request about ``box``; later, the follow-up text (see the
         module docstring for ``closes_model_turn``)."""
         if turn == 0:
-            text = self.processor.apply_chat_template(stage2_messages(instruction, box),
-                                                      add_generation_prompt=True, tokenize=False)
+            text = self.processor.apply_chat_template(
+                stage2_messages(instruction, box), add_generation_prompt=True, tokenize=False
+            )
         else:
             text = stage2_followup_text(self.image_token, closes_model_turn)
         image = observation if not isinstance(observation, np.ndarray) else observation_to_pil(observation)

@@ -34,7 +34,8 @@ Choices where the paper is silent (all configurable on :class:`OracleClicker`):
   with reason ``"no-click"``.
 * **Discard guard**: a trajectory that clicked at least once and whose final IoU is not strictly
   above its initial IoU is *returned* with ``discarded=True`` (and ``discard_reason``), never
-  silently dropped; :func:`~monailabel_xflow.workflow.revision.simulate_trajectories` leaves such trajectories out unless
+  silently dropped; :func:`~monailabel_xflow.workflow.revision.simulate_trajectories` leaves such
+  trajectories out unless
   ``keep_discarded=True``. ``discard_rule="every-click"`` is a stricter option that also
   discards a trajectory in which any single click failed to raise the IoU. A trajectory that
   stops before its first click (initial IoU already ``>= τ``) is kept: it demonstrates ``<stop/>``.
@@ -104,6 +105,7 @@ class OracleError(InputError):
 
 # --- masks ----------------------------------------------------------------------------------
 
+
 def _as_mask(mask: np.ndarray, name: str) -> np.ndarray:
     mask = np.asarray(mask)
     if mask.ndim != 2:
@@ -112,6 +114,7 @@ def _as_mask(mask: np.ndarray, name: str) -> np.ndarray:
 
 
 # --- the oracle's geometry ------------------------------------------------------------------
+
 
 def perturb_box(
     box: Sequence[float],
@@ -195,6 +198,7 @@ def _deepest_admissible(
 
 
 # --- trajectories ---------------------------------------------------------------------------
+
 
 @dataclass
 class OracleStep:
@@ -443,8 +447,10 @@ class OracleClicker:
         if not traj.steps:
             return ""
         if traj.final_iou <= traj.initial_iou:
-            return (f"clicked {len(traj.steps)} times without improving IoU "
-                    f"({traj.initial_iou:.4f} -> {traj.final_iou:.4f})")
+            return (
+                f"clicked {len(traj.steps)} times without improving IoU "
+                f"({traj.initial_iou:.4f} -> {traj.final_iou:.4f})"
+            )
         if self.discard_rule == "every-click":
             ious = traj.ious
             for t in range(1, len(ious)):
@@ -511,6 +517,10 @@ class OracleSession:
         if click is None:
             action = Stage2Action(None, _ORACLE_REASONS.get(reason, ""))
         else:
-            action = Stage2Action(click, "The mask misses part of the lesion." if click.positive
-                                  else "The mask covers tissue outside the lesion.")
+            action = Stage2Action(
+                click,
+                "The mask misses part of the lesion."
+                if click.positive
+                else "The mask covers tissue outside the lesion.",
+            )
         return action if self.policy.exact else format_stage2(action)

@@ -44,10 +44,7 @@ STAGE2_PREAMBLE = (
 """Text right after the first observation in Stage 2."""
 
 
-STAGE2_FOLLOWUP = (
-    "This is the mask after your click. Answer with one click, or stop if the mask follows "
-    "the lesion."
-)
+STAGE2_FOLLOWUP = "This is the mask after your click. Answer with one click, or stop if the mask follows the lesion."
 """Text of every later Stage 2 user turn, after the new observation."""
 
 
@@ -108,7 +105,4 @@ def stage2_followup_text(image_token: str, closes_model_turn: bool) -> str:
             ``<end_of_turn>`` (an ``<eos>`` or a ``max_new_tokens`` cut), so it must be added.
     """
     close = "<end_of_turn>" if closes_model_turn else ""
-    return (
-        f"{close}\n<start_of_turn>user\n{image_token}{STAGE2_FOLLOWUP}<end_of_turn>\n"
-        "<start_of_turn>model\n"
-    )
+    return f"{close}\n<start_of_turn>user\n{image_token}{STAGE2_FOLLOWUP}<end_of_turn>\n<start_of_turn>model\n"

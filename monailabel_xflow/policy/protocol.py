@@ -35,8 +35,17 @@ T = TypeVar("T")
 BOX_START, BOX_END = "<|box_start|>", "<|box_end|>"
 STOP = "<stop/>"
 TAGS: tuple[str, ...] = (
-    "<think>", "</think>", "<ref>", "</ref>", BOX_START, BOX_END,
-    "<answer>", "</answer>", "<click>", "</click>", STOP,
+    "<think>",
+    "</think>",
+    "<ref>",
+    "</ref>",
+    BOX_START,
+    BOX_END,
+    "<answer>",
+    "</answer>",
+    "<click>",
+    "</click>",
+    STOP,
 )
 """Every marker of the grammar (tokenizers add them as single tokens)."""
 
@@ -92,6 +101,7 @@ class Parsed(Generic[T]):
 
 
 # --- formatting -----------------------------------------------------------------------------
+
 
 def _check_box(box: Box) -> None:
     if len(box) != 4 or not (0 <= box[0] <= box[2] <= 1 and 0 <= box[1] <= box[3] <= 1):

@@ -121,8 +121,14 @@ class VLMPolicy:
     keeps its own KV cache (built under "rev") until it is dropped.
     """
 
-    def __init__(self, model, processor, generation: GenerationSettings | None = None,
-                 reuse_cache: bool = True, batch_stage1: bool = True) -> None:
+    def __init__(
+        self,
+        model,
+        processor,
+        generation: GenerationSettings | None = None,
+        reuse_cache: bool = True,
+        batch_stage1: bool = True,
+    ) -> None:
         self.model = model
         self.processor = processor
         self.generation = generation or GenerationSettings()
@@ -134,7 +140,9 @@ class VLMPolicy:
         # break the next forward ("image features and image tokens do not match").
         config = getattr(model, "config", None)
         image_ids = [getattr(config, k, None) for k in ("image_token_id", "boi_token_id", "eoi_token_id")]
-        image_ids += [tok.convert_tokens_to_ids(t) for t in ("<image_soft_token>", "<start_of_image>", "<end_of_image>")]
+        image_ids += [
+            tok.convert_tokens_to_ids(t) for t in ("<image_soft_token>", "<start_of_image>", "<end_of_image>")
+        ]
         self._suppress_ids = sorted({int(i) for i in image_ids if isinstance(i, int) and i != tok.unk_token_id})
         self.adapters: frozenset[str] = frozenset(getattr(model, "peft_config", {}) or {})
         # Smallest sliding attention window (None: every layer attends to the whole sequence).
@@ -194,10 +202,13 @@ class VLMPolicy:
             for name, p in rest:
                 model.load_adapter(str(p), adapter_name=name, is_trainable=False)
         model.to(device).eval()
-        log.info("loaded policy model from %s (adapters: %s) in %.1f s",
-                 base, [n for n, _ in adapters] or "none", time.perf_counter() - t0)
-        return cls(model, processor, generation=generation, reuse_cache=reuse_cache,
-                   batch_stage1=batch_stage1)
+        log.info(
+            "loaded policy model from %s (adapters: %s) in %.1f s",
+            base,
+            [n for n, _ in adapters] or "none",
+            time.perf_counter() - t0,
+        )
+        return cls(model, processor, generation=generation, reuse_cache=reuse_cache, batch_stage1=batch_stage1)
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -262,7 +273,7 @@ class VLMPolicy:
         enc = self.stage1_inputs(image, instruction)
         with self._adapter(INIT_ADAPTER):
             out = self.generate(enc, pixel_values=enc.pixel_values)
-        return self.encoder.decode(out.sequences[0, enc.input_ids.shape[1]:])
+        return self.encoder.decode(out.sequences[0, enc.input_ids.shape[1] :])
 
     def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]:
         """π_init's answers to several instructions about one image ("all findings").
@@ -306,7 +317,7 @@ class VLMPolicy:
             for k, enc in enumerate(encs):
                 branch = cache if k == len(encs) - 1 else copy.deepcopy(cache)  # generate mutates
                 out = self.generate(enc, cache=branch)
-                texts.append(self.encoder.decode(out.sequences[0, enc.input_ids.shape[1]:]))
+                texts.append(self.encoder.decode(out.sequences[0, enc.input_ids.shape[1] :]))
         return texts
 
     def _continue_batched(self, encs: list[Piece], prefix: int, cache) -> list[str]:
@@ -326,7 +337,7 @@ class VLMPolicy:
             mask[row, start:] = 1
         cache.batch_repeat_interleave(n)
         out = self.generate(Piece(ids, tti, None), cache=cache, attention_mask=mask)
-        return [self.encoder.decode(out.sequences[row, prefix + width:]) for row in range(n)]
+        return [self.encoder.decode(out.sequences[row, prefix + width :]) for row in range(n)]
 
     def _prefill(self, enc: Piece, length: int):
         """Run the first ``length`` tokens (all images inside) and return their KV cache."""
@@ -405,8 +416,9 @@ class VLMRevisionSession:
         if state.step != len(self.texts):
             raise PolicyError(f"revision step {state.step} out of order: {len(self.texts)} taken")
         closes = self.input_ids is not None and int(self.input_ids[0, -1]) != p.encoder.end_of_turn
-        turn = p.encoder.stage2_prompt(state.observation, self.instruction, self.box, len(self.texts),
-                                       closes_model_turn=closes).to(p.device, p.model.dtype)
+        turn = p.encoder.stage2_prompt(
+            state.observation, self.instruction, self.box, len(self.texts), closes_model_turn=closes
+        ).to(p.device, p.model.dtype)
         if self.input_ids is None:
             ids, tti = turn.input_ids, turn.token_type_ids
         else:
@@ -420,7 +432,7 @@ class VLMRevisionSession:
                 self._cache = out.cache
             else:
                 out = p.generate(enc, pixel_values=torch.cat(self.pixel_values, dim=0))
-        new = out.sequences[:, ids.shape[1]:]
+        new = out.sequences[:, ids.shape[1] :]
         self.answer_spans.append((ids.shape[1], out.sequences.shape[1]))
         self.input_ids = out.sequences
         self.token_type_ids = torch.cat([tti, torch.zeros_like(new)], dim=1)

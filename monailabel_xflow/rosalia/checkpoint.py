@@ -90,7 +90,10 @@ KEY_MAP: tuple[tuple[str, str], ...] = (
     # SAM image encoder
     (r"^model\.visual_model\.image_encoder\.patch_embed\.proj\.(.*)$", r"sam.vision_encoder.patch_embed.projection.\1"),
     (r"^model\.visual_model\.image_encoder\.pos_embed$", r"sam.vision_encoder.pos_embed"),
-    (r"^model\.visual_model\.image_encoder\.blocks\.(\d+)\.norm([12])\.(.*)$", r"sam.vision_encoder.layers.\1.layer_norm\2.\3"),
+    (
+        r"^model\.visual_model\.image_encoder\.blocks\.(\d+)\.norm([12])\.(.*)$",
+        r"sam.vision_encoder.layers.\1.layer_norm\2.\3",
+    ),
     (r"^model\.visual_model\.image_encoder\.blocks\.(\d+)\.(attn|mlp)\.(.*)$", r"sam.vision_encoder.layers.\1.\2.\3"),
     (r"^model\.visual_model\.image_encoder\.neck\.0\.(.*)$", r"sam.vision_encoder.neck.conv1.\1"),
     (r"^model\.visual_model\.image_encoder\.neck\.1\.(.*)$", r"sam.vision_encoder.neck.layer_norm1.\1"),
@@ -100,30 +103,50 @@ KEY_MAP: tuple[tuple[str, str], ...] = (
     (r"^model\.visual_model\.prompt_encoder\.point_embeddings\.(\d+)\.(.*)$", r"sam.prompt_encoder.point_embed.\1.\2"),
     (r"^model\.visual_model\.prompt_encoder\.(not_a_point_embed|no_mask_embed)\.(.*)$", r"sam.prompt_encoder.\1.\2"),
     (r"^model\.visual_model\.prompt_encoder\.mask_downscaling\.0\.(.*)$", r"sam.prompt_encoder.mask_embed.conv1.\1"),
-    (r"^model\.visual_model\.prompt_encoder\.mask_downscaling\.1\.(.*)$", r"sam.prompt_encoder.mask_embed.layer_norm1.\1"),
+    (
+        r"^model\.visual_model\.prompt_encoder\.mask_downscaling\.1\.(.*)$",
+        r"sam.prompt_encoder.mask_embed.layer_norm1.\1",
+    ),
     (r"^model\.visual_model\.prompt_encoder\.mask_downscaling\.3\.(.*)$", r"sam.prompt_encoder.mask_embed.conv2.\1"),
-    (r"^model\.visual_model\.prompt_encoder\.mask_downscaling\.4\.(.*)$", r"sam.prompt_encoder.mask_embed.layer_norm2.\1"),
+    (
+        r"^model\.visual_model\.prompt_encoder\.mask_downscaling\.4\.(.*)$",
+        r"sam.prompt_encoder.mask_embed.layer_norm2.\1",
+    ),
     (r"^model\.visual_model\.prompt_encoder\.mask_downscaling\.6\.(.*)$", r"sam.prompt_encoder.mask_embed.conv3.\1"),
     # SAM mask decoder
     (r"^model\.visual_model\.mask_decoder\.(iou_token|mask_tokens)\.(.*)$", r"sam.mask_decoder.\1.\2"),
-    (r"^model\.visual_model\.mask_decoder\.transformer\.layers\.(\d+)\.norm(\d)\.(.*)$",
-     r"sam.mask_decoder.transformer.layers.\1.layer_norm\2.\3"),
-    (r"^model\.visual_model\.mask_decoder\.transformer\.layers\.(\d+)\."
-     r"(self_attn|cross_attn_token_to_image|cross_attn_image_to_token|mlp)\.(.*)$",
-     r"sam.mask_decoder.transformer.layers.\1.\2.\3"),
-    (r"^model\.visual_model\.mask_decoder\.transformer\.final_attn_token_to_image\.(.*)$",
-     r"sam.mask_decoder.transformer.final_attn_token_to_image.\1"),
-    (r"^model\.visual_model\.mask_decoder\.transformer\.norm_final_attn\.(.*)$",
-     r"sam.mask_decoder.transformer.layer_norm_final_attn.\1"),
+    (
+        r"^model\.visual_model\.mask_decoder\.transformer\.layers\.(\d+)\.norm(\d)\.(.*)$",
+        r"sam.mask_decoder.transformer.layers.\1.layer_norm\2.\3",
+    ),
+    (
+        r"^model\.visual_model\.mask_decoder\.transformer\.layers\.(\d+)\."
+        r"(self_attn|cross_attn_token_to_image|cross_attn_image_to_token|mlp)\.(.*)$",
+        r"sam.mask_decoder.transformer.layers.\1.\2.\3",
+    ),
+    (
+        r"^model\.visual_model\.mask_decoder\.transformer\.final_attn_token_to_image\.(.*)$",
+        r"sam.mask_decoder.transformer.final_attn_token_to_image.\1",
+    ),
+    (
+        r"^model\.visual_model\.mask_decoder\.transformer\.norm_final_attn\.(.*)$",
+        r"sam.mask_decoder.transformer.layer_norm_final_attn.\1",
+    ),
     (r"^model\.visual_model\.mask_decoder\.output_upscaling\.0\.(.*)$", r"sam.mask_decoder.upscale_conv1.\1"),
     (r"^model\.visual_model\.mask_decoder\.output_upscaling\.1\.(.*)$", r"sam.mask_decoder.upscale_layer_norm.\1"),
     (r"^model\.visual_model\.mask_decoder\.output_upscaling\.3\.(.*)$", r"sam.mask_decoder.upscale_conv2.\1"),
-    (r"^model\.visual_model\.mask_decoder\.(output_hypernetworks_mlps\.\d+|iou_prediction_head)\.layers\.0\.(.*)$",
-     r"sam.mask_decoder.\1.proj_in.\2"),
-    (r"^model\.visual_model\.mask_decoder\.(output_hypernetworks_mlps\.\d+|iou_prediction_head)\.layers\.1\.(.*)$",
-     r"sam.mask_decoder.\1.layers.0.\2"),
-    (r"^model\.visual_model\.mask_decoder\.(output_hypernetworks_mlps\.\d+|iou_prediction_head)\.layers\.2\.(.*)$",
-     r"sam.mask_decoder.\1.proj_out.\2"),
+    (
+        r"^model\.visual_model\.mask_decoder\.(output_hypernetworks_mlps\.\d+|iou_prediction_head)\.layers\.0\.(.*)$",
+        r"sam.mask_decoder.\1.proj_in.\2",
+    ),
+    (
+        r"^model\.visual_model\.mask_decoder\.(output_hypernetworks_mlps\.\d+|iou_prediction_head)\.layers\.1\.(.*)$",
+        r"sam.mask_decoder.\1.layers.0.\2",
+    ),
+    (
+        r"^model\.visual_model\.mask_decoder\.(output_hypernetworks_mlps\.\d+|iou_prediction_head)\.layers\.2\.(.*)$",
+        r"sam.mask_decoder.\1.proj_out.\2",
+    ),
     # the projection MLP
     (r"^model\.text_hidden_fcs\.0\.(\d)\.(.*)$", r"text_hidden_fcs.\1.\2"),
 )
@@ -144,7 +167,10 @@ def map_key(key: str) -> list[str]:
         RosaliaError: a key the table does not know.
     """
     if key == GAUSSIAN:
-        return ["sam.shared_image_embedding.positional_embedding", "sam.prompt_encoder.shared_embedding.positional_embedding"]
+        return [
+            "sam.shared_image_embedding.positional_embedding",
+            "sam.prompt_encoder.shared_embedding.positional_embedding",
+        ]
     if any(p.search(key) for p in IGNORED):
         return []
     for pattern, repl in _COMPILED:
@@ -188,20 +214,34 @@ def _sam_geometry(state: Mapping[str, torch.Tensor], decoder_heads: int):
     dec = _SAM + "mask_decoder."
     dec_hidden = state[dec + "iou_token.weight"].shape[1]
     vision = SamVisionConfig(
-        hidden_size=hidden, output_channels=state[enc + "neck.0.weight"].shape[0], num_hidden_layers=depth,
-        num_attention_heads=hidden // head_dim, image_size=grid * patch_size, patch_size=patch_size,
-        mlp_dim=state[enc + "blocks.0.mlp.lin1.weight"].shape[0], window_size=window,
-        global_attn_indexes=global_idx, num_pos_feats=state[GAUSSIAN].shape[1])
+        hidden_size=hidden,
+        output_channels=state[enc + "neck.0.weight"].shape[0],
+        num_hidden_layers=depth,
+        num_attention_heads=hidden // head_dim,
+        image_size=grid * patch_size,
+        patch_size=patch_size,
+        mlp_dim=state[enc + "blocks.0.mlp.lin1.weight"].shape[0],
+        window_size=window,
+        global_attn_indexes=global_idx,
+        num_pos_feats=state[GAUSSIAN].shape[1],
+    )
     decoder = SamMaskDecoderConfig(
-        hidden_size=dec_hidden, num_attention_heads=decoder_heads,
+        hidden_size=dec_hidden,
+        num_attention_heads=decoder_heads,
         mlp_dim=state[dec + "transformer.layers.0.mlp.lin1.weight"].shape[0],
         num_hidden_layers=1 + max(int(k.split(".")[5]) for k in state if k.startswith(dec + "transformer.layers.")),
         iou_head_hidden_dim=state[dec + "iou_prediction_head.layers.0.weight"].shape[0],
-        num_multimask_outputs=state[dec + "mask_tokens.weight"].shape[0] - 1)
-    prompt = SamPromptEncoderConfig(hidden_size=dec_hidden, image_size=vision.image_size, patch_size=patch_size,
-                                    mask_input_channels=state[_SAM + "prompt_encoder.mask_downscaling.3.weight"].shape[0])
-    return SamConfig(vision_config=vision.to_dict(), prompt_encoder_config=prompt.to_dict(),
-                     mask_decoder_config=decoder.to_dict())
+        num_multimask_outputs=state[dec + "mask_tokens.weight"].shape[0] - 1,
+    )
+    prompt = SamPromptEncoderConfig(
+        hidden_size=dec_hidden,
+        image_size=vision.image_size,
+        patch_size=patch_size,
+        mask_input_channels=state[_SAM + "prompt_encoder.mask_downscaling.3.weight"].shape[0],
+    )
+    return SamConfig(
+        vision_config=vision.to_dict(), prompt_encoder_config=prompt.to_dict(), mask_decoder_config=decoder.to_dict()
+    )
 
 
 def _clip_state(clip: Path) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -211,17 +251,25 @@ def _clip_state(clip: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     vision_cfg = {k: v for k, v in vision_cfg.items() if k not in ("architectures", "transformers_version")}
     vision_cfg["model_type"] = "clip_vision_model"
     tensors = read_state_dict(clip)
-    state = {k[len(CLIP_PREFIX):]: v for k, v in tensors.items() if k.startswith(CLIP_PREFIX)}
+    state = {k[len(CLIP_PREFIX) :]: v for k, v in tensors.items() if k.startswith(CLIP_PREFIX)}
     if not state:  # a CLIPVisionModel saved by transformers >= 5 has no prefix
-        state = {k: v for k, v in tensors.items() if k.startswith(("embeddings.", "encoder.", "pre_layrnorm.",
-                                                                    "post_layernorm."))}
+        state = {
+            k: v
+            for k, v in tensors.items()
+            if k.startswith(("embeddings.", "encoder.", "pre_layrnorm.", "post_layernorm."))
+        }
     if not state:
         raise RosaliaError(f"{clip} holds no CLIP vision weights ({CLIP_PREFIX}*)")
     return vision_cfg, state
 
 
-def load_lisa_checkpoint(lisa_dir: str | Path, clip: str | Path | None = None, *, sam_decoder_heads: int = 8,
-                         progress: Callable[[str], None] | None = None) -> RosaliaModel:
+def load_lisa_checkpoint(
+    lisa_dir: str | Path,
+    clip: str | Path | None = None,
+    *,
+    sam_decoder_heads: int = 8,
+    progress: Callable[[str], None] | None = None,
+) -> RosaliaModel:
     """Build a :class:`RosaliaModel` from a LISA / ROSALIA release folder.
 
     Args:
@@ -251,26 +299,42 @@ def load_lisa_checkpoint(lisa_dir: str | Path, clip: str | Path | None = None, *
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.unk_token  # as LISA does
 
-    clip_path = Path(clip) if clip is not None else Path(str(cfg.get("vision_tower") or cfg.get("mm_vision_tower") or ""))
+    clip_path = (
+        Path(clip) if clip is not None else Path(str(cfg.get("vision_tower") or cfg.get("mm_vision_tower") or ""))
+    )
     if not (clip_path / "config.json").is_file():
-        raise RosaliaError(f"the CLIP vision tower is not in the release (LISA removes it); pass clip= a local "
-                           f"folder of {cfg.get('vision_tower') or cfg.get('mm_vision_tower') or 'the CLIP model'}")
+        raise RosaliaError(
+            f"the CLIP vision tower is not in the release (LISA removes it); pass clip= a local "
+            f"folder of {cfg.get('vision_tower') or cfg.get('mm_vision_tower') or 'the CLIP model'}"
+        )
     vision_cfg, clip_state = _clip_state(clip_path)
 
     text_config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
-        num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
+        vocab_size=len(tokenizer),
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_hidden_layers"],
+        num_attention_heads=cfg["num_attention_heads"],
         num_key_value_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), max_position_embeddings=cfg.get("max_position_embeddings", 2048),
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False)
+        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
     grid = vision_cfg["image_size"] // vision_cfg["patch_size"]
     two_layer = "model.mm_projector.0.weight" in official  # LLaVA-1.5's MLP projector (llava_arch.py)
     llava_config = LlavaConfig(
-        text_config=text_config.to_dict(), vision_config=vision_cfg,
-        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN), image_seq_length=grid * grid,
-        projector_hidden_act="gelu" if two_layer else "linear", vision_feature_layer=cfg.get("mm_vision_select_layer", -2),
-        vision_feature_select_strategy="default", tie_word_embeddings=False)
+        text_config=text_config.to_dict(),
+        vision_config=vision_cfg,
+        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        image_seq_length=grid * grid,
+        projector_hidden_act="gelu" if two_layer else "linear",
+        vision_feature_layer=cfg.get("mm_vision_select_layer", -2),
+        vision_feature_select_strategy="default",
+        tie_word_embeddings=False,
+    )
     try:
         sam_config = _sam_geometry(official, sam_decoder_heads)
     except KeyError as err:
@@ -287,7 +351,7 @@ def load_lisa_checkpoint(lisa_dir: str | Path, clip: str | Path | None = None, *
                 target = ours[name]
                 if name.endswith(("embed_tokens.weight", "lm_head.weight")) and value.shape[0] < target.shape[0]:
                     target[: value.shape[0]].copy_(value)  # + the <image> row(s) we added
-                    target[value.shape[0]:].copy_(value.mean(0, keepdim=True))
+                    target[value.shape[0] :].copy_(value.mean(0, keepdim=True))
                 elif value.shape != target.shape:
                     raise RosaliaError(f"{key!r} has shape {tuple(value.shape)}, {name!r} needs {tuple(target.shape)}")
                 else:
@@ -302,16 +366,19 @@ def load_lisa_checkpoint(lisa_dir: str | Path, clip: str | Path | None = None, *
             lin2 = model.llava.model.multi_modal_projector.linear_2
             lin2.weight.copy_(torch.eye(lin2.weight.shape[0]))
             lin2.bias.zero_()
-            filled |= {"llava.model.multi_modal_projector.linear_2.weight",
-                       "llava.model.multi_modal_projector.linear_2.bias"}
+            filled |= {
+                "llava.model.multi_modal_projector.linear_2.weight",
+                "llava.model.multi_modal_projector.linear_2.bias",
+            }
     missing = sorted(set(ours) - filled)
     if missing:
         raise RosaliaError(f"the checkpoint leaves {len(missing)} tensor(s) unset, e.g. {missing[:5]}")
     return model.eval()
 
 
-def convert_lisa_checkpoint(lisa_dir: str | Path, out: str | Path, clip: str | Path | None = None,
-                            sam_decoder_heads: int = 8) -> Path:
+def convert_lisa_checkpoint(
+    lisa_dir: str | Path, out: str | Path, clip: str | Path | None = None, sam_decoder_heads: int = 8
+) -> Path:
     """:func:`load_lisa_checkpoint` then :meth:`RosaliaModel.save_pretrained` to ``out``."""
     model = load_lisa_checkpoint(lisa_dir, clip, sam_decoder_heads=sam_decoder_heads)
     return model.save_pretrained(out)

@@ -31,8 +31,17 @@ from typing import Any
 from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN
 
 __all__ = [
-    "SEG_TOKEN", "IM_START", "IM_END", "IMAGE_TOKEN", "ADDED_TOKENS", "SPECIAL_TOKENS", "SIZES",
-    "build_tokenizer", "llava_config", "sam_config", "build_random_rosalia",
+    "SEG_TOKEN",
+    "IM_START",
+    "IM_END",
+    "IMAGE_TOKEN",
+    "ADDED_TOKENS",
+    "SPECIAL_TOKENS",
+    "SIZES",
+    "build_tokenizer",
+    "llava_config",
+    "sam_config",
+    "build_random_rosalia",
 ]
 
 ADDED_TOKENS: tuple[str, ...] = (SEG_TOKEN, IM_START, IM_END, IMAGE_TOKEN)
@@ -43,36 +52,89 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>")
 
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(
-        text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                  num_key_value_heads=2),
-        clip=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64,
-                  num_hidden_layers=2, num_attention_heads=2),
-        sam_vision=dict(image_size=64, patch_size=16, hidden_size=32, output_channels=32,
-                        num_hidden_layers=2, num_attention_heads=2, mlp_dim=64, window_size=2,
-                        global_attn_indexes=[1], num_pos_feats=16),
+        text=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2
+        ),
+        clip=dict(
+            image_size=32,
+            patch_size=8,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+        ),
+        sam_vision=dict(
+            image_size=64,
+            patch_size=16,
+            hidden_size=32,
+            output_channels=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            mlp_dim=64,
+            window_size=2,
+            global_attn_indexes=[1],
+            num_pos_feats=16,
+        ),
         sam_decoder=dict(hidden_size=32, mlp_dim=64, num_attention_heads=2, iou_head_hidden_dim=32),
         lora_r=4,
     ),
     "demo": dict(
-        text=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=4),
-        clip=dict(image_size=128, patch_size=16, hidden_size=128, intermediate_size=512,
-                  num_hidden_layers=3, num_attention_heads=4),
-        sam_vision=dict(image_size=256, patch_size=16, hidden_size=96, output_channels=128,
-                        num_hidden_layers=4, num_attention_heads=4, mlp_dim=384, window_size=8,
-                        global_attn_indexes=[1, 3], num_pos_feats=64),
+        text=dict(
+            hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4
+        ),
+        clip=dict(
+            image_size=128,
+            patch_size=16,
+            hidden_size=128,
+            intermediate_size=512,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+        ),
+        sam_vision=dict(
+            image_size=256,
+            patch_size=16,
+            hidden_size=96,
+            output_channels=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            mlp_dim=384,
+            window_size=8,
+            global_attn_indexes=[1, 3],
+            num_pos_feats=64,
+        ),
         sam_decoder=dict(hidden_size=128, mlp_dim=512, num_attention_heads=4, iou_head_hidden_dim=128),
         lora_r=32,
     ),
     # LISA-7B: LLaVA-7B (Llama-7B; CLIP ViT-L/14, 224 px, layer -2, 256 patch tokens) + SAM ViT-H.
     "lisa-7b": dict(
-        text=dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-                  num_key_value_heads=32),
-        clip=dict(image_size=224, patch_size=14, hidden_size=1024, intermediate_size=4096,
-                  num_hidden_layers=24, num_attention_heads=16, projection_dim=768),
-        sam_vision=dict(image_size=1024, patch_size=16, hidden_size=1280, output_channels=256,
-                        num_hidden_layers=32, num_attention_heads=16, mlp_dim=5120, window_size=14,
-                        global_attn_indexes=[7, 15, 23, 31], num_pos_feats=128),
+        text=dict(
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+        ),
+        clip=dict(
+            image_size=224,
+            patch_size=14,
+            hidden_size=1024,
+            intermediate_size=4096,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            projection_dim=768,
+        ),
+        sam_vision=dict(
+            image_size=1024,
+            patch_size=16,
+            hidden_size=1280,
+            output_channels=256,
+            num_hidden_layers=32,
+            num_attention_heads=16,
+            mlp_dim=5120,
+            window_size=14,
+            global_attn_indexes=[7, 15, 23, 31],
+            num_pos_feats=128,
+        ),
         sam_decoder=dict(hidden_size=256, mlp_dim=2048, num_attention_heads=8, iou_head_hidden_dim=256),
         lora_r=128,
         vocab_size=32000,
@@ -123,13 +185,19 @@ def build_tokenizer(vocab_size: int = 1024):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     tok.add_special_tokens(list(ADDED_TOKENS))
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<unk>",
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<unk>",
     )
 
 
@@ -146,15 +214,24 @@ def llava_config(size: str = "tiny", tokenizer=None):
     spec = _spec(size)
     tok = tokenizer if tokenizer is not None else build_tokenizer()
     clip = spec["clip"]
-    text_config = dict(model_type="llama", vocab_size=max(len(tok), spec.get("vocab_size", 0)),
-                       max_position_embeddings=2048, bos_token_id=tok.bos_token_id,
-                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **spec["text"])
+    text_config = dict(
+        model_type="llama",
+        vocab_size=max(len(tok), spec.get("vocab_size", 0)),
+        max_position_embeddings=2048,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **spec["text"],
+    )
     vision_config = dict(model_type="clip_vision_model", **clip)
     return LlavaConfig(
-        text_config=text_config, vision_config=vision_config,
+        text_config=text_config,
+        vision_config=vision_config,
         image_token_index=tok.convert_tokens_to_ids(IMAGE_TOKEN),
         image_seq_length=(clip["image_size"] // clip["patch_size"]) ** 2,
-        projector_hidden_act="linear", vision_feature_layer=-2, vision_feature_select_strategy="default",
+        projector_hidden_act="linear",
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
         tie_word_embeddings=False,
     )
 
@@ -166,10 +243,12 @@ def sam_config(size: str = "tiny"):
     spec = _spec(size)
     vision = SamVisionConfig(**spec["sam_vision"])
     decoder = SamMaskDecoderConfig(**spec["sam_decoder"])
-    prompt = SamPromptEncoderConfig(hidden_size=decoder.hidden_size, image_size=vision.image_size,
-                                    patch_size=vision.patch_size)
-    return SamConfig(vision_config=vision.to_dict(), prompt_encoder_config=prompt.to_dict(),
-                     mask_decoder_config=decoder.to_dict())
+    prompt = SamPromptEncoderConfig(
+        hidden_size=decoder.hidden_size, image_size=vision.image_size, patch_size=vision.patch_size
+    )
+    return SamConfig(
+        vision_config=vision.to_dict(), prompt_encoder_config=prompt.to_dict(), mask_decoder_config=decoder.to_dict()
+    )
 
 
 def build_random_rosalia(path: str | Path, size: str = "tiny", seed: int = 0) -> Path:

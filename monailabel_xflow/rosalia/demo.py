@@ -74,8 +74,18 @@ class RosaliaDemoRecipe:
     sam_lr: float = 1e-3
 
 
-QUICK = RosaliaDemoRecipe(train_studies=6, size="tiny", steps=3, batch=2, warmup=1, lora_r=4, lora_alpha=8,
-                          heldout_questions=6, phantom_size=128, sam_steps=2)
+QUICK = RosaliaDemoRecipe(
+    train_studies=6,
+    size="tiny",
+    steps=3,
+    batch=2,
+    warmup=1,
+    lora_r=4,
+    lora_alpha=8,
+    heldout_questions=6,
+    phantom_size=128,
+    sam_steps=2,
+)
 """The whole recipe at toy scale (smoke checks): learns nothing."""
 
 
@@ -97,39 +107,69 @@ def train_rosalia_demo(out: str | Path, recipe: RosaliaDemoRecipe | None = None,
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    json_path = _export(work / "phantoms", recipe.train_studies, recipe.seed, recipe.phantom_size, progress,
-                        "training phantoms")
+    json_path = _export(
+        work / "phantoms", recipe.train_studies, recipe.seed, recipe.phantom_size, progress, "training phantoms"
+    )
     examples = examples_from_spec(f"mimic-ils:{json_path}", ("train", "val", "test"))
     heldout = []
     if recipe.heldout_questions:
-        held_json = export_heldout(work / "heldout", questions=recipe.heldout_questions, size=recipe.phantom_size,
-                                   progress=progress)
+        held_json = export_heldout(
+            work / "heldout", questions=recipe.heldout_questions, size=recipe.phantom_size, progress=progress
+        )
         heldout = examples_from_spec(f"mimic-ils:{held_json}", ("test",), kinds=("basic", "global"))
     base = build_random_rosalia(work / "base", recipe.size, seed=recipe.seed)
     sam_log = None
     if recipe.sam_steps:
-        sam_log = pretrain_sam(base, examples, work / "base-sam", steps=recipe.sam_steps, batch=recipe.batch,
-                               lr=recipe.sam_lr, seed=recipe.seed, progress=progress)
+        sam_log = pretrain_sam(
+            base,
+            examples,
+            work / "base-sam",
+            steps=recipe.sam_steps,
+            batch=recipe.batch,
+            lr=recipe.sam_lr,
+            seed=recipe.seed,
+            progress=progress,
+        )
         base = work / "base-sam"
-    cfg = RosaliaTrainConfig(steps=recipe.steps, batch=recipe.batch, lr=recipe.lr, warmup=recipe.warmup,
-                             lora_r=recipe.lora_r, lora_alpha=recipe.lora_alpha, train_vision=True,
-                             train_sam_encoder=True, seed=recipe.seed)
+    cfg = RosaliaTrainConfig(
+        steps=recipe.steps,
+        batch=recipe.batch,
+        lr=recipe.lr,
+        warmup=recipe.warmup,
+        lora_r=recipe.lora_r,
+        lora_alpha=recipe.lora_alpha,
+        train_vision=True,
+        train_sam_encoder=True,
+        seed=recipe.seed,
+    )
     trained = work / "trained"
-    log = train_rosalia(base, examples, trained, cfg, heldout=heldout, progress=progress,
-                        max_seconds=recipe.minutes * 60 or None)
+    log = train_rosalia(
+        base, examples, trained, cfg, heldout=heldout, progress=progress, max_seconds=recipe.minutes * 60 or None
+    )
     model_dir = out / "model"
     if model_dir.exists():
         shutil.rmtree(model_dir)
     import torch
 
     RosaliaModel.from_pretrained(trained).save_pretrained(model_dir, dtype=torch.float16)
-    info = {"recipe": dataclasses.asdict(recipe), "examples": len(examples),
-            "positives": sum(e.positive for e in examples), "steps_done": len(log["losses"]),
-            "train_seconds": round(log["seconds"], 1), "total_seconds": round(time.perf_counter() - t0, 1),
-            "first_loss": log["losses"][0], "last_loss": log["losses"][-1],
-            "sam_pretraining": sam_log and {"steps": len(sam_log["losses"]), "seconds": round(sam_log["seconds"], 1),
-                                            "first_loss": sam_log["losses"][0], "last_loss": sam_log["losses"][-1]},
-            "heldout": {k: log.get(k) for k in ("heldout_before", "heldout_after")}}
+    info = {
+        "recipe": dataclasses.asdict(recipe),
+        "examples": len(examples),
+        "positives": sum(e.positive for e in examples),
+        "steps_done": len(log["losses"]),
+        "train_seconds": round(log["seconds"], 1),
+        "total_seconds": round(time.perf_counter() - t0, 1),
+        "first_loss": log["losses"][0],
+        "last_loss": log["losses"][-1],
+        "sam_pretraining": sam_log
+        and {
+            "steps": len(sam_log["losses"]),
+            "seconds": round(sam_log["seconds"], 1),
+            "first_loss": sam_log["losses"][0],
+            "last_loss": sam_log["losses"][-1],
+        },
+        "heldout": {k: log.get(k) for k in ("heldout_before", "heldout_after")},
+    }
     (model_dir / "recipe.json").write_text(json.dumps(_clean(info), indent=1, default=str) + "\n")
     (model_dir / "README.md").write_text(model_card(info))
     return model_dir
@@ -179,15 +219,23 @@ def model_card(info: dict[str, Any]) -> str:
     r = info["recipe"]
     after = (info.get("heldout") or {}).get("heldout_after")
     defaults = dataclasses.asdict(RosaliaDemoRecipe())
-    flags = "".join(f" --{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f" --{k.replace('_', '-')} {v}"
-                    for k, v in r.items() if k in defaults and defaults[k] != v)
-    empty = ("\n\n**At this budget its masks stayed empty**: it found no lesion in the held-out phantoms "
-             "(every question read as absent), so it exercises the `rosalia` task end to end but is no "
-             "baseline to compare accuracy with; train longer, or pre-train the SAM half longer."
-             if after and after.get("n_positive") and not after.get("tp") else "")
+    flags = "".join(
+        f" --{k.replace('_', '-')} {v:g}" if isinstance(v, float) else f" --{k.replace('_', '-')} {v}"
+        for k, v in r.items()
+        if k in defaults and defaults[k] != v
+    )
+    empty = (
+        "\n\n**At this budget its masks stayed empty**: it found no lesion in the held-out phantoms "
+        "(every question read as absent), so it exercises the `rosalia` task end to end but is no "
+        "baseline to compare accuracy with; train longer, or pre-train the SAM half longer."
+        if after and after.get("n_positive") and not after.get("tp")
+        else ""
+    )
     if after and after.get("n_negative") and not after.get("tn"):
-        empty += ("\n\n**It draws a mask for every question**: no held-out negative was answered absent "
-                  "(N-Acc 0), so its presence answers carry no information at this budget.")
+        empty += (
+            "\n\n**It draws a mask for every question**: no held-out negative was answered absent "
+            "(N-Acc 0), so its presence answers carry no information at this budget."
+        )
     return (
         "# ROSALIA demo model (rosalia-demo-phantoms)\n\n"
         "A demo-size ROSALIA (LLaVA + SAM joined by the [SEG] token, `monailabel_xflow.rosalia`) trained on "
@@ -199,14 +247,17 @@ def model_card(info: dict[str, Any]) -> str:
         f"{info['train_seconds']} s of training). Recipe: the paper's (loss 0.5 CE + 5 BCE + 1 Dice on positives, "
         "1:1 positives/negatives, LoRA on the language model, histogram equalisation p = 0.5) with CLIP, the "
         "projector and SAM's image encoder also trained (nothing here is pretrained)"
-        + (f", after {info['sam_pretraining']['steps']} steps of box-prompted training of the SAM half alone "
-           "(the stand-in for the pretrained SAM ViT-H that ROSALIA starts from)" if info.get("sam_pretraining") else "")
+        + (
+            f", after {info['sam_pretraining']['steps']} steps of box-prompted training of the SAM half alone "
+            "(the stand-in for the pretrained SAM ViT-H that ROSALIA starts from)"
+            if info.get("sam_pretraining")
+            else ""
+        )
         + ".\n\n"
         f"Held-out phantom questions (n = {after['n'] if after else 0}): "
         f"gIoU {_metric(after, 'giou')}, cIoU {_metric(after, 'ciou')}, N-Acc {_metric(after, 'n_acc')}, "
         f"F1 {_metric(after, 'f1')}.{empty}\n\n"
-        "Weights are stored in float16 (loaded as float32). Details: `recipe.json`.\n\n"
-        + REFERENCE_DIFFERENCES
+        "Weights are stored in float16 (loaded as float32). Details: `recipe.json`.\n\n" + REFERENCE_DIFFERENCES
     )
 
 
@@ -221,8 +272,9 @@ def install(model_dir: str | Path) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xflow train rosalia-demo",
-                                     description="Train the ROSALIA demo model on the XFlow demo's phantoms.")
+    parser = argparse.ArgumentParser(
+        prog="xflow train rosalia-demo", description="Train the ROSALIA demo model on the XFlow demo's phantoms."
+    )
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--install", action="store_true", help="copy the result to monailabel_xflow/rosalia/demo/")
     parser.add_argument("--quick", action="store_true", help="toy scale: checks the recipe runs, learns nothing")
@@ -236,15 +288,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     base = QUICK if args.quick else RosaliaDemoRecipe()
-    changes = {f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaDemoRecipe)
-               if getattr(args, f.name) is not None}
+    changes = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(RosaliaDemoRecipe)
+        if getattr(args, f.name) is not None
+    }
     recipe = dataclasses.replace(base, **changes)
     logging.basicConfig(level=logging.INFO)
     model_dir = train_rosalia_demo(args.out, recipe, progress=not args.no_progress)
     if args.install:
         logger.info("installed the ROSALIA demo in %s", install(model_dir))
-    print(json.dumps({"model": str(model_dir), **json.loads((model_dir / "recipe.json").read_text())["heldout"]},
-                     default=str)[:2000])
+    print(
+        json.dumps(
+            {"model": str(model_dir), **json.loads((model_dir / "recipe.json").read_text())["heldout"]}, default=str
+        )[:2000]
+    )
     return 0
 
 

@@ -77,17 +77,19 @@ class RosaliaError(InputError):
 
 def text_hidden_fcs(in_dim: int, out_dim: int) -> nn.Sequential:
     """LISA's projection MLP (one element of its ``text_hidden_fcs`` ModuleList)."""
-    return nn.Sequential(nn.Linear(in_dim, in_dim), nn.ReLU(inplace=True), nn.Linear(in_dim, out_dim),
-                         nn.Dropout(0.0))
+    return nn.Sequential(nn.Linear(in_dim, in_dim), nn.ReLU(inplace=True), nn.Linear(in_dim, out_dim), nn.Dropout(0.0))
 
 
 def clip_processor(image_size: int):
     """CLIP's image processor (PIL backend) at ``image_size``: LLaVA-v1 / LISA's VLM branch."""
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-    return CLIPImageProcessorPil(size={"shortest_edge": image_size},
-                                 crop_size={"height": image_size, "width": image_size},
-                                 image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD))
+    return CLIPImageProcessorPil(
+        size={"shortest_edge": image_size},
+        crop_size={"height": image_size, "width": image_size},
+        image_mean=list(CLIP_MEAN),
+        image_std=list(CLIP_STD),
+    )
 
 
 def equalize(grey: np.ndarray) -> np.ndarray:
@@ -147,8 +149,9 @@ class RosaliaEncoder:
         RosaliaError: an unknown tokenisation.
     """
 
-    def __init__(self, tokenizer, image_tokens: int, clip_size: int, sam_size: int,
-                 tokenisation: str = "reference") -> None:
+    def __init__(
+        self, tokenizer, image_tokens: int, clip_size: int, sam_size: int, tokenisation: str = "reference"
+    ) -> None:
         if tokenisation not in TOKENISATIONS:
             raise RosaliaError(f"unknown tokenisation {tokenisation!r}; one of {list(TOKENISATIONS)}")
         self.tokenisation = tokenisation
@@ -219,8 +222,13 @@ class RosaliaModel(nn.Module):
             raise RosaliaError(f"the tokenizer has no {SEG_TOKEN} token")
         vision = llava.config.vision_config
         self.meta.setdefault("tokenisation", "reference")
-        self.encoder = RosaliaEncoder(tokenizer, llava.config.image_seq_length, vision.image_size,
-                                      sam.config.vision_config.image_size, self.meta["tokenisation"])
+        self.encoder = RosaliaEncoder(
+            tokenizer,
+            llava.config.image_seq_length,
+            vision.image_size,
+            sam.config.vision_config.image_size,
+            self.meta["tokenisation"],
+        )
 
     # --- construction and storage -------------------------------------------------------------
 
@@ -231,12 +239,17 @@ class RosaliaModel(nn.Module):
 
         llava = LlavaForConditionalGeneration(llava_config).eval()
         llava.generation_config = GenerationConfig(
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id, do_sample=False, max_new_tokens=32)
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            do_sample=False,
+            max_new_tokens=32,
+        )
         sam = SamModel(sam_config).eval()
         with torch.no_grad():  # released SAM has one Gaussian matrix (pe_layer) for both uses
             sam.prompt_encoder.shared_embedding.positional_embedding.copy_(
-                sam.shared_image_embedding.positional_embedding)
+                sam.shared_image_embedding.positional_embedding
+            )
         return cls(llava, sam, tokenizer, meta=meta).eval()
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> Path:
@@ -260,13 +273,15 @@ class RosaliaModel(nn.Module):
         save_file({k: v.detach().contiguous() for k, v in fcs.state_dict().items()}, path / FCS_NAME)
         self.tokenizer.save_pretrained(path)
         self.encoder.clip.save_pretrained(path)
-        (path / CONFIG_NAME).write_text(json.dumps(
-            {"format": FORMAT, "seg_token": SEG_TOKEN, "equalize": True, **self.meta}, indent=1) + "\n")
+        (path / CONFIG_NAME).write_text(
+            json.dumps({"format": FORMAT, "seg_token": SEG_TOKEN, "equalize": True, **self.meta}, indent=1) + "\n"
+        )
         return path
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | torch.device | None = None,
-                        dtype: torch.dtype | None = None) -> RosaliaModel:
+    def from_pretrained(
+        cls, path: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> RosaliaModel:
         """Load a folder written by :meth:`save_pretrained` (or by the LISA converter).
 
         Raises:
@@ -278,8 +293,10 @@ class RosaliaModel(nn.Module):
         path = Path(path)
         cfg_path = path / CONFIG_NAME
         if not cfg_path.is_file():
-            raise RosaliaError(f"{path} is not a ROSALIA model folder (no {CONFIG_NAME}); a released LISA/ROSALIA "
-                               "checkpoint is converted with monailabel_xflow.rosalia.checkpoint.convert_lisa_checkpoint")
+            raise RosaliaError(
+                f"{path} is not a ROSALIA model folder (no {CONFIG_NAME}); a released LISA/ROSALIA "
+                "checkpoint is converted with monailabel_xflow.rosalia.checkpoint.convert_lisa_checkpoint"
+            )
         meta = json.loads(cfg_path.read_text())
         if meta.get("format") != FORMAT:
             raise RosaliaError(f"{cfg_path} does not describe a ROSALIA model (format {meta.get('format')!r})")
@@ -324,9 +341,13 @@ class RosaliaModel(nn.Module):
         e = image_embeddings.shape[-1]
         dense = sam.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1).expand(b, -1, e, e)
         pe = sam.get_image_wide_positional_embeddings().repeat(b, 1, 1, 1)
-        masks, _ = sam.mask_decoder(image_embeddings=image_embeddings, image_positional_embeddings=pe,
-                                    sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense,
-                                    multimask_output=False)
+        masks, _ = sam.mask_decoder(
+            image_embeddings=image_embeddings,
+            image_positional_embeddings=pe,
+            sparse_prompt_embeddings=sparse,
+            dense_prompt_embeddings=dense,
+            multimask_output=False,
+        )
         return masks[:, 0, 0]
 
     def postprocess(self, low_res: torch.Tensor, resized: tuple[int, int], original: tuple[int, int]) -> torch.Tensor:
@@ -338,10 +359,18 @@ class RosaliaModel(nn.Module):
 
     # --- training -------------------------------------------------------------------------------
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor,
-                clip_pixels: torch.Tensor, sam_pixels: torch.Tensor, seg_positions: torch.Tensor,
-                masks: Sequence[torch.Tensor], resized: Sequence[tuple[int, int]],
-                image_embeddings: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor,
+        clip_pixels: torch.Tensor,
+        sam_pixels: torch.Tensor,
+        seg_positions: torch.Tensor,
+        masks: Sequence[torch.Tensor],
+        resized: Sequence[tuple[int, int]],
+        image_embeddings: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
         """The paper's training loss on a batch (one question, one ``[SEG]`` per row).
 
         Args:
@@ -359,9 +388,13 @@ class RosaliaModel(nn.Module):
             mean over rows with a non-empty mask only (ROSALIA's change to LISA).
         """
         dev = self.device
-        out = self.llava(input_ids=input_ids.to(dev), attention_mask=attention_mask.to(dev),
-                         pixel_values=clip_pixels.to(dev, self.llava.dtype), labels=labels.to(dev),
-                         output_hidden_states=True)
+        out = self.llava(
+            input_ids=input_ids.to(dev),
+            attention_mask=attention_mask.to(dev),
+            pixel_values=clip_pixels.to(dev, self.llava.dtype),
+            labels=labels.to(dev),
+            output_hidden_states=True,
+        )
         hidden = out.hidden_states[-1]
         rows = torch.arange(hidden.shape[0], device=dev)
         prompts = self.text_hidden_fcs(hidden[rows, seg_positions.to(dev)])
@@ -378,8 +411,13 @@ class RosaliaModel(nn.Module):
         bce_t = torch.stack(bce).mean()
         dice_t = torch.stack(dice).mean() if dice else low.sum() * 0.0
         loss = CE_WEIGHT * out.loss + BCE_WEIGHT * bce_t + DICE_WEIGHT * dice_t
-        return {"loss": loss, "ce": out.loss.detach(), "bce": bce_t.detach(), "dice": dice_t.detach(),
-                "positives": torch.tensor(n_pos)}
+        return {
+            "loss": loss,
+            "ce": out.loss.detach(),
+            "bce": bce_t.detach(),
+            "dice": dice_t.detach(),
+            "positives": torch.tensor(n_pos),
+        }
 
 
 def dice_loss(logits: torch.Tensor, target: torch.Tensor, scale: float = 1000.0, eps: float = 1e-6) -> torch.Tensor:
@@ -391,6 +429,21 @@ def dice_loss(logits: torch.Tensor, target: torch.Tensor, scale: float = 1000.0,
     return 1 - (numerator + eps) / (denominator + eps)
 
 
-__all__ = ["RosaliaModel", "RosaliaEncoder", "RosaliaError", "EncodedImage", "EncodedText", "text_hidden_fcs",
-           "clip_processor", "equalize", "dice_loss", "CE_WEIGHT", "BCE_WEIGHT", "DICE_WEIGHT", "IGNORE_INDEX",
-           "SAM_PIXEL_MEAN", "SAM_PIXEL_STD", "CONFIG_NAME"]
+__all__ = [
+    "RosaliaModel",
+    "RosaliaEncoder",
+    "RosaliaError",
+    "EncodedImage",
+    "EncodedText",
+    "text_hidden_fcs",
+    "clip_processor",
+    "equalize",
+    "dice_loss",
+    "CE_WEIGHT",
+    "BCE_WEIGHT",
+    "DICE_WEIGHT",
+    "IGNORE_INDEX",
+    "SAM_PIXEL_MEAN",
+    "SAM_PIXEL_STD",
+    "CONFIG_NAME",
+]

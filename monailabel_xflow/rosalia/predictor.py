@@ -53,8 +53,13 @@ class RosaliaPredictor:
             pre-equalised PNGs.
     """
 
-    def __init__(self, model: RosaliaModel, max_new_tokens: int = 32, identity: dict[str, str] | None = None,
-                 equalise: bool = False) -> None:
+    def __init__(
+        self,
+        model: RosaliaModel,
+        max_new_tokens: int = 32,
+        identity: dict[str, str] | None = None,
+        equalise: bool = False,
+    ) -> None:
         self.model = model.eval()
         self.equalise = bool(equalise)
         self.max_new_tokens = int(max_new_tokens)
@@ -63,8 +68,9 @@ class RosaliaPredictor:
         self._embedding: torch.Tensor | None = None
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str | None = None, dtype: str | None = None,
-                        **kwargs: Any) -> RosaliaPredictor:
+    def from_pretrained(
+        cls, path: str | Path, device: str | None = None, dtype: str | None = None, **kwargs: Any
+    ) -> RosaliaPredictor:
         """Load a ROSALIA folder (:meth:`RosaliaModel.from_pretrained`) onto ``device``.
 
         Args:
@@ -119,10 +125,15 @@ class RosaliaPredictor:
         dev = model.device
         with torch.inference_mode():
             out = model.llava.generate(
-                input_ids=enc.input_ids[None].to(dev), attention_mask=torch.ones_like(enc.input_ids)[None].to(dev),
-                pixel_values=image.clip_pixels[None].to(dev, model.llava.dtype), do_sample=False,
-                max_new_tokens=self.max_new_tokens, output_hidden_states=True, return_dict_in_generate=True)
-            new_ids = out.sequences[0, enc.input_ids.shape[0]:]
+                input_ids=enc.input_ids[None].to(dev),
+                attention_mask=torch.ones_like(enc.input_ids)[None].to(dev),
+                pixel_values=image.clip_pixels[None].to(dev, model.llava.dtype),
+                do_sample=False,
+                max_new_tokens=self.max_new_tokens,
+                output_hidden_states=True,
+                return_dict_in_generate=True,
+            )
+            new_ids = out.sequences[0, enc.input_ids.shape[0] :]
             timings["generate_s"] = time.perf_counter() - t0
             seg_steps = (new_ids == model.seg_token_id).nonzero().flatten().tolist()
             mask = np.zeros(image.original, bool)
@@ -141,18 +152,28 @@ class RosaliaPredictor:
         present = bool(mask.any())
         problems = list(read.problems)
         if read.says_present is not None and read.says_present != present:
-            problems.append(f"the text says {'present' if read.says_present else 'absent'} but the mask is "
-                            f"{'not ' if present else ''}empty; the mask decides")
+            problems.append(
+                f"the text says {'present' if read.says_present else 'absent'} but the mask is "
+                f"{'not ' if present else ''}empty; the mask decides"
+            )
         if present and read.says_present:
             answer = read.sentence
         else:
             answer = canonical_sentence(instr, present)
         timings["total_s"] = time.perf_counter() - t0
         trace = {
-            "format": TRACE_FORMAT, "model": "rosalia", "identity": self.identity,
-            "instruction": instr.to_dict(), "raw_text": text, "seg_tokens": len(seg_steps),
-            "present": present, "text_says_present": read.says_present, "answer": answer,
-            "mask_pixels": int(mask.sum()), "image_size": list(image.original), "timings": timings,
+            "format": TRACE_FORMAT,
+            "model": "rosalia",
+            "identity": self.identity,
+            "instruction": instr.to_dict(),
+            "raw_text": text,
+            "seg_tokens": len(seg_steps),
+            "present": present,
+            "text_says_present": read.says_present,
+            "answer": answer,
+            "mask_pixels": int(mask.sum()),
+            "image_size": list(image.original),
+            "timings": timings,
             "problems": problems,
         }
         return mask, answer, trace

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from monailabel_xflow.instructions import Instruction, InstructionError
 from monailabel_xflow.vocabulary import LESION_INFERENCE_TARGETS, REGION_JOINER, REGIONS
 
-SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. "
-          "The assistant gives helpful, detailed, and polite answers to the human's questions.")
+SYSTEM = (
+    "A chat between a curious human and an artificial intelligence assistant. "
+    "The assistant gives helpful, detailed, and polite answers to the human's questions."
+)
 """System line of LLaVA's ``llava_v1`` conversation template."""
 
 SEG = "[SEG]"
@@ -40,8 +42,13 @@ IM_END = "<im_end>"
 IMAGE_TOKEN = "<image>"
 
 
-def prompt_text(instruction_text: str, image_tokens: int, image_token: str = "<image>",
-                im_start: str = "<im_start>", im_end: str = "<im_end>") -> str:
+def prompt_text(
+    instruction_text: str,
+    image_tokens: int,
+    image_token: str = "<image>",
+    im_start: str = "<im_start>",
+    im_end: str = "<im_end>",
+) -> str:
     """The ``llava_v1`` prompt for one instruction, up to and including ``ASSISTANT:``.
 
     Args:
@@ -83,8 +90,9 @@ def _reference_pieces(tokenizer, text: str) -> list[int]:
     return ids
 
 
-def reference_ids(tokenizer, instruction_text: str, image_tokens: int,
-                  answer_sentence: str | None = None) -> tuple[list[int], list[int]]:
+def reference_ids(
+    tokenizer, instruction_text: str, image_tokens: int, answer_sentence: str | None = None
+) -> tuple[list[int], list[int]]:
     """Prompt (and answer) ids built as the public ROSALIA / LISA code builds them.
 
     LISA's ``tokenizer_image_token`` splits the ``llava_v1`` text (one ``<image>`` placeholder)
@@ -116,19 +124,23 @@ def reference_ids(tokenizer, instruction_text: str, image_tokens: int,
     return ids, _reference_pieces(tokenizer, rosalia_answer(answer_sentence)) + [tokenizer.eos_token_id]
 
 
-def whole_prompt_ids(tokenizer, instruction_text: str, image_tokens: int,
-                     answer_sentence: str | None = None) -> tuple[list[int], list[int]]:
+def whole_prompt_ids(
+    tokenizer, instruction_text: str, image_tokens: int, answer_sentence: str | None = None
+) -> tuple[list[int], list[int]]:
     """Prompt (and answer) ids with the text tokenised at once (the ``"whole-prompt"``
     tokenisation of models trained before :func:`reference_ids`; same return as it)."""
     prompt = tokenizer.bos_token + prompt_text(instruction_text, image_tokens, IMAGE_TOKEN, IM_START, IM_END)
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if answer_sentence is None:
         return ids, []
-    return ids, tokenizer(rosalia_answer(answer_sentence), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return ids, tokenizer(rosalia_answer(answer_sentence), add_special_tokens=False)["input_ids"] + [
+        tokenizer.eos_token_id
+    ]
 
 
-def canonical_sentence(instruction: Instruction, present: bool, located: tuple[str, ...] = (),
-                       lesion: tuple[str, bool] | None = None) -> str:
+def canonical_sentence(
+    instruction: Instruction, present: bool, located: tuple[str, ...] = (), lesion: tuple[str, bool] | None = None
+) -> str:
     """The canonical answer sentence ("" for a present basic instruction).
 
     Args:
@@ -192,15 +204,15 @@ def read_answer(text: str, instruction: Instruction) -> ReadAnswer:
         if m:
             regions = tuple(m.group(1).split(REGION_JOINER))
             if all(r in REGIONS for r in regions):
-                return ReadAnswer(has_seg, True, Instruction.located_answer(regions), located=regions,
-                                  problems=problems)
+                return ReadAnswer(
+                    has_seg, True, Instruction.located_answer(regions), located=regions, problems=problems
+                )
     else:  # lesion inference
         m = _LESION.match(sentence)
         if m and m.group(2) in LESION_INFERENCE_TARGETS:
             lesion = (m.group(2), m.group(1).startswith("is highly"))
             try:
-                return ReadAnswer(has_seg, True, Instruction.lesion_answer(*lesion), lesion=lesion,
-                                  problems=problems)
+                return ReadAnswer(has_seg, True, Instruction.lesion_answer(*lesion), lesion=lesion, problems=problems)
             except InstructionError:  # pragma: no cover - the regex admits only valid targets
                 pass
     problems.append(f"answer {sentence!r} fits no template of a {instruction.kind} instruction")

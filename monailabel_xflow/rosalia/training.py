@@ -141,13 +141,15 @@ def examples_from_cases(cases: Iterable, answers: dict[str, str] | None = None) 
         if read.says_present is None or read.says_present != case.positive:
             logger.warning("skipping %s: answer %r does not fit the question", case.case_id, sentence)
             continue
-        out.append(RosaliaExample(Path(case.image_path), instr, read.sentence,
-                                  Path(case.mask_path) if case.positive else None))
+        out.append(
+            RosaliaExample(Path(case.image_path), instr, read.sentence, Path(case.mask_path) if case.positive else None)
+        )
     return out
 
 
-def examples_from_spec(spec: str, splits: Sequence[str] = ("train",),
-                       kinds: Sequence[str] = ("basic", "global", "lesion_inference")) -> list[RosaliaExample]:
+def examples_from_spec(
+    spec: str, splits: Sequence[str] = ("train",), kinds: Sequence[str] = ("basic", "global", "lesion_inference")
+) -> list[RosaliaExample]:
     """Examples of a dataset spec (``mimic-ils:JSON[:ROOT]``, ``folder:DIR``...) over ``splits``."""
     from monailabel_xflow.data.readers import read_dataset
 
@@ -187,8 +189,14 @@ class RosaliaDataset(torch.utils.data.Dataset):
         ValueError: no positives or no negatives.
     """
 
-    def __init__(self, examples: Sequence[RosaliaExample], encoder: RosaliaEncoder, equalize_p: float = 0.5,
-                 phrase: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        examples: Sequence[RosaliaExample],
+        encoder: RosaliaEncoder,
+        equalize_p: float = 0.5,
+        phrase: bool = True,
+        seed: int = 0,
+    ) -> None:
         self.pos = [e for e in examples if e.positive]
         self.neg = [e for e in examples if not e.positive]
         if not self.pos or not self.neg:
@@ -221,9 +229,15 @@ class RosaliaDataset(torch.utils.data.Dataset):
         mask = self._masks[ex.mask_path] if ex.mask_path is not None else np.zeros((h, w), bool)
         question = self.rng.choice(phrasings(ex.instruction)) if self.phrase else ex.instruction.text
         txt = self.encoder.text(str(question), ex.answer)
-        return {"input_ids": txt.input_ids, "labels": txt.labels, "seg_position": txt.prompt_length - 1,
-                "clip_pixels": img.clip_pixels, "sam_pixels": img.sam_pixels, "resized": img.resized,
-                "mask": torch.from_numpy(mask.astype(np.float32))}
+        return {
+            "input_ids": txt.input_ids,
+            "labels": txt.labels,
+            "seg_position": txt.prompt_length - 1,
+            "clip_pixels": img.clip_pixels,
+            "sam_pixels": img.sam_pixels,
+            "resized": img.resized,
+            "mask": torch.from_numpy(mask.astype(np.float32)),
+        }
 
 
 class RosaliaCollator:
@@ -240,11 +254,16 @@ class RosaliaCollator:
         for r, item in enumerate(items):
             k = len(item["input_ids"])
             ids[r, :k], labels[r, :k], attn[r, :k] = item["input_ids"], item["labels"], 1
-        return {"input_ids": ids, "attention_mask": attn, "labels": labels,
-                "clip_pixels": torch.stack([i["clip_pixels"] for i in items]),
-                "sam_pixels": torch.stack([i["sam_pixels"] for i in items]),
-                "seg_positions": torch.tensor([i["seg_position"] for i in items]),
-                "masks": [i["mask"] for i in items], "resized": [i["resized"] for i in items]}
+        return {
+            "input_ids": ids,
+            "attention_mask": attn,
+            "labels": labels,
+            "clip_pixels": torch.stack([i["clip_pixels"] for i in items]),
+            "sam_pixels": torch.stack([i["sam_pixels"] for i in items]),
+            "seg_positions": torch.tensor([i["seg_position"] for i in items]),
+            "masks": [i["mask"] for i in items],
+            "resized": [i["resized"] for i in items],
+        }
 
 
 # --- the recipe -------------------------------------------------------------------------------
@@ -256,8 +275,13 @@ def apply_recipe(model: RosaliaModel, cfg: RosaliaTrainConfig) -> list[torch.nn.
 
     for p in model.parameters():
         p.requires_grad_(False)
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=LORA_TARGET_MODULES, bias="none")
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=LORA_TARGET_MODULES,
+        bias="none",
+    )
     model.llava = get_peft_model(model.llava, lora)
     for name, p in model.llava.named_parameters():
         if "lora_" in name or name.endswith(("embed_tokens.weight", "lm_head.weight")):
@@ -311,13 +335,21 @@ def heldout_loss(model: RosaliaModel, examples: Sequence[RosaliaExample], batch:
     with torch.no_grad():
         for start in range(0, len(examples), batch):
             items = []
-            for ex in examples[start:start + batch]:
+            for ex in examples[start : start + batch]:
                 image, mask = load_example(ex)
                 img = model.encoder.image(image, equalise=False)
                 txt = model.encoder.text(ex.instruction.text, ex.answer)
-                items.append({"input_ids": txt.input_ids, "labels": txt.labels, "seg_position": txt.prompt_length - 1,
-                              "clip_pixels": img.clip_pixels, "sam_pixels": img.sam_pixels, "resized": img.resized,
-                              "mask": torch.from_numpy(mask.astype(np.float32))})
+                items.append(
+                    {
+                        "input_ids": txt.input_ids,
+                        "labels": txt.labels,
+                        "seg_position": txt.prompt_length - 1,
+                        "clip_pixels": img.clip_pixels,
+                        "sam_pixels": img.sam_pixels,
+                        "resized": img.resized,
+                        "mask": torch.from_numpy(mask.astype(np.float32)),
+                    }
+                )
             out = model(**collate(items))
             for k in sums:
                 sums[k] += float(out[k]) * len(items)
@@ -325,9 +357,15 @@ def heldout_loss(model: RosaliaModel, examples: Sequence[RosaliaExample], batch:
     return {k: v / max(1, len(examples)) for k, v in sums.items()}
 
 
-def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out: str | Path,
-                  cfg: RosaliaTrainConfig | None = None, heldout: Sequence[RosaliaExample] = (),
-                  progress: bool = True, max_seconds: float | None = None) -> dict[str, Any]:
+def train_rosalia(
+    model_dir: str | Path,
+    examples: Sequence[RosaliaExample],
+    out: str | Path,
+    cfg: RosaliaTrainConfig | None = None,
+    heldout: Sequence[RosaliaExample] = (),
+    progress: bool = True,
+    max_seconds: float | None = None,
+) -> dict[str, Any]:
     """Train a ROSALIA folder on ``examples`` and save the merged model to ``out``.
 
     Args:
@@ -358,9 +396,13 @@ def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out
     params = apply_recipe(model, cfg)
     log["trainable_parameters"] = sum(p.numel() for p in params)
     dataset = RosaliaDataset(examples, model.encoder, cfg.equalize_p, cfg.phrase, cfg.seed)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch, shuffle=True,
-                                         collate_fn=RosaliaCollator(model.tokenizer.pad_token_id),
-                                         generator=torch.Generator().manual_seed(cfg.seed))
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=cfg.batch,
+        shuffle=True,
+        collate_fn=RosaliaCollator(model.tokenizer.pad_token_id),
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, min(cfg.warmup, cfg.steps // 2), cfg.steps)
     model.train()
@@ -402,9 +444,18 @@ def train_rosalia(model_dir: str | Path, examples: Sequence[RosaliaExample], out
     return log
 
 
-def pretrain_sam(model_dir: str | Path, examples: Sequence[RosaliaExample], out: str | Path, steps: int = 600,
-                 batch: int = 8, lr: float = 1e-3, equalize_p: float = 0.5, seed: int = 0, progress: bool = True,
-                 max_seconds: float | None = None) -> dict[str, Any]:
+def pretrain_sam(
+    model_dir: str | Path,
+    examples: Sequence[RosaliaExample],
+    out: str | Path,
+    steps: int = 600,
+    batch: int = 8,
+    lr: float = 1e-3,
+    equalize_p: float = 0.5,
+    seed: int = 0,
+    progress: bool = True,
+    max_seconds: float | None = None,
+) -> dict[str, Any]:
     """Box-prompted training of ROSALIA's SAM half alone: the stand-in for SAM's own pre-training.
 
     LISA and ROSALIA start from SAM ViT-H weights that already segment what a box points at; a
@@ -501,9 +552,12 @@ def _clean(value: Any) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xflow train rosalia",
-        description="Train ROSALIA (LLaVA + SAM + [SEG]) with the paper's recipe on a dataset spec.")
+        description="Train ROSALIA (LLaVA + SAM + [SEG]) with the paper's recipe on a dataset spec.",
+    )
     parser.add_argument("--model", required=True, help="starting ROSALIA folder (see rosalia.configs / checkpoint)")
-    parser.add_argument("--data", required=True, help="dataset spec, e.g. mimic-ils:PHANTOMS/ground-truth/mimic_ils.json")
+    parser.add_argument(
+        "--data", required=True, help="dataset spec, e.g. mimic-ils:PHANTOMS/ground-truth/mimic_ils.json"
+    )
     parser.add_argument("--split", action="append", default=None, help="split(s) to train on (default train)")
     parser.add_argument("--out", required=True, type=Path)
     defaults = RosaliaTrainConfig()
@@ -522,8 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cfg = RosaliaTrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaTrainConfig)
-                                if f.name != "betas"})
+    cfg = RosaliaTrainConfig(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaTrainConfig) if f.name != "betas"}
+    )
     try:
         examples = examples_from_spec(args.data, args.split or ["train"])
         log = train_rosalia(args.model, examples, args.out, cfg, progress=not args.no_progress)
@@ -531,8 +586,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"xflow train rosalia: {err}", file=sys.stderr)
         return 2
     losses = log["losses"]
-    print(json.dumps({"out": str(args.out), "steps": len(losses), "first_loss": losses[0]["loss"],
-                      "last_loss": losses[-1]["loss"], "seconds": round(log["seconds"], 1)}))
+    print(
+        json.dumps(
+            {
+                "out": str(args.out),
+                "steps": len(losses),
+                "first_loss": losses[0]["loss"],
+                "last_loss": losses[-1]["loss"],
+                "seconds": round(log["seconds"], 1),
+            }
+        )
+    )
     return 0
 
 
@@ -540,6 +604,20 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["pretrain_sam", "RosaliaTrainConfig", "RosaliaExample", "RosaliaDataset", "RosaliaCollator", "examples_from_cases",
-           "examples_from_spec", "load_example", "apply_recipe", "merge_recipe", "evaluate", "heldout_loss", "train_rosalia",
-           "LORA_TARGET_MODULES", "main"]
+__all__ = [
+    "pretrain_sam",
+    "RosaliaTrainConfig",
+    "RosaliaExample",
+    "RosaliaDataset",
+    "RosaliaCollator",
+    "examples_from_cases",
+    "examples_from_spec",
+    "load_example",
+    "apply_recipe",
+    "merge_recipe",
+    "evaluate",
+    "heldout_loss",
+    "train_rosalia",
+    "LORA_TARGET_MODULES",
+    "main",
+]

@@ -17,8 +17,9 @@ they refuse the same inputs with the same errors.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class PromptableSegmenter(Protocol):
         """
         ...
 
-    def fork(self) -> "PromptableSegmenter":
+    def fork(self) -> PromptableSegmenter:
         """A segmenter sharing this one's model and embedding cache but with no current image,
         so another thread can ``set_image`` / ``predict`` without touching this one's state."""
         ...

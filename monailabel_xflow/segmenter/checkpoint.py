@@ -36,9 +36,10 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from monailabel_xflow.errors import UnavailableError
 
@@ -110,8 +111,14 @@ RENAMES: list[tuple[str, str]] = [
     (_MD + "transformer.layers.{n}.norm{m}.{p}", "mask_decoder.transformer.layers.{n}.layer_norm{m}.{p}"),
     (_MD + "transformer.layers.{n}.mlp.lin1.{p}", "mask_decoder.transformer.layers.{n}.mlp.proj_in.{p}"),
     (_MD + "transformer.layers.{n}.mlp.lin2.{p}", "mask_decoder.transformer.layers.{n}.mlp.proj_out.{p}"),
-    (_MD + "transformer.final_attn_token_to_image.{q}.{p}", "mask_decoder.transformer.final_attn_token_to_image.{q}.{p}"),
-    (_MD + "transformer.final_attn_token_to_image.out_proj.{p}", "mask_decoder.transformer.final_attn_token_to_image.o_proj.{p}"),
+    (
+        _MD + "transformer.final_attn_token_to_image.{q}.{p}",
+        "mask_decoder.transformer.final_attn_token_to_image.{q}.{p}",
+    ),
+    (
+        _MD + "transformer.final_attn_token_to_image.out_proj.{p}",
+        "mask_decoder.transformer.final_attn_token_to_image.o_proj.{p}",
+    ),
     (_MD + "transformer.norm_final_attn.{p}", "mask_decoder.transformer.layer_norm_final_attn.{p}"),
     # --- the "no memory" token added to the lowest-resolution features of a single image -----
     ("tracker.no_mem_embed", "no_memory_embedding"),
@@ -140,7 +147,13 @@ IGNORED = re.compile(
     r"|^tracker\.(?!sam_prompt_encoder\.|sam_mask_decoder\.|no_mem_embed$)"
 )
 
-_PLACEHOLDERS = {"n": r"\d+", "m": r"\d+", "p": r"[A-Za-z_][\w.]*", "a": r"self_attn|cross_attn_token_to_image|cross_attn_image_to_token", "q": r"q_proj|k_proj|v_proj"}
+_PLACEHOLDERS = {
+    "n": r"\d+",
+    "m": r"\d+",
+    "p": r"[A-Za-z_][\w.]*",
+    "a": r"self_attn|cross_attn_token_to_image|cross_attn_image_to_token",
+    "q": r"q_proj|k_proj|v_proj",
+}
 
 
 def _compile(template: str) -> re.Pattern:
@@ -163,7 +176,7 @@ def _rename(key: str, table: list[tuple[re.Pattern, str]]) -> str | None:
     return None
 
 
-def _drop_cls(pos_embed: "torch.Tensor") -> "torch.Tensor":
+def _drop_cls(pos_embed: torch.Tensor) -> torch.Tensor:
     """``(1, 1 + S*S, C)`` trunk positions -> ``(1, S*S, C)``; a table without CLS passes as is."""
     rows = pos_embed.shape[1]
     side = math.isqrt(rows - 1)
@@ -212,7 +225,7 @@ class CheckpointReport:
         return text
 
 
-def official_to_tracker(official: Mapping[str, "torch.Tensor"]) -> tuple[dict[str, "torch.Tensor"], CheckpointReport]:
+def official_to_tracker(official: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], CheckpointReport]:
     """Map an official SAM3 state dict onto ``Sam3TrackerModel`` keys.
 
     Args:
@@ -234,7 +247,7 @@ def official_to_tracker(official: Mapping[str, "torch.Tensor"]) -> tuple[dict[st
             continue
         if m := QKV.match(key):
             base = f"vision_encoder.backbone.layers.{m.group(1)}.attention."
-            for name, part in zip(("q_proj", "k_proj", "v_proj"), torch.chunk(tensor, 3, dim=0)):
+            for name, part in zip(("q_proj", "k_proj", "v_proj"), torch.chunk(tensor, 3, dim=0), strict=False):
                 out[f"{base}{name}.{m.group(2)}"] = part
         elif key == POS_EMBED:
             out["vision_encoder.backbone.embeddings.position_embeddings"] = _drop_cls(tensor)
@@ -256,7 +269,7 @@ def official_to_tracker(official: Mapping[str, "torch.Tensor"]) -> tuple[dict[st
     return out, report
 
 
-def tracker_to_official(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+def tracker_to_official(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The inverse of :func:`official_to_tracker`: ``Sam3TrackerModel`` keys -> official keys.
 
     The CLS position the official trunk carries (dropped on the way in) is written as zeros.
@@ -292,11 +305,13 @@ def tracker_to_official(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "
         else:
             raise KeyError(f"no official name for model key {key!r}")
     for (layer, kind), parts in qkv.items():
-        out[f"{_TRUNK}blocks.{layer}.attn.qkv.{kind}"] = torch.cat([parts["q_proj"], parts["k_proj"], parts["v_proj"]], dim=0)
+        out[f"{_TRUNK}blocks.{layer}.attn.qkv.{kind}"] = torch.cat(
+            [parts["q_proj"], parts["k_proj"], parts["v_proj"]], dim=0
+        )
     return out
 
 
-def read_official_state_dict(path: str | Path) -> dict[str, "torch.Tensor"]:
+def read_official_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """Read ``sam3.pt`` (or a fine-tuned checkpoint in its layout) onto the CPU.
 
     Accepts a bare state dict or one wrapped under ``"model"`` / ``"state_dict"``; loads with
@@ -322,7 +337,7 @@ def read_official_state_dict(path: str | Path) -> dict[str, "torch.Tensor"]:
 
 
 def load_official_checkpoint(
-    model: "torch.nn.Module", source: str | Path | Mapping[str, "torch.Tensor"], strict: bool = True
+    model: torch.nn.Module, source: str | Path | Mapping[str, torch.Tensor], strict: bool = True
 ) -> CheckpointReport:
     """Fill a ``Sam3TrackerModel`` from an official checkpoint (a path or a state dict).
 
@@ -352,7 +367,9 @@ def load_official_checkpoint(
     report.mismatched.sort()
     report.loaded = sorted(usable)
     if report.unmapped:
-        logger.warning("SAM3 checkpoint: %d keys the mapping does not know: %s", len(report.unmapped), report.unmapped[:10])
+        logger.warning(
+            "SAM3 checkpoint: %d keys the mapping does not know: %s", len(report.unmapped), report.unmapped[:10]
+        )
     if strict and not report.ok:
         raise Sam3CheckpointError("the SAM3 checkpoint does not fill the tracker model: " + report.summary())
     model.load_state_dict(usable, strict=False)

@@ -41,7 +41,7 @@ _SIZE_SPECS: dict[str, dict[str, Any]] = {
 }
 
 
-def sam3_tracker_config(size: str = "tiny", image_size: int = 1008) -> "Sam3TrackerConfig":
+def sam3_tracker_config(size: str = "tiny", image_size: int = 1008) -> Sam3TrackerConfig:
     """A ``Sam3TrackerConfig`` of the given size.
 
     Args:
@@ -60,8 +60,10 @@ def sam3_tracker_config(size: str = "tiny", image_size: int = 1008) -> "Sam3Trac
     if size not in SIZES:
         raise ValueError(f"unknown SAM3 size {size!r}; choose one of {', '.join(SIZES)}")
     if image_size % 14 or image_size < 14 * 8 or (size == "full" and image_size != 1008):
-        raise ValueError(f"SAM3 {size} input must be a multiple of 14 px and at least 112 "
-                         f"(1008 for the full model), got {image_size}")
+        raise ValueError(
+            f"SAM3 {size} input must be a multiple of 14 px and at least 112 "
+            f"(1008 for the full model), got {image_size}"
+        )
     grid = image_size // 14
     if size == "full":
         config = Sam3TrackerConfig()
@@ -99,7 +101,7 @@ def sam3_tracker_config(size: str = "tiny", image_size: int = 1008) -> "Sam3Trac
     return Sam3TrackerConfig(vision_config=vision, prompt_encoder_config=prompt, mask_decoder_config=decoder)
 
 
-def build_sam3_tracker(size: str = "tiny", seed: int = 0, image_size: int = 1008) -> "Sam3TrackerModel":
+def build_sam3_tracker(size: str = "tiny", seed: int = 0, image_size: int = 1008) -> Sam3TrackerModel:
     """A randomly initialised ``Sam3TrackerModel`` of the given size, in eval mode.
 
     Args:
@@ -119,7 +121,9 @@ def build_sam3_tracker(size: str = "tiny", seed: int = 0, image_size: int = 1008
     # In released weights the image-wide positional encoding and the prompt encoder's are one
     # Gaussian matrix (the official model has a single `pe_layer`); random init draws two.
     with torch.no_grad():
-        model.shared_image_embedding.positional_embedding.copy_(model.prompt_encoder.shared_embedding.positional_embedding)
+        model.shared_image_embedding.positional_embedding.copy_(
+            model.prompt_encoder.shared_embedding.positional_embedding
+        )
     return model.eval()
 
 

@@ -20,9 +20,9 @@ BACKENDS = ("transformers", "official")
 def load_segmenter(
     name_or_path: str | Path,
     backend: str = "transformers",
-    device: "str | torch.device | None" = None,
+    device: str | torch.device | None = None,
     *,
-    dtype: "torch.dtype | None" = None,
+    dtype: torch.dtype | None = None,
     cache: EmbeddingCache | None = None,
     config: Any = None,
 ) -> PromptableSegmenter:

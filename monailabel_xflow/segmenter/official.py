@@ -17,8 +17,9 @@ same embedding cache keyed by image content.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class OfficialSam3Segmenter:
     @classmethod
     def load(
         cls, name_or_path: str | Path | None, device: Any = None, cache: EmbeddingCache | None = None
-    ) -> "OfficialSam3Segmenter":
+    ) -> OfficialSam3Segmenter:
         """Build the official model from ``sam3.pt`` (or the hub default when ``name_or_path`` is
         ``None`` or ``"facebook/sam3"``).
 
@@ -110,7 +111,7 @@ class OfficialSam3Segmenter:
         )
         return cls(model, cache=cache, cache_tag=weights_tag(checkpoint or "facebook/sam3"))
 
-    def fork(self) -> "OfficialSam3Segmenter":
+    def fork(self) -> OfficialSam3Segmenter:
         """See :meth:`~monailabel_xflow.segmenter.base.PromptableSegmenter.fork`."""
         twin = object.__new__(OfficialSam3Segmenter)
         twin.__dict__.update(self.__dict__)
@@ -142,8 +143,11 @@ class OfficialSam3Segmenter:
             return empty_result(self._shape)
         h, w = self._shape
         # the official predictor takes original-image pixels (normalize_coords=True rescales them)
-        kwargs: dict[str, Any] = {"box": (prompts.boxes * np.array([w, h, w, h])).astype(np.float32),
-                                  "multimask_output": multimask, "normalize_coords": True}
+        kwargs: dict[str, Any] = {
+            "box": (prompts.boxes * np.array([w, h, w, h])).astype(np.float32),
+            "multimask_output": multimask,
+            "normalize_coords": True,
+        }
         if prompts.labels.shape[1]:
             labels = np.where(prompts.labels == PAD_LABEL, _NOT_A_POINT, prompts.labels).astype(np.int32)
             kwargs.update(point_coords=(prompts.points * np.array([w, h])).astype(np.float32), point_labels=labels)

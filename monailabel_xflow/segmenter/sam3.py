@@ -21,8 +21,9 @@ import os
 import time
 import uuid
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,8 +65,8 @@ class Sam3Segmenter:
     def __init__(
         self,
         model: Any,
-        device: "str | torch.device | None" = None,
-        dtype: "torch.dtype | None" = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
         cache: EmbeddingCache | None = None,
         cache_tag: str | None = None,
     ) -> None:
@@ -79,14 +80,15 @@ class Sam3Segmenter:
         prompt = self.model.config.prompt_encoder_config
         self.input_size = int(prompt.image_size)
         if self.input_size % prompt.patch_size:
-            raise ValueError(f"SAM3 tracker input {self.input_size} px is not a multiple of its "
-                             f"{prompt.patch_size}-px patches")
+            raise ValueError(
+                f"SAM3 tracker input {self.input_size} px is not a multiple of its {prompt.patch_size}-px patches"
+            )
         side = 4 * prompt.image_size // prompt.patch_size
         self.low_res_size = (side, side)
         self._embeddings: list[torch.Tensor] | None = None
         self._shape: tuple[int, int] | None = None
 
-    def fork(self) -> "Sam3Segmenter":
+    def fork(self) -> Sam3Segmenter:
         """A new predictor sharing this one's model, device, dtype and cache (for another thread)."""
         twin = object.__new__(Sam3Segmenter)
         twin.__dict__.update(self.__dict__)
@@ -95,16 +97,18 @@ class Sam3Segmenter:
 
     # --- image --------------------------------------------------------------------------------
 
-    def preprocess(self, image: np.ndarray) -> "torch.Tensor":
+    def preprocess(self, image: np.ndarray) -> torch.Tensor:
         """``(1, 3, S, S)`` model input of an image (``S = input_size``, see the module docstring)."""
         return self._model_input(to_rgb01(image))
 
-    def _model_input(self, rgb01: np.ndarray) -> "torch.Tensor":
+    def _model_input(self, rgb01: np.ndarray) -> torch.Tensor:
         import torch
         import torch.nn.functional as F
 
         rgb = torch.from_numpy(rgb01).permute(2, 0, 1)[None]  # (1, 3, H, W) in [0, 1]
-        resized = F.interpolate(rgb, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False, antialias=True)
+        resized = F.interpolate(
+            rgb, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False, antialias=True
+        )
         return ((resized - 0.5) / 0.5).to(device=self.device, dtype=self.dtype)
 
     def set_image(self, image: np.ndarray) -> None:
@@ -186,8 +190,8 @@ class Sam3Segmenter:
 
 
 def sam3_prompt_kwargs(
-    prompts: Prompts, input_size: int, device: "str | torch.device", mask_dtype: "torch.dtype | None" = None
-) -> dict[str, "torch.Tensor"]:
+    prompts: Prompts, input_size: int, device: str | torch.device, mask_dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """``Sam3TrackerModel`` keyword arguments of ``N`` prompts (inference and F_seg training alike).
 
     Each box is its own batch element with one prompt (``(N, 1, ...)``), so a box never attends
@@ -201,8 +205,11 @@ def sam3_prompt_kwargs(
     """
     import torch
 
-    kwargs = {"input_boxes": torch.tensor([box_to_sam(b, input_size) for b in prompts.boxes],
-                                          dtype=torch.float32, device=device).reshape(len(prompts), 1, 4)}
+    kwargs = {
+        "input_boxes": torch.tensor(
+            [box_to_sam(b, input_size) for b in prompts.boxes], dtype=torch.float32, device=device
+        ).reshape(len(prompts), 1, 4)
+    }
     if prompts.labels.shape[1]:
         points = [[point_to_sam(x, y, input_size) for x, y in row] for row in prompts.points]
         kwargs["input_points"] = torch.tensor(points, dtype=torch.float32, device=device)[:, None]
@@ -213,7 +220,7 @@ def sam3_prompt_kwargs(
 
 
 # model -> tag, so re-wrapping one model object keeps its cached embeddings (weak: no leak)
-_model_tags: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_model_tags: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -271,5 +278,3 @@ def load_tracker_model(name_or_path: str | Path, config: Any = None) -> Any:
         raise FileNotFoundError(f"SAM3 weights not found: {name}")
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("", "0", "false", "no")
     return Sam3TrackerModel.from_pretrained(name, local_files_only=offline).eval()
-
-

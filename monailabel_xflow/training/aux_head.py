@@ -23,14 +23,21 @@ Heavy imports (torch) happen inside the functions; the module itself imports onl
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-__all__ = ["token_grid_side", "mask_token_targets", "finding_token_targets", "mask_token_head",
-           "capture_projector", "aux_mask_loss"]
+__all__ = [
+    "token_grid_side",
+    "mask_token_targets",
+    "finding_token_targets",
+    "mask_token_head",
+    "capture_projector",
+    "aux_mask_loss",
+]
 
 
 def token_grid_side(mm_tokens_per_image: int) -> int:
@@ -85,8 +92,7 @@ def finding_token_targets(masks, side: int) -> np.ndarray:
     Returns:
         float32 ``(side * side, len(masks))``.
     """
-    return np.stack([mask_token_targets(None if isinstance(m, str) and not m else m, side)
-                     for m in masks], axis=1)
+    return np.stack([mask_token_targets(None if isinstance(m, str) and not m else m, side) for m in masks], axis=1)
 
 
 def mask_token_head(hidden_size: int, channels: int = 1):
@@ -95,7 +101,7 @@ def mask_token_head(hidden_size: int, channels: int = 1):
     from torch import nn
 
     head = nn.Linear(hidden_size, channels)
-    nn.init.normal_(head.weight, std=hidden_size ** -0.5)
+    nn.init.normal_(head.weight, std=hidden_size**-0.5)
     nn.init.zeros_(head.bias)
     return head
 
@@ -153,7 +159,9 @@ def aux_mask_loss(projected: Any, head: Any, targets: Any) -> Any:
     if targets.ndim == 2:
         targets = targets[..., None]
     if projected.shape[:2] != targets.shape[:2] or targets.shape[2] != channels:
-        raise ValueError(f"projected image tokens {tuple(projected.shape)} and a {channels}-channel head "
-                         f"do not match targets {tuple(targets.shape)}")
+        raise ValueError(
+            f"projected image tokens {tuple(projected.shape)} and a {channels}-channel head "
+            f"do not match targets {tuple(targets.shape)}"
+        )
     logits = head(projected.to(head.weight.dtype))
     return F.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype))

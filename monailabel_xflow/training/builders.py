@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,7 @@ KINDS = ("init-sft", "rev-sft", "init-rl", "rev-rl")
 
 # --- lung boxes -------------------------------------------------------------------------------
 
+
 class LungBoxes:
     """Where the lung boxes of an image come from.
 
@@ -71,7 +73,7 @@ class LungBoxes:
         self._cache: dict[str, dict[str, Box]] = {}
 
     @classmethod
-    def for_dataset(cls, spec_root: str | Path, boxes_json: str | Path | None = None) -> "LungBoxes":
+    def for_dataset(cls, spec_root: str | Path, boxes_json: str | Path | None = None) -> LungBoxes:
         """Boxes for a dataset folder: its ``ground-truth/anatomy`` if it is a phantom set."""
         anatomy = Path(spec_root) / "ground-truth" / "anatomy"
         return cls(boxes_json, anatomy if anatomy.is_dir() else None)
@@ -98,6 +100,7 @@ class LungBoxes:
 
 # --- building -----------------------------------------------------------------------------------
 
+
 @dataclass
 class BuildReport:
     """What a build produced: rows written, cases rejected by reason, chunks reused on resume."""
@@ -113,8 +116,10 @@ class BuildReport:
 
     def summary(self) -> str:
         why = ", ".join(f"{n} {r}" for r, n in sorted(self.rejected.items())) or "none"
-        return (f"{self.kind}: {self.rows} rows ({self.chunks_written} chunks written, "
-                f"{self.chunks_reused} reused); rejected: {why}")
+        return (
+            f"{self.kind}: {self.rows} rows ({self.chunks_written} chunks written, "
+            f"{self.chunks_reused} reused); rejected: {why}"
+        )
 
 
 def _save_png(path: Path, array: np.ndarray) -> str:
@@ -154,31 +159,57 @@ def finding_masks(cases: Sequence, out_dir: Path) -> dict[str, list[str]]:
     paths: dict[str, list[str]] = {}
     for image, per_finding in unions.items():
         stem = hashlib.sha1(image.encode()).hexdigest()[:16]
-        paths[image] = [_save_png(out_dir / f"{stem}_{f}.png", per_finding[f]) if f in per_finding else ""
-                        for f in FINDINGS]
+        paths[image] = [
+            _save_png(out_dir / f"{stem}_{f}.png", per_finding[f]) if f in per_finding else "" for f in FINDINGS
+        ]
     return paths
 
 
-def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segmenter, clicker,
-                   rng: np.random.Generator, report: BuildReport,
-                   image_findings: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+def _rows_for_case(
+    kind: str,
+    case,
+    out_dir: Path,
+    lung_boxes: Callable,
+    segmenter,
+    clicker,
+    rng: np.random.Generator,
+    report: BuildReport,
+    image_findings: dict[str, list[str]] | None = None,
+) -> list[dict[str, Any]]:
     ins: Instruction = case.instruction
     mask = case.load_mask()
     common = {"image": str(case.image_path), "instruction": ins.text, "case_id": case.case_id}
     if kind in ("init-sft", "init-rl"):
         prompt = str(rng.choice(phrasings(ins)))
         if kind == "init-rl":
-            return [dict(common, prompt=prompt, gt_boxes=[list(b) for b in lesion_boxes(mask)],
-                         present=bool(lesion_boxes(mask)))]
+            return [
+                dict(
+                    common,
+                    prompt=prompt,
+                    gt_boxes=[list(b) for b in lesion_boxes(mask)],
+                    present=bool(lesion_boxes(mask)),
+                )
+            ]
         try:
             target = init_target(ins, mask, lung_boxes(case.image_path))
         except BuildError as err:
             report.reject(str(err))
             return []
-        lesion_png = _save_png(out_dir / "masks" / f"{case.case_id}.png", mask) if mask is not None and mask.any() else None
-        return [dict(common, prompt=prompt, target=target, lesion_mask=lesion_png,
-                     finding_masks=(image_findings or {})[str(case.image_path)], finding=ins.finding,
-                     level=ins.level, positive=lesion_png is not None)]
+        lesion_png = (
+            _save_png(out_dir / "masks" / f"{case.case_id}.png", mask) if mask is not None and mask.any() else None
+        )
+        return [
+            dict(
+                common,
+                prompt=prompt,
+                target=target,
+                lesion_mask=lesion_png,
+                finding_masks=(image_findings or {})[str(case.image_path)],
+                finding=ins.finding,
+                level=ins.level,
+                positive=lesion_png is not None,
+            )
+        ]
 
     # Revision kinds: positives only, one example per ground-truth component.
     if mask is None or not mask.any():
@@ -194,8 +225,14 @@ def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segment
     if kind == "rev-rl":
         for k, comp in enumerate(comps):
             box = perturb_box(mask_to_box(comp), comp.shape, rng, clicker.box_noise, clicker.box_shift)
-            rows.append(dict(common, case_id=f"{case.case_id}_c{k}", start_box=list(box),
-                             gt_mask=_save_png(out_dir / "masks" / f"{case.case_id}_c{k}.png", comp)))
+            rows.append(
+                dict(
+                    common,
+                    case_id=f"{case.case_id}_c{k}",
+                    start_box=list(box),
+                    gt_mask=_save_png(out_dir / "masks" / f"{case.case_id}_c{k}.png", comp),
+                )
+            )
         return rows
     from monailabel_xflow.rendering import render_observation
     from monailabel_xflow.workflow.revision import oracle_trajectory
@@ -213,14 +250,31 @@ def _rows_for_case(kind: str, case, out_dir: Path, lung_boxes: Callable, segment
             targets.append(revision_target(action))
             if action is not None:
                 clicks.append(action)
-        rows.append(dict(common, case_id=f"{case.case_id}_c{k}", box=list(traj.initial_box),
-                         observations=observations, targets=targets))
+        rows.append(
+            dict(
+                common,
+                case_id=f"{case.case_id}_c{k}",
+                box=list(traj.initial_box),
+                observations=observations,
+                targets=targets,
+            )
+        )
     return rows
 
 
-def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callable[[Any], dict[str, Box]] | None = None,
-          segmenter=None, clicker=None, shard: tuple[int, int] = (0, 1), seed: int = 0, chunk_size: int = 256,
-          progress: bool = True) -> BuildReport:
+def build(
+    kind: str,
+    cases: Sequence,
+    out_dir: str | Path,
+    *,
+    lung_boxes: Callable[[Any], dict[str, Box]] | None = None,
+    segmenter=None,
+    clicker=None,
+    shard: tuple[int, int] = (0, 1),
+    seed: int = 0,
+    chunk_size: int = 256,
+    progress: bool = True,
+) -> BuildReport:
     """Build one kind of training set into ``out_dir`` (resumable, shardable).
 
     Args:
@@ -262,8 +316,9 @@ def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callab
     image_findings = None
     if kind == "init-sft":  # from every question about this shard's images, whichever shard has it
         mine_images = {str(c.image_path) for c in mine}
-        image_findings = finding_masks([c for c in cases if str(c.image_path) in mine_images],
-                                       Path(out_dir) / "finding-masks")
+        image_findings = finding_masks(
+            [c for c in cases if str(c.image_path) in mine_images], Path(out_dir) / "finding-masks"
+        )
     starts = range(0, len(mine), chunk_size)
     for k, start in enumerate(tqdm(starts, desc=f"building {kind} (shard {i}/{n})", disable=not progress)):
         where = root / f"chunk-{k:05d}"
@@ -273,9 +328,10 @@ def build(kind: str, cases: Sequence, out_dir: str | Path, *, lung_boxes: Callab
             continue
         rng = np.random.default_rng([seed, i, k])
         rows = []
-        for case in mine[start:start + chunk_size]:
-            rows += _rows_for_case(kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report,
-                                   image_findings)
+        for case in mine[start : start + chunk_size]:
+            rows += _rows_for_case(
+                kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report, image_findings
+            )
         if rows:
             Dataset.from_list(rows).save_to_disk(str(where))
         else:  # an empty chunk still marks its cases as done

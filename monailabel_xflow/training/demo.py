@@ -47,25 +47,41 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "DemoRecipe", "QUICK", "DEMO_VLM_SIZE", "DEMO_VLM_SPEC", "build_demo_vlm", "export_heldout",
-    "train_demo", "main",
+    "DemoRecipe",
+    "QUICK",
+    "DEMO_VLM_SIZE",
+    "DEMO_VLM_SPEC",
+    "build_demo_vlm",
+    "export_heldout",
+    "train_demo",
+    "main",
 ]
 
 DEMO_VLM_SIZE = "demo"
 DEMO_VLM_SPEC: dict[str, Any] = dict(
     # ~1.7 M parameters; 8 x 8 patches pooled 2 x 2 into 16 image tokens.
-    image_size=128, patch_size=16, mm_tokens_per_image=16,
+    image_size=128,
+    patch_size=16,
+    mm_tokens_per_image=16,
     vision=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4),
-    text=dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=4, head_dim=32, sliding_window=4096,
-              layer_types=["full_attention", "full_attention"]),
+    text=dict(
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=32,
+        sliding_window=4096,
+        layer_types=["full_attention", "full_attention"],
+    ),
     lora_r=128,
     # output logits can then reach a margin of ~0.1 * 128 = 13 (see policy.configs.build_random_vlm)
     embedding_std=0.1,
@@ -154,9 +170,21 @@ class DemoRecipe:
     threads: int = 2
 
 
-QUICK = DemoRecipe(train_studies=8, seg_steps=2, seg_batch=2, seg_eval=2,
-                   sft_batch=2, init_sft_steps=2, rev_sft_steps=2, rev_components=12, rev_box_noise=0.1,
-                   rl_steps_init=1, rl_steps_rev=1, rl_generations=2, rl_batch=2)
+QUICK = DemoRecipe(
+    train_studies=8,
+    seg_steps=2,
+    seg_batch=2,
+    seg_eval=2,
+    sft_batch=2,
+    init_sft_steps=2,
+    rev_sft_steps=2,
+    rev_components=12,
+    rev_box_noise=0.1,
+    rl_steps_init=1,
+    rl_steps_rev=1,
+    rl_generations=2,
+    rl_batch=2,
+)
 """A toy scale that runs the whole recipe in a few minutes on a busy CPU, learning nothing (smoke checks)."""
 
 
@@ -237,8 +265,9 @@ def balanced_presence(rows, seed: int = 0, by: Sequence[str] = ("level", "findin
             without positives or negatives is kept as it is.
     """
     import numpy as np
+
     flags = np.asarray(rows["positive"], bool)
-    keys = list(zip(*(rows[c] for c in by))) if by else [()] * len(flags)
+    keys = list(zip(*(rows[c] for c in by), strict=False)) if by else [()] * len(flags)
     strata: dict[tuple, list[int]] = {}
     for k, key in enumerate(keys):
         strata.setdefault(tuple(key), []).append(k)
@@ -268,8 +297,9 @@ def training_cases(json_path: Path):
     return cases
 
 
-def export_heldout(out: str | Path, seed: int = 1000, questions: int = 200, size: int = 256,
-                   progress: bool = True) -> Path:
+def export_heldout(
+    out: str | Path, seed: int = 1000, questions: int = 200, size: int = 256, progress: bool = True
+) -> Path:
     """A held-out evaluation set: ``questions`` phantom questions, balanced over levels.
 
     Phantoms are drawn with ``seed`` (use one the training never used); the questions are split as
@@ -306,14 +336,16 @@ def export_heldout(out: str | Path, seed: int = 1000, questions: int = 200, size
             pool = pools.get((level, sign), [])
             want = n_level // 2 + (n_level % 2 if j == 0 else 0)
             if len(pool) < want:
-                raise ValueError(f"held-out set too small: {len(pool)} {level} "
-                                 f"{'positives' if sign else 'negatives'} for {want}")
+                raise ValueError(
+                    f"held-out set too small: {len(pool)} {level} {'positives' if sign else 'negatives'} for {want}"
+                )
             chosen += [pool[k] for k in sorted(rng.choice(len(pool), want, replace=False))]
     entries = {s: e for split in release.values() for s, e in split.items()}
     test: dict[str, dict] = {}
     for study, pair in chosen:
-        entry = test.setdefault(study, dict(entries[study], instruction_answer_pairs={
-            "positive_pairs": [], "negative_pairs": []}))
+        entry = test.setdefault(
+            study, dict(entries[study], instruction_answer_pairs={"positive_pairs": [], "negative_pairs": []})
+        )
         entry["instruction_answer_pairs"]["positive_pairs" if pair["seg"] else "negative_pairs"].append(pair)
     heldout = json_path.parent / "heldout.json"
     heldout.write_text(json.dumps({"train": {}, "val": {}, "test": test}, indent=1))
@@ -331,8 +363,11 @@ def _fingerprint(recipe: DemoRecipe) -> dict[str, Any]:
     from monailabel_xflow.policy.configs import build_tokenizer
 
     tokenizer = build_tokenizer().backend_tokenizer.to_str()
-    fingerprint = {"recipe": dataclasses.asdict(recipe), "vlm": DEMO_VLM_SPEC,
-                   "tokenizer": hashlib.sha256(tokenizer.encode()).hexdigest()[:16]}
+    fingerprint = {
+        "recipe": dataclasses.asdict(recipe),
+        "vlm": DEMO_VLM_SPEC,
+        "tokenizer": hashlib.sha256(tokenizer.encode()).hexdigest()[:16],
+    }
     return json.loads(json.dumps(fingerprint))  # as phases.json stores it (tuples as lists)
 
 
@@ -385,8 +420,14 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
-def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: bool = True,
-                    threads: int | None = None, parent_pid: int | None = None) -> dict[str, Any]:
+def segmenter_phase(
+    work: str,
+    json_path: str,
+    recipe: DemoRecipe,
+    progress: bool = True,
+    threads: int | None = None,
+    parent_pid: int | None = None,
+) -> dict[str, Any]:
     """F_seg: a random reduced-size SAM3 tracker, trained on the training phantoms' lesions.
 
     The project trainer, end to end (``recipe.seg_steps`` steps); the result is
@@ -421,17 +462,30 @@ def segmenter_phase(work: str, json_path: str, recipe: "DemoRecipe", progress: b
         start = Path(recipe.seg_init_from)
     else:
         start = build_random_sam3(work_dir / "sam3-random", recipe.seg_size, seed, recipe.seg_image_size)
-    cfg = load_config("segmenter", max_steps=recipe.seg_steps, effective_batch=recipe.seg_batch,
-                      learning_rate=recipe.seg_lr, focal_weight=recipe.seg_focal_weight,
-                      encoder_lr_scale=1.0, layer_decay=1.0, grad_clip=1.0, seed=seed,
-                      revision_clicks=recipe.seg_revision_clicks, revision_prob=recipe.seg_revision_prob)
+    cfg = load_config(
+        "segmenter",
+        max_steps=recipe.seg_steps,
+        effective_batch=recipe.seg_batch,
+        learning_rate=recipe.seg_lr,
+        focal_weight=recipe.seg_focal_weight,
+        encoder_lr_scale=1.0,
+        layer_decay=1.0,
+        grad_clip=1.0,
+        seed=seed,
+        revision_clicks=recipe.seg_revision_clicks,
+        revision_prob=recipe.seg_revision_prob,
+    )
     result = finetune_segmenter(start, samples, seg_dir, cfg, progress=progress)
     held = samples[:: max(1, len(samples) // recipe.seg_eval)][: recipe.seg_eval]
     iou = box_prompted_iou(load_segmenter(str(seg_dir)), held)
     log.info("demo: F_seg box-prompted IoU on %d training components: %.3f", len(held), iou)
-    return {"samples": len(samples), "steps": result["steps"],
-            "loss_first_last": [float(np.mean(result["losses"][:20])), float(np.mean(result["losses"][-20:]))],
-            "box_prompted_iou_train": iou, "seconds": time.perf_counter() - start_time}
+    return {
+        "samples": len(samples),
+        "steps": result["steps"],
+        "loss_first_last": [float(np.mean(result["losses"][:20])), float(np.mean(result["losses"][-20:]))],
+        "box_prompted_iou_train": iou,
+        "seconds": time.perf_counter() - start_time,
+    }
 
 
 def reuse_segmenter(source: str | Path, seg_dir: Path) -> dict[str, Any]:
@@ -504,13 +558,25 @@ class _DemoRun:
         from monailabel_xflow.training.sft import train_sft
 
         r = self.recipe
-        cfg = load_config(stage, max_steps=steps, effective_batch=r.sft_batch, learning_rate=r.sft_lr,
-                          lora_r=DEMO_VLM_SPEC["lora_r"], lora_alpha=DEMO_VLM_SPEC["lora_r"], vision_lr_scale=1.0,
-                          aux_mask_loss_weight=aux, seed=r.seed)
-        s = train_sft(stage, data, self.base, dest, cfg, init_from=init_from, per_device_batch=r.sft_batch,
-                      progress=self.progress)
-        return {"steps": s["steps"], "first_loss": s["losses"][0] if s["losses"] else None,
-                "last_loss": s["losses"][-1] if s["losses"] else None}
+        cfg = load_config(
+            stage,
+            max_steps=steps,
+            effective_batch=r.sft_batch,
+            learning_rate=r.sft_lr,
+            lora_r=DEMO_VLM_SPEC["lora_r"],
+            lora_alpha=DEMO_VLM_SPEC["lora_r"],
+            vision_lr_scale=1.0,
+            aux_mask_loss_weight=aux,
+            seed=r.seed,
+        )
+        s = train_sft(
+            stage, data, self.base, dest, cfg, init_from=init_from, per_device_batch=r.sft_batch, progress=self.progress
+        )
+        return {
+            "steps": s["steps"],
+            "first_loss": s["losses"][0] if s["losses"] else None,
+            "last_loss": s["losses"][-1] if s["losses"] else None,
+        }
 
     def rl(self, stage: str, steps: int, data_cases: Sequence, start: Path, dest: Path, clicker: Any) -> dict:
         """Build ``stage``'s rows, then GRPO from adapter ``start`` into ``dest`` (F_seg in the loop
@@ -520,12 +586,27 @@ class _DemoRun:
 
         r = self.recipe
         self.build(stage, data_cases, clicker=clicker)
-        cfg = load_config(stage, max_steps=steps, effective_batch=r.rl_batch, num_generations=r.rl_generations,
-                          learning_rate=r.rl_lr, max_clicks=r.max_clicks, seed=r.seed)
-        s = train_grpo(stage, self.built / stage, self.base, dest, start, cfg,
-                       segmenter=str(self.seg_dir) if stage == "rev-rl" else None,
-                       max_new_tokens=200 if stage == "init-rl" else 48, per_device_batch=r.rl_batch,
-                       progress=self.progress)
+        cfg = load_config(
+            stage,
+            max_steps=steps,
+            effective_batch=r.rl_batch,
+            num_generations=r.rl_generations,
+            learning_rate=r.rl_lr,
+            max_clicks=r.max_clicks,
+            seed=r.seed,
+        )
+        s = train_grpo(
+            stage,
+            self.built / stage,
+            self.base,
+            dest,
+            start,
+            cfg,
+            segmenter=str(self.seg_dir) if stage == "rev-rl" else None,
+            max_new_tokens=200 if stage == "init-rl" else 48,
+            per_device_batch=r.rl_batch,
+            progress=self.progress,
+        )
         return {"steps": s["steps"], "reward": s["reward"]}
 
 
@@ -544,8 +625,12 @@ def data_phase(run: _DemoRun) -> tuple[str, list]:
         ``(json_path, cases)``: the ``mimic_ils.json`` path and its questions, every split.
     """
     r = run.recipe
-    json_path = run.phases.run("phantoms", lambda: str(_export(
-        run.work / "phantoms", r.train_studies, r.seed, r.phantom_size, run.progress, "training phantoms")))
+    json_path = run.phases.run(
+        "phantoms",
+        lambda: str(
+            _export(run.work / "phantoms", r.train_studies, r.seed, r.phantom_size, run.progress, "training phantoms")
+        ),
+    )
     cases = training_cases(Path(json_path))
     log.info("demo: %d training questions from %d phantoms", len(cases), r.train_studies)
     return json_path, cases
@@ -647,8 +732,10 @@ def rev_sft_phase(run: _DemoRun, cases: Sequence, init_sft: Path) -> tuple[Path,
     try:
         rows = builders.load_built(run.built / "rev-sft")
     except builders.BuildError:  # every trajectory discarded: an F_seg that clicks cannot improve
-        log.warning("demo: no π_rev trajectory was kept (F_seg does not improve with clicks); "
-                    "π_rev starts from π_init's SFT adapter without revision SFT")
+        log.warning(
+            "demo: no π_rev trajectory was kept (F_seg does not improve with clicks); "
+            "π_rev starts from π_init's SFT adapter without revision SFT"
+        )
         return init_sft, rev_cases, clicker
     rev_sft = run.runs / "rev-sft"
     rev_rows = balanced_revisions(rows, r.rev_stop_ratio, r.seed)
@@ -656,8 +743,9 @@ def rev_sft_phase(run: _DemoRun, cases: Sequence, init_sft: Path) -> tuple[Path,
     return rev_sft, rev_cases, clicker
 
 
-def rl_phase(run: _DemoRun, cases: Sequence, rev_cases: Sequence, init_sft: Path, rev_sft: Path,
-             clicker: Any) -> tuple[Path, Path]:
+def rl_phase(
+    run: _DemoRun, cases: Sequence, rev_cases: Sequence, init_sft: Path, rev_sft: Path, clicker: Any
+) -> tuple[Path, Path]:
     """Phases ``init-rl`` and ``rev-rl``: short GRPO of each policy from its SFT adapter (skipped
     at 0 steps; ``rev-rl`` also when π_rev was reused).
 
@@ -668,8 +756,7 @@ def rl_phase(run: _DemoRun, cases: Sequence, rev_cases: Sequence, init_sft: Path
     init_final, rev_final = init_sft, rev_sft
     if r.rl_steps_init > 0:
         rl_cases = [cases[k] for k in sorted(run.rng.permutation(len(cases))[: 4 * r.rl_batch * r.rl_steps_init])]
-        run.phases.run("init-rl", run.rl, "init-rl", r.rl_steps_init, rl_cases, init_sft, run.runs / "init-rl",
-                       clicker)
+        run.phases.run("init-rl", run.rl, "init-rl", r.rl_steps_init, rl_cases, init_sft, run.runs / "init-rl", clicker)
         init_final = run.runs / "init-rl"
     if r.rl_steps_rev > 0 and not r.rev_from:
         run.phases.run("rev-rl", run.rl, "rev-rl", r.rl_steps_rev, rev_cases, rev_sft, run.runs / "rev-rl", clicker)
@@ -677,8 +764,9 @@ def rl_phase(run: _DemoRun, cases: Sequence, rev_cases: Sequence, init_sft: Path
     return init_final, rev_final
 
 
-def package_phase(run: _DemoRun, init_final: Path, rev_final: Path, seg_info: dict[str, Any],
-                  total_start: float) -> Path:
+def package_phase(
+    run: _DemoRun, init_final: Path, rev_final: Path, seg_info: dict[str, Any], total_start: float
+) -> Path:
     """Package the base, both adapters and F_seg into ``out/model`` with the phases' durations
     (an F_seg trained in parallel is listed apart: waiting for it is not its duration)."""
     model = run.out / "model"
@@ -690,8 +778,15 @@ def package_phase(run: _DemoRun, init_final: Path, rev_final: Path, seg_info: di
     else:
         seconds["total"] = sum(seconds.values())
     log.info("demo: this invocation took %.1f min", (time.perf_counter() - total_start) / 60)
-    package(model, run.base, init_final, rev_final, run.seg_dir, run.recipe,
-            {"phases_seconds": seconds, "segmenter": seg_info, "done": run.phases.state["done"]})
+    package(
+        model,
+        run.base,
+        init_final,
+        rev_final,
+        run.seg_dir,
+        run.recipe,
+        {"phases_seconds": seconds, "segmenter": seg_info, "done": run.phases.state["done"]},
+    )
     log.info("demo: model written to %s (%.1f min in all)", model, seconds["total"] / 60)
     return model
 
@@ -718,8 +813,9 @@ def train_demo(out: str | Path, recipe: DemoRecipe | None = None, progress: bool
     (out / "work").mkdir(parents=True, exist_ok=True)
     _set_threads(recipe.threads)
     total_start = time.perf_counter()
-    run = _DemoRun(recipe, out, progress, _Phases(out / "work", _fingerprint(recipe)),
-                   np.random.default_rng(recipe.seed))
+    run = _DemoRun(
+        recipe, out, progress, _Phases(out / "work", _fingerprint(recipe)), np.random.default_rng(recipe.seed)
+    )
 
     json_path, cases = data_phase(run)
     pending = start_segmenter_phase(run, json_path)
@@ -741,8 +837,9 @@ def _copy_files(src: Path, dest: Path, names: Sequence[str] | None = None) -> No
             shutil.copy2(f, dest / f.name)
 
 
-def package(model: Path, base: Path, init: Path, rev: Path, segmenter: Path, recipe: DemoRecipe,
-            info: dict[str, Any]) -> None:
+def package(
+    model: Path, base: Path, init: Path, rev: Path, segmenter: Path, recipe: DemoRecipe, info: dict[str, Any]
+) -> None:
     """Assemble the model folder: weights, the two models files, ``recipe.json``, the model card."""
     if model.exists():
         shutil.rmtree(model)
@@ -751,15 +848,18 @@ def package(model: Path, base: Path, init: Path, rev: Path, segmenter: Path, rec
     _copy_files(rev, model / "rev", _ADAPTER_FILES)
     _copy_files(segmenter, model / "segmenter", ("config.json", "model.safetensors"))
     common = f"segmenter: ./segmenter\nmax_clicks: {recipe.max_clicks}\nmax_new_tokens: 200\ndevice: cpu\n"
-    header = ("# XFlow demo model: trained on synthetic phantoms only; not for clinical images.\n"
-              "# Rebuild with `xflow train demo` (monailabel_xflow/training/demo.py).\n")
-    (model / "models.yaml").write_text(
-        header + "vlm_base: ./base\ninit_adapter: ./init\nrev_adapter: ./rev\n" + common)
+    header = (
+        "# XFlow demo model: trained on synthetic phantoms only; not for clinical images.\n"
+        "# Rebuild with `xflow train demo` (monailabel_xflow/training/demo.py).\n"
+    )
+    (model / "models.yaml").write_text(header + "vlm_base: ./base\ninit_adapter: ./init\nrev_adapter: ./rev\n" + common)
     (model / "models-stage1.yaml").write_text(
         header + "# Stage 1 only (no revision policy): the ablation of the evaluation report.\n"
-        "vlm_base: ./base\ninit_adapter: ./init\n" + common)
-    (model / "recipe.json").write_text(json.dumps({"recipe": dataclasses.asdict(recipe), **info}, indent=1,
-                                                  default=str))
+        "vlm_base: ./base\ninit_adapter: ./init\n" + common
+    )
+    (model / "recipe.json").write_text(
+        json.dumps({"recipe": dataclasses.asdict(recipe), **info}, indent=1, default=str)
+    )
     (model / "README.md").write_text(model_card(recipe, info))
 
 
@@ -777,9 +877,9 @@ available. Its answers on real radiographs are meaningless.
 | part | architecture | how it was trained |
 |---|---|---|
 | `base/` | `Gemma3ForConditionalGeneration`, 128 px images, 16 image tokens, 128-wide 4-layer vision, 128-wide 2-layer text; offline tokenizer | random initialisation (seed {recipe.seed}) |
-| `init/` | π_init: peft LoRA r={DEMO_VLM_SPEC['lora_r']} on the language model + trained vision tower | SFT {recipe.init_sft_steps} steps on presence-balanced questions, batch {recipe.sft_batch}, lr {recipe.sft_lr}, per-finding auxiliary mask loss {recipe.aux_weight} (training only, not saved); GRPO {recipe.rl_steps_init} steps |
+| `init/` | π_init: peft LoRA r={DEMO_VLM_SPEC["lora_r"]} on the language model + trained vision tower | SFT {recipe.init_sft_steps} steps on presence-balanced questions, batch {recipe.sft_batch}, lr {recipe.sft_lr}, per-finding auxiliary mask loss {recipe.aux_weight} (training only, not saved); GRPO {recipe.rl_steps_init} steps |
 | `rev/` | π_rev: same form | SFT {recipe.rev_sft_steps} steps on oracle trajectories ({recipe.rev_components} lesion components), warm-started from π_init SFT; GRPO {recipe.rl_steps_rev} steps |
-| `segmenter/` | `Sam3TrackerModel`, size "{recipe.seg_size}" of `sam3_configs`, {recipe.seg_image_size} px input | random initialisation; {recipe.seg_steps} steps × {recipe.seg_batch} prompts of the project trainer, end to end, lr {recipe.seg_lr}, focal weight {recipe.seg_focal_weight} (box-prompted IoU on training lesions: {seg.get('box_prompted_iou_train', float('nan')):.3f}) |
+| `segmenter/` | `Sam3TrackerModel`, size "{recipe.seg_size}" of `sam3_configs`, {recipe.seg_image_size} px input | random initialisation; {recipe.seg_steps} steps × {recipe.seg_batch} prompts of the project trainer, end to end, lr {recipe.seg_lr}, focal weight {recipe.seg_focal_weight} (box-prompted IoU on training lesions: {seg.get("box_prompted_iou_train", float("nan")):.3f}) |
 
 Training data: {recipe.train_studies} phantom studies ({recipe.phantom_size} px) drawn with seed {recipe.seed}
 (`monailabel_xflow.data.export.export_set`). Rebuild: `xflow train demo --seed {recipe.seed} --out DIR`.
@@ -808,6 +908,7 @@ def eval_table(reports: dict[str, str | Path]) -> str:
         One row per report and level (chest, lung, zone, equal-weight average): gIoU, cIoU, F1,
         N-Acc, as in the paper's Table 1.
     """
+
     def f(v: Any) -> str:
         return "—" if v is None else f"{v:.3f}"
 
@@ -815,11 +916,15 @@ def eval_table(reports: dict[str, str | Path]) -> str:
     for name, folder in reports.items():
         report = json.loads((Path(folder) / "report.json").read_text())
         for level, s in report["levels"].items():
-            lines.append(f"| {name} | {level} | {s['n_positive']} | {s['n_negative']} | {f(s['giou'])} | "
-                         f"{f(s['ciou'])} | {f(s['f1'])} | {f(s['n_acc'])} |")
+            lines.append(
+                f"| {name} | {level} | {s['n_positive']} | {s['n_negative']} | {f(s['giou'])} | "
+                f"{f(s['ciou'])} | {f(s['f1'])} | {f(s['n_acc'])} |"
+            )
         a = report["average"]
-        lines.append(f"| **{name}** | **average** | | | **{f(a['giou'])}** | **{f(a['ciou'])}** | **{f(a['f1'])}** | "
-                     f"{f(a['n_acc'])} |")
+        lines.append(
+            f"| **{name}** | **average** | | | **{f(a['giou'])}** | **{f(a['ciou'])}** | **{f(a['f1'])}** | "
+            f"{f(a['n_acc'])} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -835,12 +940,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("demo-run"), help="working folder (default ./demo-run)")
     p.add_argument("--seed", type=int, default=0, help="seed of everything (default 0)")
     p.add_argument("--quick", action="store_true", help="toy scale (seconds): checks the recipe, learns nothing")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a DemoRecipe field, e.g. --set init_sft_steps=300 (repeatable)")
-    p.add_argument("--install", action="store_true",
-                   help="copy the result to the package's demo folder (monailabel_xflow/demo/)")
-    p.add_argument("--heldout", type=Path, default=None, metavar="DIR",
-                   help="also export the 200-question held-out evaluation set there (seed + 1000)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a DemoRecipe field, e.g. --set init_sft_steps=300 (repeatable)",
+    )
+    p.add_argument(
+        "--install", action="store_true", help="copy the result to the package's demo folder (monailabel_xflow/demo/)"
+    )
+    p.add_argument(
+        "--heldout",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also export the 200-question held-out evaluation set there (seed + 1000)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
@@ -858,9 +974,12 @@ def _recipe_from_args(args: argparse.Namespace) -> DemoRecipe:
         else:
             values[key] = types[key](value)
     recipe = dataclasses.replace(base, **values)
-    reused = {"segmenter_from": ("config.json", "model.safetensors"), "seg_init_from": ("config.json", "model.safetensors"),
-              "init_from": ("adapter_config.json",),
-              "rev_from": ("adapter_config.json",)}
+    reused = {
+        "segmenter_from": ("config.json", "model.safetensors"),
+        "seg_init_from": ("config.json", "model.safetensors"),
+        "init_from": ("adapter_config.json",),
+        "rev_from": ("adapter_config.json",),
+    }
     for key, names in reused.items():  # fail now, not after minutes of training
         folder = getattr(recipe, key)
         missing = [n for n in names if folder and not (Path(folder) / n).is_file()]

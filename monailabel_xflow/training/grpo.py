@@ -48,8 +48,13 @@ from monailabel_xflow.training.sft import check_columns, load_rows
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "RL_COLUMNS", "init_reward_funcs", "revision_reward_funcs", "InitRollout", "RevisionRollout",
-    "trl_dataset", "train_grpo",
+    "RL_COLUMNS",
+    "init_reward_funcs",
+    "revision_reward_funcs",
+    "InitRollout",
+    "RevisionRollout",
+    "trl_dataset",
+    "train_grpo",
 ]
 
 RL_COLUMNS = {
@@ -72,8 +77,10 @@ def init_reward_funcs() -> list:
 
     def term(key: str):
         def reward(completions, gt_boxes, **_: Any) -> list[float]:
-            return [float(rewards.init_reward(_text(c), [tuple(b) for b in boxes])[key])
-                    for c, boxes in zip(completions, gt_boxes)]
+            return [
+                float(rewards.init_reward(_text(c), [tuple(b) for b in boxes])[key])
+                for c, boxes in zip(completions, gt_boxes, strict=False)
+            ]
 
         reward.__name__ = f"r_init_{key}"
         return reward
@@ -91,8 +98,10 @@ def revision_reward_funcs() -> list:
 
     def term(key: str):
         def reward(completions, turn_texts, first_mask, final_mask, gt, **_: Any) -> list[float]:
-            return [float(rewards.revision_reward(t, m0, mt, g)[key])
-                    for t, m0, mt, g in zip(turn_texts, first_mask, final_mask, gt)]
+            return [
+                float(rewards.revision_reward(t, m0, mt, g)[key])
+                for t, m0, mt, g in zip(turn_texts, first_mask, final_mask, gt, strict=False)
+            ]
 
         reward.__name__ = f"r_rev_{key}"
         return reward
@@ -105,8 +114,9 @@ def _text(completion: Any) -> str:
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
         content = completion[-1].get("content", "")
-        return content if isinstance(content, str) else " ".join(
-            c.get("text", "") for c in content if isinstance(c, dict))
+        return (
+            content if isinstance(content, str) else " ".join(c.get("text", "") for c in content if isinstance(c, dict))
+        )
     return str(completion)
 
 
@@ -120,8 +130,9 @@ class _Rollout:
         from monailabel_xflow.policy.vlm import GenerationSettings
 
         self.processor = processor
-        self.settings = GenerationSettings(do_sample=True, temperature=temperature, top_p=top_p,
-                                           max_new_tokens=max_new_tokens)
+        self.settings = GenerationSettings(
+            do_sample=True, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
+        )
 
     def policy(self, trainer):
         """The inference policy on the trainer's (unwrapped) model, with its active adapter."""
@@ -210,8 +221,9 @@ class RevisionRollout(_Rollout):
         first = np.asarray(res.masks[0], bool)
         session = policy.start(image, instruction, box)
         # the workflow's own Stage 2 loop (pruning included), the session recording its tokens
-        run = revise_mask(self.segmenter, session, image, instruction, box, first, res.low_res_logits[0:1],
-                          budget=self.max_clicks)
+        run = revise_mask(
+            self.segmenter, session, image, instruction, box, first, res.low_res_logits[0:1], budget=self.max_clicks
+        )
         ids = session.input_ids[0].tolist()
         tti = session.token_type_ids[0].tolist()
         prompt_len = session.answer_spans[0][0]
@@ -268,7 +280,7 @@ def _trainer_class():
             mm = self._xflow_mm
             device = self.accelerator.device
             rows = []
-            for p, c in zip(mm["prompt_tti"], mm["completion_tti"]):
+            for p, c in zip(mm["prompt_tti"], mm["completion_tti"], strict=False):
                 rows.append([0] * (prompt_width - len(p)) + list(p) + list(c) + [0] * (completion_width - len(c)))
             return {
                 "pixel_values": torch.cat(mm["pixel_values"]).to(device),
@@ -276,13 +288,15 @@ def _trainer_class():
                 "token_type_ids": torch.tensor(rows, dtype=torch.long, device=device),
             }
 
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
-                                               batch_size=None, **kwargs):
+        def _get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+        ):
             if kwargs.get("pixel_values") is None and self._xflow_mm is not None:
                 width = input_ids.shape[1] - logits_to_keep
                 kwargs.update(self._mm_kwargs(width, logits_to_keep))
             return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size, **kwargs)
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size, **kwargs
+            )
 
     return XFlowGRPOTrainer
 
@@ -297,10 +311,19 @@ def trl_dataset(rows):
     return rows.map(lambda r: {"prompt": [{"role": "user", "content": r["instruction"]}]})
 
 
-def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, init_from: str | Path | None,
-               cfg: PolicyGRPOConfig | None = None, segmenter: Any = None,
-               max_new_tokens: int | None = None, per_device_batch: int | None = None,
-               progress: bool = True, report_to: str | list[str] = "none") -> dict[str, Any]:
+def train_grpo(
+    stage: str,
+    data: Any,
+    base: str | Path,
+    out_dir: str | Path,
+    init_from: str | Path | None,
+    cfg: PolicyGRPOConfig | None = None,
+    segmenter: Any = None,
+    max_new_tokens: int | None = None,
+    per_device_batch: int | None = None,
+    progress: bool = True,
+    report_to: str | list[str] = "none",
+) -> dict[str, Any]:
     """Run GRPO of π_init (``"init-rl"``) or π_rev (``"rev-rl"``) and save the adapter.
 
     Args:
@@ -355,8 +378,10 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
         raise ConfigError(f"num_generations must be >= 2 (GRPO normalises within a group), got {g}")
     per_device, accum = batch_geometry(cfg.effective_batch, per_device_batch, state.num_processes, max_per_device=16)
     if (per_device * accum * state.num_processes) % g:
-        raise ConfigError(f"completions per step ({per_device} x {accum} x {state.num_processes}) must be a "
-                          f"multiple of num_generations={g}")
+        raise ConfigError(
+            f"completions per step ({per_device} x {accum} x {state.num_processes}) must be a "
+            f"multiple of num_generations={g}"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
@@ -380,8 +405,12 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
         max_completion_length=max_new * (cfg.max_clicks if stage == "rev-rl" else 1),
     )
     trainer = _trainer_class()(
-        model=model, reward_funcs=reward_funcs, args=args, train_dataset=trl_dataset(rows),
-        processing_class=processor, rollout_func=rollout,
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=trl_dataset(rows),
+        processing_class=processor,
+        rollout_func=rollout,
     )
     trainer.train()
     history = trainer.state.log_history
@@ -389,13 +418,22 @@ def train_grpo(stage: str, data: Any, base: str | Path, out_dir: str | Path, ini
         trainer.model.save_pretrained(str(out_dir), selected_adapters=["default"])
         _drop_if_empty(out_dir / "checkpoints")
     summary = {
-        "trainer": stage, "base": str(base), "init_from": str(init_from) if init_from else None,
-        "rows": len(rows), "config": to_dict(cfg), "per_device_batch": per_device, "grad_accum": accum,
-        "processes": state.num_processes, "steps": trainer.state.global_step, "max_new_tokens": max_new,
+        "trainer": stage,
+        "base": str(base),
+        "init_from": str(init_from) if init_from else None,
+        "rows": len(rows),
+        "config": to_dict(cfg),
+        "per_device_batch": per_device,
+        "grad_accum": accum,
+        "processes": state.num_processes,
+        "steps": trainer.state.global_step,
+        "max_new_tokens": max_new,
         "reward": [h["reward"] for h in history if "reward" in h],
         "losses": [h["loss"] for h in history if "loss" in h],
-        "rewards_per_term": {k: [h[k] for h in history if k in h]
-                             for k in sorted({k for h in history for k in h if k.startswith("rewards/")})},
+        "rewards_per_term": {
+            k: [h[k] for h in history if k in h]
+            for k in sorted({k for h in history for k in h if k.startswith("rewards/")})
+        },
     }
     if state.is_main_process:
         (out_dir / "xflow_training.json").write_text(json.dumps(summary, indent=2))

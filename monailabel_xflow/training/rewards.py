@@ -16,7 +16,7 @@ the trajectory was well-formed, else 0.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,8 +60,9 @@ def init_reward(text: str, gt_boxes: Sequence[Box]) -> dict[str, float]:
     return {"box": r_box, "format": r_format, "rep": r_rep, "total": r_box + r_format + r_rep}
 
 
-def revision_reward(turns: Sequence[str], first_mask: np.ndarray, final_mask: np.ndarray,
-                    gt: np.ndarray) -> dict[str, float]:
+def revision_reward(
+    turns: Sequence[str], first_mask: np.ndarray, final_mask: np.ndarray, gt: np.ndarray
+) -> dict[str, float]:
     """R_rev of one π_rev trajectory.
 
     Args:

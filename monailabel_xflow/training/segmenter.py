@@ -3,7 +3,8 @@
 The recipe is the XFlow paper's (Appendix A.4, Table 7): the SAM 2 loss
 ``20 * focal + dice + IoU-prediction MSE`` over three mask hypotheses per prompt, supervising only
 the hypothesis with the lowest mask loss (plus the same loss on the single-mask output, which is
-what :class:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter` returns for a box prompt); AdamW with the image encoder unfrozen at 0.6x the
+what :class:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter` returns for a box prompt); AdamW with
+the image encoder unfrozen at 0.6x the
 decoder rate and a layer-wise decay of 0.9 along the trunk; weight decay 0.1; gradient clip 0.1.
 
 Prompts are sampled the way the policies produce them: a box around one ground-truth component,
@@ -32,9 +33,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -88,7 +90,9 @@ def samples_from_cases(cases: Iterable, min_px: int = MIN_COMPONENT_PX, progress
     return samples
 
 
-def sample_prompt(mask: np.ndarray, rng: np.random.Generator, jitter: float, max_points: int) -> tuple[Box, list[Click]]:
+def sample_prompt(
+    mask: np.ndarray, rng: np.random.Generator, jitter: float, max_points: int
+) -> tuple[Box, list[Click]]:
     """A jittered box around ``mask`` and up to ``max_points`` clicks (see the module docstring)."""
     x1, y1, x2, y2 = mask_to_box(mask)
     w, h = x2 - x1, y2 - y1
@@ -107,7 +111,7 @@ def sample_prompt(mask: np.ndarray, rng: np.random.Generator, jitter: float, max
     return box, clicks
 
 
-def sam2_loss(low_res: "torch.Tensor", iou_pred: "torch.Tensor", target: "torch.Tensor", cfg: SegmenterTrainConfig):
+def sam2_loss(low_res: torch.Tensor, iou_pred: torch.Tensor, target: torch.Tensor, cfg: SegmenterTrainConfig):
     """SAM 2 loss of one prompt's hypotheses.
 
     Args:
@@ -136,7 +140,11 @@ def sam2_loss(low_res: "torch.Tensor", iou_pred: "torch.Tensor", target: "torch.
     actual_iou = (pred * target).sum() / union.clamp(min=1)
     iou_loss = F.mse_loss(iou_pred[best], actual_iou.detach())
     total = mask_loss[best] + cfg.iou_weight * iou_loss
-    return total, {"focal": float(focal[best].detach()), "dice": float(dice[best].detach()), "iou": float(iou_loss.detach())}
+    return total, {
+        "focal": float(focal[best].detach()),
+        "dice": float(dice[best].detach()),
+        "iou": float(iou_loss.detach()),
+    }
 
 
 def param_groups(model: Any, cfg: SegmenterTrainConfig) -> list[dict]:
@@ -162,7 +170,7 @@ def param_groups(model: Any, cfg: SegmenterTrainConfig) -> list[dict]:
     return [{"params": ps, "lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
 
 
-def _target_grid(mask: np.ndarray, size: Sequence[int]) -> "torch.Tensor":
+def _target_grid(mask: np.ndarray, size: Sequence[int]) -> torch.Tensor:
     import torch
     import torch.nn.functional as F
 
@@ -170,8 +178,16 @@ def _target_grid(mask: np.ndarray, size: Sequence[int]) -> "torch.Tensor":
     return (F.interpolate(m, size=tuple(size), mode="area")[0, 0] >= 0.5).float()
 
 
-def _revision_loss(model: Any, embeddings: Any, sample: SegSample, rng: np.random.Generator,
-                   cfg: SegmenterTrainConfig, input_size: int, target: "torch.Tensor", clicker: Any) -> "torch.Tensor":
+def _revision_loss(
+    model: Any,
+    embeddings: Any,
+    sample: SegSample,
+    rng: np.random.Generator,
+    cfg: SegmenterTrainConfig,
+    input_size: int,
+    target: torch.Tensor,
+    clicker: Any,
+) -> torch.Tensor:
     """SAM 2 loss of the last of 1..``cfg.revision_clicks`` simulated Stage 2 turns on one sample.
 
     The prompts are built exactly as :meth:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter.predict`
@@ -197,7 +213,7 @@ def _revision_loss(model: Any, embeddings: Any, sample: SegSample, rng: np.rando
     detached = [e.detach() for e in embeddings] if isinstance(embeddings, (list, tuple)) else embeddings.detach()
     device = target.device
 
-    def decode(emb: Any, box: Box, clicks: Sequence[Click], previous: "torch.Tensor | None"):
+    def decode(emb: Any, box: Box, clicks: Sequence[Click], previous: torch.Tensor | None):
         kwargs: dict[str, Any] = sam3_prompt_kwargs(build_prompts([box], [list(clicks)]), input_size, device)
         if previous is not None:
             kwargs["input_masks"] = previous
@@ -212,7 +228,11 @@ def _revision_loss(model: Any, embeddings: Any, sample: SegSample, rng: np.rando
         if clicks:  # M_t of the clicks so far (no gradient: only the last turn is supervised)
             with torch.no_grad():
                 previous = decode(detached, box, clicks, previous).pred_masks[:, 0].float()
-        mask = (F.interpolate(previous, size=sample.mask.shape, mode="bilinear", align_corners=False)[0, 0] > 0).cpu().numpy()
+        mask = (
+            (F.interpolate(previous, size=sample.mask.shape, mode="bilinear", align_corners=False)[0, 0] > 0)
+            .cpu()
+            .numpy()
+        )
         click = clicker.next_click(mask, sample.mask, clicks)
         if click is None:
             break
@@ -297,10 +317,14 @@ def finetune_segmenter(
                 # supervise it too, on the same image embedding.
                 prompts = {k: v for k, v in kwargs.items() if k != "pixel_values"}
                 single = model(image_embeddings=out.image_embeddings, multimask_output=False, **prompts)
-                single_loss, _ = sam2_loss(single.pred_masks[0, 0].float(), single.iou_scores[0, 0].float(), target, cfg)
+                single_loss, _ = sam2_loss(
+                    single.pred_masks[0, 0].float(), single.iou_scores[0, 0].float(), target, cfg
+                )
                 loss = loss + single_loss
                 if cfg.revision_clicks > 0 and rng.random() < cfg.revision_prob:
-                    loss = loss + _revision_loss(model, out.image_embeddings, sample, rng, cfg, prep.input_size, target, clicker)
+                    loss = loss + _revision_loss(
+                        model, out.image_embeddings, sample, rng, cfg, prep.input_size, target, clicker
+                    )
                 accelerator.backward(loss)
                 running.append(float(loss.detach()))
                 if accelerator.sync_gradients:
@@ -315,8 +339,12 @@ def finetune_segmenter(
                 bar.set_postfix(loss=f"{losses[-1]:.4f}")
                 if on_step is not None and accelerator.is_main_process:
                     on_step(step, total, losses[-1])
-                if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < total \
-                        and accelerator.is_main_process:
+                if (
+                    cfg.checkpoint_every > 0
+                    and step % cfg.checkpoint_every == 0
+                    and step < total
+                    and accelerator.is_main_process
+                ):
                     # no LR schedule: the checkpoint of step k is what a k-step run would save
                     accelerator.unwrap_model(model).save_pretrained(Path(out_dir) / f"checkpoint-{step}")
                 if step >= total:

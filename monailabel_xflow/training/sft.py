@@ -47,9 +47,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -59,9 +60,18 @@ from monailabel_xflow.training.config import ConfigError, PolicySFTConfig, to_di
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "VISION_MODULES", "SFTDataError", "load_rows", "policy_image", "observation_image",
-    "PolicyExampleEncoder", "PolicyCollator", "policy_lora_config", "load_policy_model",
-    "batch_geometry", "common_training_args", "train_sft",
+    "VISION_MODULES",
+    "SFTDataError",
+    "load_rows",
+    "policy_image",
+    "observation_image",
+    "PolicyExampleEncoder",
+    "PolicyCollator",
+    "policy_lora_config",
+    "load_policy_model",
+    "batch_geometry",
+    "common_training_args",
+    "train_sft",
 ]
 
 VISION_MODULES = ("vision_tower", "multi_modal_projector")
@@ -104,8 +114,9 @@ def check_columns(rows, needed: Sequence[str], trainer: str) -> None:
     """Raise :class:`SFTDataError` naming the columns ``rows`` lacks for ``trainer``."""
     missing = [c for c in needed if c not in rows.column_names]
     if missing:
-        raise SFTDataError(f"{trainer} needs columns {list(needed)}; the data lacks {missing} "
-                           f"(has {rows.column_names})")
+        raise SFTDataError(
+            f"{trainer} needs columns {list(needed)}; the data lacks {missing} (has {rows.column_names})"
+        )
     if len(rows) == 0:
         raise SFTDataError(f"{trainer}: the training set is empty")
 
@@ -162,15 +173,19 @@ class PolicyExampleEncoder:
         instruction = parse_instruction(row["instruction"])
         enc = self.conversation
         if self.stage == "init-sft":
-            return [(False, enc.stage1_prompt(policy_image(row["image"]), instruction)),
-                    (True, enc.answer(row["target"]))]
+            return [
+                (False, enc.stage1_prompt(policy_image(row["image"]), instruction)),
+                (True, enc.answer(row["target"])),
+            ]
         observations, targets = list(row["observations"]), list(row["targets"])
         if len(observations) != len(targets) or not targets:
-            raise SFTDataError(f"row {row.get('case_id')}: {len(observations)} observations for "
-                               f"{len(targets)} targets (need one per turn, at least one)")
+            raise SFTDataError(
+                f"row {row.get('case_id')}: {len(observations)} observations for "
+                f"{len(targets)} targets (need one per turn, at least one)"
+            )
         box = tuple(float(v) for v in row["box"])
         out: list[tuple[bool, Any]] = []
-        for t, (obs, target) in enumerate(zip(observations, targets)):
+        for t, (obs, target) in enumerate(zip(observations, targets, strict=False)):
             # every training answer ends with <end_of_turn>, so no follow-up needs to close one
             out += [(False, enc.stage2_prompt(observation_image(obs), instruction, box, t)), (True, enc.answer(target))]
         return out
@@ -223,9 +238,14 @@ class PolicyCollator:
             "input_ids": pad("input_ids", self.pad_token_id),
             "labels": pad("labels", -100),
             "token_type_ids": pad("token_type_ids", 0),
-            "attention_mask": torch.stack([
-                torch.nn.functional.pad(torch.ones(len(e["input_ids"]), dtype=torch.long), (0, n - len(e["input_ids"])))
-                for e in enc]),
+            "attention_mask": torch.stack(
+                [
+                    torch.nn.functional.pad(
+                        torch.ones(len(e["input_ids"]), dtype=torch.long), (0, n - len(e["input_ids"]))
+                    )
+                    for e in enc
+                ]
+            ),
             "pixel_values": torch.cat([e["pixel_values"] for e in enc]),
         }
         if "aux_target" in enc[0]:
@@ -242,8 +262,13 @@ def policy_lora_config(r: int, alpha: int, train_vision: bool):
 
     from monailabel_xflow.policy.configs import LORA_TARGET_MODULES
 
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=LORA_TARGET_MODULES,
-                      modules_to_save=list(VISION_MODULES) if train_vision else None)
+    return LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules=LORA_TARGET_MODULES,
+        modules_to_save=list(VISION_MODULES) if train_vision else None,
+    )
 
 
 def _adapter_config(folder: str | Path) -> dict[str, Any]:
@@ -253,8 +278,14 @@ def _adapter_config(folder: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def load_policy_model(base: str | Path, r: int, alpha: int, train_vision: bool,
-                      init_from: str | Path | None = None, dtype: str | None = None):
+def load_policy_model(
+    base: str | Path,
+    r: int,
+    alpha: int,
+    train_vision: bool,
+    init_from: str | Path | None = None,
+    dtype: str | None = None,
+):
     """The base Gemma3 with a fresh trainable adapter ``"default"``, warm-started if asked.
 
     Args:
@@ -280,8 +311,14 @@ def load_policy_model(base: str | Path, r: int, alpha: int, train_vision: bool,
     warm = _adapter_config(init_from) if init_from is not None else None
     if warm is not None:
         if (warm["r"], warm["lora_alpha"]) != (r, alpha):
-            log.info("warm start from %s: LoRA r=%s alpha=%s (the adapter's, not the config's %s/%s)",
-                     init_from, warm["r"], warm["lora_alpha"], r, alpha)
+            log.info(
+                "warm start from %s: LoRA r=%s alpha=%s (the adapter's, not the config's %s/%s)",
+                init_from,
+                warm["r"],
+                warm["lora_alpha"],
+                r,
+                alpha,
+            )
         r, alpha = warm["r"], warm["lora_alpha"]
         train_vision = train_vision or bool(warm.get("modules_to_save"))
     model = get_peft_model(model, policy_lora_config(r, alpha, train_vision))
@@ -291,9 +328,11 @@ def load_policy_model(base: str | Path, r: int, alpha: int, train_vision: bool,
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         missing = [k for k in (getattr(result, "missing_keys", []) or []) if "lora_" in k]
         if unexpected or missing:
-            raise ConfigError(f"adapter {init_from} does not fit {base}: "
-                              f"{len(unexpected)} unexpected, {len(missing)} missing LoRA weights "
-                              f"(e.g. {(unexpected + missing)[:3]})")
+            raise ConfigError(
+                f"adapter {init_from} does not fit {base}: "
+                f"{len(unexpected)} unexpected, {len(missing)} missing LoRA weights "
+                f"(e.g. {(unexpected + missing)[:3]})"
+            )
         log.info("warm-started adapter from %s (%d tensors)", init_from, len(weights))
     return model, processor
 
@@ -308,8 +347,9 @@ def set_vision_trainable(model, trainable: bool) -> int:
     return n
 
 
-def batch_geometry(effective_batch: int, per_device: int | None, world_size: int,
-                   max_per_device: int = 8) -> tuple[int, int]:
+def batch_geometry(
+    effective_batch: int, per_device: int | None, world_size: int, max_per_device: int = 8
+) -> tuple[int, int]:
     """``(per_device_batch, grad_accum)`` reaching ``effective_batch`` (rounded up) on ``world_size``.
 
     The per-device batch defaults to what one step of ``effective_batch`` needs, capped at
@@ -322,8 +362,9 @@ def batch_geometry(effective_batch: int, per_device: int | None, world_size: int
     return per_device, max(1, math.ceil(per_step / per_device))
 
 
-def common_training_args(cfg: Any, out_dir: Path, per_device: int, accum: int, report_to: Any,
-                         progress: bool) -> dict[str, Any]:
+def common_training_args(
+    cfg: Any, out_dir: Path, per_device: int, accum: int, report_to: Any, progress: bool
+) -> dict[str, Any]:
     """The ``TrainingArguments`` both policy trainers (SFT and GRPO) set the same way."""
     import torch
 
@@ -361,8 +402,9 @@ def _trainer_class():
     class PolicySFTTrainer(SFTTrainer):
         """``SFTTrainer`` with vision-tower param groups and the optional auxiliary mask loss."""
 
-        def __init__(self, *args, vision_lr_scale: float = 0.3, aux_head=None,
-                     aux_weight: float = 0.0, **kwargs) -> None:
+        def __init__(
+            self, *args, vision_lr_scale: float = 0.3, aux_head=None, aux_weight: float = 0.0, **kwargs
+        ) -> None:
             self.vision_lr_scale = vision_lr_scale
             self.aux_head = aux_head
             self.aux_weight = aux_weight
@@ -402,10 +444,17 @@ def _trainer_class():
     return PolicySFTTrainer
 
 
-def train_sft(stage: str, data: Any, base: str | Path, out_dir: str | Path,
-              cfg: PolicySFTConfig | None = None, init_from: str | Path | None = None,
-              per_device_batch: int | None = None, progress: bool = True,
-              report_to: str | list[str] = "none") -> dict[str, Any]:
+def train_sft(
+    stage: str,
+    data: Any,
+    base: str | Path,
+    out_dir: str | Path,
+    cfg: PolicySFTConfig | None = None,
+    init_from: str | Path | None = None,
+    per_device_batch: int | None = None,
+    progress: bool = True,
+    report_to: str | list[str] = "none",
+) -> dict[str, Any]:
     """Run SFT of π_init (``"init-sft"``) or π_rev (``"rev-sft"``) and save the adapter.
 
     Args:
@@ -443,8 +492,9 @@ def train_sft(stage: str, data: Any, base: str | Path, out_dir: str | Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     # vision_lr_scale 0 leaves the tower frozen and out of the adapter (then LoRA only)
-    model, processor = load_policy_model(base, cfg.lora_r, cfg.lora_alpha, train_vision=cfg.vision_lr_scale > 0,
-                                         init_from=init_from)
+    model, processor = load_policy_model(
+        base, cfg.lora_r, cfg.lora_alpha, train_vision=cfg.vision_lr_scale > 0, init_from=init_from
+    )
     vision_trained = bool(model.peft_config["default"].modules_to_save)
     aux_head, aux_side = None, None
     if use_aux:
@@ -465,8 +515,14 @@ def train_sft(stage: str, data: Any, base: str | Path, out_dir: str | Path,
         dataset_kwargs={"skip_prepare_dataset": True},
     )
     trainer = _trainer_class()(
-        model=model, args=args, train_dataset=rows, processing_class=processor, data_collator=collator,
-        vision_lr_scale=cfg.vision_lr_scale, aux_head=aux_head, aux_weight=cfg.aux_mask_loss_weight,
+        model=model,
+        args=args,
+        train_dataset=rows,
+        processing_class=processor,
+        data_collator=collator,
+        vision_lr_scale=cfg.vision_lr_scale,
+        aux_head=aux_head,
+        aux_weight=cfg.aux_mask_loss_weight,
     )
     result = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -474,10 +530,17 @@ def train_sft(stage: str, data: Any, base: str | Path, out_dir: str | Path,
         trainer.model.save_pretrained(str(out_dir), selected_adapters=["default"])
         _drop_if_empty(out_dir / "checkpoints")
     summary = {
-        "trainer": stage, "base": str(base), "init_from": str(init_from) if init_from else None,
-        "rows": len(rows), "config": to_dict(cfg), "per_device_batch": per_device,
-        "grad_accum": accum, "processes": state.num_processes, "steps": trainer.state.global_step,
-        "losses": losses, "train_loss": float(result.training_loss),
+        "trainer": stage,
+        "base": str(base),
+        "init_from": str(init_from) if init_from else None,
+        "rows": len(rows),
+        "config": to_dict(cfg),
+        "per_device_batch": per_device,
+        "grad_accum": accum,
+        "processes": state.num_processes,
+        "steps": trainer.state.global_step,
+        "losses": losses,
+        "train_loss": float(result.training_loss),
         "vision_trained": vision_trained,
         "aux_mask_loss": [h["aux_mask_loss"] for h in trainer.state.log_history if "aux_mask_loss" in h],
     }

@@ -27,8 +27,9 @@ def cxr_to_metatensor(image: np.ndarray, meta: dict[str, Any]) -> MetaTensor:
     """
     row_mm, col_mm = meta["spacing"] or (1.0, 1.0)
     affine = torch.diag(torch.tensor([row_mm, col_mm, 1.0, 1.0], dtype=torch.float64))
-    return MetaTensor(torch.from_numpy(np.ascontiguousarray(image[None])), affine=affine,
-                      meta={**meta, "original_channel_dim": 0})
+    return MetaTensor(
+        torch.from_numpy(np.ascontiguousarray(image[None])), affine=affine, meta={**meta, "original_channel_dim": 0}
+    )
 
 
 class LoadCXR(Transform):

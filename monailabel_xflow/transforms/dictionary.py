@@ -30,8 +30,14 @@ class LoadCXRd(MapTransform):
         CXRLoadError: when a file cannot be loaded.
     """
 
-    def __init__(self, keys: KeysCollection, allow_lateral: bool = False, image_only: bool = True,
-                 meta_key_postfix: str = "meta_dict", allow_missing_keys: bool = False) -> None:
+    def __init__(
+        self,
+        keys: KeysCollection,
+        allow_lateral: bool = False,
+        image_only: bool = True,
+        meta_key_postfix: str = "meta_dict",
+        allow_missing_keys: bool = False,
+    ) -> None:
         super().__init__(keys, allow_missing_keys)
         self.loader = LoadCXR(allow_lateral=allow_lateral)
         self.image_only = image_only

@@ -111,8 +111,20 @@ LATERAL_VIEWS = frozenset({"LL", "RL", "LATERAL", "LAT"})
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SIGNATURE = b"\xff\xd8\xff"
 _LUMA_BT601 = np.array([0.299, 0.587, 0.114], dtype=np.float32)
-_PIL_BITS = {"1": 1, "L": 8, "LA": 8, "P": 8, "PA": 8, "RGB": 8, "RGBA": 8, "CMYK": 8,
-             "I;16": 16, "I;16B": 16, "I;16L": 16, "I;16N": 16}
+_PIL_BITS = {
+    "1": 1,
+    "L": 8,
+    "LA": 8,
+    "P": 8,
+    "PA": 8,
+    "RGB": 8,
+    "RGBA": 8,
+    "CMYK": 8,
+    "I;16": 16,
+    "I;16B": 16,
+    "I;16L": 16,
+    "I;16N": 16,
+}
 _PIL_GRAY_MODES = frozenset({"1", "L", "LA", "I", "F", "I;16", "I;16B", "I;16L", "I;16N"})
 
 PathLike = str | os.PathLike
@@ -175,13 +187,16 @@ def load_cxr(path: PathLike, allow_lateral: bool = False) -> tuple[np.ndarray, d
     image = _to_unit_range(values, path)
     if meta["photometric_interpretation"] == "MONOCHROME1":
         image = 1.0 - image  # MONOCHROME1 stores bright as low values: display is inverted
-    meta = {"filename_or_obj": str(path), "format": fmt,
-            "original_size": (int(image.shape[0]), int(image.shape[1])), **meta}
+    meta = {
+        "filename_or_obj": str(path),
+        "format": fmt,
+        "original_size": (int(image.shape[0]), int(image.shape[1])),
+        **meta,
+    }
     return image, {key: meta[key] for key in META_KEYS}
 
 
-def save_nifti_2d(array_hw: np.ndarray, path: PathLike,
-                  spacing: Sequence[float] | None = None) -> Path:
+def save_nifti_2d(array_hw: np.ndarray, path: PathLike, spacing: Sequence[float] | None = None) -> Path:
     """Write an ``(H, W)`` image or mask as NIfTI the way MONAI Label and ITK hold a 2D image.
 
     On disk the voxel array is ``(W, H, 1)``: index ``i`` is the column, ``j`` the row, one
@@ -221,6 +236,7 @@ def save_nifti_2d(array_hw: np.ndarray, path: PathLike,
 
 # --- the one transpose between MONAI readers' (W, H[, ...]) and (H, W[, ...]) ---------------
 
+
 def from_reader_order(array: np.ndarray) -> np.ndarray:
     """``(W, H, ...)`` as MONAI's PIL/ITK/Nibabel readers hold a 2D image -> ``(H, W, ...)``.
 
@@ -234,9 +250,8 @@ def to_reader_order(array: np.ndarray) -> np.ndarray:
     return np.swapaxes(array, 0, 1)
 
 
-
-
 # --- format detection -----------------------------------------------------------------------
+
 
 def check_pixel_count(shape: Sequence[int], path: PathLike, what: str = "image") -> None:
     """Refuse an image whose header declares more than :data:`MAX_PIXELS` pixels (or a
@@ -252,8 +267,11 @@ def check_pixel_count(shape: Sequence[int], path: PathLike, what: str = "image")
     for n in shape:
         total *= max(int(n), 0)
     if total > MAX_PIXELS:
-        raise CXRLoadError(path, f"{what} of {' x '.join(str(int(n)) for n in shape)} = {total:,} pixels is over the "
-                                 f"limit of {MAX_PIXELS:,} pixels (refused before decoding)")
+        raise CXRLoadError(
+            path,
+            f"{what} of {' x '.join(str(int(n)) for n in shape)} = {total:,} pixels is over the "
+            f"limit of {MAX_PIXELS:,} pixels (refused before decoding)",
+        )
 
 
 def _detect_format(path: Path) -> str:
@@ -270,16 +288,22 @@ def _detect_format(path: Path) -> str:
     if name.endswith((".dcm", ".dicom")) and sniffed is None:
         return "DICOM"  # DICOM without the 128-byte preamble; pydicom decides
     if name.endswith((".png", ".jpg", ".jpeg")):
-        raise CXRLoadError(path, f"not a {path.suffix[1:].upper()} image: the file does not "
-                                 "start with the PNG or JPEG signature")
-    raise CXRLoadError(path, "unsupported format: expected PNG, JPEG, DICOM (.dcm) "
-                             "or NIfTI (.nii, .nii.gz)")
+        raise CXRLoadError(
+            path, f"not a {path.suffix[1:].upper()} image: the file does not start with the PNG or JPEG signature"
+        )
+    raise CXRLoadError(path, "unsupported format: expected PNG, JPEG, DICOM (.dcm) or NIfTI (.nii, .nii.gz)")
 
 
 # --- hostile files: content sniffing, header checks, capped decompression -------------------
 
-CANONICAL_SUFFIX = {"PNG": ".png", "JPEG": ".jpg", "DICOM": ".dcm", "NIfTI": ".nii", "NIfTI-gz": ".nii.gz",
-                    "NRRD": ".nrrd"}
+CANONICAL_SUFFIX = {
+    "PNG": ".png",
+    "JPEG": ".jpg",
+    "DICOM": ".dcm",
+    "NIfTI": ".nii",
+    "NIfTI-gz": ".nii.gz",
+    "NRRD": ".nrrd",
+}
 """The suffix a stored file gets for the format its content shows (:func:`sniff_format`)."""
 
 IMAGE_FORMATS = ("PNG", "JPEG", "DICOM", "NIfTI", "NIfTI-gz")
@@ -365,21 +389,28 @@ def check_nifti_header(path: PathLike, what: str = "image") -> None:
     else:
         raise CXRLoadError(path, f"{what}: not a NIfTI-1 or NIfTI-2 file")
     if not single:
-        raise CXRLoadError(path, f"{what}: a NIfTI header whose pixels are in a separate .img file; "
-                                 "only single-file .nii / .nii.gz is read")
+        raise CXRLoadError(
+            path,
+            f"{what}: a NIfTI header whose pixels are in a separate .img file; only single-file .nii / .nii.gz is read",
+        )
     if len(head) < size_at + 4:
         raise CXRLoadError(path, f"{what}: truncated NIfTI header")
     if not 0 <= offset <= MAX_HEADER_BYTES:
-        raise CXRLoadError(path, f"{what}: NIfTI pixel data at byte {offset:.0f} (vox_offset); at most "
-                                 f"{MAX_HEADER_BYTES} bytes of header are accepted")
+        raise CXRLoadError(
+            path,
+            f"{what}: NIfTI pixel data at byte {offset:.0f} (vox_offset); at most "
+            f"{MAX_HEADER_BYTES} bytes of header are accepted",
+        )
     if head[ext_at] != 0:  # extensions: each record must end before the pixel data (a reader reads whole records)
         block, _ = _first_bytes(path, int(offset))
         pos = ext_at + 4
         while pos + 8 <= offset:
-            esize = struct.unpack(endian + "i", block[pos:pos + 4])[0] if len(block) >= pos + 4 else -1
+            esize = struct.unpack(endian + "i", block[pos : pos + 4])[0] if len(block) >= pos + 4 else -1
             if esize < 8 or pos + esize > offset:
-                raise CXRLoadError(path, f"{what}: NIfTI header extension of {esize} bytes at byte {pos} does not "
-                                         "fit before the pixel data")
+                raise CXRLoadError(
+                    path,
+                    f"{what}: NIfTI header extension of {esize} bytes at byte {pos} does not fit before the pixel data",
+                )
             pos += esize
     if not 0 < bitpix <= 64:
         raise CXRLoadError(path, f"{what}: NIfTI of {bitpix} bits per voxel; at most 64")
@@ -433,14 +464,25 @@ def read_nrrd(path: PathLike, what: str = "label") -> np.ndarray:
             raise CXRLoadError(path, f"{what}: not an NRRD file")
         end = head.find(b"\n\n")
         if end < 0:
-            raise CXRLoadError(path, f"{what}: NRRD header without its blank line within {MAX_HEADER_BYTES} bytes "
-                                     "(detached headers are not read)")
+            raise CXRLoadError(
+                path,
+                f"{what}: NRRD header without its blank line within {MAX_HEADER_BYTES} bytes "
+                "(detached headers are not read)",
+            )
         lines = head[:end].decode("latin-1").split("\n")
-        named = sorted({line.split(":", 1)[0].strip() for line in lines[1:]
-                        if ":" in line and line.split(":", 1)[0].strip().lower() in _NRRD_REFERENCES})
+        named = sorted(
+            {
+                line.split(":", 1)[0].strip()
+                for line in lines[1:]
+                if ":" in line and line.split(":", 1)[0].strip().lower() in _NRRD_REFERENCES
+            }
+        )
         if named:  # before parsing: "data file: LIST" is followed by lines that are file names
-            raise CXRLoadError(path, f"{what}: NRRD header field(s) {', '.join(named)} refused: the data must "
-                                     "follow the header in the same file")
+            raise CXRLoadError(
+                path,
+                f"{what}: NRRD header field(s) {', '.join(named)} refused: the data must "
+                "follow the header in the same file",
+            )
         try:
             header = nrrd.read_header(lines)
         except Exception as exc:  # pynrrd's NRRDError and parsing errors: a bad header
@@ -463,11 +505,15 @@ def read_nrrd(path: PathLike, what: str = "label") -> np.ndarray:
             data = f.read(nbytes)
         elif encoding in ("gzip", "gz", "bzip2", "bz2"):
             gz = encoding in ("gzip", "gz")
-            data = _inflate(f, zlib.decompressobj(zlib.MAX_WBITS | 32) if gz else bz2.BZ2Decompressor(), nbytes + 1,
-                            path)
+            data = _inflate(
+                f, zlib.decompressobj(zlib.MAX_WBITS | 32) if gz else bz2.BZ2Decompressor(), nbytes + 1, path
+            )
             if len(data) > nbytes:  # a bomb: the stream goes on past what the header declares
-                raise CXRLoadError(path, f"{what}: NRRD {encoding} data expands past the {nbytes} bytes its header "
-                                         "declares (refused while decompressing)")
+                raise CXRLoadError(
+                    path,
+                    f"{what}: NRRD {encoding} data expands past the {nbytes} bytes its header "
+                    "declares (refused while decompressing)",
+                )
         else:
             raise CXRLoadError(path, f"{what}: NRRD encoding {encoding!r}; raw, gzip or bzip2 are read")
     if len(data) < nbytes:
@@ -526,13 +572,15 @@ def _check_deflated(path: PathLike) -> None:
                     break
                 total += len(inflater.decompress(chunk, 4 << 20))
                 if total > MAX_INFLATED_BYTES:
-                    raise CXRLoadError(path, f"Deflated DICOM inflates past {MAX_INFLATED_BYTES:,} bytes "
-                                             "(refused while decompressing)")
+                    raise CXRLoadError(
+                        path, f"Deflated DICOM inflates past {MAX_INFLATED_BYTES:,} bytes (refused while decompressing)"
+                    )
         except zlib.error as exc:
             raise CXRLoadError(path, f"corrupt Deflated DICOM ({exc})") from exc
 
 
 # --- readers: (path, allow_lateral) -> (gray float32 (H, W) display values, partial meta) -----
+
 
 def _read_pil(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, Any]]:
     """PNG/JPEG through MONAI's PILReader. No view information: every image is accepted."""
@@ -607,16 +655,22 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
         raise CXRLoadError(path, "no pixel data: not a DICOM image")
     view = str(ds.get("ViewPosition", "") or "").strip().upper() or None
     if view in LATERAL_VIEWS and not allow_lateral:
-        raise CXRLoadError(path, f"lateral view (ViewPosition {view}); XFlow reads frontal "
-                                 "views (pass allow_lateral=True / --allow-lateral to load it)")
+        raise CXRLoadError(
+            path,
+            f"lateral view (ViewPosition {view}); XFlow reads frontal "
+            "views (pass allow_lateral=True / --allow-lateral to load it)",
+        )
     frames = int(ds.get("NumberOfFrames", 1) or 1)
     if frames > 1:
         raise CXRLoadError(path, f"multi-frame DICOM with {frames} frames; expected one image")
     check_pixel_count((int(ds.get("Rows", 0) or 0), int(ds.get("Columns", 0) or 0)), path)
     samples, bits = int(ds.get("SamplesPerPixel", 1) or 1), int(ds.get("BitsAllocated", 16) or 16)
     if samples not in (1, 3, 4) or bits not in (1, 8, 16, 32):
-        raise CXRLoadError(path, f"unsupported pixel format ({samples} samples of {bits} bits); "
-                                 "a radiograph has 1 or 3 samples of 8, 16 or 32 bits")
+        raise CXRLoadError(
+            path,
+            f"unsupported pixel format ({samples} samples of {bits} bits); "
+            "a radiograph has 1 or 3 samples of 8, 16 or 32 bits",
+        )
     photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).strip().upper()
     bits_stored = int(ds.BitsStored) if "BitsStored" in ds else None
 
@@ -642,11 +696,15 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
 
 
 _READERS: dict[str, Callable[[Path, bool], tuple[np.ndarray, dict[str, Any]]]] = {
-    "PNG": _read_pil, "JPEG": _read_pil, "DICOM": _read_dicom, "NIfTI": _read_nifti,
+    "PNG": _read_pil,
+    "JPEG": _read_pil,
+    "DICOM": _read_dicom,
+    "NIfTI": _read_nifti,
 }
 
 
 # --- pixel helpers --------------------------------------------------------------------------
+
 
 def _mask_bits_stored(pixels: np.ndarray, ds: Any) -> np.ndarray:
     """Keep only the *Bits Stored* low bits of integer pixels (pydicom 2.x leaves the rest),

@@ -59,9 +59,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.policy.base import RevisionPolicy, Stage1Policy
@@ -78,16 +79,19 @@ _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_
 
 DEMO_NAME = "xflow-demo-phantoms"
 """Name of the demo model (``monailabel_xflow/demo/``) in logs, traces and ``/info``."""
-DEMO_NOTICE = (f"Using the XFlow demo model ({DEMO_NAME}): demo model trained on synthetic phantoms; "
-               "not for clinical images.")
+DEMO_NOTICE = (
+    f"Using the XFlow demo model ({DEMO_NAME}): demo model trained on synthetic phantoms; not for clinical images."
+)
 """The sentence every user of the demo model shows (log, ``/info``, traces)."""
 DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
 """Folder of the committed demo weights (``models.yaml``, ``base/``, ``init/``, ``rev/``, ``segmenter/``)."""
 DEMO_MODELS_FILE = DEMO_DIR / "models.yaml"
 ROSALIA_DEMO_NAME = "rosalia-demo-phantoms"
 """Name of the ROSALIA demo (``monailabel_xflow/rosalia/demo/``) in logs, traces and ``/info``."""
-ROSALIA_DEMO_NOTICE = (f"Using the ROSALIA demo model ({ROSALIA_DEMO_NAME}): demo model trained on synthetic "
-                       "phantoms; not for clinical images.")
+ROSALIA_DEMO_NOTICE = (
+    f"Using the ROSALIA demo model ({ROSALIA_DEMO_NAME}): demo model trained on synthetic "
+    "phantoms; not for clinical images."
+)
 ROSALIA_DEMO_DIR = Path(__file__).resolve().parents[1] / "rosalia" / "demo"
 """Folder of the committed ROSALIA demo (a ROSALIA folder, ``xflow train rosalia-demo``)."""
 ENV_NO_DEMO = "XFLOW_NO_DEMO"
@@ -170,7 +174,7 @@ class ModelConfig:
     # --- sources --------------------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], base_dir: str | os.PathLike | None = None) -> "ModelConfig":
+    def from_dict(cls, data: Mapping[str, Any], base_dir: str | os.PathLike | None = None) -> ModelConfig:
         """Build from a mapping with the field names as keys (None values are ignored).
 
         Raises:
@@ -191,7 +195,7 @@ class ModelConfig:
         return cls(**values)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "ModelConfig":
+    def from_file(cls, path: str | os.PathLike) -> ModelConfig:
         """Read a YAML (``.yaml``/``.yml``) or JSON file; relative paths resolve against its folder.
 
         Raises:
@@ -213,7 +217,7 @@ class ModelConfig:
         return cls.from_dict(data, base_dir=path.resolve().parent)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "ModelConfig":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ModelConfig:
         """``XFLOW_MODELS`` (a file), then ``XFLOW_<FIELD>`` variables overriding it field by field."""
         env = os.environ if environ is None else environ
         config = cls.from_file(env[ENV_FILE]) if env.get(ENV_FILE) else cls()
@@ -229,7 +233,7 @@ class ModelConfig:
         return cls.from_dict(merged)
 
     @classmethod
-    def load(cls, source: "ModelConfig | Mapping[str, Any] | str | os.PathLike | None" = None) -> "ModelConfig":
+    def load(cls, source: ModelConfig | Mapping[str, Any] | str | os.PathLike | None = None) -> ModelConfig:
         """Any supported source: a config, a dict, a file path, or None for the environment.
 
         None reads the environment and, when that names no weights, falls back to the demo model
@@ -307,9 +311,11 @@ class ModelConfig:
                 that is neither a path nor a hub id.
         """
         candidate = Path(value).expanduser()
-        places = [candidate] if candidate.is_absolute() else (
-            [Path(self.base_dir) / candidate] if self.base_dir else []
-        ) + [candidate]
+        places = (
+            [candidate]
+            if candidate.is_absolute()
+            else ([Path(self.base_dir) / candidate] if self.base_dir else []) + [candidate]
+        )
         for place in places:
             if place.exists():
                 return "local", place.resolve()
@@ -328,7 +334,9 @@ class ModelConfig:
         """
         value = getattr(self, field_name)
         if not value:
-            raise ModelConfigError(f"{field_name} is not configured (set it in --models or {ENV_PREFIX}{field_name.upper()})")
+            raise ModelConfigError(
+                f"{field_name} is not configured (set it in --models or {ENV_PREFIX}{field_name.upper()})"
+            )
         kind, path = self.locate(value)
         if kind == "local":
             assert path is not None
@@ -346,7 +354,7 @@ class ModelConfig:
                 f"(or point {field_name} at a local folder)"
             ) from err
 
-    def with_overrides(self, **changes: Any) -> "ModelConfig":
+    def with_overrides(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed (None values ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -362,6 +370,7 @@ def hub_ids(config: ModelConfig) -> dict[str, str]:
 
 
 # --- the demo default -----------------------------------------------------------------------
+
 
 def demo_config() -> ModelConfig | None:
     """The committed demo model's configuration, or None when its folder is not installed.
@@ -400,14 +409,16 @@ def default_config(environ: Mapping[str, str] | None = None) -> tuple[ModelConfi
     if demo is None:
         return config, source
     # keep settings given in the environment (device, dtype, max clicks...) on top of the demo
-    settings = {k: v for k, v in asdict(config).items() if v is not None and k != "base_dir"
-                and v != getattr(ModelConfig(), k)}
+    settings = {
+        k: v for k, v in asdict(config).items() if v is not None and k != "base_dir" and v != getattr(ModelConfig(), k)
+    }
     demo = replace(demo, **settings) if settings else demo
     logger.info("no models configured (--models, XFLOW_*): using the demo model in %s", DEMO_DIR)
     return demo, "demo"
 
 
 # --- loading --------------------------------------------------------------------------------
+
 
 @dataclass
 class LoadedModels:
@@ -440,8 +451,11 @@ def load_models(config: ModelConfig) -> LoadedModels:
     if config.max_new_tokens is not None:
         kwargs["generation"] = GenerationSettings(max_new_tokens=config.max_new_tokens)
     if config.vlm_base:
-        logger.info("loading VLM %s with adapters %s", paths["vlm_base"],
-                    [str(paths[k]) for k in ("init_adapter", "rev_adapter") if k in paths])
+        logger.info(
+            "loading VLM %s with adapters %s",
+            paths["vlm_base"],
+            [str(paths[k]) for k in ("init_adapter", "rev_adapter") if k in paths],
+        )
         policy = VLMPolicy.from_pretrained(
             str(paths["vlm_base"]),
             init_adapter=str(paths["init_adapter"]) if "init_adapter" in paths else None,
@@ -481,6 +495,24 @@ def rosalia_source(config: ModelConfig, environ: Mapping[str, str] | None = None
     return ROSALIA_DEMO_DIR, "demo"
 
 
-__all__ = ["ModelConfig", "ModelConfigError", "LoadedModels", "load_models", "hub_ids", "is_hub_id", "split_hub_id",
-           "DEMO_NAME", "DEMO_NOTICE", "DEMO_DIR", "DEMO_MODELS_FILE", "ENV_NO_DEMO", "demo_config", "demo_disabled",
-           "default_config", "rosalia_source", "ROSALIA_DEMO_NAME", "ROSALIA_DEMO_NOTICE", "ROSALIA_DEMO_DIR"]
+__all__ = [
+    "ModelConfig",
+    "ModelConfigError",
+    "LoadedModels",
+    "load_models",
+    "hub_ids",
+    "is_hub_id",
+    "split_hub_id",
+    "DEMO_NAME",
+    "DEMO_NOTICE",
+    "DEMO_DIR",
+    "DEMO_MODELS_FILE",
+    "ENV_NO_DEMO",
+    "demo_config",
+    "demo_disabled",
+    "default_config",
+    "rosalia_source",
+    "ROSALIA_DEMO_NAME",
+    "ROSALIA_DEMO_NOTICE",
+    "ROSALIA_DEMO_DIR",
+]

@@ -160,8 +160,9 @@ def revise_mask(
         raw = session.step(RevisionState(image, instruction, out.box, out.mask, list(out.clicks), observation, t - 1))
         click, action, problems = read_action(raw)
         if click is None:
-            out.turns.append(Turn(t, raw, action, None, problems, out.box, False, out.mask, None,
-                                  time.perf_counter() - tick))
+            out.turns.append(
+                Turn(t, raw, action, None, problems, out.box, False, out.mask, None, time.perf_counter() - tick)
+            )
             out.end = action  # type: ignore[assignment]
             return out
         grown = grow_box(out.box, click)
@@ -172,8 +173,9 @@ def revise_mask(
             revised = keep_connected_to(revised, out.mask, click)
         box_grown = tuple(grown) != tuple(out.box)
         out.box, out.mask, out.low_res, out.iou = grown, revised, res.low_res_logits[0:1], finite_or_none(res.iou[0])
-        out.turns.append(Turn(t, raw, "click", click, problems, grown, box_grown, revised, out.iou,
-                              time.perf_counter() - tick))
+        out.turns.append(
+            Turn(t, raw, "click", click, problems, grown, box_grown, revised, out.iou, time.perf_counter() - tick)
+        )
     out.end = "max_clicks"
     return out
 
@@ -244,6 +246,7 @@ def finite_or_none(v: Any) -> float | None:
 
 # --- Algorithm 1: the oracle's trajectories -------------------------------------------------------
 
+
 def oracle_trajectory(
     segmenter: PromptableSegmenter,
     gt: np.ndarray,
@@ -287,8 +290,18 @@ def oracle_trajectory(
         raise OracleError(f"mask shape {mask.shape} differs from ground-truth shape {gt.shape}")
     traj = Trajectory(component_id, gt_box, box, mask, mask_iou(mask, gt))
     session = OracleRevisionPolicy(gt, clicker, exact=True).start(None, None, box)
-    run = revise_mask(segmenter, session, None, None, box, mask, result.low_res_logits[0:1],
-                      budget=clicker.max_clicks, prune=False, observe=False)
+    run = revise_mask(
+        segmenter,
+        session,
+        None,
+        None,
+        box,
+        mask,
+        result.low_res_logits[0:1],
+        budget=clicker.max_clicks,
+        prune=False,
+        observe=False,
+    )
     traj.steps = [OracleStep(t.click, t.box, t.mask, mask_iou(t.mask, gt)) for t in run.turns if t.click is not None]
     # the stop reason Algorithm 1 checks first: τ, then the budget T, then "no admissible click"
     traj.stop_reason = session.stop_reason or ("tau" if mask_iou(run.mask, gt) >= clicker.tau else "T")
@@ -340,7 +353,7 @@ def simulate_trajectories(
     segmenter.set_image(image)
     seeds = np.random.SeedSequence(seed).spawn(len(components))
     out = []
-    for i, (component, ss) in enumerate(zip(components, seeds)):
+    for i, (component, ss) in enumerate(zip(components, seeds, strict=False)):
         traj = oracle_trajectory(segmenter, component, oracle, np.random.default_rng(ss), component_id=i)
         if keep_discarded or not traj.discarded:
             out.append(traj)

@@ -61,8 +61,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class TraceError(InputError):
 
 
 # --- records --------------------------------------------------------------------------------
+
 
 @dataclass
 class Stage1Record:
@@ -106,7 +108,7 @@ class Stage1Record:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Stage1Record":
+    def from_dict(cls, d: Mapping[str, Any]) -> Stage1Record:
         present = d.get("present")
         return cls(
             raw=str(d["raw"]),
@@ -161,7 +163,7 @@ class RevisionStep:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RevisionStep":
+    def from_dict(cls, d: Mapping[str, Any]) -> RevisionStep:
         action = str(d["action"])
         if action not in ACTIONS:
             raise TraceError(f"step action {action!r} is not one of {ACTIONS}")
@@ -214,7 +216,7 @@ class LesionRecord:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LesionRecord":
+    def from_dict(cls, d: Mapping[str, Any]) -> LesionRecord:
         end = str(d.get("end", "not_revised"))
         if end not in ENDS:
             raise TraceError(f"lesion end {end!r} is not one of {ENDS}")
@@ -279,7 +281,7 @@ class Trace:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Trace":
+    def from_dict(cls, d: Mapping[str, Any]) -> Trace:
         """Rebuild a trace written by :meth:`to_dict`.
 
         Raises:
@@ -319,7 +321,7 @@ class Trace:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> "Trace":
+    def from_json(cls, text: str) -> Trace:
         """Parse JSON text written by :meth:`to_json` (raises :class:`TraceError`)."""
         try:
             data = json.loads(text)
@@ -329,6 +331,7 @@ class Trace:
 
 
 # --- machine-readable schema ----------------------------------------------------------------
+
 
 def json_schema() -> dict[str, Any]:
     """The trace layout as a JSON Schema (draft-07) document, for consumers in other languages.
@@ -345,8 +348,7 @@ def json_schema() -> dict[str, Any]:
             "counts": {"type": "string"},
         },
     }
-    grounded = {"type": "object", "required": ["label", "box"],
-                "properties": {"label": {"type": "string"}, "box": box}}
+    grounded = {"type": "object", "required": ["label", "box"], "properties": {"label": {"type": "string"}, "box": box}}
     opt_number = {"type": ["number", "null"]}
     strings = {"type": "array", "items": {"type": "string"}}
     click = {
@@ -375,7 +377,18 @@ def json_schema() -> dict[str, Any]:
     }
     lesion = {
         "type": "object",
-        "required": ["index", "label", "box", "initial_mask", "initial_iou", "steps", "end", "box_final", "mask", "iou"],
+        "required": [
+            "index",
+            "label",
+            "box",
+            "initial_mask",
+            "initial_iou",
+            "steps",
+            "end",
+            "box_final",
+            "mask",
+            "iou",
+        ],
         "properties": {
             "index": {"type": "integer", "minimum": 0},
             "label": {"type": "string"},
@@ -393,16 +406,35 @@ def json_schema() -> dict[str, Any]:
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": f"XFlow trace ({SCHEMA})",
         "type": "object",
-        "required": ["schema", "created", "instruction", "image_size", "models", "settings", "stage1", "present",
-                     "lesions", "mask", "answer", "warnings", "timings", "batch"],
+        "required": [
+            "schema",
+            "created",
+            "instruction",
+            "image_size",
+            "models",
+            "settings",
+            "stage1",
+            "present",
+            "lesions",
+            "mask",
+            "answer",
+            "warnings",
+            "timings",
+            "batch",
+        ],
         "properties": {
             "schema": {"const": SCHEMA},
             "created": {"type": "string"},
             "instruction": {
                 "type": "object",
                 "required": ["instruction", "finding", "regions", "level", "kind"],
-                "properties": {"instruction": {"type": "string"}, "finding": {"type": "string"},
-                               "regions": strings, "level": {"type": "string"}, "kind": {"type": "string"}},
+                "properties": {
+                    "instruction": {"type": "string"},
+                    "finding": {"type": "string"},
+                    "regions": strings,
+                    "level": {"type": "string"},
+                    "kind": {"type": "string"},
+                },
             },
             "image_size": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2},
             "models": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -428,8 +460,11 @@ def json_schema() -> dict[str, Any]:
             "batch": {
                 "oneOf": [
                     {"type": "null"},
-                    {"type": "object", "required": ["index", "size"],
-                     "properties": {"index": {"type": "integer"}, "size": {"type": "integer"}}},
+                    {
+                        "type": "object",
+                        "required": ["index", "size"],
+                        "properties": {"index": {"type": "integer"}, "size": {"type": "integer"}},
+                    },
                 ]
             },
         },
@@ -497,7 +532,9 @@ def _tiles(trace: Trace, image: np.ndarray) -> list[tuple[str, str, np.ndarray]]
         title = f"lesion {k + 1} initial"
         if lesion.initial_iou is not None:
             title += f", IoU~{lesion.initial_iou:.2f}"
-        tiles.append((f"lesion{k + 1}_step0", title, _step_picture(rendering, image, lesion.initial_mask, lesion.box, [])))
+        tiles.append(
+            (f"lesion{k + 1}_step0", title, _step_picture(rendering, image, lesion.initial_mask, lesion.box, []))
+        )
         clicks: list[Click] = []
         for step in lesion.steps:
             if step.action != "click" or step.click is None or step.mask is None:
@@ -509,14 +546,18 @@ def _tiles(trace: Trace, image: np.ndarray) -> list[tuple[str, str, np.ndarray]]
                 title += " box grown"
             if step.iou is not None:
                 title += f", IoU~{step.iou:.2f}"
-            tiles.append((f"lesion{k + 1}_step{step.step}", title, _step_picture(rendering, image, step.mask, step.box, clicks)))
+            tiles.append(
+                (f"lesion{k + 1}_step{step.step}", title, _step_picture(rendering, image, step.mask, step.box, clicks))
+            )
 
     final = rendering.overlay(image, [rle.decode(trace.mask)], colors=[MASK_COLOR])
     tiles.append(("final", f"final: {trace.answer or ('present' if trace.present else 'absent')}", final))
     return tiles
 
 
-def _step_picture(rendering: Any, image: np.ndarray, mask_rle: Mapping[str, Any], box: Box, clicks: Sequence[Click]) -> np.ndarray:
+def _step_picture(
+    rendering: Any, image: np.ndarray, mask_rle: Mapping[str, Any], box: Box, clicks: Sequence[Click]
+) -> np.ndarray:
     rgb = rendering.overlay(image, [rle.decode(mask_rle)], colors=[MASK_COLOR])
     rgb = rendering.draw_boxes(rgb, [box], [LESION_COLOR], [""])
     if clicks:
@@ -525,6 +566,7 @@ def _step_picture(rendering: Any, image: np.ndarray, mask_rle: Mapping[str, Any]
 
 
 # --- helpers --------------------------------------------------------------------------------
+
 
 def _box(values: Any) -> Box:
     box = tuple(float(v) for v in values)

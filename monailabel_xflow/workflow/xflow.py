@@ -48,8 +48,9 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -66,7 +67,7 @@ from monailabel_xflow.geometry import (
     mask_to_box,
 )
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
-from monailabel_xflow.policy.base import RevisionPolicy, Stage1Policy, Stage2Answer
+from monailabel_xflow.policy.base import RevisionPolicy, Stage1Policy
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
@@ -114,7 +115,8 @@ class XFlowResult:
             return self.answer
         n = len(self.trace.lesions)
         where = f" in the {self.instruction.location}" if self.instruction.regions else ""
-        return f"Segmented the {self.instruction.finding}{where} ({n} region{'s' if n != 1 else ''}, {int(self.mask.sum())} px)."
+        regions = f"{n} region{'s' if n != 1 else ''}"
+        return f"Segmented the {self.instruction.finding}{where} ({regions}, {int(self.mask.sum())} px)."
 
 
 @dataclass
@@ -176,7 +178,7 @@ class XFlow:
         self._lock = threading.RLock()
 
     @classmethod
-    def from_config(cls, config: "ModelConfig | dict | str | os.PathLike | None") -> "XFlow":
+    def from_config(cls, config: ModelConfig | dict | str | os.PathLike | None) -> XFlow:
         """Load the models a :class:`~.models.ModelConfig` (or dict, or YAML/JSON file) names.
 
         Only local files and the local Hugging Face cache are read (``xflow weights pull``
@@ -272,8 +274,17 @@ class XFlow:
                 text = texts[k] if k < len(texts) else ""  # a missing text reads as malformed: absent
                 start = time.perf_counter()
                 results.append(
-                    self._complete(image, instr, text, dict(shared), start, budget, revise, self.reviser,
-                                   {"index": k, "size": len(instrs)})
+                    self._complete(
+                        image,
+                        instr,
+                        text,
+                        dict(shared),
+                        start,
+                        budget,
+                        revise,
+                        self.reviser,
+                        {"index": k, "size": len(instrs)},
+                    )
                 )
             return results
 
@@ -355,7 +366,15 @@ class XFlow:
             with _timed(timings, "stage2"):
                 for i, ref in enumerate(stage1.lesions):
                     record, mask = self._revise_lesion(
-                        image, instr, i, ref, seg.masks[i], float(seg.iou[i]), seg.low_res_logits[i : i + 1], budget, policy
+                        image,
+                        instr,
+                        i,
+                        ref,
+                        seg.masks[i],
+                        float(seg.iou[i]),
+                        seg.low_res_logits[i : i + 1],
+                        budget,
+                        policy,
                     )
                     lesions.append(record)
                     union |= mask
@@ -380,7 +399,9 @@ class XFlow:
             timings=timings,
             batch=batch,
         )
-        logger.info("%s -> %s (%d lesion box(es), %.2f s)", instr.text, answer or "present", len(lesions), timings["total"])
+        logger.info(
+            "%s -> %s (%d lesion box(es), %.2f s)", instr.text, answer or "present", len(lesions), timings["total"]
+        )
         return XFlowResult(instruction=instr, present=present, mask=union, answer=answer, trace=trace)
 
     def _revise_lesion(
@@ -402,14 +423,34 @@ class XFlow:
         if policy is None:
             record.end, record.box_final, record.mask, record.iou = "not_revised", ref.box, rle.encode(mask), iou
             return record, mask
-        run = revise_mask(self.segmenter, policy.start(image, instr, ref.box), image, instr, ref.box, mask, low_res0,
-                          budget=budget, iou=iou, prune=self.prune_revisions)
+        run = revise_mask(
+            self.segmenter,
+            policy.start(image, instr, ref.box),
+            image,
+            instr,
+            ref.box,
+            mask,
+            low_res0,
+            budget=budget,
+            iou=iou,
+            prune=self.prune_revisions,
+        )
         for turn in run.turns:
             clicked = turn.action == "click"
-            record.steps.append(RevisionStep(
-                step=turn.step, raw=turn.raw if clicked else _text(turn.raw), action=turn.action, click=turn.click,
-                box=turn.box, box_grown=turn.box_grown, mask=rle.encode(turn.mask) if clicked else None,
-                iou=turn.iou, problems=turn.problems, seconds=turn.seconds))
+            record.steps.append(
+                RevisionStep(
+                    step=turn.step,
+                    raw=turn.raw if clicked else _text(turn.raw),
+                    action=turn.action,
+                    click=turn.click,
+                    box=turn.box,
+                    box_grown=turn.box_grown,
+                    mask=rle.encode(turn.mask) if clicked else None,
+                    iou=turn.iou,
+                    problems=turn.problems,
+                    seconds=turn.seconds,
+                )
+            )
         record.end = run.end
         record.box_final = run.box
         record.mask = rle.encode(run.mask)
@@ -418,6 +459,7 @@ class XFlow:
 
 
 # --- reading the policies ---------------------------------------------------------------------
+
 
 def _read_stage1(text: str, instr: Instruction, warnings: list[str]) -> tuple[Stage1Record, bool]:
     """Parse π_init's text into a trace record and the presence decision (module docstring)."""
@@ -449,6 +491,7 @@ def _read_stage1(text: str, instr: Instruction, warnings: list[str]) -> tuple[St
 
 
 # --- answers --------------------------------------------------------------------------------
+
 
 def _answer(instr: Instruction, present: bool, mask: np.ndarray, stage1: Stage1Record, warnings: list[str]) -> str:
     if not present:
@@ -560,6 +603,7 @@ def _inside(box: Box, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
 
 
 # --- small helpers --------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
