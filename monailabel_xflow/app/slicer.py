@@ -96,8 +96,8 @@ def install() -> bool:
         logger.info("next-sample answers name one file (Slicer reads numbered names as a series otherwise)")
     from monailabel.utils.async_tasks.task import AsyncTask
 
-    if not hasattr(AsyncTask, "_xflow_upstream_stop"):
-        AsyncTask._xflow_upstream_stop = staticmethod(AsyncTask.stop)
+    if not hasattr(AsyncTask, "_xflow_slicer_upstream_stop"):  # wraps whatever stops now (the guard's)
+        AsyncTask._xflow_slicer_upstream_stop = staticmethod(AsyncTask.stop)
         AsyncTask.stop = staticmethod(stop_with_details)
     return True
 
@@ -114,7 +114,7 @@ def stop_with_details(method: str) -> Any:
     """
     from monailabel.utils.async_tasks.task import AsyncTask
 
-    task = AsyncTask._xflow_upstream_stop(method)
+    task = AsyncTask._xflow_slicer_upstream_stop(method)
     if isinstance(task, dict) and task.get("status") == "STOPPED":
         task.setdefault("details", []).append(f"{method}: {STOPPED_LINE}")
     return task
