@@ -1,1 +1,18 @@
 """Sub-commands of ``xflow``: one module each, exposing ``register(subparsers)`` (see cli.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def user_folder(name: str, variable: str, environ: Mapping[str, str] | None = None) -> Path:
+    """``$<variable>``, else ``$XDG_DATA_HOME/monailabel-xflow/<name>`` (XDG's default
+    ``~/.local/share``): a per-user folder for what the commands write (the server's workspace,
+    the OHIF viewer), never inside the installed package."""
+    env = os.environ if environ is None else environ
+    if env.get(variable):
+        return Path(env[variable]).expanduser()
+    data = Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
+    return data / "monailabel-xflow" / name

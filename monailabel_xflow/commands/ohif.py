@@ -50,6 +50,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from monailabel_xflow.commands import user_folder
+
 OHIF_PACKAGE = "@ohif/app"
 OHIF_VERSION = "3.13.2"
 OHIF_INTEGRITY = "sha512-WZdxmpmG7rqFgW9ZJLcbgr3XCtLi1KDNPoMaeY5PPe6j4G4fjEjjkycZM6C6Zk2F87BKxFfpq+jd5xXZB9E8EA=="
@@ -63,10 +65,7 @@ def default_dir() -> Path:
     """Where ``--install`` puts the viewer and serving looks for it: ``$XFLOW_OHIF_DIR`` (the
     Makefile sets the checkout's git-ignored ``.ohif/``), else ``$XDG_DATA_HOME/monailabel-xflow/ohif``
     (``~/.local/share/...``): a per-user folder, never inside the installed package."""
-    if os.environ.get("XFLOW_OHIF_DIR"):
-        return Path(os.environ["XFLOW_OHIF_DIR"])
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
-    return data / "monailabel-xflow" / "ohif"
+    return user_folder("ohif", "XFLOW_OHIF_DIR")
 
 
 def dist_dir(root: Path | None = None) -> Path:

@@ -44,6 +44,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from monailabel_xflow.commands import user_folder
 from monailabel_xflow.errors import InputError
 
 POINTER_IMPORT = "from monailabel_xflow.app.xflow_app import XFlowApp"
@@ -61,11 +62,7 @@ class WorkspaceError(InputError):
 def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
     """``$XFLOW_WORKSPACE``, else ``$XDG_DATA_HOME/monailabel-xflow/workspace`` (XDG's default
     ``~/.local/share``): a per-user folder, never inside the installed package."""
-    env = os.environ if environ is None else environ
-    if env.get("XFLOW_WORKSPACE"):
-        return Path(env["XFLOW_WORKSPACE"]).expanduser()
-    data = Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
-    return data / "monailabel-xflow" / "workspace"
+    return user_folder("workspace", "XFLOW_WORKSPACE", environ)
 
 
 def prepare_workspace(folder: str | os.PathLike) -> Path:
