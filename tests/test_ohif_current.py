@@ -35,6 +35,7 @@ from browser import chromium, console, image_to_page, sample_page, screenshot, s
 from servers import orthanc_binary, orthanc_server, orthanc_upload
 
 from monailabel_xflow.commands.ohif import OHIF_VERSION, dist_dir, serve_in_thread
+from monailabel_xflow.transforms import labels as label_io
 
 OHIF_MISSING = (
     None
@@ -426,7 +427,6 @@ def test_segmentation_mode_edit_is_stored_and_becomes_the_images_training_label(
     """Brush edit in Segmentation mode -> stored by OHIF (a Label Map SEG, RLE) -> the plugin's
     datastore takes it as the CR's label (not XFlow's unreviewed SEG), XFlow's mask and the
     annotator's stroke both in it -> ``datalist()``, which the train task trains on, holds it."""
-    from monailabel_xflow.app import layout
     from monailabel_xflow.app.seg import LABELMAP_SOP_CLASS
 
     assert len(corrected.stored) == 1, list(corrected.stored)
@@ -438,7 +438,7 @@ def test_segmentation_mode_edit_is_stored_and_becomes_the_images_training_label(
     assert store.label_series()[pacs.series["cr"]] == str(seg.SeriesInstanceUID)
     assert pacs.series["cr"] not in store.get_unlabeled_images()  # out of the scoring pool
     pairs = {os.path.basename(p["image"]).removesuffix(".nii.gz"): p["label"] for p in store.datalist()}
-    label = layout.read_label(pairs[pacs.series["cr"]], (512, 512))
+    label = label_io.read_label(pairs[pacs.series["cr"]], (512, 512))
     effusion = label == 7
     rows, cols = np.mgrid[:512, :512]
     inner = (cols - np.clip(cols, *corrected.cols)) ** 2 + (rows - corrected.row) ** 2 <= 28**2

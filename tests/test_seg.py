@@ -8,15 +8,8 @@ import pytest
 from pydicom.uid import generate_uid
 
 from monailabel_xflow.app.errors import LabelError
-from monailabel_xflow.app.seg import (
-    CATEGORY,
-    FINDING_CODES,
-    NO_FINDING,
-    PLANE_ORIENTATION,
-    read_seg,
-    write_seg,
-)
-from monailabel_xflow.vocabulary import FINDINGS, label_value
+from monailabel_xflow.app.seg import PLANE_ORIENTATION, read_seg, write_seg
+from monailabel_xflow.vocabulary import CATEGORY, FINDING_CODES, FINDINGS, NO_FINDING, label_value
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # highdicom on single-component names
 

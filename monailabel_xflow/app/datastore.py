@@ -59,8 +59,9 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.requests import check_id
-from monailabel_xflow.app.seg import NO_FINDING, read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
-from monailabel_xflow.vocabulary import FINDINGS
+from monailabel_xflow.app.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
+from monailabel_xflow.transforms.labels import paint, read_label, write_label
+from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
     if not uri or not os.path.exists(uri):
         raise ImageNotFoundError(f"unknown image {image_id!r}: cannot save a label for it")
     _, ref = layout.load_image(uri, image_id)
-    layout.read_label(label_filename, ref.shape)
+    read_label(label_filename, ref.shape)
 
 
 def _conflict(detail: str):
@@ -374,7 +375,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
                 raise ImageNotFoundError(f"unknown image {image_id!r}: no such CR/DX series in the PACS")
             uri = self.get_image_uri(image_id)
             _, ref = layout.load_image(uri, image_id)
-            label = layout.read_label(label_filename, ref.shape)
+            label = read_label(label_filename, ref.shape)
             if label_tag != DefaultLabelTag.FINAL:
                 return _local_base().save_label(self, image_id, label_filename, label_tag, label_info)
             return self._save_final(image_id, label, label_filename, label_info)
@@ -400,7 +401,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
     def store_seg(
         self,
         image_id: str,
-        label: np.ndarray,
+        label: np.ndarray | None,
         findings: tuple[str, ...] | list[str] = (),
         content_label: str = PREANNOTATION_CONTENT_LABEL,
         description: str = "",
@@ -411,7 +412,8 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
 
         Args:
             image_id: the image's SeriesInstanceUID.
-            label: ``uint8 (H, W)`` label map (0..7).
+            label: ``uint8 (H, W)`` label map (0..7); None: painted from ``masks``
+                (:func:`~monailabel_xflow.transforms.labels.paint`, a later finding wins).
             findings: findings asked for (each a segment, empty when absent).
             content_label: :data:`PREANNOTATION_CONTENT_LABEL` (XFlow's unreviewed answer, not a
                 training label) or :data:`LABEL_CONTENT_LABEL` (a saved final label).
@@ -427,6 +429,10 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         """
         from monailabel.datastore.utils.dicom import dicom_web_upload_dcm
 
+        if label is None:
+            if not masks:
+                raise ValueError("store_seg needs a label map or the findings' masks")
+            label, _ = paint(masks.items(), next(iter(masks.values())).shape)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "seg.dcm"
             seg = write_seg(
@@ -589,7 +595,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
             return ""
         _, ref = layout.load_image(self.get_image_uri(image_id), image_id)
         label = read_seg(pydicom.dcmread(str(seg_files[0])), ref.shape)
-        tmp = layout.write_label(label, ref)
+        tmp = write_label(label, ref)
         try:
             info = {
                 **self._dicom_info(label_id),

@@ -38,6 +38,7 @@ from monailabel_xflow.errors import (
     UnavailableError,
     http_status,
 )
+from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +53,6 @@ class UnsafeIdError(BadRequestError, RequestError):
 
 class RequestTooLargeError(TooLargeError, RequestError):
     """A request body or parameter over its documented size limit."""
-
-
-class LabelError(InputError):
-    """A label file that does not fit its image (size) or the vocabulary (values 0..7)."""
 
 
 class ImageNotFoundError(NotFoundError):

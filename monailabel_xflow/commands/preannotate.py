@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print("xflow preannotate: --limit must be >= 0", file=sys.stderr)
         return 2
     from monailabel_xflow.app.datastore import make_dicomweb_datastore
-    from monailabel_xflow.app.infer import XFlowInferTask, instructions_from_request
+    from monailabel_xflow.app.infer import XFlowInferTask
+    from monailabel_xflow.app.requests import instructions_from_request
     from monailabel_xflow.app.runtime import XFlowRuntime
 
     request = {
@@ -122,19 +123,14 @@ def preannotate_one(store, task, image_id: str, request: dict, findings: list[st
     """XFlow's answer for one series, stored as a SEG; returns the SEG's SeriesInstanceUID."""
     import os
 
-    from monailabel_xflow.app import layout
-
-    uri = store.get_image_uri(image_id)
-    label_file, params = task({**request, "store_seg": True, "image": uri, "image_id": image_id})
-    try:
-        _, ref = layout.load_image(uri, image_id)
-        label = layout.read_label(label_file, ref.shape)
-    finally:
-        os.unlink(label_file)
+    label_file, params = task(
+        {**request, "store_seg": True, "image": store.get_image_uri(image_id), "image_id": image_id}
+    )
+    os.unlink(label_file)
     return store.store_seg(
         image_id,
-        label,
+        None,
         findings=findings,
         description=f"XFlow: {params['answer']}"[:64],
         masks=params["store_seg"]["masks"],
-    )  # each finding's full mask, overlaps kept
+    )  # each finding's full mask, overlaps kept; the label map painted from them
