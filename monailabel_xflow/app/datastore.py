@@ -60,6 +60,7 @@ from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.requests import check_id
 from monailabel_xflow.app.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
+from monailabel_xflow.errors import ConflictError, NotAllowedError
 from monailabel_xflow.transforms.labels import paint, read_label, write_label
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
@@ -174,18 +175,6 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
     read_label(label_filename, ref.shape)
 
 
-def _conflict(detail: str):
-    from fastapi import HTTPException
-
-    return HTTPException(status_code=409, detail=detail)
-
-
-def _refused(detail: str):
-    from fastapi import HTTPException
-
-    return HTTPException(status_code=405, detail=detail)
-
-
 _LocalDatastore: Any = _local_base()  # monailabel ships no type information: the base is Any to mypy
 _DICOMWebDatastore: Any = _dicomweb_base()
 
@@ -218,14 +207,14 @@ class XFlowLocalDatastore(_LocalDatastore):
             with FileLock(self._lock_file):
                 old = self._datastore.objects.get(image_id)
                 if old is not None and old.labels:
-                    raise _conflict(
+                    raise ConflictError(
                         f"image {image_id!r} has labels ({', '.join(sorted(old.labels))}) that describe "
                         "its current pixels: delete it first (its labels go with it) or upload under a "
                         "new id"
                     )
                 dest = os.path.join(folder, name)
                 if os.path.isdir(dest) or (os.path.lexists(dest) and old is None):
-                    raise _conflict(
+                    raise ConflictError(
                         f"image {image_id!r}: the studies folder already holds {name!r} that is not this image"
                     )
                 if old is not None:
@@ -269,7 +258,7 @@ class XFlowLocalDatastore(_LocalDatastore):
             suffix = stored_suffix(label_filename, LABEL_FORMATS, "label")
             stored_name(self, image_id, suffix)
             if not label_filename.endswith(suffix):
-                raise _conflict(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
+                raise ConflictError(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
             return super().save_label(image_id, label_filename, label_tag, label_info)
 
     def remove_label(self, label_id: str, label_tag: str) -> None:
@@ -336,13 +325,13 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
         upstream would put the file in the local cache, where it shadows the PACS."""
-        raise _refused(
+        raise NotAllowedError(
             "images come from the PACS: store the radiograph there (DICOMweb STOW), not through PUT /datastore/image"
         )
 
     def remove_image(self, image_id: str) -> None:
         """Refused (405): deleting a series is the PACS's business, not the labeling server's."""
-        raise _refused("images live in the PACS: delete a series there, not through DELETE /datastore/image")
+        raise NotAllowedError("images live in the PACS: delete a series there, not through DELETE /datastore/image")
 
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first

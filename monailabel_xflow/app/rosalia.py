@@ -16,7 +16,7 @@ params; SeriesDescription ``"ROSALIA: <findings>"``, ManufacturerModelName ``ROS
 studies folder the request answers 422 saying so.
 
 Weights: the ``rosalia`` key of the models configuration, else the committed ROSALIA demo
-(:func:`monailabel_xflow.workflow.model_config.rosalia_source`); ``/info`` names which (``rosalia_models``).
+(:func:`monailabel_xflow.rosalia.weights.rosalia_source`); ``/info`` names which (``rosalia_models``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class RosaliaRuntime:
     ) -> None:
         import os
 
-        from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError, default_config, rosalia_source
+        from monailabel_xflow.rosalia.weights import rosalia_source
+        from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError, default_config
 
         self.lock = threading.RLock()
         self._environ = os.environ if environ is None else environ
@@ -104,7 +105,7 @@ class RosaliaRuntime:
 
     def status(self) -> dict[str, Any]:
         """For ``/info``: which ROSALIA is served (the demo is named as such)."""
-        from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_NAME, ROSALIA_DEMO_NOTICE
+        from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_NAME, ROSALIA_DEMO_NOTICE
 
         out: dict[str, Any] = {
             "configured": self.path is not None,
@@ -121,7 +122,7 @@ class RosaliaRuntime:
         return out
 
     def describe(self) -> str:
-        from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_NOTICE
+        from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_NOTICE
 
         if self.path is None:
             return "NOT CONFIGURED - " + HOW_TO_CONFIGURE_ROSALIA
@@ -142,7 +143,8 @@ class RosaliaRuntime:
             if self._predictor is None:
                 from monailabel_xflow.rosalia.model import RosaliaError
                 from monailabel_xflow.rosalia.predictor import RosaliaPredictor
-                from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_NAME, ModelConfigError
+                from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_NAME
+                from monailabel_xflow.workflow.model_config import ModelConfigError
 
                 identity = {"rosalia": ROSALIA_DEMO_NAME if self.is_demo else str(self.path)}
                 logger.info("loading ROSALIA %s", self.describe())
