@@ -26,7 +26,7 @@
       ``MONAILabelApp._init_dicomweb_datastore``);
     * the series filter defaults to ``{"Modality": "CR,DX"}`` (upstream: CT); ``--conf
       dicomweb_search_filter JSON`` or ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` override it;
-    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.app.seg`:
+    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.transforms.seg`:
       highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
       radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
       image counts as labeled;
@@ -59,9 +59,9 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.requests import check_id
-from monailabel_xflow.app.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
 from monailabel_xflow.errors import ConflictError, NotAllowedError
-from monailabel_xflow.transforms.labels import paint, read_label, write_label
+from monailabel_xflow.transforms.labels import LabelError, paint, read_label, write_label
+from monailabel_xflow.transforms.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
@@ -455,7 +455,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
         for ``xflow preannotate`` to resume. ROSALIA's (ManufacturerModelName ``ROSALIA``, from the
         ``rosalia`` task's ``store_seg``) are not XFlow's and do not count."""
-        from monailabel_xflow.app.seg import finding_of_segment
+        from monailabel_xflow.transforms.seg import finding_of_segment
 
         out: dict[str, set[str]] = {}
         for _, meta in self._seg_series():
@@ -558,11 +558,9 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         return self._unreadable_labels
 
     def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
-        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.app.seg.read_seg`
+        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.transforms.seg.read_seg`
         (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache."""
         from monailabel.interfaces.datastore import DefaultLabelTag
-
-        from monailabel_xflow.app.seg import fetch_seg_series
 
         check_id(label_id, "label")
         check_id(label_tag, "label tag")
@@ -656,3 +654,38 @@ def make_dicomweb_datastore(
         fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME,
         convert_to_nifti=True,
     )
+
+
+def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
+    """Download a SEG series over DICOMweb into ``folder`` as stored (``transfer-syntax=*``), one
+    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
+
+    Asking for the stored transfer syntax matters: a PACS asked for its default (Explicit VR
+    Little Endian) must transcode, which Orthanc 1.10 cannot do for some SEGs (HTTP 500 "Cannot
+    transcode image"); pydicom decodes what OHIF stores (RLE label maps, 1-bit bitmaps) itself.
+
+    Args:
+        client: a ``dicomweb_client.DICOMwebClient``.
+        series_uid: the SEG's SeriesInstanceUID.
+        folder: where to write (created).
+
+    Raises:
+        LabelError: the PACS does not list the series.
+    """
+    import pydicom
+
+    found = [
+        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
+    ]
+    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
+    if not found:
+        raise LabelError(f"SEG series {series_uid} is not in the PACS")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for ds in client.retrieve_series(
+        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
+    ):
+        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
+        ds.save_as(str(files[-1]), write_like_original=False)
+    return files
