@@ -1,7 +1,7 @@
 """The ``xflow`` train task: fine-tune F_seg on the saved final labels (small and real).
 
 MONAI Label's "train" request runs :class:`XFlowSegmenterTrainTask` (in a subprocess the server
-starts). It calls :func:`finetune_from_labels`, which
+starts). It calls :func:`monailabel_xflow.training.promotion.finetune_from_labels`, which
 
 1. reads every (image, final label) pair of the datastore (``datastore.datalist()``);
 2. splits each finding's label into connected components; each component is one training
@@ -41,14 +41,12 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from monailabel_xflow.app.errors import RequestError
 from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
-from monailabel_xflow.training.promotion import component_prompts, promotion_check, split_heldout
-from monailabel_xflow.transforms.labels import read_label
+from monailabel_xflow.training.promotion import finetune_from_labels
 
 logger = logging.getLogger(__name__)
 
@@ -135,101 +133,6 @@ class TrainProgress:
         return out
 
 
-def finetune_from_labels(
-    pairs: Sequence[Mapping[str, str]],
-    segmenter: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    *,
-    steps: int = 10,
-    lr: float = 1e-4,
-    batch: int = 1,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Fine-tune F_seg on a datastore's final labels with the package's F_seg trainer.
-
-    Args:
-        pairs: ``[{"image": path, "label": path}]`` (``datastore.datalist()``); labels are label
-            maps of the image's size (values 0..7).
-        segmenter: the weights to start from (folder, hub id or ``.pt``; see ``load_tracker_model``).
-        output_dir: where a promoted model is saved (``save_pretrained``), replaced in one
-            rename so a serving app never reads half a checkpoint; a rejected one goes to
-            ``<output_dir>.rejected``.
-        steps: optimiser steps; ``batch``: prompts per step (gradient accumulation).
-        lr: AdamW learning rate of the decoder (the encoder gets the trainer's 0.6x).
-        seed: prompt sampling and initialisation seed.
-
-    Returns:
-        Stats: ``images`` (trained on), ``prompts``, ``steps``, ``losses``, ``loss_first``,
-        ``loss_last``, ``heldout_images``, the
-        :func:`~monailabel_xflow.training.promotion.promotion_check` keys, ``seconds``,
-        ``output`` (where the model went), ``start_weights``, and MONAI Label's ``epoch``,
-        ``total_epochs``, ``best_metric``, ``start_ts``, ``total_time`` (:class:`TrainProgress`).
-
-    Raises:
-        RequestError: no labeled image holds a finding to train on.
-    """
-    import shutil
-
-    from monailabel_xflow.training.config import SegmenterTrainConfig
-    from monailabel_xflow.training.segmenter import SegSample, finetune_segmenter
-    from monailabel_xflow.transforms.loading import load_cxr
-
-    t0 = time.perf_counter()
-    labeled = []  # (image path, image, prompts) of every pair whose label holds a finding
-    for pair in sorted(pairs, key=lambda p: str(p["image"])):
-        image, _ = load_cxr(pair["image"])
-        prompts = component_prompts(read_label(pair["label"], (image.shape[0], image.shape[1])))
-        if prompts:
-            labeled.append((str(pair["image"]), image, prompts))
-    if not labeled:
-        raise RequestError("nothing to train on: no final label holds a finding (save labels first)")
-    held, train = split_heldout(labeled)
-    samples = [SegSample(image, mask) for _, image, prompts in train for _, mask in prompts]
-    cfg = SegmenterTrainConfig(
-        learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed)
-    )
-    output_dir = Path(output_dir)
-    progress = TrainProgress(output_dir.parent / STATS_FILE, int(steps))
-    progress.step(0)
-    tmp = output_dir.with_name(output_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False, on_step=progress.step)
-    check = promotion_check(segmenter, tmp, [(image, prompts) for _, image, prompts in held])
-    destination = output_dir if check["promoted"] else output_dir.with_name(output_dir.name + ".rejected")
-    old = destination.with_name(destination.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if destination.exists():
-        destination.rename(old)
-    tmp.rename(destination)  # one rename: a serving app never reads half a checkpoint
-    shutil.rmtree(old, ignore_errors=True)
-    losses = [float(v) for v in result["losses"]]
-    stats = {
-        "images": len(train),
-        "prompts": len(samples),
-        "steps": int(result["steps"]),
-        "losses": losses,
-        "loss_first": losses[0] if losses else None,
-        "loss_last": losses[-1] if losses else None,
-        "heldout_images": [path for path, _, _ in held],
-        **check,
-        "seconds": round(time.perf_counter() - t0, 3),
-        "output": str(destination),
-        "start_weights": str(segmenter),
-    }
-    stats = progress.done(stats)
-    log = logger.info if check["promoted"] else logger.warning
-    log(
-        "fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f; %s (%s)",
-        len(samples),
-        len(train),
-        stats["loss_first"],
-        stats["loss_last"],
-        check["reason"],
-        destination,
-    )
-    return stats
-
-
 def _base_train_task() -> Any:
     from monailabel.interfaces.tasks.train import TrainTask
 
@@ -274,6 +177,15 @@ class XFlowSegmenterTrainTask(_TrainTask):
         steps, lr, batch, seed = params["steps"], params["lr"], params["batch"], params["seed"]
         pairs = datastore.datalist()
         logger.info("xflow train: %d labeled images, start from %s", len(pairs), start)
-        return finetune_from_labels(
-            pairs, start, self.model_dir / TRAINED_SEGMENTER_DIR, steps=steps, lr=lr, batch=batch, seed=seed
+        progress = TrainProgress(self.model_dir / STATS_FILE, steps)
+        stats = finetune_from_labels(
+            pairs,
+            start,
+            self.model_dir / TRAINED_SEGMENTER_DIR,
+            steps=steps,
+            lr=lr,
+            batch=batch,
+            seed=seed,
+            on_step=progress.step,
         )
+        return progress.done(stats)

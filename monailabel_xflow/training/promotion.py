@@ -1,7 +1,7 @@
-"""When a fine-tuned F_seg may replace the serving one: prompts from labels, a held-out split, the check.
+"""F_seg fine-tuned on saved final labels, and when it may replace the serving one.
 
-The app's train task (:mod:`monailabel_xflow.app.train`) fine-tunes F_seg on the datastore's final
-labels; this module decides what it trains on and whether the result is promoted:
+The app's train task (:mod:`monailabel_xflow.app.train`) runs :func:`finetune_from_labels` on the
+datastore's final labels; this module decides what it trains on and whether the result is promoted:
 
 * each finding's connected components of a label map become box prompts, specks (under
   :data:`monailabel_xflow.metrics.SPECK_FRACTION` of the image, the metrics' own speck rule) left
@@ -13,14 +13,20 @@ labels; this module decides what it trains on and whether the result is promoted
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import connected_components, mask_to_box
 from monailabel_xflow.metrics import SPECK_FRACTION, mask_iou
+
+logger = logging.getLogger(__name__)
 
 MAX_PROMPTS_PER_IMAGE = 8
 """The largest components of an image that become prompts (bounds the decoder batch)."""
@@ -114,3 +120,100 @@ def promotion_check(
             "reason": f"kept aside: held-out IoU {new:.4f} is below the serving segmenter's {cur:.4f}",
         }
     return {**out, "promoted": True, "reason": f"promoted: held-out IoU {new:.4f} >= {cur:.4f}"}
+
+
+def finetune_from_labels(
+    pairs: Sequence[Mapping[str, str]],
+    segmenter: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    steps: int = 10,
+    lr: float = 1e-4,
+    batch: int = 1,
+    seed: int = 0,
+    on_step: Callable[[int, int, float | None], Any] | None = None,
+) -> dict[str, Any]:
+    """Fine-tune F_seg on a datastore's final labels with the package's F_seg trainer.
+
+    Args:
+        pairs: ``[{"image": path, "label": path}]`` (``datastore.datalist()``); labels are label
+            maps of the image's size (values 0..7).
+        segmenter: the weights to start from (folder, hub id or ``.pt``; see ``load_tracker_model``).
+        output_dir: where a promoted model is saved (``save_pretrained``), replaced in one
+            rename so a serving app never reads half a checkpoint; a rejected one goes to
+            ``<output_dir>.rejected``.
+        steps: optimiser steps; ``batch``: prompts per step (gradient accumulation).
+        lr: AdamW learning rate of the decoder (the encoder gets the trainer's 0.6x).
+        seed: prompt sampling and initialisation seed.
+        on_step: called with (0, steps, None) once the data are read and after every optimiser
+            step with (done, total, loss), e.g. to publish progress.
+
+    Returns:
+        Stats: ``images`` (trained on), ``prompts``, ``steps``, ``losses``, ``loss_first``,
+        ``loss_last``, ``heldout_images``, the
+        :func:`~monailabel_xflow.training.promotion.promotion_check` keys, ``seconds``,
+        ``output`` (where the model went), ``start_weights``.
+
+    Raises:
+        InputError: no labeled image holds a finding to train on.
+    """
+    import shutil
+
+    from monailabel_xflow.training.config import SegmenterTrainConfig
+    from monailabel_xflow.training.segmenter import SegSample, finetune_segmenter
+    from monailabel_xflow.transforms.labels import read_label
+    from monailabel_xflow.transforms.loading import load_cxr
+
+    t0 = time.perf_counter()
+    labeled = []  # (image path, image, prompts) of every pair whose label holds a finding
+    for pair in sorted(pairs, key=lambda p: str(p["image"])):
+        image, _ = load_cxr(pair["image"])
+        prompts = component_prompts(read_label(pair["label"], (image.shape[0], image.shape[1])))
+        if prompts:
+            labeled.append((str(pair["image"]), image, prompts))
+    if not labeled:
+        raise InputError("nothing to train on: no final label holds a finding (save labels first)")
+    held, train = split_heldout(labeled)
+    samples = [SegSample(image, mask) for _, image, prompts in train for _, mask in prompts]
+    cfg = SegmenterTrainConfig(
+        learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed)
+    )
+    output_dir = Path(output_dir)
+    if on_step is not None:
+        on_step(0, int(steps), None)
+    tmp = output_dir.with_name(output_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False, on_step=on_step)
+    check = promotion_check(segmenter, tmp, [(image, prompts) for _, image, prompts in held])
+    destination = output_dir if check["promoted"] else output_dir.with_name(output_dir.name + ".rejected")
+    old = destination.with_name(destination.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if destination.exists():
+        destination.rename(old)
+    tmp.rename(destination)  # one rename: a serving app never reads half a checkpoint
+    shutil.rmtree(old, ignore_errors=True)
+    losses = [float(v) for v in result["losses"]]
+    stats = {
+        "images": len(train),
+        "prompts": len(samples),
+        "steps": int(result["steps"]),
+        "losses": losses,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "heldout_images": [path for path, _, _ in held],
+        **check,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "output": str(destination),
+        "start_weights": str(segmenter),
+    }
+    log = logger.info if check["promoted"] else logger.warning
+    log(
+        "fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f; %s (%s)",
+        len(samples),
+        len(train),
+        stats["loss_first"],
+        stats["loss_last"],
+        check["reason"],
+        destination,
+    )
+    return stats
