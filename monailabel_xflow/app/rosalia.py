@@ -1,19 +1,8 @@
 """The ``rosalia`` infer task: the papers' single-shot baseline beside ``xflow``.
 
-Same request keys as ``xflow`` (``instruction`` free text or the ``finding`` / ``location``
-pickers, ``overlay``, ``trace``, ``result_extension`` / ``result_dtype``, ``store_seg``,
-``label_values``;
-:class:`~monailabel_xflow.app.task.AnswerTask` reads them), same output: one
-label map painted with the values ``label_names`` gives (:func:`~monailabel_xflow.transforms.labels.paint`),
-``answer`` sentences and ``findings`` records in XFlow's words, ``traces`` (ROSALIA's: raw text
-with ``[SEG]``, decision, timings). ROSALIA has no clicks: ``max_clicks`` / ``revise`` are not
-options of this task.
-
-``store_seg`` works as for ``xflow`` (default ``--conf store_seg``,
-:func:`~monailabel_xflow.app.requests.store_seg_default`): with a DICOMweb
-datastore the app stores the label as a DICOM SEG in the image's study (``seg_series`` in the
-params; SeriesDescription ``"ROSALIA: <findings>"``, ManufacturerModelName ``ROSALIA``); with a
-studies folder the request answers 422 saying so.
+The request keys and output of :mod:`monailabel_xflow.app.task` (as ``xflow``); ``traces`` are
+ROSALIA's (raw text with ``[SEG]``, decision, timings) and a stored SEG names ROSALIA. ROSALIA has
+no clicks: ``max_clicks`` / ``revise`` are not options of this task.
 
 Weights: the ``rosalia`` key of the models configuration, else the committed ROSALIA demo
 (:func:`monailabel_xflow.rosalia.weights.rosalia_source`); ``/info`` names which (``rosalia_models``).
