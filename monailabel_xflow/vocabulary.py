@@ -85,7 +85,7 @@ def join_regions(regions: tuple[str, ...] | list[str]) -> str:
     return REGION_JOINER.join(regions)
 
 
-# --- codes of the findings in DICOM SEG objects (monailabel_xflow.transforms.seg) ------------------
+# --- codes of the findings in DICOM SEG objects (monailabel_xflow.data.seg) ------------------
 
 NO_FINDING = "no finding"
 """The one segment of a SEG that holds no finding."""

@@ -86,7 +86,7 @@ def segs_in_pacs(orthanc: str) -> dict[str, pydicom.Dataset]:
 def pacs(tmp_path_factory):
     from monailabel_xflow.cli import main
     from monailabel_xflow.data.export import DicomVariant
-    from monailabel_xflow.transforms.seg import write_seg
+    from monailabel_xflow.data.seg import write_seg
 
     tmp = tmp_path_factory.mktemp("ohif-current")
     phantoms = {
@@ -162,7 +162,7 @@ def a_datastore(pacs, name: str):
 
 
 def xflow_mask(pacs, key: str) -> np.ndarray:
-    from monailabel_xflow.transforms.seg import read_seg_masks
+    from monailabel_xflow.data.seg import read_seg_masks
 
     return read_seg_masks(pacs.xflow[key], (512, 512))["effusion"]
 
@@ -427,7 +427,7 @@ def test_segmentation_mode_edit_is_stored_and_becomes_the_images_training_label(
     """Brush edit in Segmentation mode -> stored by OHIF (a Label Map SEG, RLE) -> the plugin's
     datastore takes it as the CR's label (not XFlow's unreviewed SEG), XFlow's mask and the
     annotator's stroke both in it -> ``datalist()``, which the train task trains on, holds it."""
-    from monailabel_xflow.transforms.seg import LABELMAP_SOP_CLASS
+    from monailabel_xflow.data.seg import LABELMAP_SOP_CLASS
 
     assert len(corrected.stored) == 1, list(corrected.stored)
     assert any("effusion" in r for r in corrected.rows), corrected.rows
@@ -463,7 +463,7 @@ def test_a_malformed_seg_is_skipped_with_its_reason_and_the_others_still_train(p
 
     from monailabel_xflow.app.runtime import XFlowRuntime
     from monailabel_xflow.app.train import XFlowSegmenterTrainTask
-    from monailabel_xflow.transforms.seg import write_seg
+    from monailabel_xflow.data.seg import write_seg
 
     truth = np.zeros((512, 512), np.uint8)
     truth[pacs.phantoms["dx"].lesions[0].mask] = 7

@@ -102,7 +102,7 @@ def a_datastore(pacs, name: str):
 
 def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_square_image(pacs):
     from monailabel_xflow.app import layout
-    from monailabel_xflow.transforms.seg import read_seg
+    from monailabel_xflow.data.seg import read_seg
     from monailabel_xflow.vocabulary import FINDING_CODES
 
     label = np.zeros((1024, 700), np.uint8)
@@ -134,7 +134,7 @@ def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_squa
 @pytest.fixture(scope="module")
 def stored(pacs):
     """XFlow run through the server on the phantom with ``store_seg``: the result and its SEG."""
-    from monailabel_xflow.transforms.seg import read_seg
+    from monailabel_xflow.data.seg import read_seg
 
     t0 = time.perf_counter()
     label_file, params = pacs.client.infer(
@@ -240,7 +240,7 @@ def test_xflow_seg_is_not_a_label_but_an_ohif_correction_is(pacs, stored):
 def _as_ohif_would_store(seg: pydicom.Dataset, label: np.ndarray) -> pydicom.Dataset:
     """A SEG like OHIF's "Export DICOM SEG": same source and geometry, a new series, segments named
     by the annotator with OHIF's default code (SCT 85756007 "Tissue"), no XFlow content label."""
-    from monailabel_xflow.transforms.seg import write_seg
+    from monailabel_xflow.data.seg import write_seg
 
     source = pydicom.Dataset()
     for keyword in (
@@ -316,7 +316,7 @@ def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs)
     per finding asked (present or not), its pixels the label the request returned, named ROSALIA
     (series description, model name, algorithm); an unreviewed answer (``XFLOW_AUTO``) that is not
     one of XFlow's pre-annotations (``xflow preannotate`` would not skip the series for it)."""
-    from monailabel_xflow.transforms.seg import read_seg, read_seg_masks
+    from monailabel_xflow.data.seg import read_seg, read_seg_masks
 
     before = set(segs_in_pacs(pacs))
     label_file, params = pacs.client.infer(

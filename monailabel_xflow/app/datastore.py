@@ -26,7 +26,7 @@
       ``MONAILabelApp._init_dicomweb_datastore``);
     * the series filter defaults to ``{"Modality": "CR,DX"}`` (upstream: CT); ``--conf
       dicomweb_search_filter JSON`` or ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` override it;
-    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.transforms.seg`:
+    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.data.seg`:
       highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
       radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
       image counts as labeled;
@@ -59,9 +59,9 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.requests import check_id
+from monailabel_xflow.data.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
 from monailabel_xflow.errors import ConflictError, NotAllowedError
 from monailabel_xflow.transforms.labels import LabelError, paint, read_label, write_label
-from monailabel_xflow.transforms.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
@@ -455,7 +455,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
         for ``xflow preannotate`` to resume. ROSALIA's (ManufacturerModelName ``ROSALIA``, from the
         ``rosalia`` task's ``store_seg``) are not XFlow's and do not count."""
-        from monailabel_xflow.transforms.seg import finding_of_segment
+        from monailabel_xflow.data.seg import finding_of_segment
 
         out: dict[str, set[str]] = {}
         for _, meta in self._seg_series():
@@ -558,7 +558,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         return self._unreadable_labels
 
     def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
-        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.transforms.seg.read_seg`
+        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.data.seg.read_seg`
         (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache."""
         from monailabel.interfaces.datastore import DefaultLabelTag
 

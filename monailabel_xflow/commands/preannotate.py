@@ -7,7 +7,7 @@ Usage::
 
 For every CR/DX series the DICOMweb datastore lists (the same series filter as ``xflow serve``),
 XFlow answers the chosen findings (default: all seven, chest level) and the label map goes back
-into the image's study as one SEG (:mod:`monailabel_xflow.transforms.seg`: one segment per finding
+into the image's study as one SEG (:mod:`monailabel_xflow.data.seg`: one segment per finding
 asked, empty when absent), marked ``ContentLabel XFLOW_AUTO`` so that OHIF shows it and the
 datastore does not mistake it for a reviewed label.
 
