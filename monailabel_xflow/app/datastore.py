@@ -59,6 +59,7 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.requests import check_id
+from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.data.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
 from monailabel_xflow.errors import ConflictError, NotAllowedError
 from monailabel_xflow.transforms.labels import LabelError, paint, read_label, write_label
@@ -67,18 +68,6 @@ from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
-
-
-def _local_base() -> Any:
-    from monailabel.datastore.local import LocalDatastore
-
-    return LocalDatastore
-
-
-def _dicomweb_base() -> Any:
-    from monailabel.datastore.dicom import DICOMWebDatastore
-
-    return DICOMWebDatastore
 
 
 MAX_STORED_NAME_BYTES = 255
@@ -175,11 +164,11 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
     read_label(label_filename, ref.shape)
 
 
-_LocalDatastore: Any = _local_base()  # monailabel ships no type information: the base is Any to mypy
-_DICOMWebDatastore: Any = _dicomweb_base()
+LocalDatastore: Any = upstream_class("monailabel.datastore.local.LocalDatastore")
+DICOMWebDatastore: Any = upstream_class("monailabel.datastore.dicom.DICOMWebDatastore")
 
 
-class XFlowLocalDatastore(_LocalDatastore):
+class XFlowLocalDatastore(LocalDatastore):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
     is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
     it read or write outside its folder."""
@@ -317,7 +306,7 @@ def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
     return pydicom.Dataset.from_json(meta[0]) if meta else None
 
 
-class XFlowDICOMwebDatastore(_DICOMWebDatastore):
+class XFlowDICOMwebDatastore(DICOMWebDatastore):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
 
     _seg_index: tuple[float, dict[str, str]] | None  # (monotonic time, image id -> SEG series)
@@ -366,7 +355,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
             _, ref = layout.load_image(uri, image_id)
             label = read_label(label_filename, ref.shape)
             if label_tag != DefaultLabelTag.FINAL:
-                return _local_base().save_label(self, image_id, label_filename, label_tag, label_info)
+                return LocalDatastore.save_label(self, image_id, label_filename, label_tag, label_info)
             return self._save_final(image_id, label, label_filename, label_info)
 
     def _save_final(self, image_id: str, label: np.ndarray, label_filename: str, label_info: dict[str, Any]) -> str:
@@ -385,7 +374,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
             }
         )
         logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
-        return _local_base().save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
+        return LocalDatastore.save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
 
     def store_seg(
         self,
@@ -525,7 +514,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         from monailabel.interfaces.datastore import DefaultLabelTag
 
         current = self.label_series()
-        stale = set(_local_base().get_labeled_images(self)) - set(current)
+        stale = set(LocalDatastore.get_labeled_images(self)) - set(current)
         for image_id in stale:
             cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
             logger.info("label of %s no longer in the PACS: removed from the cache", image_id)
@@ -567,7 +556,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         if image_id:
             check_id(image_id, "image")
         if label_tag != DefaultLabelTag.FINAL or not image_id:
-            return _local_base().get_label_uri(self, label_id, label_tag)
+            return LocalDatastore.get_label_uri(self, label_id, label_tag)
         cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
         info = self._cached_label_info(image_id)
         if os.path.exists(cached) and info.get("SeriesInstanceUID") in (label_id, None):
@@ -589,7 +578,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
                 "SeriesInstanceUID": label_id,
                 "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING],
             }
-            _local_base().save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
+            LocalDatastore.save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
         finally:
             os.unlink(tmp)
         logger.info("label of %s from SEG %s: %s", image_id, label_id, info["findings"])

@@ -31,6 +31,7 @@ from typing import Any
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.requests import as_max_clicks
 from monailabel_xflow.app.runtime import XFlowRuntime, lower_priority_if_background
+from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.eval.uncertainty import image_uncertainty
 
 logger = logging.getLogger(__name__)
@@ -70,16 +71,10 @@ def _score_key(path: str, instruction: str, budget: int, models: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _base_scoring() -> Any:
-    from monailabel.interfaces.tasks.scoring import ScoringMethod
-
-    return ScoringMethod
+ScoringMethod: Any = upstream_class("monailabel.interfaces.tasks.scoring.ScoringMethod")
 
 
-_ScoringMethod: Any = _base_scoring()  # monailabel ships no type information: the base is Any to mypy
-
-
-class XFlowUncertaintyScoring(_ScoringMethod):
+class XFlowUncertaintyScoring(ScoringMethod):
     """Scores unlabeled images with :func:`~monailabel_xflow.eval.uncertainty.image_uncertainty`."""
 
     def __init__(self, runtime: XFlowRuntime):

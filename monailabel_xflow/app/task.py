@@ -73,6 +73,7 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import http_errors
 from monailabel_xflow.app.requests import AnswerRequest
+from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.transforms.labels import finding_masks, paint, write_label
 from monailabel_xflow.vocabulary import FINDINGS, label_value
@@ -82,15 +83,8 @@ logger = logging.getLogger(__name__)
 LABELS: dict[str, int] = {f: label_value(f) for f in FINDINGS}
 
 
-def monai_infer_task() -> Any:
-    """MONAI Label's ``InferTask`` (v2), the base of every task of the app (``Any`` to mypy:
-    monailabel ships no type information)."""
-    from monailabel.interfaces.tasks.infer_v2 import InferTask
-
-    return InferTask
-
-
-MonaiInferTask: Any = monai_infer_task()
+MonaiInferTask: Any = upstream_class("monailabel.interfaces.tasks.infer_v2.InferTask")
+"""MONAI Label's ``InferTask`` (v2), the base of every infer task of the app."""
 
 
 class Answer(Protocol):

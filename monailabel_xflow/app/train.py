@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
+from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.training.promotion import finetune_from_labels
 
 logger = logging.getLogger(__name__)
@@ -133,16 +134,10 @@ class TrainProgress:
         return out
 
 
-def _base_train_task() -> Any:
-    from monailabel.interfaces.tasks.train import TrainTask
-
-    return TrainTask
+TrainTask: Any = upstream_class("monailabel.interfaces.tasks.train.TrainTask")
 
 
-_TrainTask: Any = _base_train_task()  # monailabel ships no type information: the base is Any to mypy
-
-
-class XFlowSegmenterTrainTask(_TrainTask):
+class XFlowSegmenterTrainTask(TrainTask):
     """MONAI Label train task running :func:`finetune_segmenter` on the final labels.
 
     Args:

@@ -1,4 +1,5 @@
-"""The one registry of the app's wraps of MONAI Label's own functions (the guard's, Slicer's).
+"""What the app takes from MONAI Label: its base classes (:func:`upstream_class`) and the one registry
+of the app's wraps of its functions (the guard's, Slicer's).
 
 MONAI Label's routes look their endpoint functions up at call time, so the app changes what a
 route does by replacing the function on its module or class. Each wrapping layer
@@ -9,8 +10,17 @@ share a marker, so one cannot hide the other's (they did once), and installing t
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
+
+
+def upstream_class(path: str) -> Any:
+    """The MONAI Label class at dotted ``path``, to subclass or call (``Any`` to mypy: monailabel ships
+    no type information)."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
 
 INSTALLED: list[tuple[str, str, str]] = []
 """``(owner, name, layer)`` of every wrap installed in this process, in order."""
