@@ -51,21 +51,18 @@ def load_image(path: str | os.PathLike | None, image_id: str | None = None) -> t
 
 
 def _refuse_lateral_series(path: str | os.PathLike) -> None:
-    """A NIfTI cached by the DICOMweb datastore lost the DICOM tags; its series folder
-    (same name without ``.nii.gz``) still has them: refuse lateral views as ``load_cxr`` does."""
+    """A NIfTI cached by the DICOMweb datastore lost the DICOM tags; its series folder (same name
+    without ``.nii.gz``) still has them: the loader's lateral-view rule applies to them."""
     series_dir = Path(str(path)[: -len(".nii.gz")]) if str(path).endswith(".nii.gz") else None
     if series_dir is None or not series_dir.is_dir():
         return
     first = next(iter(sorted(series_dir.glob("*.dcm"))), None)
-    if first is None:
-        return
-    import pydicom
+    if first is not None:
+        import pydicom
 
-    from monailabel_xflow.transforms.loading import LATERAL_VIEWS, CXRLoadError
+        from monailabel_xflow.transforms.loading import refuse_lateral
 
-    view = str(pydicom.dcmread(str(first), stop_before_pixels=True).get("ViewPosition", "") or "").strip().upper()
-    if view in LATERAL_VIEWS:
-        raise CXRLoadError(path, f"lateral view (ViewPosition {view}); XFlow reads frontal views")
+        refuse_lateral(pydicom.dcmread(str(first), stop_before_pixels=True), path)
 
 
 def overlay_png(image: np.ndarray, label_hw: np.ndarray) -> bytes:

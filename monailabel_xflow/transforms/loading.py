@@ -645,6 +645,22 @@ def _read_nifti(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     return from_reader_order(np.asarray(voxels, dtype=np.float32)), meta
 
 
+def refuse_lateral(ds: Any, path: PathLike) -> None:
+    """The one lateral-view rule: a DICOM header whose *View Position* is one of
+    :data:`LATERAL_VIEWS` is refused (XFlow reads frontal views).
+
+    Raises:
+        CXRLoadError: a lateral view (the message says how to load it anyway).
+    """
+    view = str(ds.get("ViewPosition", "") or "").strip().upper() or None
+    if view in LATERAL_VIEWS:
+        raise CXRLoadError(
+            path,
+            f"lateral view (ViewPosition {view}); XFlow reads frontal "
+            "views (pass allow_lateral=True / --allow-lateral to load it)",
+        )
+
+
 def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, Any]]:
     """DICOM through pydicom: bits stored, modality LUT, VOI LUT/window, colour to gray.
 
@@ -666,12 +682,8 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
             raise CXRLoadError(path, f"unreadable DICOM file ({caught[0].message})")
         raise CXRLoadError(path, "no pixel data: not a DICOM image")
     view = str(ds.get("ViewPosition", "") or "").strip().upper() or None
-    if view in LATERAL_VIEWS and not allow_lateral:
-        raise CXRLoadError(
-            path,
-            f"lateral view (ViewPosition {view}); XFlow reads frontal "
-            "views (pass allow_lateral=True / --allow-lateral to load it)",
-        )
+    if not allow_lateral:
+        refuse_lateral(ds, path)
     frames = int(ds.get("NumberOfFrames", 1) or 1)
     if frames > 1:
         raise CXRLoadError(path, f"multi-frame DICOM with {frames} frames; expected one image")
