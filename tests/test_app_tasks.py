@@ -474,3 +474,50 @@ def test_a_click_revision_answers_from_the_cached_embedding_while_another_image_
         release.set()
         run_a.join(120)
     assert not run_a.is_alive()
+
+
+def test_store_seg_hands_the_tasks_masks_to_the_datastore_without_reading_files_back(monkeypatch):
+    """The SEG is written from each finding's full mask the task answered: the image is not decoded
+    again and the label file not read back (issue 28)."""
+    from monailabel_xflow.app import xflow_app
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("store_result_seg read a file back")
+
+    monkeypatch.setattr(layout, "load_image", no_reading)
+    monkeypatch.setattr(label_io, "read_label", no_reading)
+    calls = []
+
+    class PACS:
+        def store_seg(self, image_id, label, findings=(), algorithm="XFlow", masks=None):
+            calls.append((image_id, label, list(findings), algorithm, masks))
+            return "1.2.3"
+
+    masks = {"effusion": EFFUSION_GT, "edema": EDEMA_GT}
+    wanted = {"findings": ["edema", "effusion"], "algorithm": "ROSALIA", "masks": masks}
+    result = {"file": "/no/such/label.png", "params": {"store_seg": wanted, "label_names": {"edema": 1}}}
+    xflow_app.store_result_seg(PACS(), "series-1", result)
+    assert calls == [("series-1", None, ["edema", "effusion"], "ROSALIA", masks)]
+    assert result["params"]["seg_series"] == "1.2.3" and "store_seg" not in result["params"]
+
+
+def test_a_label_file_is_written_once_with_the_answer_in_its_header(tmp_path, monkeypatch):
+    import nibabel as nib
+
+    from monailabel_xflow.transforms.loading import save_nifti_2d
+
+    image = tmp_path / "cxr.nii.gz"
+    save_nifti_2d(np.random.default_rng(0).uniform(0, 1, (H, W)).astype(np.float32), image, spacing=(0.5, 0.25))
+    ref = layout.load_image(str(image))[1]
+    saves = []
+    real_save = nib.save
+    monkeypatch.setattr(nib, "save", lambda img, path: (saves.append(path), real_save(img, path)))
+    label = np.zeros((H, W), np.uint8)
+    label[EFFUSION_GT] = 7
+    for extension, dtype in ((None, "uint8"), (".nii", "float32")):
+        saves.clear()
+        path = label_io.write_label(label, ref, str(tmp_path), extension=extension, dtype=dtype, answer="Effusion.")
+        assert saves == [path]  # one pass: built in memory, saved once, never reloaded
+        assert label_io.answer_of_file(path) == "Effusion."
+        np.testing.assert_array_equal(label_io.read_label(path, (H, W)), label)
+        assert np.allclose(nib.load(path).affine, nib.load(str(image)).affine)  # the image's own geometry
