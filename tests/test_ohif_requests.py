@@ -88,7 +88,7 @@ def test_result_extension_and_dtype_are_honoured(png, ext, dtype):
 def test_bad_format_options_name_the_option(png, bad, word):
     task = infer_task([stage1(True, [box_of(EFFUSION_GT)])])
     with pytest.raises(RequestError, match=word):
-        task._run({**task.config(), "image": str(png), "instruction": "effusion", **bad})
+        task.run({**task.config(), "image": str(png), "instruction": "effusion", **bad})
 
 
 def test_point_prompts_keyed_by_label_name_revise_that_finding(png):

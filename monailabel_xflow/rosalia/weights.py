@@ -8,6 +8,7 @@ unless ``XFLOW_NO_DEMO`` turns the demo off.
 
 from __future__ import annotations
 
+import importlib.resources
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,7 +20,7 @@ ROSALIA_DEMO_NOTICE = (
     f"Using the ROSALIA demo model ({ROSALIA_DEMO_NAME}): demo model trained on synthetic "
     "phantoms; not for clinical images."
 )
-ROSALIA_DEMO_DIR = Path(__file__).resolve().parent / "demo"
+ROSALIA_DEMO_DIR = Path(str(importlib.resources.files(__package__) / "demo"))
 """Folder of the committed ROSALIA demo (a ROSALIA folder, ``xflow train rosalia-demo``)."""
 
 
