@@ -77,8 +77,9 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     from monailabel_xflow.rosalia.configs import build_random_rosalia
     from monailabel_xflow.rosalia.predictor import RosaliaPredictor
+    from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_DIR
     from monailabel_xflow.transforms import load_cxr
-    from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR, demo_config
+    from monailabel_xflow.workflow.model_config import demo_config
     from monailabel_xflow.workflow.xflow import XFlow
 
     config = demo_config()

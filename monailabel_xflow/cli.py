@@ -33,14 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:2] == ["train", "demo"]:  # the demo recipe has its own options (training/demo.py)
-        from monailabel_xflow.training.demo import main as train_demo
-
-        return int(train_demo(argv[2:]) or 0)
-    if argv[:2] in (["train", "rosalia"], ["train", "rosalia-demo"]):  # ROSALIA's trainers (rosalia/)
-        from monailabel_xflow.rosalia import demo, training
-
-        return int((training.main if argv[1] == "rosalia" else demo.main)(argv[2:]) or 0)
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

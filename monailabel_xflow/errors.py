@@ -13,6 +13,8 @@ base                        HTTP    meaning
                                     a path
 :class:`NotFoundError`      404     an id that names nothing
 :class:`TooLargeError`      413     a body or parameter over its documented limit
+:class:`ConflictError`      409     a change that conflicts with what a store holds
+:class:`NotAllowedError`    405     an operation this store does not offer
 :class:`UnavailableError`   503     the models are not configured or cannot be loaded now
 ==========================  ======  ===================================================
 
@@ -44,6 +46,14 @@ class TooLargeError(InputError):
     """A body or parameter over its documented size limit (HTTP 413)."""
 
 
+class ConflictError(InputError):
+    """A change that conflicts with what a store holds, e.g. new pixels under labelled ones (HTTP 409)."""
+
+
+class NotAllowedError(InputError):
+    """An operation a store does not offer, e.g. adding images to a PACS through the app (HTTP 405)."""
+
+
 class UnavailableError(XFlowError, RuntimeError):
     """Models not configured or not loadable right now (HTTP 503)."""
 
@@ -52,6 +62,8 @@ HTTP_STATUS: dict[type[XFlowError], int] = {
     BadRequestError: 400,
     NotFoundError: 404,
     TooLargeError: 413,
+    ConflictError: 409,
+    NotAllowedError: 405,
     InputError: 422,
     UnavailableError: 503,
 }

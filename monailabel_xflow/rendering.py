@@ -30,6 +30,17 @@ PALETTE: tuple[tuple[int, int, int], ...] = (
 )
 """Default colours, cycled over masks and boxes."""
 
+FINDING_COLOURS: tuple[tuple[int, int, int], ...] = (
+    (230, 25, 75),
+    (60, 180, 75),
+    (255, 225, 25),
+    (0, 130, 200),
+    (245, 130, 48),
+    (145, 30, 180),
+    (70, 240, 240),
+)
+"""RGB of label value ``v`` at index ``v - 1`` (overlays and DICOM SEG segments alike)."""
+
 POSITIVE_COLOR = (0, 255, 0)
 NEGATIVE_COLOR = (255, 0, 0)
 OBSERVATION_MASK_COLOR = (255, 64, 64)

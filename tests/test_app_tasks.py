@@ -22,6 +22,7 @@ from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to
 from monailabel_xflow.instructions import Instruction, InstructionError
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, Stage2Action, format_stage1, format_stage2
 from monailabel_xflow.testing import ScriptedPolicy, ScriptedSegmenter, StubRuntime, ellipse
+from monailabel_xflow.transforms import labels as label_io
 from monailabel_xflow.vocabulary import FINDINGS
 from monailabel_xflow.workflow.xflow import XFlow
 
@@ -111,7 +112,7 @@ def test_infer_on_nifti_keeps_the_image_affine(tmp_path):
 
 
 def test_pickers_text_and_defaults():
-    from monailabel_xflow.app.infer import FINDING_CHOICES, LOCATION_CHOICES, instructions_from_request
+    from monailabel_xflow.app.requests import FINDING_CHOICES, LOCATION_CHOICES, instructions_from_request
 
     got = instructions_from_request({"instruction": "", "finding": "effusion", "location": "left lung base"})
     assert [i.text for i in got] == ["Segment the effusion in the left lung base."]
@@ -157,7 +158,7 @@ def test_revise_converts_client_clicks_and_keeps_other_findings(png, tmp_path):
     previous[EFFUSION_GT] = 7
     previous[EDEMA_GT] = 6
     ref = layout.load_image(str(png))[1]
-    prev_file = layout.write_label(previous, ref, str(tmp_path))
+    prev_file = label_io.write_label(previous, ref, str(tmp_path))
     # clicks as Slicer sends them: [i = column, j = row, k = 0]
     label_file, params = revise_task(seg)(
         {
@@ -173,7 +174,7 @@ def test_revise_converts_client_clicks_and_keeps_other_findings(png, tmp_path):
     assert (pos.positive, neg.positive) == (True, False)
     assert (pos.x, pos.y) == pytest.approx(pixel_to_point(200, 300, (H, W)))
     assert (neg.x, neg.y) == pytest.approx(pixel_to_point(190, 230, (H, W)))
-    out = layout.read_label(label_file, (H, W))  # (H, W)
+    out = label_io.read_label(label_file, (H, W))  # (H, W)
     assert out[200, 300] == 7 and out[190, 230] == 0  # grown at the positive click, carved at the negative
     assert read_monai(label_file)[300, 200] == 7  # what Slicer reads: index [i = column, j = row]
     np.testing.assert_array_equal(out == 6, EDEMA_GT)  # the other finding is kept
@@ -213,18 +214,18 @@ def test_revise_needs_a_finding_and_something_to_start_from(png):
 
 def test_read_label_refuses_wrong_size_and_values(png, tmp_path):
     ref = layout.load_image(str(png))[1]
-    good = layout.write_label(np.full((H, W), 3, np.uint8), ref, str(tmp_path))
-    assert layout.read_label(good, (H, W)).shape == (H, W)
+    good = label_io.write_label(np.full((H, W), 3, np.uint8), ref, str(tmp_path))
+    assert label_io.read_label(good, (H, W)).shape == (H, W)
     with pytest.raises(LabelError, match="320 x 256"):
-        layout.read_label(good, (W, H))
+        label_io.read_label(good, (W, H))
     bad = tmp_path / "bad.png"
     Image.fromarray(np.full((H, W), 200, np.uint8)).save(bad)
     with pytest.raises(LabelError, match="0..7"):
-        layout.read_label(bad, (H, W))
+        label_io.read_label(bad, (H, W))
     junk = tmp_path / "junk.nii.gz"
     junk.write_bytes(b"not a nifti")
     with pytest.raises(LabelError, match="unreadable"):
-        layout.read_label(junk)
+        label_io.read_label(junk)
 
 
 def test_error_mapping_is_one_table():
@@ -256,7 +257,7 @@ def test_error_mapping_is_one_table():
 
 
 def test_uncertainty_formula(png):
-    from monailabel_xflow.app.scoring import image_uncertainty
+    from monailabel_xflow.eval.uncertainty import image_uncertainty
 
     image = layout.load_image(str(png))[0]
     box = box_of(EFFUSION_GT)
@@ -310,7 +311,8 @@ def test_strategy_picks_most_uncertain_unlabeled_else_random():
 def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, kind):
     import pydicom
 
-    from monailabel_xflow.app.datastore import NO_FINDING, read_seg, write_seg
+    from monailabel_xflow.app.datastore import read_seg, write_seg
+    from monailabel_xflow.vocabulary import NO_FINDING
 
     source = cxr_samples / "dicom" / "cr.dcm"
     ds = pydicom.dcmread(source, stop_before_pixels=True)
@@ -370,13 +372,13 @@ def test_serve_dry_run_prints_command_and_radiograph_environment(tmp_path, capsy
 
 
 def test_findings_order_matches_label_values():
-    from monailabel_xflow.app.infer import LABELS
+    from monailabel_xflow.app.task import LABELS
 
     assert list(LABELS) == list(FINDINGS) and list(LABELS.values()) == list(range(1, 8))
 
 
 def test_component_prompts_skip_specks_and_keep_the_largest():
-    from monailabel_xflow.app.train import component_prompts
+    from monailabel_xflow.training.promotion import component_prompts
 
     label = np.zeros((H, W), np.uint8)
     label[EFFUSION_GT] = 7
@@ -403,7 +405,7 @@ def test_revise_auto_lets_the_revision_policy_click(png):
     label_file, params = task({"image": str(png), "finding": "effusion", "auto": True, "max_clicks": 2})
     (proposed,) = params["proposed_clicks"]  # the policy speaks 0..1000 text coordinates
     assert proposed["positive"] and (proposed["x"], proposed["y"]) == pytest.approx((far.x, far.y), abs=1e-3)
-    out = layout.read_label(label_file, (H, W))
+    out = label_io.read_label(label_file, (H, W))
     assert out[120, 300] == 7 and out[190, 230] == 7 and set(np.unique(out)) == {0, 7}
 
 
@@ -472,3 +474,50 @@ def test_a_click_revision_answers_from_the_cached_embedding_while_another_image_
         release.set()
         run_a.join(120)
     assert not run_a.is_alive()
+
+
+def test_store_seg_hands_the_tasks_masks_to_the_datastore_without_reading_files_back(monkeypatch):
+    """The SEG is written from each finding's full mask the task answered: the image is not decoded
+    again and the label file not read back (issue 28)."""
+    from monailabel_xflow.app import xflow_app
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("store_result_seg read a file back")
+
+    monkeypatch.setattr(layout, "load_image", no_reading)
+    monkeypatch.setattr(label_io, "read_label", no_reading)
+    calls = []
+
+    class PACS:
+        def store_seg(self, image_id, label, findings=(), algorithm="XFlow", masks=None):
+            calls.append((image_id, label, list(findings), algorithm, masks))
+            return "1.2.3"
+
+    masks = {"effusion": EFFUSION_GT, "edema": EDEMA_GT}
+    wanted = {"findings": ["edema", "effusion"], "algorithm": "ROSALIA", "masks": masks}
+    result = {"file": "/no/such/label.png", "params": {"store_seg": wanted, "label_names": {"edema": 1}}}
+    xflow_app.store_result_seg(PACS(), "series-1", result)
+    assert calls == [("series-1", None, ["edema", "effusion"], "ROSALIA", masks)]
+    assert result["params"]["seg_series"] == "1.2.3" and "store_seg" not in result["params"]
+
+
+def test_a_label_file_is_written_once_with_the_answer_in_its_header(tmp_path, monkeypatch):
+    import nibabel as nib
+
+    from monailabel_xflow.transforms.loading import save_nifti_2d
+
+    image = tmp_path / "cxr.nii.gz"
+    save_nifti_2d(np.random.default_rng(0).uniform(0, 1, (H, W)).astype(np.float32), image, spacing=(0.5, 0.25))
+    ref = layout.load_image(str(image))[1]
+    saves = []
+    real_save = nib.save
+    monkeypatch.setattr(nib, "save", lambda img, path: (saves.append(path), real_save(img, path)))
+    label = np.zeros((H, W), np.uint8)
+    label[EFFUSION_GT] = 7
+    for extension, dtype in ((None, "uint8"), (".nii", "float32")):
+        saves.clear()
+        path = label_io.write_label(label, ref, str(tmp_path), extension=extension, dtype=dtype, answer="Effusion.")
+        assert saves == [path]  # one pass: built in memory, saved once, never reloaded
+        assert label_io.answer_of_file(path) == "Effusion."
+        np.testing.assert_array_equal(label_io.read_label(path, (H, W)), label)
+        assert np.allclose(nib.load(path).affine, nib.load(str(image)).affine)  # the image's own geometry

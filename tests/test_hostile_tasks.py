@@ -118,7 +118,7 @@ def test_train_parameters_defaults():
 def held(cxr_samples):
     from PIL import Image
 
-    from monailabel_xflow.app.train import component_prompts
+    from monailabel_xflow.training.promotion import component_prompts
     from monailabel_xflow.transforms.loading import load_cxr
 
     image, _ = load_cxr(cxr_samples / "nih" / "images" / "00004296_000.png")
@@ -132,8 +132,8 @@ def held(cxr_samples):
 def test_a_fine_tuned_segmenter_serves_only_after_the_held_out_check(tiny_sam3, held, tmp_path):
     import torch
 
-    from monailabel_xflow.app.train import promotion_check
     from monailabel_xflow.segmenter.sam3 import load_tracker_model
+    from monailabel_xflow.training.promotion import promotion_check
 
     same = tmp_path / "same"
     shutil.copytree(tiny_sam3, same)
@@ -162,7 +162,7 @@ def test_a_fine_tuned_segmenter_serves_only_after_the_held_out_check(tiny_sam3, 
 
 
 def test_held_out_split():
-    from monailabel_xflow.app.train import MAX_HELDOUT, split_heldout
+    from monailabel_xflow.training.promotion import MAX_HELDOUT, split_heldout
 
     assert split_heldout(["a"]) == ([], ["a"])
     assert split_heldout(["a", "b"]) == (["b"], ["a"])

@@ -35,6 +35,7 @@ from browser import chromium, console, image_to_page, sample_page, screenshot, s
 from servers import orthanc_binary, orthanc_server, orthanc_upload
 
 from monailabel_xflow.commands.ohif import OHIF_VERSION, dist_dir, serve_in_thread
+from monailabel_xflow.transforms import labels as label_io
 
 OHIF_MISSING = (
     None
@@ -83,9 +84,9 @@ def segs_in_pacs(orthanc: str) -> dict[str, pydicom.Dataset]:
 
 @pytest.fixture(scope="module")
 def pacs(tmp_path_factory):
-    from monailabel_xflow.app.seg import write_seg
     from monailabel_xflow.cli import main
     from monailabel_xflow.data.export import DicomVariant
+    from monailabel_xflow.data.seg import write_seg
 
     tmp = tmp_path_factory.mktemp("ohif-current")
     phantoms = {
@@ -161,7 +162,7 @@ def a_datastore(pacs, name: str):
 
 
 def xflow_mask(pacs, key: str) -> np.ndarray:
-    from monailabel_xflow.app.seg import read_seg_masks
+    from monailabel_xflow.data.seg import read_seg_masks
 
     return read_seg_masks(pacs.xflow[key], (512, 512))["effusion"]
 
@@ -426,8 +427,7 @@ def test_segmentation_mode_edit_is_stored_and_becomes_the_images_training_label(
     """Brush edit in Segmentation mode -> stored by OHIF (a Label Map SEG, RLE) -> the plugin's
     datastore takes it as the CR's label (not XFlow's unreviewed SEG), XFlow's mask and the
     annotator's stroke both in it -> ``datalist()``, which the train task trains on, holds it."""
-    from monailabel_xflow.app import layout
-    from monailabel_xflow.app.seg import LABELMAP_SOP_CLASS
+    from monailabel_xflow.data.seg import LABELMAP_SOP_CLASS
 
     assert len(corrected.stored) == 1, list(corrected.stored)
     assert any("effusion" in r for r in corrected.rows), corrected.rows
@@ -438,7 +438,7 @@ def test_segmentation_mode_edit_is_stored_and_becomes_the_images_training_label(
     assert store.label_series()[pacs.series["cr"]] == str(seg.SeriesInstanceUID)
     assert pacs.series["cr"] not in store.get_unlabeled_images()  # out of the scoring pool
     pairs = {os.path.basename(p["image"]).removesuffix(".nii.gz"): p["label"] for p in store.datalist()}
-    label = layout.read_label(pairs[pacs.series["cr"]], (512, 512))
+    label = label_io.read_label(pairs[pacs.series["cr"]], (512, 512))
     effusion = label == 7
     rows, cols = np.mgrid[:512, :512]
     inner = (cols - np.clip(cols, *corrected.cols)) ** 2 + (rows - corrected.row) ** 2 <= 28**2
@@ -462,8 +462,8 @@ def test_a_malformed_seg_is_skipped_with_its_reason_and_the_others_still_train(p
     from dicomweb_client import DICOMwebClient
 
     from monailabel_xflow.app.runtime import XFlowRuntime
-    from monailabel_xflow.app.seg import write_seg
     from monailabel_xflow.app.train import XFlowSegmenterTrainTask
+    from monailabel_xflow.data.seg import write_seg
 
     truth = np.zeros((512, 512), np.uint8)
     truth[pacs.phantoms["dx"].lesions[0].mask] = 7

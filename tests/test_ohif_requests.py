@@ -24,9 +24,9 @@ from test_app_tasks import (  # noqa: F401
     stage1,
 )
 
-from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError
 from monailabel_xflow.testing import ScriptedSegmenter
+from monailabel_xflow.transforms import labels as label_io
 from monailabel_xflow.vocabulary import FINDINGS
 
 PANEL = {"result_extension": ".nrrd", "result_dtype": "uint8", "result_compress": False, "restore_label_idx": False}
@@ -59,14 +59,14 @@ def test_auto_segmentation_asks_every_finding_and_gets_a_parsable_nrrd(png):
     "ext,dtype", [(".nii.gz", "int16"), (".nii", "uint8"), (".nrrd", "float32"), (".png", "uint8")]
 )
 def test_result_extension_and_dtype_are_honoured(png, ext, dtype):
-    from monailabel_xflow.app.infer import answer_of_file
+    from monailabel_xflow.transforms.labels import answer_of_file
 
     task = infer_task([stage1(True, [box_of(EFFUSION_GT)])])
     label_file, params = task(
         {"image": str(png), "instruction": "effusion", "result_extension": ext, "result_dtype": dtype}
     )
     assert label_file.endswith(ext)
-    np.testing.assert_array_equal(layout.read_label(label_file, (H, W)) == 7, EFFUSION_GT)
+    np.testing.assert_array_equal(label_io.read_label(label_file, (H, W)) == 7, EFFUSION_GT)
     if ext != ".png":
         assert answer_of_file(label_file) == params["answer"]
         import nibabel as nib
@@ -88,7 +88,7 @@ def test_result_extension_and_dtype_are_honoured(png, ext, dtype):
 def test_bad_format_options_name_the_option(png, bad, word):
     task = infer_task([stage1(True, [box_of(EFFUSION_GT)])])
     with pytest.raises(RequestError, match=word):
-        task._run({**task.config(), "image": str(png), "instruction": "effusion", **bad})
+        task.run({**task.config(), "image": str(png), "instruction": "effusion", **bad})
 
 
 def test_point_prompts_keyed_by_label_name_revise_that_finding(png):
@@ -97,7 +97,7 @@ def test_point_prompts_keyed_by_label_name_revise_that_finding(png):
     assert params["finding"] == "edema" and label_file.endswith(".nrrd")
     click = seg.calls[-1].clicks[0][0]
     assert click.positive
-    out = layout.read_label(label_file, (H, W))
+    out = label_io.read_label(label_file, (H, W))
     assert out[60, 70] == 6 and not (out == 7).any()
 
 

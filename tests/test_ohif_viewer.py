@@ -22,6 +22,8 @@ from browser import chromium, seg_errors, skip_without_chromium, wait_for
 from pydicom.uid import generate_uid
 from servers import monailabel_server, orthanc_binary, orthanc_server, orthanc_upload
 
+from monailabel_xflow.transforms import labels as label_io
+
 pytestmark = [
     pytest.mark.timeout(900),
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -100,14 +102,15 @@ def a_datastore(pacs, name: str):
 
 def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_square_image(pacs):
     from monailabel_xflow.app import layout
-    from monailabel_xflow.app.seg import FINDING_CODES, read_seg
+    from monailabel_xflow.data.seg import read_seg
+    from monailabel_xflow.vocabulary import FINDING_CODES
 
     label = np.zeros((1024, 700), np.uint8)
     label[100:400, 40:300] = 7  # effusion
     label[500:800, 350:650] = 6  # edema
     label[300:450, 200:260] = 2  # pneumonia, over the effusion
     _, ref = layout.load_image(str(pacs.files["wide"]))  # (H, W) and spacing, as the server sees it
-    path = layout.write_label(label, ref)
+    path = label_io.write_label(label, ref)
     pacs.client.save_label(pacs.series["wide"], path, tag="final")
     segs = [
         ds
@@ -131,8 +134,7 @@ def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_squa
 @pytest.fixture(scope="module")
 def stored(pacs):
     """XFlow run through the server on the phantom with ``store_seg``: the result and its SEG."""
-    from monailabel_xflow.app import layout
-    from monailabel_xflow.app.seg import read_seg
+    from monailabel_xflow.data.seg import read_seg
 
     t0 = time.perf_counter()
     label_file, params = pacs.client.infer(
@@ -141,7 +143,7 @@ def stored(pacs):
     seconds = time.perf_counter() - t0
     seg = segs_in_pacs(pacs)[params["seg_series"]]
     mask = read_seg(seg, (512, 512))
-    np.testing.assert_array_equal(mask, layout.read_label(label_file, (512, 512)))  # the SEG is the answer
+    np.testing.assert_array_equal(mask, label_io.read_label(label_file, (512, 512)))  # the SEG is the answer
     return SimpleNamespace(params=params, seg=seg, mask=mask, seconds=seconds)
 
 
@@ -156,14 +158,13 @@ def test_store_seg_puts_one_seg_with_every_finding_asked_into_the_study(pacs, st
 def test_store_seg_of_an_uploaded_image_answers_and_says_why_nothing_was_stored(pacs):
     """An uploaded image has no study to store into: the answer comes back, no SEG is stored, and
     the params say why (a server with ``--conf store_seg true`` still serves uploads)."""
-    from monailabel_xflow.app import layout
 
     before = set(segs_in_pacs(pacs))
     label_file, params = pacs.client.infer(
         "xflow", "", {"instruction": "effusion", "store_seg": True, "trace": False}, file=str(pacs.files["phantom"])
     )
     assert params["seg_series"] is None and "upload" in params["seg_not_stored"]
-    assert layout.read_label(label_file, (512, 512)).shape == (512, 512)
+    assert label_io.read_label(label_file, (512, 512)).shape == (512, 512)
     assert set(segs_in_pacs(pacs)) == before
 
 
@@ -218,8 +219,6 @@ def test_xflow_seg_is_not_a_label_but_an_ohif_correction_is(pacs, stored):
     the image's label: listed as labeled, out of the scoring pool, in ``datalist()`` for training."""
     from dicomweb_client import DICOMwebClient
 
-    from monailabel_xflow.app import layout
-
     store = a_datastore(pacs, "cache-before")
     assert pacs.series["phantom"] not in store.get_labeled_images()
     assert pacs.series["phantom"] in store.get_unlabeled_images()
@@ -235,13 +234,13 @@ def test_xflow_seg_is_not_a_label_but_an_ohif_correction_is(pacs, stored):
     assert pacs.series["phantom"] in store.get_labeled_images()
     assert pacs.series["phantom"] not in store.get_unlabeled_images()  # scoring skips it
     pairs = {os.path.basename(p["image"]).removesuffix(".nii.gz"): p["label"] for p in store.datalist()}
-    np.testing.assert_array_equal(layout.read_label(pairs[pacs.series["phantom"]], (512, 512)), corrected)
+    np.testing.assert_array_equal(label_io.read_label(pairs[pacs.series["phantom"]], (512, 512)), corrected)
 
 
 def _as_ohif_would_store(seg: pydicom.Dataset, label: np.ndarray) -> pydicom.Dataset:
     """A SEG like OHIF's "Export DICOM SEG": same source and geometry, a new series, segments named
     by the annotator with OHIF's default code (SCT 85756007 "Tissue"), no XFlow content label."""
-    from monailabel_xflow.app.seg import write_seg
+    from monailabel_xflow.data.seg import write_seg
 
     source = pydicom.Dataset()
     for keyword in (
@@ -317,8 +316,7 @@ def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs)
     per finding asked (present or not), its pixels the label the request returned, named ROSALIA
     (series description, model name, algorithm); an unreviewed answer (``XFLOW_AUTO``) that is not
     one of XFlow's pre-annotations (``xflow preannotate`` would not skip the series for it)."""
-    from monailabel_xflow.app import layout
-    from monailabel_xflow.app.seg import read_seg, read_seg_masks
+    from monailabel_xflow.data.seg import read_seg, read_seg_masks
 
     before = set(segs_in_pacs(pacs))
     label_file, params = pacs.client.infer(
@@ -332,7 +330,7 @@ def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs)
     assert seg.ManufacturerModelName == "ROSALIA"
     assert {str(s.SegmentAlgorithmName) for s in seg.SegmentSequence} == {"ROSALIA"}
     assert [str(s.SegmentLabel) for s in seg.SegmentSequence] == ["pneumonia", "effusion"]  # FINDINGS order
-    label = layout.read_label(label_file, (512, 512))
+    label = label_io.read_label(label_file, (512, 512))
     np.testing.assert_array_equal(read_seg(seg, (512, 512)), label)  # the SEG is the answer
     records = {r["finding"]: r for r in params["findings"]}
     assert records["effusion"]["present"] and int((label == 7).sum()) == records["effusion"]["pixels"] > 0

@@ -110,7 +110,8 @@ def test_package_data_covers_every_file_the_package_holds():
 
 
 def test_the_folders_read_through_path_file_are_package_data():
-    from monailabel_xflow.workflow.model_config import DEMO_DIR, ROSALIA_DEMO_DIR
+    from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_DIR
+    from monailabel_xflow.workflow.model_config import DEMO_DIR
 
     declared = declared_package_data()
     for folder in (DEMO_DIR, ROSALIA_DEMO_DIR):

@@ -19,7 +19,7 @@ from servers import monailabel_server
 
 from monailabel_xflow.app.errors import ModelsNotConfiguredError
 from monailabel_xflow.app.rosalia import RosaliaRuntime
-from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR, ROSALIA_DEMO_NAME
+from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_DIR, ROSALIA_DEMO_NAME
 
 pytestmark = pytest.mark.timeout(900)
 

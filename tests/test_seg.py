@@ -1,4 +1,4 @@
-"""DICOM SEG for radiographs (monailabel_xflow.app.seg): structure, codes, geometry, round trips."""
+"""DICOM SEG for radiographs (monailabel_xflow.data.seg): structure, codes, geometry, round trips."""
 
 from __future__ import annotations
 
@@ -8,15 +8,8 @@ import pytest
 from pydicom.uid import generate_uid
 
 from monailabel_xflow.app.errors import LabelError
-from monailabel_xflow.app.seg import (
-    CATEGORY,
-    FINDING_CODES,
-    NO_FINDING,
-    PLANE_ORIENTATION,
-    read_seg,
-    write_seg,
-)
-from monailabel_xflow.vocabulary import FINDINGS, label_value
+from monailabel_xflow.data.seg import PLANE_ORIENTATION, read_seg, write_seg
+from monailabel_xflow.vocabulary import CATEGORY, FINDING_CODES, FINDINGS, NO_FINDING, label_value
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # highdicom on single-component names
 
@@ -129,7 +122,7 @@ def test_overlapping_findings_each_keep_their_full_mask(source, tmp_path):
     """The masks XFlow answered, overlapping, go into the SEG whole (the label map would cut the
     earlier finding where a later one covers it); reading gives them back, and the label map
     read from it paints them as the tasks do (later FINDINGS wins)."""
-    from monailabel_xflow.app.seg import read_seg_masks
+    from monailabel_xflow.data.seg import read_seg_masks
 
     opacity = np.zeros((1024, 700), bool)
     opacity[100:400, 100:400] = True
@@ -171,7 +164,7 @@ def _stroke_and_effusion(radius: float):
 def test_reads_what_ohif_3_13_stores_label_map_and_bitmap(name):
     """OHIF 3.13's Label Map SEG (RLE) and its bitmap SEG (RLE, 1 bit): the finding by name (OHIF
     re-codes types as "Tissue"), XFlow's effusion whole and the annotator's stroke added."""
-    from monailabel_xflow.app.seg import LABELMAP_SOP_CLASS, read_seg_masks
+    from monailabel_xflow.data.seg import LABELMAP_SOP_CLASS, read_seg_masks
 
     ds = pydicom.dcmread(OHIF_SEGS / name)
     assert (ds.SOPClassUID == LABELMAP_SOP_CLASS) == ("labelmap" in name)
@@ -190,7 +183,7 @@ def test_reads_what_ohif_3_13_stores_label_map_and_bitmap(name):
 def test_reads_ohif_3_13s_overlapping_label_map_frames():
     """Overlapping segments come back from OHIF 3.13 as two label-map frames of one image: the
     overlap survives the round trip; the stroke went into the active segment (opacity)."""
-    from monailabel_xflow.app.seg import read_seg_masks
+    from monailabel_xflow.data.seg import read_seg_masks
 
     ds = pydicom.dcmread(OHIF_SEGS / "ohif-3.13.2-labelmap-overlap.dcm")
     assert int(ds.NumberOfFrames) == 2
@@ -209,7 +202,7 @@ def test_unreadable_segs_say_why(source):
     """What a SEG in the PACS may get wrong is a LabelError naming it (the datastore skips such a
     SEG with that reason): a label-map value no segment describes, undecodable pixel data, a
     frame naming no segment."""
-    from monailabel_xflow.app.seg import read_seg_masks
+    from monailabel_xflow.data.seg import read_seg_masks
 
     ds = pydicom.dcmread(OHIF_SEGS / "ohif-3.13.2-labelmap.dcm")
     ds.SegmentSequence[0].SegmentNumber = 5

@@ -43,6 +43,7 @@ import requests
 import SimpleITK as sitk
 from servers import monailabel_server
 
+from monailabel_xflow.transforms import labels as label_io
 from monailabel_xflow.vocabulary import FINDINGS
 
 pytestmark = pytest.mark.timeout(1500)
@@ -297,7 +298,7 @@ def test_auto_segmentation_changes_only_the_findings_asked(slicer):
     for name in FINDINGS[:-1]:
         np.testing.assert_array_equal(scene.segments[name], before[name])  # the others survive
     # the sentence: printed on Slicer's Python console (M:1644) and in the NRRD header
-    from monailabel_xflow.app.infer import answer_of_file
+    from monailabel_xflow.transforms.labels import answer_of_file
 
     assert "effusion" in result["answer"] and answer_of_file(label_file) == result["answer"]
 
@@ -451,7 +452,6 @@ def save_scene(slicer, image_id: str, scene: SlicerScene) -> dict:
 
 
 def test_save_label_then_train_reports_progress_and_outcome(slicer):
-    from monailabel_xflow.app import layout
 
     c, info = slicer.client, slicer.info
     done_before = c.info()["datastore"]["completed"]
@@ -467,7 +467,7 @@ def test_save_label_then_train_reports_progress_and_outcome(slicer):
         suffix = ".nii.gz" if stored.content[:2] == b"\x1f\x8b" else ".png"
         path = slicer.tmp / f"stored_{image_id}{suffix}"
         path.write_bytes(stored.content)
-        back = layout.read_label(str(path), scene.shape)
+        back = label_io.read_label(str(path), scene.shape)
         np.testing.assert_array_equal(back == FINDINGS.index("effusion") + 1, scene.segments["effusion"])
         np.testing.assert_array_equal(back == FINDINGS.index("edema") + 1, scene.segments["edema"])
     assert c.info()["datastore"]["completed"] == done_before + 2
@@ -541,7 +541,8 @@ def test_answer_numbering_and_its_way_back_to_fixed_values():
     """``label_values``: Slicer's pick numbers an answer 1..N in FINDINGS order; the option list
     sent back (OHIF) or nothing (API) keeps the fixed values; stored SEGs get fixed values back."""
     from monailabel_xflow.app.errors import RequestError
-    from monailabel_xflow.app.infer import LABEL_VALUE_CHOICES, label_names_for, to_fixed_values
+    from monailabel_xflow.app.requests import LABEL_VALUE_CHOICES, label_names_for
+    from monailabel_xflow.transforms.labels import to_fixed_values
     from monailabel_xflow.vocabulary import label_value
 
     asked = ["effusion", "edema", "effusion"]

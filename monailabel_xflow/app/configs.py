@@ -12,7 +12,8 @@ from typing import Any
 from monailabel.interfaces.config import TaskConfig
 from monailabel.tasks.activelearning.random import Random
 
-from monailabel_xflow.app.infer import XFlowInferTask, store_seg_default
+from monailabel_xflow.app.infer import XFlowInferTask
+from monailabel_xflow.app.requests import store_seg_default
 from monailabel_xflow.app.revise import XFlowReviseTask
 from monailabel_xflow.app.rosalia import RosaliaInferTask, RosaliaRuntime
 from monailabel_xflow.app.runtime import XFlowRuntime

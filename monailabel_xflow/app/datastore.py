@@ -26,7 +26,7 @@
       ``MONAILabelApp._init_dicomweb_datastore``);
     * the series filter defaults to ``{"Modality": "CR,DX"}`` (upstream: CT); ``--conf
       dicomweb_search_filter JSON`` or ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` override it;
-    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.app.seg`:
+    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.data.seg`:
       highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
       radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
       image counts as labeled;
@@ -59,24 +59,15 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.requests import check_id
-from monailabel_xflow.app.seg import NO_FINDING, read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
-from monailabel_xflow.vocabulary import FINDINGS
+from monailabel_xflow.app.wraps import upstream_class
+from monailabel_xflow.data.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
+from monailabel_xflow.errors import ConflictError, NotAllowedError
+from monailabel_xflow.transforms.labels import LabelError, paint, read_label, write_label
+from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
-
-
-def _local_base() -> Any:
-    from monailabel.datastore.local import LocalDatastore
-
-    return LocalDatastore
-
-
-def _dicomweb_base() -> Any:
-    from monailabel.datastore.dicom import DICOMWebDatastore
-
-    return DICOMWebDatastore
 
 
 MAX_STORED_NAME_BYTES = 255
@@ -170,26 +161,14 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
     if not uri or not os.path.exists(uri):
         raise ImageNotFoundError(f"unknown image {image_id!r}: cannot save a label for it")
     _, ref = layout.load_image(uri, image_id)
-    layout.read_label(label_filename, ref.shape)
+    read_label(label_filename, ref.shape)
 
 
-def _conflict(detail: str):
-    from fastapi import HTTPException
-
-    return HTTPException(status_code=409, detail=detail)
+LocalDatastore: Any = upstream_class("monailabel.datastore.local.LocalDatastore")
+DICOMWebDatastore: Any = upstream_class("monailabel.datastore.dicom.DICOMWebDatastore")
 
 
-def _refused(detail: str):
-    from fastapi import HTTPException
-
-    return HTTPException(status_code=405, detail=detail)
-
-
-_LocalDatastore: Any = _local_base()  # monailabel ships no type information: the base is Any to mypy
-_DICOMWebDatastore: Any = _dicomweb_base()
-
-
-class XFlowLocalDatastore(_LocalDatastore):
+class XFlowLocalDatastore(LocalDatastore):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
     is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
     it read or write outside its folder."""
@@ -217,14 +196,14 @@ class XFlowLocalDatastore(_LocalDatastore):
             with FileLock(self._lock_file):
                 old = self._datastore.objects.get(image_id)
                 if old is not None and old.labels:
-                    raise _conflict(
+                    raise ConflictError(
                         f"image {image_id!r} has labels ({', '.join(sorted(old.labels))}) that describe "
                         "its current pixels: delete it first (its labels go with it) or upload under a "
                         "new id"
                     )
                 dest = os.path.join(folder, name)
                 if os.path.isdir(dest) or (os.path.lexists(dest) and old is None):
-                    raise _conflict(
+                    raise ConflictError(
                         f"image {image_id!r}: the studies folder already holds {name!r} that is not this image"
                     )
                 if old is not None:
@@ -268,7 +247,7 @@ class XFlowLocalDatastore(_LocalDatastore):
             suffix = stored_suffix(label_filename, LABEL_FORMATS, "label")
             stored_name(self, image_id, suffix)
             if not label_filename.endswith(suffix):
-                raise _conflict(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
+                raise ConflictError(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
             return super().save_label(image_id, label_filename, label_tag, label_info)
 
     def remove_label(self, label_id: str, label_tag: str) -> None:
@@ -327,7 +306,7 @@ def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
     return pydicom.Dataset.from_json(meta[0]) if meta else None
 
 
-class XFlowDICOMwebDatastore(_DICOMWebDatastore):
+class XFlowDICOMwebDatastore(DICOMWebDatastore):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
 
     _seg_index: tuple[float, dict[str, str]] | None  # (monotonic time, image id -> SEG series)
@@ -335,13 +314,13 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
         upstream would put the file in the local cache, where it shadows the PACS."""
-        raise _refused(
+        raise NotAllowedError(
             "images come from the PACS: store the radiograph there (DICOMweb STOW), not through PUT /datastore/image"
         )
 
     def remove_image(self, image_id: str) -> None:
         """Refused (405): deleting a series is the PACS's business, not the labeling server's."""
-        raise _refused("images live in the PACS: delete a series there, not through DELETE /datastore/image")
+        raise NotAllowedError("images live in the PACS: delete a series there, not through DELETE /datastore/image")
 
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first
@@ -374,9 +353,9 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
                 raise ImageNotFoundError(f"unknown image {image_id!r}: no such CR/DX series in the PACS")
             uri = self.get_image_uri(image_id)
             _, ref = layout.load_image(uri, image_id)
-            label = layout.read_label(label_filename, ref.shape)
+            label = read_label(label_filename, ref.shape)
             if label_tag != DefaultLabelTag.FINAL:
-                return _local_base().save_label(self, image_id, label_filename, label_tag, label_info)
+                return LocalDatastore.save_label(self, image_id, label_filename, label_tag, label_info)
             return self._save_final(image_id, label, label_filename, label_info)
 
     def _save_final(self, image_id: str, label: np.ndarray, label_filename: str, label_info: dict[str, Any]) -> str:
@@ -395,12 +374,12 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
             }
         )
         logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
-        return _local_base().save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
+        return LocalDatastore.save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
 
     def store_seg(
         self,
         image_id: str,
-        label: np.ndarray,
+        label: np.ndarray | None,
         findings: tuple[str, ...] | list[str] = (),
         content_label: str = PREANNOTATION_CONTENT_LABEL,
         description: str = "",
@@ -411,7 +390,8 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
 
         Args:
             image_id: the image's SeriesInstanceUID.
-            label: ``uint8 (H, W)`` label map (0..7).
+            label: ``uint8 (H, W)`` label map (0..7); None: painted from ``masks``
+                (:func:`~monailabel_xflow.transforms.labels.paint`, a later finding wins).
             findings: findings asked for (each a segment, empty when absent).
             content_label: :data:`PREANNOTATION_CONTENT_LABEL` (XFlow's unreviewed answer, not a
                 training label) or :data:`LABEL_CONTENT_LABEL` (a saved final label).
@@ -427,6 +407,10 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         """
         from monailabel.datastore.utils.dicom import dicom_web_upload_dcm
 
+        if label is None:
+            if not masks:
+                raise ValueError("store_seg needs a label map or the findings' masks")
+            label, _ = paint(masks.items(), next(iter(masks.values())).shape)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "seg.dcm"
             seg = write_seg(
@@ -460,7 +444,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
         for ``xflow preannotate`` to resume. ROSALIA's (ManufacturerModelName ``ROSALIA``, from the
         ``rosalia`` task's ``store_seg``) are not XFlow's and do not count."""
-        from monailabel_xflow.app.seg import finding_of_segment
+        from monailabel_xflow.data.seg import finding_of_segment
 
         out: dict[str, set[str]] = {}
         for _, meta in self._seg_series():
@@ -530,7 +514,7 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         from monailabel.interfaces.datastore import DefaultLabelTag
 
         current = self.label_series()
-        stale = set(_local_base().get_labeled_images(self)) - set(current)
+        stale = set(LocalDatastore.get_labeled_images(self)) - set(current)
         for image_id in stale:
             cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
             logger.info("label of %s no longer in the PACS: removed from the cache", image_id)
@@ -563,18 +547,16 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
         return self._unreadable_labels
 
     def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
-        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.app.seg.read_seg`
+        """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.data.seg.read_seg`
         (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache."""
         from monailabel.interfaces.datastore import DefaultLabelTag
-
-        from monailabel_xflow.app.seg import fetch_seg_series
 
         check_id(label_id, "label")
         check_id(label_tag, "label tag")
         if image_id:
             check_id(image_id, "image")
         if label_tag != DefaultLabelTag.FINAL or not image_id:
-            return _local_base().get_label_uri(self, label_id, label_tag)
+            return LocalDatastore.get_label_uri(self, label_id, label_tag)
         cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
         info = self._cached_label_info(image_id)
         if os.path.exists(cached) and info.get("SeriesInstanceUID") in (label_id, None):
@@ -589,14 +571,14 @@ class XFlowDICOMwebDatastore(_DICOMWebDatastore):
             return ""
         _, ref = layout.load_image(self.get_image_uri(image_id), image_id)
         label = read_seg(pydicom.dcmread(str(seg_files[0])), ref.shape)
-        tmp = layout.write_label(label, ref)
+        tmp = write_label(label, ref)
         try:
             info = {
                 **self._dicom_info(label_id),
                 "SeriesInstanceUID": label_id,
                 "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING],
             }
-            _local_base().save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
+            LocalDatastore.save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
         finally:
             os.unlink(tmp)
         logger.info("label of %s from SEG %s: %s", image_id, label_id, info["findings"])
@@ -661,3 +643,38 @@ def make_dicomweb_datastore(
         fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME,
         convert_to_nifti=True,
     )
+
+
+def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
+    """Download a SEG series over DICOMweb into ``folder`` as stored (``transfer-syntax=*``), one
+    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
+
+    Asking for the stored transfer syntax matters: a PACS asked for its default (Explicit VR
+    Little Endian) must transcode, which Orthanc 1.10 cannot do for some SEGs (HTTP 500 "Cannot
+    transcode image"); pydicom decodes what OHIF stores (RLE label maps, 1-bit bitmaps) itself.
+
+    Args:
+        client: a ``dicomweb_client.DICOMwebClient``.
+        series_uid: the SEG's SeriesInstanceUID.
+        folder: where to write (created).
+
+    Raises:
+        LabelError: the PACS does not list the series.
+    """
+    import pydicom
+
+    found = [
+        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
+    ]
+    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
+    if not found:
+        raise LabelError(f"SEG series {series_uid} is not in the PACS")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for ds in client.retrieve_series(
+        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
+    ):
+        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
+        ds.save_as(str(files[-1]), write_like_original=False)
+    return files

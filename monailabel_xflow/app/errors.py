@@ -16,12 +16,17 @@ MONAI Label's ``ImageNotFoundException``)
 ``TooLargeError`` (:class:`RequestTooLargeError`) 413  a body or ``params`` over its limit
 ``InputError`` (:class:`RequestError`,       422     a bad parameter, label, instruction,
 ``InstructionError``, ``GeometryError`` ...)         click or workflow input
+``ConflictError``                           409     a label or image that conflicts with the
+                                                     datastore's
+``NotAllowedError``                         405     adding or deleting images of a PACS
 ``UnavailableError``                        503     no weights configured, weights that
 (:class:`ModelsNotConfiguredError`,                  cannot be loaded, a recent failed load
 ``ModelConfigError``, :class:`ModelUnavailableError`)
 ==========================================  ======  ======================================
 
-Anything else propagates unchanged (a 500: a bug, not bad input).
+Anything else propagates unchanged (a 500: a bug, not bad input). Errors that escape a task reach
+:func:`error_response`, the server's exception handler, which answers with the same statuses.
+This module is the one place an error becomes an HTTP status.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from monailabel_xflow.errors import (
     BadRequestError,
@@ -38,6 +44,7 @@ from monailabel_xflow.errors import (
     UnavailableError,
     http_status,
 )
+from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +59,6 @@ class UnsafeIdError(BadRequestError, RequestError):
 
 class RequestTooLargeError(TooLargeError, RequestError):
     """A request body or parameter over its documented size limit."""
-
-
-class LabelError(InputError):
-    """A label file that does not fit its image (size) or the vocabulary (values 0..7)."""
 
 
 class ImageNotFoundError(NotFoundError):
@@ -114,3 +117,23 @@ def http_errors(what: str = "") -> Iterator[None]:
         detail = f"{what}: {_message(exc)}" if what else _message(exc)
         logger.warning("request refused (%d): %s", status, detail)
         raise HTTPException(status_code=status, detail=detail) from exc
+
+
+async def error_response(request: Any, exc: BaseException) -> Any:
+    """The server's exception handler (installed by :mod:`.guard`): documented error types, bad JSON
+    in a form field and MONAI Label's input errors -> ``{"detail": ...}`` with their status; anything
+    else a logged 500 without internals."""
+    import json
+
+    from fastapi.responses import JSONResponse
+    from monailabel.interfaces.exception import MONAILabelException
+
+    status = status_of(exc)
+    if status is None and isinstance(exc, (json.JSONDecodeError, MONAILabelException)):
+        status = 422
+    if status is None:  # registered for a base class but not a documented input error: a bug
+        logger.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server log"}, status_code=500)
+    detail = f"a form field is not valid JSON ({exc})" if isinstance(exc, json.JSONDecodeError) else _message(exc)
+    logger.warning("request refused (%d): %s", status, detail)
+    return JSONResponse({"detail": detail}, status_code=status)

@@ -58,13 +58,17 @@ from monailabel_xflow.app.errors import (
     SessionNotFoundError,
     UnsafeIdError,
     UploadError,
+    error_response,
     http_errors,
-    status_of,
 )
 from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_json_object, parse_params
+from monailabel_xflow.app.wraps import upstream, wrap
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 
 logger = logging.getLogger(__name__)
+
+LAYER = "guard"
+"""The guard's name in :mod:`.wraps` (its markers)."""
 
 ID_QUERY_KEYS = ("image", "id", "label", "tag", "session_id")
 MAX_UPLOAD_NAME_CHARS = 255
@@ -307,7 +311,7 @@ def guarded_download_image(image, check_only=False, check_sum=None):
             algo = check_sum.split(":", 1)[0] if ":" in check_sum else "SHA256"
             if algo not in CHECKSUM_ALGORITHMS or len(check_sum) > 200:
                 raise RequestError(f"check_sum is ALGO:HEX with ALGO one of {', '.join(CHECKSUM_ALGORITHMS)}")
-    return endpoint._xflow_upstream_download_image(image, check_only, check_sum)
+    return upstream(endpoint, "download_image", LAYER)(image, check_only, check_sum)
 
 
 def guarded_download_dataset(limit_cases=None):
@@ -342,7 +346,7 @@ def guarded_sample(strategy, params=None, user=None):
             from monailabel_xflow.app.requests import as_text
 
             as_text(params["client_id"], "client_id", 256)
-    return endpoint._xflow_upstream_sample(strategy, params, user)
+    return upstream(endpoint, "sample", LAYER)(strategy, params, user)
 
 
 MAX_SESSION_FILES = 16
@@ -365,7 +369,7 @@ def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=(
             if name:
                 check_id(name, "session file name")
         as_int(expiry, "expiry", 0, 7 * 24 * 3600)
-    return endpoint._xflow_upstream_create_session(background_tasks, uncompress, expiry, files)
+    return upstream(endpoint, "create_session", LAYER)(background_tasks, uncompress, expiry, files)
 
 
 def validate_task_request(method: str, request: dict) -> None:
@@ -446,7 +450,7 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
         if method == "scoring" and queued and not force_sync:
             logger.info("scoring request joins the queued scoring task %s", queued[0]["id"])
             return queued[0], None
-        return AsyncTask._xflow_upstream_run(method, request, params, force_sync, enqueue)
+        return upstream(AsyncTask, "run", LAYER)(method, request, params, force_sync, enqueue)
 
 
 def guarded_stop(method):
@@ -459,7 +463,7 @@ def guarded_stop(method):
             if task.get("status") == "SUBMITTED":
                 task["status"] = "STOPPED"
                 task["end_ts"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        return AsyncTask._xflow_upstream_stop(method)
+        return upstream(AsyncTask, "stop", LAYER)(method)
 
 
 def _skipping_stopped(upstream):
@@ -469,7 +473,6 @@ def _skipping_stopped(upstream):
             return None
         return upstream(task, method, callback)
 
-    task_func._xflow = True
     return task_func
 
 
@@ -638,30 +641,6 @@ class GuardMiddleware:
         return await self.app(scope, limited_receive, _scrubbing_send(send))
 
 
-# --- exception handlers -------------------------------------------------------------------------
-
-
-async def _input_error_handler(request, exc):
-    """Documented error types, bad JSON in a form field and MONAI Label's input errors -> 4xx."""
-    from fastapi.responses import JSONResponse
-    from monailabel.interfaces.exception import MONAILabelException
-
-    status = status_of(exc)
-    if status is None and isinstance(exc, json.JSONDecodeError):
-        status = 422
-    if status is None and isinstance(exc, MONAILabelException):
-        status = 422
-    if status is None:  # registered for a base class but not a documented input error: a bug
-        logger.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
-        return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server log"}, status_code=500)
-    msg = getattr(exc, "msg", None)
-    detail = str(msg if isinstance(msg, str) else exc)
-    if isinstance(exc, json.JSONDecodeError):
-        detail = f"a form field is not valid JSON ({exc})"
-    logger.warning("request refused (%d): %s", status, detail)
-    return JSONResponse({"detail": detail}, status_code=status)
-
-
 def install(fastapi_app: Any = None) -> bool:
     """Install the guard in this process's MONAI Label server (idempotent).
 
@@ -679,40 +658,29 @@ def install(fastapi_app: Any = None) -> bool:
         if module is None:
             return False
         fastapi_app = module.app
-    from monailabel.endpoints import infer as endpoint
-
-    if not hasattr(endpoint, "_xflow_upstream_run_inference"):
-        endpoint._xflow_upstream_run_inference = endpoint.run_inference
-        endpoint.run_inference = guarded_run_inference  # api_run_inference looks it up at call time
-    from monailabel.endpoints import session as session_endpoint
-    from monailabel.utils.async_tasks.task import AsyncTask
-
-    if not hasattr(session_endpoint, "_xflow_upstream_create_session"):
-        session_endpoint._xflow_upstream_create_session = session_endpoint.create_session
-        session_endpoint.create_session = guarded_create_session
     from monailabel.endpoints import activelearning as al_endpoint
     from monailabel.endpoints import datastore as ds_endpoint
-
-    if not hasattr(ds_endpoint, "_xflow_upstream_download_image"):  # the routes look these up at call time
-        ds_endpoint._xflow_upstream_download_image = ds_endpoint.download_image
-        ds_endpoint.download_image = guarded_download_image
-        ds_endpoint.add_image = guarded_add_image
-        ds_endpoint.save_label = guarded_save_label
-        ds_endpoint.update_image_info = guarded_update_image_info
-        ds_endpoint.update_label_info = guarded_update_label_info
-        ds_endpoint.download_dataset = guarded_download_dataset
-    if not hasattr(al_endpoint, "_xflow_upstream_sample"):
-        al_endpoint._xflow_upstream_sample = al_endpoint.sample
-        al_endpoint.sample = guarded_sample
+    from monailabel.endpoints import infer as endpoint
+    from monailabel.endpoints import session as session_endpoint
     from monailabel.utils.async_tasks import utils as task_utils
+    from monailabel.utils.async_tasks.task import AsyncTask
 
-    if not getattr(task_utils._task_func, "_xflow", False):
-        task_utils._task_func = _skipping_stopped(task_utils._task_func)
-    if not hasattr(AsyncTask, "_xflow_upstream_run"):
-        AsyncTask._xflow_upstream_run = staticmethod(AsyncTask.run)
-        AsyncTask.run = staticmethod(guarded_async_run)
-        AsyncTask._xflow_upstream_stop = staticmethod(AsyncTask.stop)
-        AsyncTask.stop = staticmethod(guarded_stop)
+    # the routes look these up at call time (app/wraps.py: one marker per layer)
+    for owner, name, replacement in (
+        (endpoint, "run_inference", guarded_run_inference),
+        (session_endpoint, "create_session", guarded_create_session),
+        (ds_endpoint, "download_image", guarded_download_image),
+        (ds_endpoint, "add_image", guarded_add_image),
+        (ds_endpoint, "save_label", guarded_save_label),
+        (ds_endpoint, "update_image_info", guarded_update_image_info),
+        (ds_endpoint, "update_label_info", guarded_update_label_info),
+        (ds_endpoint, "download_dataset", guarded_download_dataset),
+        (al_endpoint, "sample", guarded_sample),
+        (task_utils, "_task_func", _skipping_stopped(task_utils._task_func)),
+    ):
+        wrap(owner, name, LAYER, replacement)
+    wrap(AsyncTask, "run", LAYER, guarded_async_run, static=True)
+    wrap(AsyncTask, "stop", LAYER, guarded_stop, static=True)
     if getattr(fastapi_app.state, "xflow_guard", False):
         return True
     from monailabel.interfaces.exception import MONAILabelException
@@ -723,7 +691,7 @@ def install(fastapi_app: Any = None) -> bool:
     # the package's error tree, bad JSON in a form field and MONAI Label's own errors; any other
     # exception stays a logged 500
     for cls in (XFlowError, json.JSONDecodeError, MONAILabelException):
-        fastapi_app.add_exception_handler(cls, _input_error_handler)
+        fastapi_app.add_exception_handler(cls, error_response)
     fastapi_app.user_middleware.insert(0, Middleware(GuardMiddleware))
     fastapi_app.middleware_stack = fastapi_app.build_middleware_stack()  # already built at start-up
     fastapi_app.state.xflow_guard = True

@@ -58,17 +58,21 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError, http_errors
-from monailabel_xflow.app.infer import (
+from monailabel_xflow.app.requests import (
     FINDING_CHOICES,
-    _InferTask,
-    _picked,
+    LABEL_NAME_KEY,
+    as_bool,
+    as_choice,
     as_max_clicks,
-    present_label_names,
+    number_lists,
+    picked,
     result_format,
-    write_result,
 )
-from monailabel_xflow.app.requests import LABEL_NAME_KEY, as_bool, number_lists
 from monailabel_xflow.app.runtime import XFlowRuntime
+from monailabel_xflow.app.task import MonaiInferTask
+from monailabel_xflow.geometry import Click, client_index_to_point
+from monailabel_xflow.instructions import from_choices, parse_instruction
+from monailabel_xflow.transforms.labels import present_label_names, read_label, write_label
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 
 logger = logging.getLogger(__name__)
@@ -84,8 +88,6 @@ def clicks_from_request(data: Mapping[str, Any], shape: tuple[int, int]) -> list
         GeometryError: a click outside the image, on a slice other than 0, or of wrong arity.
         RequestError: the lists are not lists of index lists, or too many clicks.
     """
-    from monailabel_xflow.geometry import Click, client_index_to_point
-
     clicks = []
     for key, positive in (("foreground", True), ("background", False)):
         for p in number_lists(data.get(key), key, max_items=MAX_CLICKS_PER_REQUEST):
@@ -118,17 +120,17 @@ def label_keyed_clicks(data: Mapping[str, Any]) -> dict[str, Any]:
     segment = data.get(LABEL_NAME_KEY)
     if segment:
         return {"foreground": keyed[segment]} if segment in keyed else {}
-    picked = _picked(data.get("finding"), REVISE_FINDING_CHOICES)
-    if len(keyed) > 1 and len(picked) != 1:
+    chosen = picked(data.get("finding"), REVISE_FINDING_CHOICES)
+    if len(keyed) > 1 and len(chosen) != 1:
         raise RequestError(
             f"clicks for several findings ({', '.join(keyed)}); revise one at a time: set "
             "`finding` to the one to revise"
         )
-    finding = picked[0] if picked else next(iter(keyed))
+    finding = chosen[0] if chosen else next(iter(keyed))
     if finding not in keyed:
         raise RequestError(f"finding is {finding!r} but the clicks are for {', '.join(keyed)}")
     out = {"foreground": keyed[finding]}
-    if not picked and not (isinstance(data.get("instruction"), str) and data["instruction"].strip()):
+    if not chosen and not (isinstance(data.get("instruction"), str) and data["instruction"].strip()):
         out["finding"] = finding
     return out
 
@@ -145,16 +147,13 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
         RequestError: nothing says which finding and the previous label does not tell, or
             ``label`` and ``instruction`` / ``finding`` name different findings.
     """
-    from monailabel_xflow.app.requests import as_choice
-    from monailabel_xflow.instructions import from_choices, parse_instruction
-
     segment = as_choice(data.get(LABEL_NAME_KEY), "label", FINDINGS)
     text = data.get("instruction")
-    picked = _picked(data.get("finding"), REVISE_FINDING_CHOICES)
-    if len(picked) > 1:
-        raise RequestError(f"revise one finding at a time, got {picked}")
+    chosen = picked(data.get("finding"), REVISE_FINDING_CHOICES)
+    if len(chosen) > 1:
+        raise RequestError(f"revise one finding at a time, got {chosen}")
     ins = parse_instruction(text) if isinstance(text, str) and text.strip() else None
-    asked = ins.finding if ins is not None else from_choices(picked)[0].finding if picked else None
+    asked = ins.finding if ins is not None else from_choices(chosen)[0].finding if chosen else None
     if segment and asked and asked != segment:
         raise RequestError(
             f"the clicks are for the {segment!r} segment but the options ask {asked!r}: "
@@ -173,7 +172,7 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
     )
 
 
-class XFlowReviseTask(_InferTask):
+class XFlowReviseTask(MonaiInferTask):
     """``xflow_revise``: click revision of one finding's mask with F_seg (human or π_rev clicks)."""
 
     def __init__(self, runtime: XFlowRuntime, description: str = ""):
@@ -207,7 +206,7 @@ class XFlowReviseTask(_InferTask):
         data.update(label_keyed_clicks(data))
         extension, dtype = result_format(data)
         image, ref = layout.load_image(data.get("image"), data.get("image_id"))
-        previous_label = layout.read_label(data["label"], ref.shape) if data.get("label") else None
+        previous_label = read_label(data["label"], ref.shape) if data.get("label") else None
         finding, instruction = finding_from_request(data, previous_label)
         value = label_value(finding)
         previous = previous_label == value if previous_label is not None else None
@@ -238,7 +237,7 @@ class XFlowReviseTask(_InferTask):
         label = previous_label.copy() if previous_label is not None else np.zeros(ref.shape, np.uint8)
         label[label == value] = 0
         label[mask] = value
-        out = write_result(label, ref, extension, dtype)
+        out = write_label(label, ref, extension=extension, dtype=dtype)
         params = {
             "finding": finding,
             "label_value": value,
@@ -268,8 +267,6 @@ class XFlowReviseTask(_InferTask):
         The workflow has no "Stage 2 from a person's mask" entry point yet, so the previous
         mask is replaced by XFlow's own answer (documented in the result as ``auto_from``).
         """
-        from monailabel_xflow.instructions import from_choices
-
         res = xflow.run(image, instruction or from_choices([finding])[0], max_clicks=max_clicks, revise=True)
         clicks = [{"positive": c.positive, "x": c.x, "y": c.y} for lesion in res.trace.lesions for c in lesion.clicks]
         return np.asarray(res.mask, dtype=bool), {

@@ -1,18 +1,9 @@
 """``xflow_uncertainty`` scoring: how unsure XFlow is about each unlabeled image.
 
 For every image without a ``final`` label, XFlow answers the scoring instruction (default
-"segment all findings") and the trace of each instruction whose finding it calls present gives
-three numbers in ``[0, 1]``:
-
-* ``disagreement`` d = 1 - IoU(M_0, M_T): Stage 1's union mask against the revised answer
-  (π_rev had to change much -> Stage 1 was unsure);
-* ``effort`` e = clicks used / (T x number of lesion boxes): the share of the click budget
-  π_rev spent (T = max_clicks; 0 when T = 0);
-* ``doubt`` q = 1 - mean of F_seg's own IoU estimates of the final lesion masks (0 if none).
-
-The image's uncertainty is the mean of ``(d + e + q) / 3`` over the present findings, and 0 when
-XFlow calls every finding absent (a presence call carries no confidence in this workflow).
-Written with ``datastore.update_image_info(image_id, {"xflow_uncertainty": u,
+"segment all findings") and :func:`monailabel_xflow.eval.uncertainty.image_uncertainty` turns the
+traces into the image's uncertainty in ``[0, 1]`` (Stage 1 / Stage 2 disagreement, click effort,
+F_seg's IoU doubt). Written with ``datastore.update_image_info(image_id, {"xflow_uncertainty": u,
 "xflow_uncertainty_parts": {...}, "xflow_uncertainty_ts": epoch_s})`` for
 :class:`~monailabel_xflow.app.strategy.XFlowUncertaintyStrategy` to read.
 
@@ -34,16 +25,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from monailabel_xflow import rle
 from monailabel_xflow.app import layout
-from monailabel_xflow.app.infer import as_max_clicks
+from monailabel_xflow.app.requests import as_max_clicks
 from monailabel_xflow.app.runtime import XFlowRuntime, lower_priority_if_background
-from monailabel_xflow.metrics import mask_iou
+from monailabel_xflow.app.wraps import upstream_class
+from monailabel_xflow.eval.uncertainty import image_uncertainty
 
 logger = logging.getLogger(__name__)
 
@@ -82,42 +71,11 @@ def _score_key(path: str, instruction: str, budget: int, models: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def result_uncertainty(result: Any, max_clicks: int) -> dict[str, float] | None:
-    """``{"disagreement", "effort", "doubt", "u"}`` of one present :class:`XFlowResult`
-    (None when the finding was called absent)."""
-    lesions = result.trace.lesions
-    if not result.present or not lesions:
-        return None
-    shape = tuple(result.trace.image_size)
-    m0 = np.zeros(shape, dtype=bool)
-    for lesion in lesions:
-        m0 |= rle.decode(lesion.initial_mask)
-    d = 1.0 - mask_iou(m0, result.mask)
-    clicks = sum(len(lesion.clicks) for lesion in lesions)
-    e = clicks / (max_clicks * len(lesions)) if max_clicks > 0 else 0.0
-    ious = [v for v in ((les.iou if les.iou is not None else les.initial_iou) for les in lesions) if v is not None]
-    q = 1.0 - float(np.clip(np.mean(ious), 0.0, 1.0)) if ious else 0.0
-    return {"disagreement": d, "effort": float(min(1.0, e)), "doubt": q, "u": (d + min(1.0, e) + q) / 3.0}
+ScoringMethod: Any = upstream_class("monailabel.interfaces.tasks.scoring.ScoringMethod")
 
 
-def image_uncertainty(results: Sequence[Any], max_clicks: int) -> tuple[float, dict[str, Any]]:
-    """The image score (mean over present findings, 0 if none) and its parts per finding."""
-    parts = {r.instruction.finding: p for r in results if (p := result_uncertainty(r, max_clicks)) is not None}
-    score = float(np.mean([p["u"] for p in parts.values()])) if parts else 0.0
-    return score, parts
-
-
-def _base_scoring() -> Any:
-    from monailabel.interfaces.tasks.scoring import ScoringMethod
-
-    return ScoringMethod
-
-
-_ScoringMethod: Any = _base_scoring()  # monailabel ships no type information: the base is Any to mypy
-
-
-class XFlowUncertaintyScoring(_ScoringMethod):
-    """Scores unlabeled images with :func:`image_uncertainty` (see module docstring)."""
+class XFlowUncertaintyScoring(ScoringMethod):
+    """Scores unlabeled images with :func:`~monailabel_xflow.eval.uncertainty.image_uncertainty`."""
 
     def __init__(self, runtime: XFlowRuntime):
         super().__init__("XFlow uncertainty: Stage 1 / Stage 2 disagreement, click effort, F_seg IoU doubt")

@@ -18,7 +18,7 @@ in one digit group only, and ``path`` = that name alone: the server hands out no
 cache under ``name``, where it opens alone.
 
 :func:`install` wraps MONAI Label's ``/activelearning`` endpoint function with it (server
-process only), the same way :mod:`.guard` wraps the infer route, and makes a stopped task's
+process only) through the app's one registry of wraps (:mod:`.wraps`), as :mod:`.guard` does, and makes a stopped task's
 answer end with a ``details`` line (:func:`stop_with_details`), which Slicer's *Stop* reads.
 """
 
@@ -30,7 +30,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from monailabel_xflow.app.wraps import upstream, wrap
+
 logger = logging.getLogger(__name__)
+
+LAYER = "slicer"
+"""Slicer's name in :mod:`.wraps` (its markers)."""
 
 
 def letter_tag(image_id: str, length: int = 8) -> str:
@@ -85,20 +90,15 @@ def install() -> bool:
     if sys.modules.get("monailabel.app") is None:
         return False
     from monailabel.endpoints import activelearning as endpoint
-
-    if not hasattr(endpoint, "_xflow_slicer_upstream_sample"):  # wraps whatever serves it now (the guard's)
-        upstream = endpoint._xflow_slicer_upstream_sample = endpoint.sample
-
-        def sample(strategy: str, params: dict | None = None, user: str | None = None) -> dict[str, Any]:
-            return single_file_sample(upstream(strategy, params, user))
-
-        endpoint.sample = sample  # api_sample looks it up at call time
-        logger.info("next-sample answers name one file (Slicer reads numbered names as a series otherwise)")
     from monailabel.utils.async_tasks.task import AsyncTask
 
-    if not hasattr(AsyncTask, "_xflow_slicer_upstream_stop"):  # wraps whatever stops now (the guard's)
-        AsyncTask._xflow_slicer_upstream_stop = staticmethod(AsyncTask.stop)
-        AsyncTask.stop = staticmethod(stop_with_details)
+    def sample(strategy: str, params: dict | None = None, user: str | None = None) -> dict[str, Any]:
+        return single_file_sample(upstream(endpoint, "sample", LAYER)(strategy, params, user))
+
+    # each wraps whatever serves the name now (the guard's), under a marker of its own (app/wraps.py)
+    if wrap(endpoint, "sample", LAYER, sample):  # api_sample looks it up at call time
+        logger.info("next-sample answers name one file (Slicer reads numbered names as a series otherwise)")
+    wrap(AsyncTask, "stop", LAYER, stop_with_details, static=True)
     return True
 
 
@@ -114,7 +114,7 @@ def stop_with_details(method: str) -> Any:
     """
     from monailabel.utils.async_tasks.task import AsyncTask
 
-    task = AsyncTask._xflow_slicer_upstream_stop(method)
+    task = upstream(AsyncTask, "stop", LAYER)(method)
     if isinstance(task, dict) and task.get("status") == "STOPPED":
         task.setdefault("details", []).append(f"{method}: {STOPPED_LINE}")
     return task

@@ -1,18 +1,19 @@
 """The ``xflow`` train task: fine-tune F_seg on the saved final labels (small and real).
 
 MONAI Label's "train" request runs :class:`XFlowSegmenterTrainTask` (in a subprocess the server
-starts). It calls :func:`finetune_from_labels`, which
+starts). It calls :func:`monailabel_xflow.training.promotion.finetune_from_labels`, which
 
 1. reads every (image, final label) pair of the datastore (``datastore.datalist()``);
 2. splits each finding's label into connected components; each component is one training
-   sample (specks under 0.1 % of the image are left out, at most 8 per image, the largest);
+   sample (specks left out, at most 8 per image, the largest:
+   :func:`monailabel_xflow.training.promotion.component_prompts`);
    all-zero ("no finding") labels give none and are skipped (they teach the policies, not F_seg);
 3. runs the package's F_seg trainer
    (:func:`monailabel_xflow.training.segmenter.finetune_segmenter`: jittered box + click
    prompts, 20·focal + dice + IoU loss, AdamW, the paper's recipe) for ``steps`` optimiser steps;
-4. checks the result on held-out labels (:func:`split_heldout`: every 5th labeled image, which
-   it did not train on): it **replaces the serving segmenter only when its weights are finite
-   and its held-out mean IoU is not below the serving one's** (:func:`promotion_check`); then it
+4. checks the result on held-out labels (every 5th labeled image, which it did not train on): it
+   **replaces the serving segmenter only when its weights are finite and its held-out mean IoU is
+   not below the serving one's** (:mod:`monailabel_xflow.training.promotion`); then it
    is saved in ``<model_dir>/xflow_segmenter/`` (``save_pretrained``, loadable by
    :func:`monailabel_xflow.segmenter.loading.load_segmenter`), otherwise in
    ``<model_dir>/xflow_segmenter.rejected/`` with the reason logged and in the stats;
@@ -40,15 +41,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from monailabel_xflow.app import layout
-from monailabel_xflow.app.errors import RequestError
 from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
+from monailabel_xflow.app.wraps import upstream_class
+from monailabel_xflow.training.promotion import finetune_from_labels
 
 logger = logging.getLogger(__name__)
 
@@ -135,210 +134,10 @@ class TrainProgress:
         return out
 
 
-MIN_COMPONENT_SHARE = 0.001
-"""Components smaller than this share of the image are specks, not lesions to prompt."""
-
-MAX_PROMPTS_PER_IMAGE = 8
-"""The largest components of an image that become prompts (bounds the decoder batch)."""
+TrainTask: Any = upstream_class("monailabel.interfaces.tasks.train.TrainTask")
 
 
-def component_prompts(
-    label_hw: np.ndarray, min_share: float = MIN_COMPONENT_SHARE, max_prompts: int = MAX_PROMPTS_PER_IMAGE
-) -> list[tuple[tuple[float, float, float, float], np.ndarray]]:
-    """``[(box, mask)]``: one box prompt per connected component (8-connectivity, as everywhere
-    else) of each finding in a label map, specks (< ``min_share`` of the image) left out, at most
-    ``max_prompts``, largest first."""
-    from monailabel_xflow.geometry import connected_components, mask_to_box
-
-    min_px = max(1, int(np.ceil(min_share * label_hw.size)))
-    found = [
-        m
-        for value in (int(v) for v in np.unique(label_hw) if v)
-        for m in connected_components(label_hw == value, min_area_px=min_px)
-    ]
-    found.sort(key=lambda m: -int(m.sum()))
-    return [(box, m) for m in found[:max_prompts] if (box := mask_to_box(m)) is not None]  # never None: m not empty
-
-
-def finetune_from_labels(
-    pairs: Sequence[Mapping[str, str]],
-    segmenter: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    *,
-    steps: int = 10,
-    lr: float = 1e-4,
-    batch: int = 1,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Fine-tune F_seg on a datastore's final labels with the package's F_seg trainer.
-
-    Args:
-        pairs: ``[{"image": path, "label": path}]`` (``datastore.datalist()``); labels are label
-            maps of the image's size (values 0..7).
-        segmenter: the weights to start from (folder, hub id or ``.pt``; see ``load_tracker_model``).
-        output_dir: where a promoted model is saved (``save_pretrained``), replaced in one
-            rename so a serving app never reads half a checkpoint; a rejected one goes to
-            ``<output_dir>.rejected``.
-        steps: optimiser steps; ``batch``: prompts per step (gradient accumulation).
-        lr: AdamW learning rate of the decoder (the encoder gets the trainer's 0.6x).
-        seed: prompt sampling and initialisation seed.
-
-    Returns:
-        Stats: ``images`` (trained on), ``prompts``, ``steps``, ``losses``, ``loss_first``,
-        ``loss_last``, ``heldout_images``, the :func:`promotion_check` keys, ``seconds``,
-        ``output`` (where the model went), ``start_weights``, and MONAI Label's ``epoch``,
-        ``total_epochs``, ``best_metric``, ``start_ts``, ``total_time`` (:class:`TrainProgress`).
-
-    Raises:
-        RequestError: no labeled image holds a finding to train on.
-    """
-    import shutil
-
-    from monailabel_xflow.training.config import SegmenterTrainConfig
-    from monailabel_xflow.training.segmenter import SegSample, finetune_segmenter
-    from monailabel_xflow.transforms.loading import load_cxr
-
-    t0 = time.perf_counter()
-    labeled = []  # (image path, image, prompts) of every pair whose label holds a finding
-    for pair in sorted(pairs, key=lambda p: str(p["image"])):
-        image, _ = load_cxr(pair["image"])
-        prompts = component_prompts(layout.read_label(pair["label"], (image.shape[0], image.shape[1])))
-        if prompts:
-            labeled.append((str(pair["image"]), image, prompts))
-    if not labeled:
-        raise RequestError("nothing to train on: no final label holds a finding (save labels first)")
-    held, train = split_heldout(labeled)
-    samples = [SegSample(image, mask) for _, image, prompts in train for _, mask in prompts]
-    cfg = SegmenterTrainConfig(
-        learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed)
-    )
-    output_dir = Path(output_dir)
-    progress = TrainProgress(output_dir.parent / STATS_FILE, int(steps))
-    progress.step(0)
-    tmp = output_dir.with_name(output_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False, on_step=progress.step)
-    check = promotion_check(segmenter, tmp, [(image, prompts) for _, image, prompts in held])
-    destination = output_dir if check["promoted"] else output_dir.with_name(output_dir.name + ".rejected")
-    old = destination.with_name(destination.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if destination.exists():
-        destination.rename(old)
-    tmp.rename(destination)  # one rename: a serving app never reads half a checkpoint
-    shutil.rmtree(old, ignore_errors=True)
-    losses = [float(v) for v in result["losses"]]
-    stats = {
-        "images": len(train),
-        "prompts": len(samples),
-        "steps": int(result["steps"]),
-        "losses": losses,
-        "loss_first": losses[0] if losses else None,
-        "loss_last": losses[-1] if losses else None,
-        "heldout_images": [path for path, _, _ in held],
-        **check,
-        "seconds": round(time.perf_counter() - t0, 3),
-        "output": str(destination),
-        "start_weights": str(segmenter),
-    }
-    stats = progress.done(stats)
-    log = logger.info if check["promoted"] else logger.warning
-    log(
-        "fine-tuned F_seg on %d prompts from %d images: loss %.4f -> %.4f; %s (%s)",
-        len(samples),
-        len(train),
-        stats["loss_first"],
-        stats["loss_last"],
-        check["reason"],
-        destination,
-    )
-    return stats
-
-
-HOLDOUT_EVERY = 5
-MAX_HELDOUT = 8
-"""Every 5th labeled image (sorted by path; at least one, at most 8) is held out of training to
-check the fine-tuned segmenter before it may replace the serving one."""
-
-
-def split_heldout(labeled: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """``(held_out, train)``: every :data:`HOLDOUT_EVERY`-th item, at least one (the last) and
-    at most :data:`MAX_HELDOUT`; a single labeled image is all training and nothing is held out."""
-    if len(labeled) < 2:
-        return [], list(labeled)
-    picked = set(range(HOLDOUT_EVERY - 1, len(labeled), HOLDOUT_EVERY)) or {len(labeled) - 1}
-    picked = set(sorted(picked)[:MAX_HELDOUT])
-    return [x for i, x in enumerate(labeled) if i in picked], [x for i, x in enumerate(labeled) if i not in picked]
-
-
-def heldout_iou(weights: str | os.PathLike, held: Sequence[tuple[np.ndarray, list]]) -> float:
-    """Mean IoU of a segmenter's masks for the box prompts of held-out labels (one box per
-    connected component, as in training) against the labelled components."""
-    from monailabel_xflow.metrics import mask_iou
-    from monailabel_xflow.segmenter.loading import load_segmenter
-
-    seg = load_segmenter(str(weights), device="cpu")
-    ious: list[float] = []
-    for image, prompts in held:
-        seg.set_image(image)
-        result = seg.predict([box for box, _ in prompts])
-        ious.extend(mask_iou(pred, truth) for pred, (_, truth) in zip(result.masks, prompts, strict=False))
-    return float(np.mean(ious))
-
-
-def weights_finite(weights: str | os.PathLike) -> bool:
-    """Whether every floating-point tensor of a saved segmenter is finite."""
-    import torch
-
-    from monailabel_xflow.segmenter.sam3 import load_tracker_model
-
-    state = load_tracker_model(str(weights)).state_dict()
-    return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
-
-
-def promotion_check(
-    current: str | os.PathLike, candidate: str | os.PathLike, held: Sequence[tuple[np.ndarray, list]]
-) -> dict[str, Any]:
-    """May ``candidate`` replace ``current``? Only with finite weights and a held-out mean IoU not
-    below the current segmenter's on the same labels (which it did not train on).
-
-    Returns:
-        ``{"promoted", "reason", "weights_finite", "heldout_iou_current", "heldout_iou_candidate"}``.
-    """
-    out: dict[str, Any] = {
-        "weights_finite": weights_finite(candidate),
-        "heldout_iou_current": None,
-        "heldout_iou_candidate": None,
-    }
-    if not out["weights_finite"]:
-        return {**out, "promoted": False, "reason": "kept aside: the fine-tuned weights are not finite"}
-    if not held:
-        return {
-            **out,
-            "promoted": False,
-            "reason": "kept aside: no held-out label to check it on "
-            "(save final labels with findings on at least 2 images)",
-        }
-    cur, new = heldout_iou(current, held), heldout_iou(candidate, held)
-    out.update(heldout_iou_current=round(cur, 6), heldout_iou_candidate=round(new, 6))
-    if not np.isfinite(new) or new < cur:
-        return {
-            **out,
-            "promoted": False,
-            "reason": f"kept aside: held-out IoU {new:.4f} is below the serving segmenter's {cur:.4f}",
-        }
-    return {**out, "promoted": True, "reason": f"promoted: held-out IoU {new:.4f} >= {cur:.4f}"}
-
-
-def _base_train_task() -> Any:
-    from monailabel.interfaces.tasks.train import TrainTask
-
-    return TrainTask
-
-
-_TrainTask: Any = _base_train_task()  # monailabel ships no type information: the base is Any to mypy
-
-
-class XFlowSegmenterTrainTask(_TrainTask):
+class XFlowSegmenterTrainTask(TrainTask):
     """MONAI Label train task running :func:`finetune_segmenter` on the final labels.
 
     Args:
@@ -373,6 +172,15 @@ class XFlowSegmenterTrainTask(_TrainTask):
         steps, lr, batch, seed = params["steps"], params["lr"], params["batch"], params["seed"]
         pairs = datastore.datalist()
         logger.info("xflow train: %d labeled images, start from %s", len(pairs), start)
-        return finetune_from_labels(
-            pairs, start, self.model_dir / TRAINED_SEGMENTER_DIR, steps=steps, lr=lr, batch=batch, seed=seed
+        progress = TrainProgress(self.model_dir / STATS_FILE, steps)
+        stats = finetune_from_labels(
+            pairs,
+            start,
+            self.model_dir / TRAINED_SEGMENTER_DIR,
+            steps=steps,
+            lr=lr,
+            batch=batch,
+            seed=seed,
+            on_step=progress.step,
         )
+        return progress.done(stats)

@@ -237,8 +237,10 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
 def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
     """The ``store_seg`` option of the ``xflow`` and ``rosalia`` tasks: the result's label map as a
     DICOM SEG in the image's study (its ``params`` gain ``seg_series``). The task validated the
-    option and left ``params["store_seg"] = {"findings": [...], "algorithm": "XFlow" | "ROSALIA"}``
-    (:func:`~monailabel_xflow.app.infer.seg_request`); only the app holds the datastore.
+    option and left ``params["store_seg"] = {"findings": [...], "algorithm": "XFlow" | "ROSALIA",
+    "masks": {finding: bool (H, W)}}`` (:class:`~monailabel_xflow.app.task.AnswerTask`); only the
+    app holds the datastore. The label map is painted from those masks: the image is not decoded
+    again and the label file not read back.
 
     An uploaded image has no study to store into: ``seg_series`` is then None and
     ``seg_not_stored`` says why.
@@ -261,13 +263,8 @@ def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
         params["seg_series"] = None
         params["seg_not_stored"] = "the image is an upload, not a series of the PACS; name it by its `image` id"
         return
-    from monailabel_xflow.app import layout
-    from monailabel_xflow.app.infer import to_fixed_values
-
     algorithm = str(wanted.get("algorithm") or "XFlow")
-    _, ref = layout.load_image(datastore.get_image_uri(image_id), image_id)
-    label = to_fixed_values(layout.read_label(result["file"], ref.shape), params.get("label_names"))
-    params["seg_series"] = datastore.store_seg(
-        image_id, label, findings=wanted.get("findings", ()), algorithm=algorithm, masks=wanted.get("masks")
+    params["seg_series"] = datastore.store_seg(  # from the masks the task answered: nothing decoded again
+        image_id, None, findings=wanted.get("findings", ()), algorithm=algorithm, masks=wanted["masks"]
     )
     logger.info("stored %s's answer for %s as SEG %s", algorithm, image_id, params["seg_series"])

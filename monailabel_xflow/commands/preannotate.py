@@ -7,7 +7,7 @@ Usage::
 
 For every CR/DX series the DICOMweb datastore lists (the same series filter as ``xflow serve``),
 XFlow answers the chosen findings (default: all seven, chest level) and the label map goes back
-into the image's study as one SEG (:mod:`monailabel_xflow.app.seg`: one segment per finding
+into the image's study as one SEG (:mod:`monailabel_xflow.data.seg`: one segment per finding
 asked, empty when absent), marked ``ContentLabel XFLOW_AUTO`` so that OHIF shows it and the
 datastore does not mistake it for a reviewed label.
 
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print("xflow preannotate: --limit must be >= 0", file=sys.stderr)
         return 2
     from monailabel_xflow.app.datastore import make_dicomweb_datastore
-    from monailabel_xflow.app.infer import XFlowInferTask, instructions_from_request
+    from monailabel_xflow.app.infer import XFlowInferTask
+    from monailabel_xflow.app.requests import instructions_from_request
     from monailabel_xflow.app.runtime import XFlowRuntime
 
     request = {
@@ -122,19 +123,14 @@ def preannotate_one(store, task, image_id: str, request: dict, findings: list[st
     """XFlow's answer for one series, stored as a SEG; returns the SEG's SeriesInstanceUID."""
     import os
 
-    from monailabel_xflow.app import layout
-
-    uri = store.get_image_uri(image_id)
-    label_file, params = task({**request, "store_seg": True, "image": uri, "image_id": image_id})
-    try:
-        _, ref = layout.load_image(uri, image_id)
-        label = layout.read_label(label_file, ref.shape)
-    finally:
-        os.unlink(label_file)
+    label_file, params = task(
+        {**request, "store_seg": True, "image": store.get_image_uri(image_id), "image_id": image_id}
+    )
+    os.unlink(label_file)
     return store.store_seg(
         image_id,
-        label,
+        None,
         findings=findings,
         description=f"XFlow: {params['answer']}"[:64],
         masks=params["store_seg"]["masks"],
-    )  # each finding's full mask, overlaps kept
+    )  # each finding's full mask, overlaps kept; the label map painted from them

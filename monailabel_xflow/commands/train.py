@@ -40,18 +40,42 @@ import sys
 from pathlib import Path
 
 TRAINERS = ("segmenter", "init-sft", "rev-sft", "init-rl", "rev-rl")
+RECIPES = ("demo", "rosalia", "rosalia-demo")
+HELP = {
+    "segmenter": "fine-tune F_seg (SAM3's prompt encoder + mask decoder) on a dataset spec",
+    "init-sft": "SFT of π_init on a built init-sft set",
+    "rev-sft": "SFT of π_rev on a built rev-sft set",
+    "init-rl": "GRPO of π_init (Eq. 4.5 rewards)",
+    "rev-rl": "GRPO of π_rev with F_seg in the loop (Eq. 4.7 rewards)",
+    "demo": "the demo XFlow on phantoms: F_seg, π_init, π_rev (monailabel_xflow.training.demo)",
+    "rosalia": "ROSALIA, the papers' baseline, with its paper's recipe (monailabel_xflow.rosalia.training)",
+    "rosalia-demo": "the ROSALIA demo on the XFlow demo's phantoms (monailabel_xflow.rosalia.demo)",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
-        help="fine-tune the segmenter or train a policy (SFT / GRPO)",
+        help="fine-tune the segmenter or train a policy (SFT / GRPO), the demo or ROSALIA",
         description="Train one XFlow component: segmenter (F_seg fine-tuning), init-sft / rev-sft "
-        "(SFT of π_init / π_rev), init-rl / rev-rl (GRPO). Defaults are the paper's Table 7.",
+        "(SFT of π_init / π_rev), init-rl / rev-rl (GRPO); defaults are the paper's Table 7. These five "
+        "take --data, --model, --out, --init-from, --config, --max-steps (xflow train TRAINER --help). "
+        "Or run a recipe: demo, rosalia, rosalia-demo.",
         epilog="Under accelerate: accelerate launch --config_file configs/accelerate/cpu.yaml "
         "-m monailabel_xflow.cli train ...",
     )
-    parser.add_argument("trainer", choices=TRAINERS)
+    trainers = parser.add_subparsers(dest="trainer", metavar="TRAINER", required=True)
+    common = model_options()
+    for name in TRAINERS:
+        trainers.add_parser(name, parents=[common], help=HELP[name], description=HELP[name]).set_defaults(func=run)
+    add_demo_parser(trainers)
+    add_rosalia_parser(trainers)
+    add_rosalia_demo_parser(trainers)
+
+
+def model_options() -> argparse.ArgumentParser:
+    """The options of the five model trainers (a parent parser)."""
+    parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument(
         "--data",
         required=True,
@@ -80,7 +104,122 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-new-tokens", type=int, default=None, help="RL: tokens per completion (init-rl) or per turn (rev-rl)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(func=run)
+    return parser
+
+
+def add_demo_parser(trainers: argparse._SubParsersAction) -> None:
+    """``xflow train demo``: the recipe's own options (``training.demo.build_parser``, owned with
+    the recipe), run by ``training.demo.run``."""
+    from monailabel_xflow.training import demo
+
+    recipe = demo.build_parser()
+    sub = trainers.add_parser(
+        "demo", parents=[recipe], add_help=False, help=HELP["demo"], description=recipe.description
+    )
+    sub.set_defaults(func=demo.run)
+
+
+def add_rosalia_parser(trainers: argparse._SubParsersAction) -> None:
+    """``xflow train rosalia``: every field of ``RosaliaTrainConfig`` is a flag."""
+    import dataclasses
+
+    from monailabel_xflow.rosalia.configs import RosaliaTrainConfig
+
+    parser = trainers.add_parser(
+        "rosalia",
+        help=HELP["rosalia"],
+        description="Train ROSALIA (LLaVA + SAM + [SEG]) with the paper's recipe on a dataset spec.",
+    )
+    parser.add_argument("--model", required=True, help="starting ROSALIA folder (see rosalia.configs / checkpoint)")
+    parser.add_argument(
+        "--data", required=True, help="dataset spec, e.g. mimic-ils:PHANTOMS/ground-truth/mimic_ils.json"
+    )
+    parser.add_argument("--split", action="append", default=None, help="split(s) to train on (default train)")
+    parser.add_argument("--out", required=True, type=Path)
+    defaults = RosaliaTrainConfig()
+    for f in dataclasses.fields(RosaliaTrainConfig):
+        if f.name in ("betas",):
+            continue
+        value = getattr(defaults, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(func=run_rosalia)
+
+
+def run_rosalia(args: argparse.Namespace) -> int:
+    """Train ROSALIA; prints a one-line JSON summary. Exit 2 for a bad dataset spec or model folder."""
+    import dataclasses
+
+    from monailabel_xflow.rosalia.configs import RosaliaTrainConfig
+    from monailabel_xflow.rosalia.training import examples_from_spec, train_rosalia
+
+    cfg = RosaliaTrainConfig(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaTrainConfig) if f.name != "betas"}
+    )
+    try:
+        examples = examples_from_spec(args.data, args.split or ["train"])
+        log = train_rosalia(args.model, examples, args.out, cfg, progress=not args.no_progress)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"xflow train rosalia: {err}", file=sys.stderr)
+        return 2
+    losses = log["losses"]
+    summary = {
+        "out": str(args.out),
+        "steps": len(losses),
+        "first_loss": losses[0]["loss"],
+        "last_loss": losses[-1]["loss"],
+        "seconds": round(log["seconds"], 1),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def add_rosalia_demo_parser(trainers: argparse._SubParsersAction) -> None:
+    """``xflow train rosalia-demo``: every field of ``RosaliaDemoRecipe`` is a flag."""
+    import dataclasses
+
+    from monailabel_xflow.rosalia.demo import RosaliaDemoRecipe
+
+    parser = trainers.add_parser(
+        "rosalia-demo",
+        help=HELP["rosalia-demo"],
+        description="Train the ROSALIA demo model on the XFlow demo's phantoms.",
+    )
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--install", action="store_true", help="copy the result to monailabel_xflow/rosalia/demo/")
+    parser.add_argument("--quick", action="store_true", help="toy scale: checks the recipe runs, learns nothing")
+    defaults = RosaliaDemoRecipe()
+    for f in dataclasses.fields(RosaliaDemoRecipe):
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(defaults, f.name)), default=None)
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(func=run_rosalia_demo)
+
+
+def run_rosalia_demo(args: argparse.Namespace) -> int:
+    """Train (and with ``--install`` install) the ROSALIA demo; prints its held-out metrics as JSON."""
+    import dataclasses
+    import logging
+
+    from monailabel_xflow.rosalia.demo import QUICK, RosaliaDemoRecipe, install, train_rosalia_demo
+
+    base = QUICK if args.quick else RosaliaDemoRecipe()
+    changes = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(RosaliaDemoRecipe)
+        if getattr(args, f.name) is not None
+    }
+    recipe = dataclasses.replace(base, **changes)
+    logging.basicConfig(level=logging.INFO)
+    model_dir = train_rosalia_demo(args.out, recipe, progress=not args.no_progress)
+    if args.install:
+        logging.getLogger(__name__).info("installed the ROSALIA demo in %s", install(model_dir))
+    heldout = json.loads((model_dir / "recipe.json").read_text())["heldout"]
+    print(json.dumps({"model": str(model_dir), **heldout}, default=str)[:2000])
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,12 +25,14 @@ Heavy imports (torch, transformers, tokenizers) happen inside the functions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from monailabel_xflow.rosalia.templates import IM_END, IM_START, IMAGE_TOKEN, SEG_TOKEN
 
 __all__ = [
+    "RosaliaTrainConfig",
     "SEG_TOKEN",
     "IM_START",
     "IM_END",
@@ -271,3 +273,37 @@ def build_random_rosalia(path: str | Path, size: str = "tiny", seed: int = 0) ->
     model = RosaliaModel.from_configs(llava_config(size, tok), sam_config(size), tok, size=size)
     model.save_pretrained(path)
     return Path(path)
+
+
+@dataclass
+class RosaliaTrainConfig:
+    """Hyperparameters; the defaults are the paper's, except ``steps`` / ``batch`` (CPU-sized).
+
+    Attributes:
+        steps: optimiser steps (the paper: 15 epochs at batch 256).
+        batch: rows per step.
+        lr, warmup, betas, weight_decay, clip: AdamW and schedule (peak lr, linear warm-up / decay).
+        lora_r, lora_alpha, lora_dropout: the language model's LoRA.
+        equalize_p: probability of histogram equalisation per training image.
+        phrase: ask the builders' phrasings (False: canonical instructions only).
+        train_vision: also train CLIP and the projector (not in the paper; for random-init sizes).
+        train_sam_encoder: also train SAM's image encoder (not in the paper; for random-init sizes,
+            whose encoder is not a pretrained SAM).
+        seed: data order, negatives, equalisation draws, LoRA init.
+    """
+
+    steps: int = 1000
+    batch: int = 8
+    lr: float = 3e-4
+    warmup: int = 100
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    lora_r: int = 128
+    lora_alpha: int = 256
+    lora_dropout: float = 0.05
+    equalize_p: float = 0.5
+    phrase: bool = True
+    train_vision: bool = False
+    train_sam_encoder: bool = False
+    seed: int = 0

@@ -20,7 +20,7 @@ task works out of the box, on synthetic phantoms only (**not** for clinical imag
 4. **Held-out check**: questions of :func:`~monailabel_xflow.training.demo.export_heldout`
    (phantoms of seed 1000, never trained on), scored with the papers' metrics.
 5. **Packaging**: ``OUT/model`` (a ROSALIA folder stored in float16, the model card ``README.md``,
-   ``recipe.json``); ``--install`` copies it to :data:`monailabel_xflow.workflow.model_config.ROSALIA_DEMO_DIR`.
+   ``recipe.json``); ``--install`` copies it to :data:`monailabel_xflow.rosalia.weights.ROSALIA_DEMO_DIR`.
 
 Command (documented in the README; the committed demo is this default recipe: 1,200 SAM steps
 and 1,500 ROSALIA steps)::
@@ -30,13 +30,11 @@ and 1,500 ROSALIA steps)::
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
 import shutil
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,52 +260,10 @@ def model_card(info: dict[str, Any]) -> str:
 
 
 def install(model_dir: str | Path) -> Path:
-    """Copy a packaged demo to :data:`monailabel_xflow.workflow.model_config.ROSALIA_DEMO_DIR` (replacing it)."""
-    from monailabel_xflow.workflow.model_config import ROSALIA_DEMO_DIR
+    """Copy a packaged demo to :data:`monailabel_xflow.rosalia.weights.ROSALIA_DEMO_DIR` (replacing it)."""
+    from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_DIR
 
     if ROSALIA_DEMO_DIR.exists():
         shutil.rmtree(ROSALIA_DEMO_DIR)
     shutil.copytree(model_dir, ROSALIA_DEMO_DIR)
     return ROSALIA_DEMO_DIR
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="xflow train rosalia-demo", description="Train the ROSALIA demo model on the XFlow demo's phantoms."
-    )
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--install", action="store_true", help="copy the result to monailabel_xflow/rosalia/demo/")
-    parser.add_argument("--quick", action="store_true", help="toy scale: checks the recipe runs, learns nothing")
-    defaults = RosaliaDemoRecipe()
-    for f in dataclasses.fields(RosaliaDemoRecipe):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(defaults, f.name)), default=None)
-    parser.add_argument("--no-progress", action="store_true")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    base = QUICK if args.quick else RosaliaDemoRecipe()
-    changes = {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(RosaliaDemoRecipe)
-        if getattr(args, f.name) is not None
-    }
-    recipe = dataclasses.replace(base, **changes)
-    logging.basicConfig(level=logging.INFO)
-    model_dir = train_rosalia_demo(args.out, recipe, progress=not args.no_progress)
-    if args.install:
-        logger.info("installed the ROSALIA demo in %s", install(model_dir))
-    print(
-        json.dumps(
-            {"model": str(model_dir), **json.loads((model_dir / "recipe.json").read_text())["heldout"]}, default=str
-        )[:2000]
-    )
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
-
-
-__all__ = ["RosaliaDemoRecipe", "QUICK", "train_rosalia_demo", "model_card", "install", "main"]

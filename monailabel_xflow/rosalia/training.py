@@ -25,18 +25,17 @@ written by ``xflow phantom``): :func:`examples_from_spec`.
 At the end the LoRA weights are merged (as LISA's release script does) and the model is saved as a
 ROSALIA folder with ``rosalia_training.json`` (config, loss history, held-out metrics if asked).
 
-Run: ``xflow train rosalia --model BASE --data SPEC --out DIR`` or, on more processes,
-``accelerate launch --config_file configs/accelerate/cpu.yaml -m monailabel_xflow.rosalia.training ...``.
+Run: ``xflow train rosalia --model BASE --data SPEC --out DIR`` (its parser:
+:mod:`monailabel_xflow.commands.train`) or, on more processes,
+``accelerate launch --config_file configs/accelerate/cpu.yaml -m monailabel_xflow.cli train rosalia ...``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.rosalia.configs import RosaliaTrainConfig
 from monailabel_xflow.rosalia.model import (
     BCE_WEIGHT,
     DICE_WEIGHT,
@@ -63,40 +63,6 @@ logger = logging.getLogger(__name__)
 LOG_NAME = "rosalia_training.json"
 LORA_TARGET_MODULES = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 """Every linear layer of the language model (not CLIP's, which also has ``q_proj``...)."""
-
-
-@dataclass
-class RosaliaTrainConfig:
-    """Hyperparameters; the defaults are the paper's, except ``steps`` / ``batch`` (CPU-sized).
-
-    Attributes:
-        steps: optimiser steps (the paper: 15 epochs at batch 256).
-        batch: rows per step.
-        lr, warmup, betas, weight_decay, clip: AdamW and schedule (peak lr, linear warm-up / decay).
-        lora_r, lora_alpha, lora_dropout: the language model's LoRA.
-        equalize_p: probability of histogram equalisation per training image.
-        phrase: ask the builders' phrasings (False: canonical instructions only).
-        train_vision: also train CLIP and the projector (not in the paper; for random-init sizes).
-        train_sam_encoder: also train SAM's image encoder (not in the paper; for random-init sizes,
-            whose encoder is not a pretrained SAM).
-        seed: data order, negatives, equalisation draws, LoRA init.
-    """
-
-    steps: int = 1000
-    batch: int = 8
-    lr: float = 3e-4
-    warmup: int = 100
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.0
-    clip: float = 1.0
-    lora_r: int = 128
-    lora_alpha: int = 256
-    lora_dropout: float = 0.05
-    equalize_p: float = 0.5
-    phrase: bool = True
-    train_vision: bool = False
-    train_sam_encoder: bool = False
-    seed: int = 0
 
 
 # --- data ------------------------------------------------------------------------------------
@@ -544,80 +510,3 @@ def _clean(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
-
-
-# --- command line ------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="xflow train rosalia",
-        description="Train ROSALIA (LLaVA + SAM + [SEG]) with the paper's recipe on a dataset spec.",
-    )
-    parser.add_argument("--model", required=True, help="starting ROSALIA folder (see rosalia.configs / checkpoint)")
-    parser.add_argument(
-        "--data", required=True, help="dataset spec, e.g. mimic-ils:PHANTOMS/ground-truth/mimic_ils.json"
-    )
-    parser.add_argument("--split", action="append", default=None, help="split(s) to train on (default train)")
-    parser.add_argument("--out", required=True, type=Path)
-    defaults = RosaliaTrainConfig()
-    for f in dataclasses.fields(RosaliaTrainConfig):
-        if f.name in ("betas",):
-            continue
-        value = getattr(defaults, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(value, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
-        else:
-            parser.add_argument(flag, type=type(value), default=value)
-    parser.add_argument("--no-progress", action="store_true")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cfg = RosaliaTrainConfig(
-        **{f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaTrainConfig) if f.name != "betas"}
-    )
-    try:
-        examples = examples_from_spec(args.data, args.split or ["train"])
-        log = train_rosalia(args.model, examples, args.out, cfg, progress=not args.no_progress)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"xflow train rosalia: {err}", file=sys.stderr)
-        return 2
-    losses = log["losses"]
-    print(
-        json.dumps(
-            {
-                "out": str(args.out),
-                "steps": len(losses),
-                "first_loss": losses[0]["loss"],
-                "last_loss": losses[-1]["loss"],
-                "seconds": round(log["seconds"], 1),
-            }
-        )
-    )
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
-__all__ = [
-    "pretrain_sam",
-    "RosaliaTrainConfig",
-    "RosaliaExample",
-    "RosaliaDataset",
-    "RosaliaCollator",
-    "examples_from_cases",
-    "examples_from_spec",
-    "load_example",
-    "apply_recipe",
-    "merge_recipe",
-    "evaluate",
-    "heldout_loss",
-    "train_rosalia",
-    "LORA_TARGET_MODULES",
-    "main",
-]

@@ -990,8 +990,11 @@ def _recipe_from_args(args: argparse.Namespace) -> DemoRecipe:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``xflow train demo``: run the recipe; exit 0 on success, 2 for bad arguments."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The recipe for parsed :func:`build_parser` arguments (``xflow train demo`` registers that parser)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:

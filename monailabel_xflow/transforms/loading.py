@@ -218,6 +218,20 @@ def save_nifti_2d(array_hw: np.ndarray, path: PathLike, spacing: Sequence[float]
     """
     import nibabel as nib
 
+    path = Path(path)
+    nib.save(nifti_2d(array_hw, spacing), str(path))
+    return path
+
+
+def nifti_2d(array_hw: np.ndarray, spacing: Sequence[float] | None = None, affine: np.ndarray | None = None) -> Any:
+    """The in-memory ``nibabel.Nifti1Image`` that :func:`save_nifti_2d` writes (same arguments;
+    ``affine``, e.g. an image's own, replaces the one built from ``spacing``).
+
+    Raises:
+        ValueError: if ``array_hw`` is not 2D or ``spacing`` has not two positive values.
+    """
+    import nibabel as nib
+
     array = np.asarray(array_hw)
     if array.ndim != 2:
         raise ValueError(f"save_nifti_2d expects an (H, W) array, got shape {array.shape}")
@@ -227,11 +241,9 @@ def save_nifti_2d(array_hw: np.ndarray, path: PathLike, spacing: Sequence[float]
     if not (row_mm > 0 and col_mm > 0):
         raise ValueError(f"spacing must be two positive values (row_mm, col_mm), got {spacing}")
     volume = np.ascontiguousarray(to_reader_order(array)[..., None])
-    nifti = nib.Nifti1Image(volume, np.diag([-col_mm, -row_mm, 1.0, 1.0]))
+    nifti = nib.Nifti1Image(volume, np.diag([-col_mm, -row_mm, 1.0, 1.0]) if affine is None else affine)
     nifti.header.set_xyzt_units(xyz="mm")
-    path = Path(path)
-    nib.save(nifti, str(path))
-    return path
+    return nifti
 
 
 # --- the one transpose between MONAI readers' (W, H[, ...]) and (H, W[, ...]) ---------------
@@ -633,6 +645,22 @@ def _read_nifti(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
     return from_reader_order(np.asarray(voxels, dtype=np.float32)), meta
 
 
+def refuse_lateral(ds: Any, path: PathLike) -> None:
+    """The one lateral-view rule: a DICOM header whose *View Position* is one of
+    :data:`LATERAL_VIEWS` is refused (XFlow reads frontal views).
+
+    Raises:
+        CXRLoadError: a lateral view (the message says how to load it anyway).
+    """
+    view = str(ds.get("ViewPosition", "") or "").strip().upper() or None
+    if view in LATERAL_VIEWS:
+        raise CXRLoadError(
+            path,
+            f"lateral view (ViewPosition {view}); XFlow reads frontal "
+            "views (pass allow_lateral=True / --allow-lateral to load it)",
+        )
+
+
 def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, Any]]:
     """DICOM through pydicom: bits stored, modality LUT, VOI LUT/window, colour to gray.
 
@@ -654,12 +682,8 @@ def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, 
             raise CXRLoadError(path, f"unreadable DICOM file ({caught[0].message})")
         raise CXRLoadError(path, "no pixel data: not a DICOM image")
     view = str(ds.get("ViewPosition", "") or "").strip().upper() or None
-    if view in LATERAL_VIEWS and not allow_lateral:
-        raise CXRLoadError(
-            path,
-            f"lateral view (ViewPosition {view}); XFlow reads frontal "
-            "views (pass allow_lateral=True / --allow-lateral to load it)",
-        )
+    if not allow_lateral:
+        refuse_lateral(ds, path)
     frames = int(ds.get("NumberOfFrames", 1) or 1)
     if frames > 1:
         raise CXRLoadError(path, f"multi-frame DICOM with {frames} frames; expected one image")

@@ -49,9 +49,8 @@ ROSALIA beside XFlow
 :mod:`monailabel_xflow.rosalia`; a released LISA/ROSALIA checkpoint is converted to one by
 ``python -m monailabel_xflow.rosalia.checkpoint``), served by the app's ``rosalia`` task. It is not
 one of XFlow's weights: a configuration naming only ``rosalia`` does not configure XFlow. Without
-it, :func:`rosalia_source` falls back to the **ROSALIA demo** committed in
-``monailabel_xflow/rosalia/demo/`` (:data:`ROSALIA_DEMO_NOTICE`; ``XFLOW_NO_DEMO=1`` turns that off
-too).
+it, :func:`monailabel_xflow.rosalia.weights.rosalia_source` falls back to the **ROSALIA demo**
+committed in ``monailabel_xflow/rosalia/demo/`` (``XFLOW_NO_DEMO=1`` turns that off too).
 """
 
 from __future__ import annotations
@@ -86,14 +85,6 @@ DEMO_NOTICE = (
 DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
 """Folder of the committed demo weights (``models.yaml``, ``base/``, ``init/``, ``rev/``, ``segmenter/``)."""
 DEMO_MODELS_FILE = DEMO_DIR / "models.yaml"
-ROSALIA_DEMO_NAME = "rosalia-demo-phantoms"
-"""Name of the ROSALIA demo (``monailabel_xflow/rosalia/demo/``) in logs, traces and ``/info``."""
-ROSALIA_DEMO_NOTICE = (
-    f"Using the ROSALIA demo model ({ROSALIA_DEMO_NAME}): demo model trained on synthetic "
-    "phantoms; not for clinical images."
-)
-ROSALIA_DEMO_DIR = Path(__file__).resolve().parents[1] / "rosalia" / "demo"
-"""Folder of the committed ROSALIA demo (a ROSALIA folder, ``xflow train rosalia-demo``)."""
 ENV_NO_DEMO = "XFLOW_NO_DEMO"
 """Environment variable that, set to a non-empty value other than ``0``, disables the demo fallback."""
 
@@ -477,24 +468,6 @@ def load_models(config: ModelConfig) -> LoadedModels:
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 
 
-def rosalia_source(config: ModelConfig, environ: Mapping[str, str] | None = None) -> tuple[Path | None, str]:
-    """Where the ``rosalia`` task's weights come from.
-
-    Returns:
-        ``(path, source)``: the configured ``rosalia`` (resolved locally, ``source`` "config"), else
-        the committed ROSALIA demo (``"demo"``), else ``(None, "none")`` when the demo is disabled
-        (``XFLOW_NO_DEMO``) or not installed.
-
-    Raises:
-        ModelConfigError: a configured ``rosalia`` that is not available locally.
-    """
-    if config.rosalia:
-        return config.resolve("rosalia"), "config"
-    if demo_disabled(environ) or not (ROSALIA_DEMO_DIR / "rosalia.json").is_file():
-        return None, "none"
-    return ROSALIA_DEMO_DIR, "demo"
-
-
 __all__ = [
     "ModelConfig",
     "ModelConfigError",
@@ -511,8 +484,4 @@ __all__ = [
     "demo_config",
     "demo_disabled",
     "default_config",
-    "rosalia_source",
-    "ROSALIA_DEMO_NAME",
-    "ROSALIA_DEMO_NOTICE",
-    "ROSALIA_DEMO_DIR",
 ]

@@ -24,28 +24,7 @@ One SEG per XFlow result holds every finding asked for, as viewers and PACS expe
   ``[0, 1, 0, 0, 0, -1]`` instead; no single orientation opens in both, and we follow the
   current one.)
 
-Codes (:data:`FINDING_CODES`): category SCT 49755003 "Morphologically Abnormal Structure" for every
-finding (DICOM PS3.16 CID 7150 "Segmentation Property Categories"); types, with their source:
-
-==============  =====  =========  ===============================  ==========================================
-finding         value  scheme     code / meaning                   source
-==============  =====  =========  ===============================  ==========================================
-cardiomegaly    1      SCT        8186001 Cardiomegaly             SNOMED CT International (see below)
-pneumonia       2      SCT        233604007 Pneumonia              SNOMED CT International (not in PS3.16)
-atelectasis     3      SCT        46621007 Atelectasis             SNOMED CT International (not in PS3.16)
-opacity         4      DCM        112001 Opacity                   DICOM PS3.16 CID 6104 (SNOMED CT has no
-                                                                   plain "lung opacity" concept in PS3.16)
-consolidation   5      SCT        95436008 Lung consolidation      SNOMED CT International (not in PS3.16)
-edema           6      SCT        19242006 Pulmonary edema         DICOM PS3.16 CID 3700
-effusion        7      SCT        60046008 Pleural effusion        DICOM PS3.16 CID 645
-no finding      -      SCT        17621005 Normal                  DICOM PS3.16 CID 7151
-==============  =====  =========  ===============================  ==========================================
-
-(PS3.16 codes as shipped in ``pydicom.sr``; the SNOMED CT codes not taken from PS3.16 are the
-International Edition's disorder concepts of those names. PS3.16 CID 12249 lists "Cardiomegaly"
-as SCT 287272002, but PS3.16's own SNOMED mapping gives 287272002 the fully specified name
-"Enlarged septal foramen of heart (disorder)"; SEGs are written with 8186001 and 287272002 is
-accepted as cardiomegaly when reading, see :data:`READ_ALIASES`.)
+Codes: :data:`monailabel_xflow.vocabulary.FINDING_CODES` (SNOMED CT / DCM, with their sources).
 
 Reading (:func:`read_seg_masks`, :func:`read_seg`) accepts SEGs written here and by other tools:
 bitmap (BINARY) and FRACTIONAL SEGs (highdicom, 3D Slicer, OHIF's bitmap export) and the **Label
@@ -60,18 +39,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app.errors import LabelError
-from monailabel_xflow.vocabulary import FINDINGS
+from monailabel_xflow.rendering import FINDING_COLOURS
+from monailabel_xflow.transforms.labels import LabelError
+from monailabel_xflow.vocabulary import (
+    CATEGORY,
+    FINDING_CODES,
+    FINDINGS,
+    NO_FINDING,
+    NO_FINDING_CODE,
+    READ_ALIASES,
+    Coded,
+)
 
 logger = logging.getLogger(__name__)
 
-NO_FINDING = "no finding"
 PLANE_ORIENTATION = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 """The plane orientation the current OHIF (3.13) derives for a radiograph without
 ImageOrientationPatient (DESIGN §17); the bundled OHIF of MONAI Label 0.8.5 derives
@@ -80,34 +66,11 @@ SERIES_NUMBER = 300
 MANUFACTURER = "monailabel-xflow"
 
 
-@dataclass(frozen=True)
-class Coded:
-    """One code: value, scheme designator, meaning."""
+def concept(code: Coded) -> Any:
+    """A vocabulary code as highdicom's ``CodedConcept``."""
+    from highdicom.sr import CodedConcept
 
-    value: str
-    scheme: str
-    meaning: str
-
-    def concept(self) -> Any:
-        from highdicom.sr import CodedConcept
-
-        return CodedConcept(value=self.value, scheme_designator=self.scheme, meaning=self.meaning)
-
-
-CATEGORY = Coded("49755003", "SCT", "Morphologically Abnormal Structure")
-FINDING_CODES: dict[str, Coded] = {
-    "cardiomegaly": Coded("8186001", "SCT", "Cardiomegaly"),
-    "pneumonia": Coded("233604007", "SCT", "Pneumonia"),
-    "atelectasis": Coded("46621007", "SCT", "Atelectasis"),
-    "opacity": Coded("112001", "DCM", "Opacity"),
-    "consolidation": Coded("95436008", "SCT", "Lung consolidation"),
-    "edema": Coded("19242006", "SCT", "Pulmonary edema"),
-    "effusion": Coded("60046008", "SCT", "Pleural effusion"),
-}
-NO_FINDING_CODE = Coded("17621005", "SCT", "Normal")
-READ_ALIASES: dict[tuple[str, str], str] = {("287272002", "SCT"): "cardiomegaly"}
-"""Other tools' type codes read as a finding (PS3.16 CID 12249's "Cardiomegaly")."""
-assert tuple(FINDING_CODES) == FINDINGS
+    return CodedConcept(value=code.value, scheme_designator=code.scheme, meaning=code.meaning)
 
 
 def dicom_lab(rgb: tuple[int, int, int]) -> list[int]:
@@ -132,8 +95,8 @@ def _segment(
     segment = hd.seg.SegmentDescription(
         segment_number=number,
         segment_label=name,
-        segmented_property_category=CATEGORY.concept(),
-        segmented_property_type=code.concept(),
+        segmented_property_category=concept(CATEGORY),
+        segmented_property_type=concept(code),
         algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
         algorithm_identification=algo,
     )
@@ -202,8 +165,6 @@ def write_seg(
         raise LabelError(f"label values must be 0..{len(FINDINGS)}, got {np.unique(label)[:10].tolist()}")
     names = segment_findings(label, findings, masks)
     if names:
-        from monailabel_xflow.app.layout import FINDING_COLOURS
-
         segments = [
             _segment(i, f, FINDING_CODES[f], algorithm, version, FINDING_COLOURS[FINDINGS.index(f)])
             for i, f in enumerate(names, 1)
@@ -433,48 +394,3 @@ def read_seg(dataset: Any, shape: tuple[int, int] | None = None) -> np.ndarray:
     for finding in sorted(masks, key=FINDINGS.index):
         label[masks[finding]] = FINDINGS.index(finding) + 1
     return label
-
-
-def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
-    """Download a SEG series over DICOMweb into ``folder`` as stored (``transfer-syntax=*``), one
-    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
-
-    Asking for the stored transfer syntax matters: a PACS asked for its default (Explicit VR
-    Little Endian) must transcode, which Orthanc 1.10 cannot do for some SEGs (HTTP 500 "Cannot
-    transcode image"); pydicom decodes what OHIF stores (RLE label maps, 1-bit bitmaps) itself.
-
-    Args:
-        client: a ``dicomweb_client.DICOMwebClient``.
-        series_uid: the SEG's SeriesInstanceUID.
-        folder: where to write (created).
-
-    Raises:
-        LabelError: the PACS does not list the series.
-    """
-    import pydicom
-
-    found = [
-        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
-    ]
-    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
-    if not found:
-        raise LabelError(f"SEG series {series_uid} is not in the PACS")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    for ds in client.retrieve_series(
-        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
-    ):
-        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
-        ds.save_as(str(files[-1]), write_like_original=False)
-    return files
-
-
-def seg_summary(dataset: Any) -> Mapping[str, Any]:
-    """What a SEG says in words (for logs and result params): series, findings, frames."""
-    return {
-        "SeriesInstanceUID": str(dataset.SeriesInstanceUID),
-        "SOPInstanceUID": str(dataset.SOPInstanceUID),
-        "segments": {int(s.SegmentNumber): str(s.SegmentLabel) for s in dataset.SegmentSequence},
-        "frames": int(getattr(dataset, "NumberOfFrames", 1)),
-    }
