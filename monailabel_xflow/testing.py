@@ -35,7 +35,7 @@ from monailabel_xflow.segmenter.base import (
     SegmentationResult,
     SegmenterInputError,
     build_prompts,
-    to_rgb01,
+    check_model_image,
 )
 
 __all__ = [
@@ -170,13 +170,13 @@ class ScriptedSegmenter(_CallLog):
         return twin
 
     def set_image(self, image: np.ndarray) -> None:
-        """Accept any image the real backends accept (:func:`~monailabel_xflow.segmenter.base.to_rgb01`)
+        """Accept any image the real backends accept (:func:`~monailabel_xflow.segmenter.base.check_model_image`)
         of the target's size.
 
         Raises:
             SegmenterInputError: what the backends refuse, or another size than the target's.
         """
-        to_rgb01(image)
+        image = check_model_image(image)
         if tuple(image.shape[:2]) != self.target.shape:
             raise SegmenterInputError(f"image shape {image.shape} differs from the double's target {self.target.shape}")
         self.set_image_calls += 1

@@ -27,6 +27,11 @@ TIMEOUT_S = 600
 FIGURES = {
     # script: patterns whose first group is a figure the script printed (finite, > 0)
     "bench_builders.py": [r"init-sft .* ([\d.]+) attempts/s per core"],
+    "bench_click_path.py": [
+        r"before \(main .*?:\s+([\d.e-]+) ms",
+        r"after .*?:\s+([\d.e-]+) ms",
+        r"before / after = ([\d.]+)x",
+    ],
     "bench_ils.py": [r"(?m)^all\s+([\d.]+)\s+[\d.]+$", r"everything above: ([\d.]+) h on one core"],
     "bench_ils_reports.py": [r"= (\d+) reports/s on one core", r"= ([\d.]+) reports/s; rules are"],
     "bench_metrics.py": [r"([\d.]+) ms/mask", r"10,000 masks: ([\d.]+) s"],
