@@ -393,7 +393,7 @@ class XFlow:
             stage1=stage1,
             present=present,
             lesions=lesions,
-            mask=rle.encode(union),
+            mask=rle.LazyRLE(union),
             answer=answer,
             warnings=warnings,
             timings=timings,
@@ -419,9 +419,9 @@ class XFlow:
         """Stage 2 for one lesion box (:func:`~.revision.revise_mask`), recorded for the trace."""
         mask = np.asarray(mask0, dtype=bool)
         iou = finite_or_none(iou0)
-        record = LesionRecord(index=index, label=ref.label, box=ref.box, initial_mask=rle.encode(mask), initial_iou=iou)
+        record = LesionRecord(index=index, label=ref.label, box=ref.box, initial_mask=rle.LazyRLE(mask), initial_iou=iou)
         if policy is None:
-            record.end, record.box_final, record.mask, record.iou = "not_revised", ref.box, rle.encode(mask), iou
+            record.end, record.box_final, record.mask, record.iou = "not_revised", ref.box, record.initial_mask, iou
             return record, mask
         run = revise_mask(
             self.segmenter,
@@ -445,7 +445,7 @@ class XFlow:
                     click=turn.click,
                     box=turn.box,
                     box_grown=turn.box_grown,
-                    mask=rle.encode(turn.mask) if clicked else None,
+                    mask=rle.LazyRLE(turn.mask) if clicked else None,
                     iou=turn.iou,
                     problems=turn.problems,
                     seconds=turn.seconds,
@@ -453,7 +453,7 @@ class XFlow:
             )
         record.end = run.end
         record.box_final = run.box
-        record.mask = rle.encode(run.mask)
+        record.mask = rle.LazyRLE(run.mask)
         record.iou = run.iou
         return record, run.mask
 
