@@ -419,7 +419,9 @@ class XFlow:
         """Stage 2 for one lesion box (:func:`~.revision.revise_mask`), recorded for the trace."""
         mask = np.asarray(mask0, dtype=bool)
         iou = finite_or_none(iou0)
-        record = LesionRecord(index=index, label=ref.label, box=ref.box, initial_mask=rle.LazyRLE(mask), initial_iou=iou)
+        record = LesionRecord(
+            index=index, label=ref.label, box=ref.box, initial_mask=rle.LazyRLE(mask), initial_iou=iou
+        )
         if policy is None:
             record.end, record.box_final, record.mask, record.iou = "not_revised", ref.box, record.initial_mask, iou
             return record, mask
