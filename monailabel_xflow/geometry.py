@@ -335,8 +335,22 @@ def connected_components(mask: NDArray[Any], min_area_px: int = 1) -> list[NDArr
     return [labels == i for i in range(1, n + 1) if sizes[i] >= min_area_px]
 
 
+# --- specks: the one owner -----------------------------------------------------------------------
+
+SPECK_FRACTION = 0.001
+"""A connected component (8-connectivity) with fewer than this fraction of the image's pixels is a
+*speck*, noise rather than a lesion (0.1 %): the mask-noise metrics count them and F_seg's
+promotion leaves them out of its prompts (:func:`speck_area_px`)."""
+
 MIN_COMPONENT_PX = 16
-"""Ground-truth components smaller than this (in mask pixels) get no box: specks, not lesions."""
+"""The floor for ground truth in training data: components smaller than this (in mask pixels)
+get no box. An absolute count, not :data:`SPECK_FRACTION`: phantom lesions go down to 0.06 % of
+the image, and the builders must keep them."""
+
+
+def speck_area_px(shape: Sequence[int], fraction: float = SPECK_FRACTION) -> float:
+    """Components of an ``(H, W)`` mask with fewer pixels than this are specks."""
+    return fraction * int(shape[0]) * int(shape[1])
 
 
 def lesion_boxes(mask: NDArray[Any] | None, min_px: int = MIN_COMPONENT_PX) -> list[Box]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_mask, check_image, point_to_pixel
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.policy.base import PolicyError, RevisionState
+from monailabel_xflow.policy.base import MAX_CLICKS, PolicyError, RevisionState
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
 from monailabel_xflow.segmenter.base import (
     PromptableSegmenter,
@@ -385,7 +385,7 @@ class StubRuntime:
         max_clicks: the configured click budget (``config.max_clicks``).
     """
 
-    def __init__(self, xflow: Any, max_clicks: int = 4) -> None:
+    def __init__(self, xflow: Any, max_clicks: int = MAX_CLICKS) -> None:
         self.xflow = xflow
         self.config = SimpleNamespace(max_clicks=max_clicks, segmenter=None)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,6 +27,38 @@ without words (the exact oracle of Algorithm 1). The workflow reads either
 
 class PolicyError(InputError):
     """Bad input to a policy (wrong image shape/dtype, out-of-order step, missing model file)."""
+
+
+# --- the click budget T: the one owner ---------------------------------------------------------
+
+MAX_CLICKS = 4
+"""The Stage 2 click budget T of the paper (§4.2, App. A.3): the default of the workflow, the
+models file, the oracle, the trainers and the app."""
+
+MAX_CLICKS_LIMIT = 16
+"""The largest budget anything may ask for (a request, a models file, the oracle, a run)."""
+
+
+class BudgetError(InputError):
+    """A click budget that is not an integer in ``0..MAX_CLICKS_LIMIT``."""
+
+
+def check_budget(max_clicks: Any) -> int:
+    """The click budget T as an int (the one budget rule of the package): an integer, or its
+    decimal text (a models file, ``XFLOW_MAX_CLICKS``), in ``0..MAX_CLICKS_LIMIT``.
+
+    Raises:
+        BudgetError: not an integer (``1.5``, ``"many"``), negative, or over :data:`MAX_CLICKS_LIMIT`.
+    """
+    try:
+        value = int(max_clicks.strip()) if isinstance(max_clicks, str) else int(max_clicks)
+    except (TypeError, ValueError) as err:
+        raise BudgetError(f"max_clicks must be an integer, got {max_clicks!r}") from err
+    if not isinstance(max_clicks, str) and value != max_clicks:
+        raise BudgetError(f"max_clicks must be an integer, got {max_clicks!r}")
+    if not 0 <= value <= MAX_CLICKS_LIMIT:
+        raise BudgetError(f"max_clicks must be an integer in 0..{MAX_CLICKS_LIMIT}, got {max_clicks!r}")
+    return value
 
 
 @dataclass

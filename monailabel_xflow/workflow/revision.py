@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, connected_components, grow_box, mask_to_box, point_to_pixel
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.metrics import mask_iou
@@ -214,25 +213,6 @@ def keep_connected_to(revised: np.ndarray, previous: np.ndarray, click: Click) -
     if kept.size == 0:
         return revised
     return np.isin(labels, kept)
-
-
-class BudgetError(InputError):
-    """A click budget that is not a non-negative integer."""
-
-
-def check_budget(max_clicks: Any) -> int:
-    """The click budget T as a non-negative int (the one budget check of the workflow).
-
-    Raises:
-        BudgetError: not an integer, or negative.
-    """
-    try:
-        value = int(max_clicks)
-    except (TypeError, ValueError) as err:
-        raise BudgetError(f"max_clicks must be an integer, got {max_clicks!r}") from err
-    if value < 0 or value != max_clicks:
-        raise BudgetError(f"max_clicks must be a non-negative integer, got {max_clicks!r}")
-    return value
 
 
 def finite_or_none(v: Any) -> float | None:
