@@ -307,7 +307,7 @@ def result_from_masks(
 
 def _record(boxes, clicks, previous, multimask, result) -> PredictCall:
     return PredictCall(
-        boxes=[tuple(float(v) for v in b) for b in boxes],
+        boxes=[(float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in boxes],
         clicks=None if clicks is None else [list(cs) for cs in clicks],
         previous=None if previous is None else np.array(previous, copy=True),
         multimask=bool(multimask),

@@ -66,21 +66,23 @@ class RevisionState:
     """What a revision policy sees at step ``t``.
 
     Attributes:
-        image: ``(H, W)`` float32 radiograph in ``[0, 1]``.
-        instruction: the question being answered.
+        image: ``(H, W)`` float32 radiograph in ``[0, 1]``; None only for a policy that reads the
+            mask itself (the oracle's exact trajectories, Algorithm 1).
+        instruction: the question being answered (None as for ``image``).
         box: current (grown) box, normalised xyxy (geometry.py).
         mask: ``(H, W)`` bool current mask M_t.
         clicks: clicks issued so far, normalised.
-        observation: ``(H, W, 3)`` uint8, ``rendering.render_observation(image, mask, clicks)``.
+        observation: ``(H, W, 3)`` uint8, ``rendering.render_observation(image, mask, clicks)``;
+            None when the loop does not render (``revise_mask(observe=False)``).
         step: 0-based index of the turn about to be taken.
     """
 
-    image: np.ndarray
-    instruction: Instruction
+    image: np.ndarray | None
+    instruction: Instruction | None
     box: Box
     mask: np.ndarray
     clicks: list[Click]
-    observation: np.ndarray
+    observation: np.ndarray | None
     step: int
 
 

@@ -403,7 +403,7 @@ class OracleClicker:
         """
         mask, gt = self._check(mask, gt)
         shape = gt.shape
-        taken = {True: [], False: []}
+        taken: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
         for c in previous_clicks:
             taken[bool(c.positive)].append(point_to_pixel(c.x, c.y, shape))
         radius = self.min_click_distance_px
@@ -514,7 +514,7 @@ class OracleSession:
         click, reason = self.policy.clicker.decide(mask, self.policy.gt, list(state.clicks))
         self.stop_reason = reason
         if click is None:
-            action = Stage2Action(None, _ORACLE_REASONS.get(reason, ""))
+            action = Stage2Action(None, _ORACLE_REASONS.get(reason or "", ""))
         else:
             action = Stage2Action(
                 click,

@@ -56,10 +56,10 @@ class SegmentationResult:
             logits, to pass back as ``previous`` with the next clicks on the same boxes.
     """
 
-    logits: np.ndarray
-    masks: np.ndarray
-    iou: np.ndarray
-    low_res_logits: np.ndarray
+    logits: NDArray[np.float32]
+    masks: NDArray[np.bool_]
+    iou: NDArray[np.float32]
+    low_res_logits: NDArray[np.float32]
 
     def __len__(self) -> int:
         return int(self.masks.shape[0])
@@ -69,7 +69,7 @@ class SegmentationResult:
 class PromptableSegmenter(Protocol):
     """What the workflow, the oracle clicker and the trainers need from F_seg."""
 
-    def set_image(self, image: np.ndarray) -> None:
+    def set_image(self, image: NDArray[Any]) -> None:
         """Compute (or fetch from the cache) the embedding of ``image``; see the module docstring."""
         ...
 
@@ -77,7 +77,7 @@ class PromptableSegmenter(Protocol):
         self,
         boxes: Sequence[Box],
         clicks: Sequence[Sequence[Click]] | None = None,
-        previous: np.ndarray | None = None,
+        previous: NDArray[Any] | None = None,
         multimask: bool = False,
     ) -> SegmentationResult:
         """Masks for ``N`` boxes of the current image, in one batched decoder call.
@@ -200,10 +200,10 @@ class Prompts:
         previous: ``(N, 1, h, w)`` float32 finite low-res logits, or None.
     """
 
-    boxes: np.ndarray
-    points: np.ndarray
-    labels: np.ndarray
-    previous: np.ndarray | None = None
+    boxes: NDArray[np.float64]
+    points: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    previous: NDArray[np.float32] | None = None
 
     def __len__(self) -> int:
         return int(self.boxes.shape[0])
@@ -212,7 +212,7 @@ class Prompts:
 def build_prompts(
     boxes: Sequence[Box],
     clicks: Sequence[Sequence[Click]] | None = None,
-    previous: np.ndarray | None = None,
+    previous: NDArray[Any] | None = None,
 ) -> Prompts:
     """Check the prompts of one :meth:`PromptableSegmenter.predict` call and lay them out.
 

@@ -118,8 +118,8 @@ def read_action(raw: Stage2Answer) -> tuple[Click | None, str, list[str]]:
 def revise_mask(
     segmenter: PromptableSegmenter,
     session: RevisionSession,
-    image: np.ndarray,
-    instruction: Instruction,
+    image: np.ndarray | None,
+    instruction: Instruction | None,
     box: Box,
     mask: np.ndarray,
     low_res: np.ndarray | None,
@@ -134,8 +134,9 @@ def revise_mask(
     Args:
         segmenter: F_seg, already holding ``image`` (``set_image``).
         session: the policy's conversation about this mask (``step(state) -> text``).
-        image: ``(H, W)`` float in ``[0, 1]``.
-        instruction: the question being answered.
+        image: ``(H, W)`` float in ``[0, 1]``; None only without ``observe`` for a policy that
+            reads the mask itself (the oracle of :func:`oracle_trajectory`).
+        instruction: the question being answered (None as for ``image``).
         box: the normalised box that prompted ``mask``.
         mask: ``(H, W)`` bool initial mask M_0.
         low_res: ``(1, h, w)`` logits of ``mask`` from the segmenter, or None.
@@ -152,10 +153,10 @@ def revise_mask(
     """
     from monailabel_xflow.rendering import render_observation
 
-    out = Revision(box=tuple(box), mask=np.asarray(mask, dtype=bool), iou=iou, low_res=low_res)
+    out = Revision(box=(box[0], box[1], box[2], box[3]), mask=np.asarray(mask, dtype=bool), iou=iou, low_res=low_res)
     for t in range(1, budget + 1):
         tick = time.perf_counter()
-        observation = render_observation(image, out.mask, list(out.clicks)) if observe else None
+        observation = render_observation(image, out.mask, list(out.clicks)) if observe and image is not None else None
         raw = session.step(RevisionState(image, instruction, out.box, out.mask, list(out.clicks), observation, t - 1))
         click, action, problems = read_action(raw)
         if click is None:

@@ -300,7 +300,7 @@ class Trace:
                 schema=SCHEMA,
                 created=str(d.get("created", "")),
                 instruction=dict(d["instruction"]),
-                image_size=size,  # type: ignore[arg-type]
+                image_size=(size[0], size[1]),
                 models={str(k): str(v) for k, v in d.get("models", {}).items()},
                 settings=dict(d.get("settings", {})),
                 stage1=Stage1Record.from_dict(d["stage1"]),
@@ -573,7 +573,7 @@ def _box(values: Any) -> Box:
     box = tuple(float(v) for v in values)
     if len(box) != 4:
         raise TraceError(f"a box has 4 values [x1, y1, x2, y2], got {values!r}")
-    return box  # type: ignore[return-value]
+    return (box[0], box[1], box[2], box[3])
 
 
 def _plain(mask: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -437,7 +437,7 @@ class XFlow:
             record.steps.append(
                 RevisionStep(
                     step=turn.step,
-                    raw=turn.raw if clicked else _text(turn.raw),
+                    raw=_text(turn.raw),
                     action=turn.action,
                     click=turn.click,
                     box=turn.box,
@@ -557,7 +557,7 @@ def locate_regions(mask: np.ndarray, lungs: Sequence[BoxRef], finding: str) -> t
         raise WorkflowError("cannot locate an empty mask")
     h, w = mask.shape
     xs, ys = (cols + 0.5) / w, (rows + 0.5) / h
-    boxes = {}
+    boxes: dict[str, Box] = {}
     for ref in lungs:
         boxes.setdefault(ref.label, ref.box)
 
