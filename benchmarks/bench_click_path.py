@@ -16,6 +16,15 @@ Both ask the same :class:`~monailabel_xflow.segmenter.cache.EmbeddingCache`, whi
 embedding before the timing starts (a tiny random SAM3 tracker computes it; the decoder itself
 is not timed).
 
+Two more per-image costs the same change removed, timed on the same image:
+
+* "all findings" Stage 1 prompts: seven ``stage1_prompt`` calls (each made its own PIL image and
+  ran the image processor) against one ``stage1_prompts`` call (one image, one processor pass),
+  with the tiny offline Gemma 3 processor (its image side is 32 px: the per-image work is the PIL
+  conversion and the resize of the full radiograph);
+* a trace's mask: ``rle.encode`` (what every Stage 2 turn paid) against ``rle.LazyRLE`` (what a
+  turn pays now when no trace is written), on an elliptic lesion mask.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_click_path.py [--height 2500 --width 2048] [--repeats 20]
@@ -147,7 +156,38 @@ def main() -> int:
     print(f"  before (main 266e3f9's steps): {b_ms:.3g} ms from the loaded image to the decoder call")
     print(f"  after  (XFlow.revise now):     {a_ms:.3g} ms from the loaded image to the decoder call")
     print(f"  before / after = {b_ms / a_ms:.1f}x")
+    per_image_costs(image, max(1, args.repeats // 4))
     return 0
+
+
+def per_image_costs(image: np.ndarray, repeats: int) -> None:
+    """Stage 1 prompts of "all findings" and a trace mask's RLE, before and after (module docstring)."""
+    from monailabel_xflow import rle
+    from monailabel_xflow.geometry import check_image
+    from monailabel_xflow.instructions import all_findings
+    from monailabel_xflow.policy.configs import build_processor
+    from monailabel_xflow.policy.conversation import ConversationEncoder
+
+    encoder = ConversationEncoder(build_processor("tiny"))
+    checked, findings = check_image(image), all_findings()
+    one_by_one = _median_ms(lambda: [encoder.stage1_prompt(checked, i) for i in findings], repeats)
+    together = _median_ms(lambda: encoder.stage1_prompts(checked, findings), repeats)
+    print(f"all findings, Stage 1 prompts: {one_by_one:.3g} ms one by one, {together:.3g} ms prepared once")
+    h, w = image.shape
+    rows, cols = np.ogrid[:h, :w]
+    mask = ((rows - h / 2) / (h / 4)) ** 2 + ((cols - w / 3) / (w / 6)) ** 2 < 1
+    encoded = _median_ms(lambda: rle.encode(mask), repeats)
+    deferred = _median_ms(lambda: rle.LazyRLE(mask), repeats)
+    print(f"a trace mask per Stage 2 turn: {encoded:.3g} ms rle.encode, {deferred:.3g} ms rle.LazyRLE")
+
+
+def _median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
 
 
 def _after_key(image: np.ndarray) -> str:
