@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import parse_args
+from common import median_ms, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -170,24 +170,15 @@ def per_image_costs(image: np.ndarray, repeats: int) -> None:
 
     encoder = ConversationEncoder(build_processor("tiny"))
     checked, findings = check_image(image), all_findings()
-    one_by_one = _median_ms(lambda: [encoder.stage1_prompt(checked, i) for i in findings], repeats)
-    together = _median_ms(lambda: encoder.stage1_prompts(checked, findings), repeats)
+    one_by_one = median_ms(lambda: [encoder.stage1_prompt(checked, i) for i in findings], repeats)
+    together = median_ms(lambda: encoder.stage1_prompts(checked, findings), repeats)
     print(f"all findings, Stage 1 prompts: {one_by_one:.3g} ms one by one, {together:.3g} ms prepared once")
     h, w = image.shape
     rows, cols = np.ogrid[:h, :w]
     mask = ((rows - h / 2) / (h / 4)) ** 2 + ((cols - w / 3) / (w / 6)) ** 2 < 1
-    encoded = _median_ms(lambda: rle.encode(mask), repeats)
-    deferred = _median_ms(lambda: rle.LazyRLE(mask), repeats)
+    encoded = median_ms(lambda: rle.encode(mask), repeats)
+    deferred = median_ms(lambda: rle.LazyRLE(mask), repeats)
     print(f"a trace mask per Stage 2 turn: {encoded:.3g} ms rle.encode, {deferred:.3g} ms rle.LazyRLE")
-
-
-def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
 
 
 def _after_key(image: np.ndarray) -> str:
