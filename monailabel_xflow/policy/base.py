@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click
@@ -77,12 +78,12 @@ class RevisionState:
         step: 0-based index of the turn about to be taken.
     """
 
-    image: np.ndarray | None
+    image: NDArray[np.float32] | None
     instruction: Instruction | None
     box: Box
-    mask: np.ndarray
+    mask: NDArray[np.bool_]
     clicks: list[Click]
-    observation: np.ndarray | None
+    observation: NDArray[np.uint8] | None
     step: int
 
 
@@ -90,9 +91,9 @@ class RevisionState:
 class Stage1Policy(Protocol):
     """π_init: grounds the lungs, decides presence and boxes the lesions, as protocol text."""
 
-    def stage1(self, image: np.ndarray, instruction: Instruction) -> str: ...
+    def stage1(self, image: NDArray[np.float32], instruction: Instruction) -> str: ...
 
-    def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]: ...
+    def stage1_many(self, image: NDArray[np.float32], instructions: Sequence[Instruction]) -> list[str]: ...
 
 
 @runtime_checkable
@@ -106,4 +107,4 @@ class RevisionSession(Protocol):
 class RevisionPolicy(Protocol):
     """π_rev: opens one :class:`RevisionSession` per initial mask."""
 
-    def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> RevisionSession: ...
+    def start(self, image: NDArray[np.float32], instruction: Instruction, box: Box) -> RevisionSession: ...
