@@ -16,6 +16,7 @@ Conventions used everywhere in the package:
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Sequence
@@ -97,8 +98,13 @@ def check_image(image: Any, *, rgb: bool = False) -> NDArray[np.float32]:
         raise GeometryError(f"image values must lie in [0, 1] (transforms.load_cxr output), got [{lo:.3g}, {hi:.3g}]")
     out.flags.writeable = False
     key = id(out)
-    _checked[key] = weakref.ref(out, lambda _ref: _checked.pop(key, None))
+    _checked[key] = weakref.ref(out, functools.partial(_forget, _checked, key))
     return out
+
+
+def _forget(registry: dict[int, Any], key: int, _ref: object) -> None:
+    """A weak reference's callback: drop its entry (the registry is bound, no global at exit)."""
+    registry.pop(key, None)
 
 
 def is_checked(image: Any) -> bool:

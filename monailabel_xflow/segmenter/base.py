@@ -18,6 +18,7 @@ they refuse the same inputs with the same errors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import weakref
 from collections.abc import Sequence
@@ -139,6 +140,10 @@ def to_rgb01(image: Any) -> NDArray[np.float32]:
 _keys: dict[int, tuple[weakref.ref[NDArray[Any]], str]] = {}
 
 
+def _forget(ident: int, _ref: object, registry: dict[int, Any] = _keys) -> None:
+    registry.pop(ident, None)
+
+
 def image_key(image: NDArray[Any]) -> str:
     """Content hash of an image array (dtype, shape and bytes): the embedding cache key.
 
@@ -155,7 +160,7 @@ def image_key(image: NDArray[Any]) -> str:
     key = digest.hexdigest()[:32]
     if is_checked(image):
         ident = id(image)
-        _keys[ident] = (weakref.ref(image, lambda _ref: _keys.pop(ident, None)), key)
+        _keys[ident] = (weakref.ref(image, functools.partial(_forget, ident)), key)
     return key
 
 
