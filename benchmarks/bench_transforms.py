@@ -13,7 +13,6 @@ per process) is excluded by a warm-up load.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -25,17 +24,8 @@ from monailabel_xflow.transforms import load_cxr, save_nifti_2d
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import parse_args  # noqa: E402
+from common import median_ms, parse_args  # noqa: E402
 from radiographs import CR_SOURCE, DATA, make_samples  # noqa: E402
-
-
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
 
 
 def bare_decoder(path: Path):

@@ -8,7 +8,9 @@ Its figures mean nothing; they only show that the script still measures what it 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 SMOKE_HELP = "seconds-long run at tiny sizes, one repeat (figures meaningless; what the test suite runs)"
@@ -36,3 +38,13 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
         for dest, value in smoke.items():
             setattr(args, dest, value)
     return args
+
+
+def median_ms(fn: Callable[[], Any], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``fn``, in milliseconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)

@@ -16,7 +16,9 @@ Conventions used everywhere in the package:
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -51,27 +53,64 @@ def _check_finite(*values: float) -> None:
         raise GeometryError(f"coordinates must be finite, got {values}")
 
 
-def check_image(image: Any) -> NDArray[Any]:
-    """The one image check of the package: a radiograph as ``transforms.load_cxr`` returns it.
+MIN_IMAGE_SIDE = 2
+"""Smallest image height and width the models take (SAM resizes, the VLM needs a picture)."""
+
+# id -> weak reference of every checked image still alive (see check_image)
+_checked: dict[int, weakref.ref[NDArray[np.float32]]] = {}
+
+
+def check_image(image: Any, *, rgb: bool = False) -> NDArray[np.float32]:
+    """The one image rule of the package: a radiograph as ``transforms.load_cxr`` returns it.
+
+    The rule: a real-valued ``(H, W)`` array (with ``rgb``, also ``(H, W, 3)``, or ``(H, W, 1)``
+    taken as ``(H, W)``), at least :data:`MIN_IMAGE_SIDE` pixels each way, finite, in ``[0, 1]``.
+    Validate once at a border and let the layers below trust what comes out: the result is a
+    *checked image*, a read-only float32 view (a copy only when the dtype differs), and checking a
+    checked image again returns it at once (:func:`is_checked`). Its pixels are taken as fixed
+    from then on (the segmenters hash them once): do not change the array it views while a call
+    that checked it runs.
 
     Returns:
-        ``(H, W)`` float32 in ``[0, 1]``.
+        ``(H, W)`` (or ``(H, W, 3)``) float32 in ``[0, 1]``, read-only.
 
     Raises:
-        GeometryError: not 2-D, not real-valued, NaN/infinite values, or values outside ``[0, 1]``.
+        GeometryError: another shape, too small, not real-valued, NaN/infinite values, or values
+            outside ``[0, 1]``.
     """
+    if is_checked(image):
+        return image  # type: ignore[no-any-return]
     arr = np.asarray(image)
-    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise GeometryError(f"image must be a 2-D (H, W) array, got shape {arr.shape}")
+    if rgb and arr.ndim == 3 and arr.shape[2] == 1:
+        arr = arr[..., 0]
+    if not (arr.ndim == 2 or (rgb and arr.ndim == 3 and arr.shape[2] == 3)):
+        layout = "(H, W) grey or (H, W, 3) RGB (drop an alpha channel first)" if rgb else "a 2-D (H, W) array"
+        raise GeometryError(f"image must be {layout}, got shape {arr.shape}")
+    if min(arr.shape[:2]) < MIN_IMAGE_SIDE:
+        raise GeometryError(f"image of shape {arr.shape} is too small (at least {MIN_IMAGE_SIDE} x {MIN_IMAGE_SIDE})")
     if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
         raise GeometryError(f"image must be real-valued, got dtype {arr.dtype}")
-    arr = arr.astype(np.float32, copy=False)
-    if not np.isfinite(arr).all():
-        raise GeometryError("image holds NaN or infinite values")
-    lo, hi = float(arr.min()), float(arr.max())
-    if lo < 0.0 or hi > 1.0:
+    out = arr.astype(np.float32, copy=False).view()  # a view of its own: flags set below stay here
+    lo, hi = float(out.min()), float(out.max())  # NaN propagates to both, so one pass per bound
+    if not (lo >= 0.0 and hi <= 1.0):
+        if not np.isfinite(out).all():
+            raise GeometryError("image holds NaN or infinite values")
         raise GeometryError(f"image values must lie in [0, 1] (transforms.load_cxr output), got [{lo:.3g}, {hi:.3g}]")
-    return arr
+    out.flags.writeable = False
+    key = id(out)
+    _checked[key] = weakref.ref(out, functools.partial(_forget, _checked, key))
+    return out
+
+
+def _forget(registry: dict[int, Any], key: int, _ref: object) -> None:
+    """A weak reference's callback: drop its entry (the registry is bound, no global at exit)."""
+    registry.pop(key, None)
+
+
+def is_checked(image: Any) -> bool:
+    """Whether ``image`` is an array :func:`check_image` returned (and so needs no check)."""
+    ref = _checked.get(id(image))
+    return ref is not None and ref() is image
 
 
 def check_click(click: Any, what: str = "click") -> Click:
@@ -302,8 +341,22 @@ def connected_components(mask: NDArray[Any], min_area_px: int = 1) -> list[NDArr
     return [labels == i for i in range(1, n + 1) if sizes[i] >= min_area_px]
 
 
+# --- specks: the one owner -----------------------------------------------------------------------
+
+SPECK_FRACTION = 0.001
+"""A connected component (8-connectivity) with fewer than this fraction of the image's pixels is a
+*speck*, noise rather than a lesion (0.1 %): the mask-noise metrics count them and F_seg's
+promotion leaves them out of its prompts (:func:`speck_area_px`)."""
+
 MIN_COMPONENT_PX = 16
-"""Ground-truth components smaller than this (in mask pixels) get no box: specks, not lesions."""
+"""The floor for ground truth in training data: components smaller than this (in mask pixels)
+get no box. An absolute count, not :data:`SPECK_FRACTION`: phantom lesions go down to 0.06 % of
+the image, and the builders must keep them."""
+
+
+def speck_area_px(shape: Sequence[int], fraction: float = SPECK_FRACTION) -> float:
+    """Components of an ``(H, W)`` mask with fewer pixels than this are specks."""
+    return fraction * int(shape[0]) * int(shape[1])
 
 
 def lesion_boxes(mask: NDArray[Any] | None, min_px: int = MIN_COMPONENT_PX) -> list[Box]:

@@ -150,6 +150,21 @@ class Instruction:
             )
         return f"It is highly suggestive of {lesion}." if confident else f"It possibly reflects {lesion}."
 
+    def message(self, answer: str, regions: int, pixels: int) -> str:
+        """The sentence for people (XFlow's and ROSALIA's alike): the canonical ``answer``, or
+        for a present answer given by the mask alone (``""``) a summary:
+        ``Segmented the effusion in the left lung (2 regions, 5120 px).``
+
+        Args:
+            answer: the canonical answer ("" for a present basic instruction).
+            regions: how many lesion regions the mask was made of.
+            pixels: the mask's foreground pixels.
+        """
+        if answer:
+            return answer
+        where = f" in the {self.location}" if self.regions else ""
+        return f"Segmented the {self.finding}{where} ({regions} region{'s' if regions != 1 else ''}, {pixels} px)."
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "instruction": self.text,

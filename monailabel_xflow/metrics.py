@@ -19,7 +19,8 @@ Definitions (every ratio over an empty set is ``nan``, written ``null`` in JSON)
   empty target scoring 1 and a non-empty one on an empty target 0. Reported separately, because
   it mixes N-Acc into gIoU; it is *not* the paper's gIoU.
 - **Mask noise** (positives only): ΔC = C(pred) − C(GT); a *speck* is a connected component with
-  fewer than 0.1 % of the image's pixels; "outside GT" specks share no pixel with the GT mask;
+  fewer than 0.1 % of the image's pixels (``geometry.SPECK_FRACTION``, the one speck rule);
+  "outside GT" specks share no pixel with the GT mask;
   speck area is the share of the predicted mask's pixels that lie in specks.
 
 Connected components use **8-connectivity** (pixels touching at a corner belong to one
@@ -44,6 +45,7 @@ from numpy.typing import NDArray
 from scipy import ndimage
 
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.geometry import SPECK_FRACTION, speck_area_px
 from monailabel_xflow.vocabulary import LEVELS
 
 __all__ = [
@@ -60,9 +62,6 @@ __all__ = [
 
 CONNECTIVITY = 8
 """Default pixel connectivity for component counting (8 = corners touch)."""
-
-SPECK_FRACTION = 0.001
-"""A component with fewer than this fraction of the image's pixels is a speck (0.1 %)."""
 
 RATE_KEYS: tuple[str, ...] = ("giou", "ciou", "n_acc", "precision", "recall", "f1", "giou_all")
 """The summary entries that are averaged over levels by :func:`level_average`."""
@@ -207,7 +206,7 @@ def sample_stats(
         raise MetricsError(f"predicted mask {pred.shape} and ground truth {gt.shape} differ in shape")
     shape = ref.shape
     image_area = int(shape[0] * shape[1])
-    threshold = speck_fraction * image_area
+    threshold = speck_area_px(shape, speck_fraction)
     structure = _STRUCTURES[connectivity]
 
     # Everything happens inside the bounding box of both masks: lesions are small, images large.

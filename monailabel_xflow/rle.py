@@ -18,7 +18,7 @@ Pure numpy; no pycocotools needed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from monailabel_xflow.errors import InputError
 
-__all__ = ["RLEError", "encode", "decode", "encode_counts", "decode_counts", "area", "validate"]
+__all__ = ["RLEError", "LazyRLE", "encode", "decode", "encode_counts", "decode_counts", "area", "validate"]
 
 
 class RLEError(InputError):
@@ -114,6 +114,55 @@ def encode(mask: NDArray[Any]) -> dict[str, Any]:
     return {"size": [int(h), int(w)], "counts": encode_counts(runs)}
 
 
+class LazyRLE(Mapping[str, Any]):
+    """The COCO RLE of a mask, encoded when it is first read (a trace that is never written costs
+    no encoding).
+
+    Holds the mask bit-packed (an eighth of a bool array, a copy of its own), reads as
+    ``{"size": [H, W], "counts": str}`` once asked (``dict(lazy)`` is the plain RLE), and
+    :func:`decode` / :func:`area` take it without encoding.
+
+    Args:
+        mask: ``(H, W)`` array, non-zero = foreground.
+
+    Raises:
+        RLEError: ``mask`` not 2-D.
+    """
+
+    __slots__ = ("_bits", "_shape", "_rle")
+
+    def __init__(self, mask: NDArray[Any]) -> None:
+        array = np.asarray(mask)
+        if array.ndim != 2:
+            raise RLEError(f"mask must be 2-D (H, W), got shape {array.shape}")
+        self._shape: tuple[int, int] = (int(array.shape[0]), int(array.shape[1]))
+        self._bits = np.packbits(array.astype(bool, copy=False), axis=None)
+        self._rle: dict[str, Any] | None = None
+
+    def mask(self) -> NDArray[np.bool_]:
+        """The ``(H, W)`` bool mask (a new array)."""
+        count = self._shape[0] * self._shape[1]
+        return np.unpackbits(self._bits, count=count).astype(bool).reshape(self._shape)
+
+    def _encoded(self) -> dict[str, Any]:
+        if self._rle is None:
+            self._rle = encode(self.mask())
+        return self._rle
+
+    def __getitem__(self, key: str) -> Any:
+        return self._encoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("size", "counts"))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __repr__(self) -> str:
+        state = "encoded" if self._rle is not None else "not encoded yet"
+        return f"LazyRLE(size={list(self._shape)}, {state})"
+
+
 def _size(rle: Mapping[str, Any]) -> tuple[int, int]:
     try:
         h, w = (int(v) for v in rle["size"])
@@ -155,6 +204,8 @@ def decode(rle: Mapping[str, Any]) -> NDArray[np.bool_]:
     Raises:
         RLEError: malformed object, negative runs, or runs not summing to H*W.
     """
+    if isinstance(rle, LazyRLE):
+        return rle.mask()
     h, w = _size(rle)
     counts = _counts(rle)
     if any(c < 0 for c in counts):
@@ -170,6 +221,8 @@ def decode(rle: Mapping[str, Any]) -> NDArray[np.bool_]:
 
 def area(rle: Mapping[str, Any]) -> int:
     """Number of foreground pixels of an RLE, without decoding it to a mask."""
+    if isinstance(rle, LazyRLE):
+        return int(np.count_nonzero(rle.mask()))
     return int(sum(_counts(rle)[1::2]))
 
 

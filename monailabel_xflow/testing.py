@@ -28,14 +28,14 @@ import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_mask, check_image, point_to_pixel
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.policy.base import PolicyError, RevisionState
+from monailabel_xflow.policy.base import MAX_CLICKS, PolicyError, RevisionState
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
 from monailabel_xflow.segmenter.base import (
     PromptableSegmenter,
     SegmentationResult,
     SegmenterInputError,
     build_prompts,
-    to_rgb01,
+    check_model_image,
 )
 
 __all__ = [
@@ -170,13 +170,13 @@ class ScriptedSegmenter(_CallLog):
         return twin
 
     def set_image(self, image: np.ndarray) -> None:
-        """Accept any image the real backends accept (:func:`~monailabel_xflow.segmenter.base.to_rgb01`)
+        """Accept any image the real backends accept (:func:`~monailabel_xflow.segmenter.base.check_model_image`)
         of the target's size.
 
         Raises:
             SegmenterInputError: what the backends refuse, or another size than the target's.
         """
-        to_rgb01(image)
+        image = check_model_image(image)
         if tuple(image.shape[:2]) != self.target.shape:
             raise SegmenterInputError(f"image shape {image.shape} differs from the double's target {self.target.shape}")
         self.set_image_calls += 1
@@ -307,7 +307,7 @@ def result_from_masks(
 
 def _record(boxes, clicks, previous, multimask, result) -> PredictCall:
     return PredictCall(
-        boxes=[tuple(float(v) for v in b) for b in boxes],
+        boxes=[(float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in boxes],
         clicks=None if clicks is None else [list(cs) for cs in clicks],
         previous=None if previous is None else np.array(previous, copy=True),
         multimask=bool(multimask),
@@ -385,7 +385,7 @@ class StubRuntime:
         max_clicks: the configured click budget (``config.max_clicks``).
     """
 
-    def __init__(self, xflow: Any, max_clicks: int = 4) -> None:
+    def __init__(self, xflow: Any, max_clicks: int = MAX_CLICKS) -> None:
         self.xflow = xflow
         self.config = SimpleNamespace(max_clicks=max_clicks, segmenter=None)
 

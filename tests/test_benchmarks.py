@@ -27,6 +27,15 @@ TIMEOUT_S = 600
 FIGURES = {
     # script: patterns whose first group is a figure the script printed (finite, > 0)
     "bench_builders.py": [r"init-sft .* ([\d.]+) attempts/s per core"],
+    "bench_click_path.py": [
+        r"before \(main .*?:\s+([\d.e-]+) ms",
+        r"after .*?:\s+([\d.e-]+) ms",
+        r"before / after = ([\d.]+)x",
+        r"Stage 1 prompts: ([\d.e-]+) ms one by one",
+        r"ms one by one, ([\d.e-]+) ms prepared once",
+        r"Stage 2 turn: ([\d.e-]+) ms rle.encode",
+        r"ms rle.encode, ([\d.e-]+) ms rle.LazyRLE",
+    ],
     "bench_ils.py": [r"(?m)^all\s+([\d.]+)\s+[\d.]+$", r"everything above: ([\d.]+) h on one core"],
     "bench_ils_reports.py": [r"= (\d+) reports/s on one core", r"= ([\d.]+) reports/s; rules are"],
     "bench_metrics.py": [r"([\d.]+) ms/mask", r"10,000 masks: ([\d.]+) s"],

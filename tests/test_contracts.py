@@ -308,3 +308,57 @@ class TestPolicyContract:
         first.step(state(1))  # and the first goes on from its own history
         if name == "vlm":
             assert len(first.texts) == 2 and len(second.texts) == 1
+
+
+# --- one owner per concern: the click budget, specks, the readable sentence ------------------------
+
+
+@pytest.mark.parametrize("value, expected", [(0, 0), (4, 4), (16, 16), ("3", 3), (" 2 ", 2), (np.int64(5), 5)])
+def test_one_budget_rule_accepts(value, expected):
+    from monailabel_xflow.policy.base import check_budget
+
+    assert check_budget(value) == expected
+
+
+@pytest.mark.parametrize("value", [-1, 17, 1.5, "many", None, "4.0"])
+def test_one_budget_rule_refuses_everywhere(value):
+    """The workflow, the models file and the oracle refuse the same budgets, each with its own error type."""
+    from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, check_budget
+    from monailabel_xflow.policy.oracle import OracleClicker, OracleError
+    from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
+    from monailabel_xflow.workflow.xflow import XFlow
+
+    assert MAX_CLICKS == 4  # the paper's T, everyone's default
+    with pytest.raises(BudgetError, match="max_clicks"):
+        check_budget(value)
+    with pytest.raises(BudgetError, match="max_clicks"):
+        XFlow(ScriptedPolicy(), None, ScriptedSegmenter(np.zeros((8, 8), bool)), max_clicks=value)
+    with pytest.raises(ModelConfigError, match="max_clicks"):
+        ModelConfig(max_clicks=value)
+    with pytest.raises(OracleError, match="max_clicks"):
+        OracleClicker(max_clicks=value)
+
+
+def test_one_speck_rule():
+    from monailabel_xflow import metrics
+    from monailabel_xflow.geometry import SPECK_FRACTION, speck_area_px
+
+    assert metrics.SPECK_FRACTION is SPECK_FRACTION == 0.001
+    assert speck_area_px((1000, 2000)) == 2000
+    gt = np.zeros((100, 100), bool)
+    gt[10:40, 10:40] = True
+    pred = gt.copy()
+    pred[80, 80:89] = True  # 9 px < 0.1 % of 10,000 px: a speck
+    pred[60:64, 80:84] = True  # 16 px: not a speck
+    stats = metrics.sample_stats(pred, gt)
+    assert stats.pred_specks == 1 and stats.pred_speck_area == 9
+
+
+def test_one_readable_sentence():
+    instr = Instruction("effusion", ("left lung",))
+    assert instr.message("", 2, 5120) == "Segmented the effusion in the left lung (2 regions, 5120 px)."
+    assert (
+        Instruction("opacity", ("right lung",)).message("", 1, 7)
+        == "Segmented the opacity in the right lung (1 region, 7 px)."
+    )
+    assert instr.message("There is no effusion in the left lung.", 0, 0) == "There is no effusion in the left lung."

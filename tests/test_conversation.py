@@ -109,3 +109,36 @@ def test_init_sft_prompt_is_the_stage1_prompt(tiny, cases, tmp_path):
     assert (trained["labels"][:n] == -100).all() and (trained["labels"][n:] != -100).all()
     answer = tiny.encoder.answer(row["target"]).input_ids[0]
     assert torch.equal(trained["input_ids"][n:], answer)
+
+
+def test_all_findings_prepare_the_stage1_image_once(tiny, monkeypatch):
+    """ "All findings" (``stage1_many``): the seven prompts equal the one-by-one prompts, from one
+    PIL image and one image-processor pass."""
+    import torch
+
+    from monailabel_xflow.instructions import all_findings
+    from monailabel_xflow.policy import conversation
+
+    image = np.random.default_rng(0).random((120, 90)).astype(np.float32)
+    instructions = all_findings()
+    one_by_one = [tiny.encoder.stage1_prompt(image, i) for i in instructions]
+    pil_calls, pixel_calls = [], []
+    real_pil = conversation.image_to_pil
+    monkeypatch.setattr(conversation, "image_to_pil", lambda a: pil_calls.append(1) or real_pil(a))
+    processor_type = type(tiny.processor.image_processor)
+    real_call = processor_type.__call__
+    monkeypatch.setattr(
+        processor_type, "__call__", lambda self, *a, **k: pixel_calls.append(1) or real_call(self, *a, **k)
+    )
+    together = tiny.encoder.stage1_prompts(image, instructions)
+    assert len(pil_calls) == 1 and len(pixel_calls) == 1
+    assert len(together) == len(one_by_one) == 7
+    for a, b in zip(together, one_by_one, strict=True):
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.token_type_ids, b.token_type_ids)
+        assert torch.equal(a.pixel_values, b.pixel_values)
+    # a processor whose expansion the encoder cannot reproduce: every prompt the processor's way
+    monkeypatch.setattr(tiny.processor, "boi_token", "<not-in-the-text>")
+    pixel_calls.clear()
+    fallback = tiny.encoder.stage1_prompts(image, instructions[:3])
+    assert len(pixel_calls) == 3
+    assert all(torch.equal(a.input_ids, b.input_ids) for a, b in zip(fallback, one_by_one, strict=False))

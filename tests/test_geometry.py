@@ -82,3 +82,25 @@ def test_box_growth_rule():
     assert g.grow_box(box, g.Click(True, 0.6, 0.1)) == (0.2, 0.1, 0.6, 0.4)  # outside: enclose
     assert g.grow_box(box, g.Click(True, 0.3, 0.3)) == box  # inside: unchanged
     assert g.grow_box(box, g.Click(False, 0.9, 0.9)) == box  # negative: unchanged
+
+
+def test_check_image_is_the_one_image_rule_and_a_checked_image_passes_at_once():
+    raw = np.linspace(0, 1, H * W, dtype=np.float32).reshape(H, W)
+    checked = g.check_image(raw)
+    assert checked.dtype == np.float32 and checked.shape == (H, W) and not checked.flags.writeable
+    assert g.is_checked(checked) and not g.is_checked(raw)
+    assert g.check_image(checked) is checked  # validated once: inner layers get it back as is
+    assert raw.flags.writeable  # the caller's array is untouched
+    assert g.check_image(raw.astype(np.float64)).dtype == np.float32
+    assert g.check_image(np.zeros((4, 5, 3)), rgb=True).shape == (4, 5, 3)
+    assert g.check_image(np.zeros((4, 5, 1)), rgb=True).shape == (4, 5)
+    for bad, match in [
+        (np.zeros((4, 5, 3)), "2-D"),
+        (np.zeros((1, 5)), "too small"),
+        (np.full((4, 5), np.nan), "NaN"),
+        (np.full((4, 5), np.inf), "NaN or infinite"),
+        (np.full((4, 5), -0.5), r"\[0, 1\]"),
+        (np.zeros((4, 5), bool), "real-valued"),
+    ]:
+        with pytest.raises(g.GeometryError, match=match):
+            g.check_image(bad)

@@ -99,3 +99,19 @@ def test_validate_without_decoding():
     assert rle.validate({"size": [2, 3], "counts": "411"}) == (2, 3)
     with pytest.raises(rle.RLEError, match="sum"):
         rle.validate({"size": [2, 3], "counts": "41"})
+
+
+def test_lazy_rle_encodes_on_first_read_only():
+    mask = np.zeros((7, 5), bool)
+    mask[2:5, 1:3] = True
+    expected = mask.copy()
+    lazy = rle.LazyRLE(mask)
+    mask[:] = False  # it keeps a copy of its own
+    assert "not encoded" in repr(lazy)
+    np.testing.assert_array_equal(rle.decode(lazy), expected)
+    assert rle.area(lazy) == 6 and "not encoded" in repr(lazy)  # decode and area need no encoding
+    plain = dict(lazy)
+    assert plain == rle.encode(rle.decode(lazy)) and lazy == plain and "encoded" in repr(lazy)
+    np.testing.assert_array_equal(rle.decode(plain), rle.decode(lazy))
+    with pytest.raises(rle.RLEError, match="2-D"):
+        rle.LazyRLE(np.zeros(4, bool))

@@ -358,6 +358,26 @@ def test_image_key_is_content_based():
     assert image_key(a) != image_key(b)
 
 
+def test_a_checked_image_is_checked_and_hashed_once(monkeypatch, seg, image):
+    """The workflow's border check is trusted: a cached set_image of the same checked image
+    neither checks, copies nor hashes again; a new array of the same content is hashed once and
+    finds the embedding."""
+    from monailabel_xflow.geometry import check_image
+    from monailabel_xflow.segmenter import base
+
+    hashes = CallCounter(monkeypatch, base.hashlib, "sha256")
+    encodes = CallCounter(monkeypatch, seg.model, "get_image_embeddings")
+    checked = check_image(image)
+    seg.set_image(checked)
+    seg.set_image(checked)
+    seg.fork().set_image(checked)
+    assert image_key(checked) == seg.cache.keys()[0].rsplit(":", 1)[1]
+    assert len(hashes) == 1 and len(encodes) == 1
+    seg.set_image(check_image(image.copy()))  # the next request: another array, same pixels
+    assert len(hashes) == 2 and len(encodes) == 1
+    assert image_key(image.copy()) == image_key(checked)  # a plain array: the same key, hashed each time
+
+
 def test_cache_is_lru_bounded_by_entries():
     cache = EmbeddingCache(max_entries=2, max_bytes=1 << 20)
     for key in "abc":

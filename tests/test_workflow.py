@@ -237,6 +237,20 @@ def test_trace_round_trips_through_json(image, target):
     assert all(v >= 0 for v in d["timings"].values())
 
 
+def test_masks_are_rle_encoded_only_when_the_trace_is_written(monkeypatch, image, target):
+    calls = []
+    real = rle.encode
+    monkeypatch.setattr(rle, "encode", lambda mask: calls.append(1) or real(mask))
+    box = box_of(target)
+    policy = ScriptedPolicy([stage1_text(True, [box])], [[click_text(True, 0.7, 0.74), STOP]])
+    result = XFlow(policy, policy, ScriptedSegmenter(target)).run(image, EFFUSION)
+    np.testing.assert_array_equal(result.trace.final_mask(), result.mask)
+    assert calls == []  # a run without a written trace encodes nothing
+    d = result.trace.to_dict()
+    assert len(calls) == 4  # initial mask, the click's mask, the revised mask, the union
+    np.testing.assert_array_equal(rle.decode(d["mask"]), result.mask)
+
+
 def test_run_all_encodes_once_and_answers_seven(image, target):
     texts = [stage1_text(False)] * 6 + [stage1_text(True, [box_of(target)])]
     seg = ScriptedSegmenter(target)

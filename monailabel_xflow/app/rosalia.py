@@ -45,10 +45,7 @@ class RosaliaResult:
     @property
     def message(self) -> str:
         """XFlow's readable sentence: the answer, or for a present basic instruction a summary."""
-        if self.answer:
-            return self.answer
-        where = f" in the {self.instruction.location}" if self.instruction.regions else ""
-        return f"Segmented the {self.instruction.finding}{where} (1 region, {int(self.mask.sum())} px)."
+        return self.instruction.message(self.answer, 1, int(self.mask.sum()))
 
 
 class RosaliaRuntime:

@@ -125,11 +125,11 @@ def write_dicom(
     """
     import pydicom
     from pydicom.dataset import FileDataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+    from pydicom.uid import UID, ExplicitVRLittleEndian, generate_uid
 
     sop_class = DX_STORAGE if variant.modality == "DX" else CR_STORAGE
     meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = sop_class
+    meta.MediaStorageSOPClassUID = UID(sop_class)
     meta.MediaStorageSOPInstanceUID = generate_uid()
     meta.TransferSyntaxUID = ExplicitVRLittleEndian
     meta.ImplementationClassUID = pydicom.uid.PYDICOM_IMPLEMENTATION_UID
@@ -389,7 +389,7 @@ def export_set(
             "section_text": report.section_text,
             "findings": [tuple_to_dict(t) for t in report.truth],
         }
-        sent_of = {f: report.sentence_of(f) - 1 for f in ph.findings if report.sentence_of(f)}
+        sent_of = {f: n - 1 for f in ph.findings if (n := report.sentence_of(f))}
         pos, neg, masks = build_pairs(ph, study, rng, sent_of)
         lesion_meta = []
         for k, les in enumerate(ph.lesions):

@@ -437,7 +437,7 @@ def _effusion(rng, lung: str, sd: _Side, lungs, y: np.ndarray, x: np.ndarray):
     rows = np.flatnonzero(lungs[lung].any(axis=1))
     top, bottom = rows[0] / y.shape[0], (rows[-1] + 1) / y.shape[0]
     level = (sd.cp_y - sd.dome_h) - rng.uniform(0.06, 0.3) * (bottom - top)  # above the dome top
-    inner = float(sd.medial(np.float32(level)))
+    inner = float(sd.medial(np.asarray(level, np.float32)))
     meniscus = rng.uniform(0.05, 0.1)
 
     def boundary(xx: np.ndarray) -> np.ndarray:
@@ -705,6 +705,7 @@ def generate_phantom(
                 best = (mask, f, thr, gain)
             if mask.sum() >= min_area:
                 break
+        assert best is not None  # the loop ran at least once
         mask, f, thr, gain = best
         if not mask.any():  # no room left in this lung (e.g. filled with fluid): no lesion
             continue

@@ -80,7 +80,7 @@ def _side_words(rng, side: str, zones: list[int], finding: str, lobes_ok: bool) 
     lung = f"{side} lung"
     if z == [0, 1, 2, 3]:
         return f"{side} lung", (lung,)
-    options = []
+    options: list[tuple[str, tuple[str, ...]]] = []
     if z == [3]:
         options += [
             (f"{side} basilar", (ZONES[lung][3],)),
@@ -172,6 +172,7 @@ def _present_sentence(rng, phantom, finding: str, confident: bool) -> _Sentence:
             for lung in LUNGS
             if any(les.finding == finding and les.lung == lung for les in phantom.lesions)
         ]
+        locs: tuple[str, ...]
         if len(sides) == 2:
             where, locs, noun, verb = "bilateral", ("right lung", "left lung"), "pleural effusions", "are"
         else:

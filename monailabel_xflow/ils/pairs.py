@@ -209,6 +209,8 @@ class Pairs:
         if mask is None:
             self.negative.append(pair)
             return
+        if mask_name is None:
+            raise ValueError("a pair with a mask needs the mask's file name")
         self.masks[mask_name] = mask
         pair["seg_mask_path"] = mask_name
         self.positive.append(pair)

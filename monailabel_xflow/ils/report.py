@@ -327,10 +327,10 @@ def map_location(phrase: str) -> tuple[str, ...]:
                 lung += [R.ZONE_OF[(s, part)] for s in _sides_for(tokens, i)]
     nouns = [t for t in tokens if t in R.LUNG_NOUNS or t in R.SIDELESS_LUNG]
     strong_nouns = [t for t in nouns if t in R.LUNG_NOUNS]
-    sides = [s for t in tokens if t in R.SIDE_WORDS for s in R.SIDE_WORDS[t]]
-    if not lung and (strong_nouns or (not categories and (sides or nouns))):
-        if sides:
-            lung = [f"{s} lung" for s in ("right", "left") if s in sides]
+    said = [s for t in tokens if t in R.SIDE_WORDS for s in R.SIDE_WORDS[t]]
+    if not lung and (strong_nouns or (not categories and (said or nouns))):
+        if said:
+            lung = [f"{s} lung" for s in ("right", "left") if s in said]
         elif any(t in ("lungs", "hemithoraces", "hila") for t in tokens):
             lung = ["right lung", "left lung"]
         elif nouns:
@@ -392,7 +392,9 @@ def _mention(ent) -> _Mention:
 
 def _groups(sent, taken: set[int]) -> list[tuple[int, int]]:
     """Runs of location words (token index ranges) in a sentence, outside finding spans."""
-    out, start, last_cue = [], None, None
+    out: list[tuple[int, int]] = []
+    start: int | None = None
+    last_cue = -1  # set with start
     for tok in sent:
         w = tok.lower_
         if tok.i in taken:
@@ -465,7 +467,7 @@ class RuleStructurer:
                 continue
             nxt = next((m for m in mentions if m.start >= g1), None)
             prv = next((m for m in reversed(mentions) if m.end <= g0), None)
-            between_next = [t.lower_ for t in doc[g1 : nxt.start]] if nxt else None
+            between_next = [t.lower_ for t in doc[g1 : nxt.start]] if nxt else []
             if nxt is not None and len(between_next) <= 5 and all(w in _MODIFIERS for w in between_next):
                 nxt.pre += labels
                 continue

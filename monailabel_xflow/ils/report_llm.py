@@ -95,9 +95,9 @@ def parse_answer(text: str, n_sentences: int) -> list[ReportedFinding]:
         raise ReportStructuringError(f"the answer is not valid JSON ({e.msg} at {e.pos}): {text[:200]!r}") from None
     errors = sorted(jsonschema.Draft7Validator(TUPLE_SCHEMA).iter_errors(items), key=lambda e: list(e.path))
     if errors:
-        e = errors[0]
-        where = "/".join(str(p) for p in e.path) or "top level"
-        raise ReportStructuringError(f"the answer does not match the schema at {where}: {e.message}")
+        first = errors[0]
+        where = "/".join(str(p) for p in first.path) or "top level"
+        raise ReportStructuringError(f"the answer does not match the schema at {where}: {first.message}")
     out = []
     for item in items:
         if item["sentence"] > n_sentences:

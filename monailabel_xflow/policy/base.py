@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click
@@ -29,26 +30,60 @@ class PolicyError(InputError):
     """Bad input to a policy (wrong image shape/dtype, out-of-order step, missing model file)."""
 
 
+# --- the click budget T: the one owner ---------------------------------------------------------
+
+MAX_CLICKS = 4
+"""The Stage 2 click budget T of the paper (§4.2, App. A.3): the default of the workflow, the
+models file, the oracle, the trainers and the app."""
+
+MAX_CLICKS_LIMIT = 16
+"""The largest budget anything may ask for (a request, a models file, the oracle, a run)."""
+
+
+class BudgetError(InputError):
+    """A click budget that is not an integer in ``0..MAX_CLICKS_LIMIT``."""
+
+
+def check_budget(max_clicks: Any) -> int:
+    """The click budget T as an int (the one budget rule of the package): an integer, or its
+    decimal text (a models file, ``XFLOW_MAX_CLICKS``), in ``0..MAX_CLICKS_LIMIT``.
+
+    Raises:
+        BudgetError: not an integer (``1.5``, ``"many"``), negative, or over :data:`MAX_CLICKS_LIMIT`.
+    """
+    try:
+        value = int(max_clicks.strip()) if isinstance(max_clicks, str) else int(max_clicks)
+    except (TypeError, ValueError) as err:
+        raise BudgetError(f"max_clicks must be an integer, got {max_clicks!r}") from err
+    if not isinstance(max_clicks, str) and value != max_clicks:
+        raise BudgetError(f"max_clicks must be an integer, got {max_clicks!r}")
+    if not 0 <= value <= MAX_CLICKS_LIMIT:
+        raise BudgetError(f"max_clicks must be an integer in 0..{MAX_CLICKS_LIMIT}, got {max_clicks!r}")
+    return value
+
+
 @dataclass
 class RevisionState:
     """What a revision policy sees at step ``t``.
 
     Attributes:
-        image: ``(H, W)`` float32 radiograph in ``[0, 1]``.
-        instruction: the question being answered.
+        image: ``(H, W)`` float32 radiograph in ``[0, 1]``; None only for a policy that reads the
+            mask itself (the oracle's exact trajectories, Algorithm 1).
+        instruction: the question being answered (None as for ``image``).
         box: current (grown) box, normalised xyxy (geometry.py).
         mask: ``(H, W)`` bool current mask M_t.
         clicks: clicks issued so far, normalised.
-        observation: ``(H, W, 3)`` uint8, ``rendering.render_observation(image, mask, clicks)``.
+        observation: ``(H, W, 3)`` uint8, ``rendering.render_observation(image, mask, clicks)``;
+            None when the loop does not render (``revise_mask(observe=False)``).
         step: 0-based index of the turn about to be taken.
     """
 
-    image: np.ndarray
-    instruction: Instruction
+    image: NDArray[np.float32] | None
+    instruction: Instruction | None
     box: Box
-    mask: np.ndarray
+    mask: NDArray[np.bool_]
     clicks: list[Click]
-    observation: np.ndarray
+    observation: NDArray[np.uint8] | None
     step: int
 
 
@@ -56,9 +91,9 @@ class RevisionState:
 class Stage1Policy(Protocol):
     """π_init: grounds the lungs, decides presence and boxes the lesions, as protocol text."""
 
-    def stage1(self, image: np.ndarray, instruction: Instruction) -> str: ...
+    def stage1(self, image: NDArray[np.float32], instruction: Instruction) -> str: ...
 
-    def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]: ...
+    def stage1_many(self, image: NDArray[np.float32], instructions: Sequence[Instruction]) -> list[str]: ...
 
 
 @runtime_checkable
@@ -72,4 +107,4 @@ class RevisionSession(Protocol):
 class RevisionPolicy(Protocol):
     """π_rev: opens one :class:`RevisionSession` per initial mask."""
 
-    def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> RevisionSession: ...
+    def start(self, image: NDArray[np.float32], instruction: Instruction, box: Box) -> RevisionSession: ...

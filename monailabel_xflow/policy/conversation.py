@@ -18,6 +18,7 @@ are the text that template renders after a model turn; :mod:`.prompts` holds the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -105,10 +106,53 @@ class ConversationEncoder:
     def stage1_prompt(self, image: Any, instruction: Instruction) -> Piece:
         """Stage 1: the radiograph (``(H, W)`` float in ``[0, 1]``, or the PIL image
         :func:`image_to_pil` makes of it), the preamble and the request."""
+        return self.prompt(self._stage1_text(instruction), [_picture(image)])
+
+    def stage1_prompts(self, image: Any, instructions: Sequence[Instruction]) -> list[Piece]:
+        """The Stage 1 prompts of several instructions about one image ("all findings"), equal to
+        :meth:`stage1_prompt` of each, with the image prepared once: one PIL image, one pass of
+        the image processor; the other prompts reuse its ``pixel_values`` and only tokenise text.
+
+        A processor whose image expansion this cannot reproduce (checked on the first prompt,
+        e.g. Gemma 3's pan-and-scan crops) gets every prompt through :meth:`stage1_prompt`.
+        """
+        picture = _picture(image)
+        texts = [self._stage1_text(i) for i in instructions]
+        if not texts:
+            return []
+        first = self.prompt(texts[0], [picture])
+        again = self._text_with_image(texts[0], first.pixel_values)
+        if again is None or not (
+            _torch_equal(again.input_ids, first.input_ids) and _torch_equal(again.token_type_ids, first.token_type_ids)
+        ):
+            return [first, *(self.prompt(t, [picture]) for t in texts[1:])]
+        rest = [self._text_with_image(t, first.pixel_values) for t in texts[1:]]
+        return [
+            first,
+            *(p if p is not None else self.prompt(t, [picture]) for p, t in zip(rest, texts[1:], strict=True)),
+        ]
+
+    def _stage1_text(self, instruction: Instruction) -> str:
         text = self.processor.apply_chat_template(
             stage1_messages(instruction), add_generation_prompt=True, tokenize=False
         )
-        return self.prompt(text, [image if not isinstance(image, np.ndarray) else image_to_pil(image)])
+        return str(text)
+
+    def _text_with_image(self, text: str, pixel_values: torch.Tensor | None) -> Piece | None:
+        """``text`` with its one image placeholder expanded as the processor expands it, tokenised
+        without touching the image; None when the processor does not say how it expands."""
+        sequence = getattr(self.processor, "full_image_sequence", None)
+        placeholder = getattr(self.processor, "boi_token", None)
+        soft = getattr(self.processor.tokenizer, "image_token_id", None)
+        if not (isinstance(sequence, str) and isinstance(placeholder, str) and soft is not None):
+            return None
+        if text.count(placeholder) != 1:
+            return None
+        tokens = self.processor.tokenizer(
+            text.replace(placeholder, sequence), add_special_tokens=False, return_tensors="pt"
+        )
+        ids = tokens["input_ids"]
+        return Piece(ids, (ids == soft).long() * IMAGE_TOKEN_TYPE, pixel_values)
 
     def stage2_prompt(
         self, observation: Any, instruction: Instruction, box: Box, turn: int, closes_model_turn: bool = False
@@ -124,6 +168,18 @@ class ConversationEncoder:
             text = stage2_followup_text(self.image_token, closes_model_turn)
         image = observation if not isinstance(observation, np.ndarray) else observation_to_pil(observation)
         return self.prompt(text, [image])
+
+
+def _picture(image: Any) -> Any:
+    """The PIL image the processor takes: ``image`` itself, or :func:`image_to_pil` of an array."""
+    return image_to_pil(image) if isinstance(image, np.ndarray) else image
+
+
+def _torch_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape and values."""
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 def image_to_pil(image: np.ndarray):

@@ -64,7 +64,7 @@ from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, pixel_to_point, point_to_pixel
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.policy.base import RevisionState, Stage2Answer
+from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, RevisionState, Stage2Answer, check_budget
 from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,9 +87,6 @@ DiscardRule = Literal["net", "every-click"]
 
 TAU = 0.70
 """Stop threshold τ of Algorithm 1."""
-
-MAX_CLICKS = 4
-"""Click budget T of Algorithm 1."""
 
 MIN_CLICK_DISTANCE_PX = 25.0
 """Same-polarity exclusion radius of the paper's first guard, in mask pixels."""
@@ -368,8 +365,10 @@ class OracleClicker:
     ) -> None:
         if not 0.0 < tau <= 1.0:
             raise OracleError(f"tau must lie in (0, 1], got {tau}")
-        if max_clicks < 0:
-            raise OracleError(f"max_clicks must be >= 0, got {max_clicks}")
+        try:
+            max_clicks = check_budget(max_clicks)
+        except BudgetError as err:
+            raise OracleError(str(err)) from err
         if min_click_distance_px < 0:
             raise OracleError(f"min_click_distance_px must be >= 0, got {min_click_distance_px}")
         if discard_rule not in ("net", "every-click"):
@@ -404,7 +403,7 @@ class OracleClicker:
         """
         mask, gt = self._check(mask, gt)
         shape = gt.shape
-        taken = {True: [], False: []}
+        taken: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
         for c in previous_clicks:
             taken[bool(c.positive)].append(point_to_pixel(c.x, c.y, shape))
         radius = self.min_click_distance_px
@@ -515,7 +514,7 @@ class OracleSession:
         click, reason = self.policy.clicker.decide(mask, self.policy.gt, list(state.clicks))
         self.stop_reason = reason
         if click is None:
-            action = Stage2Action(None, _ORACLE_REASONS.get(reason, ""))
+            action = Stage2Action(None, _ORACLE_REASONS.get(reason or "", ""))
         else:
             action = Stage2Action(
                 click,

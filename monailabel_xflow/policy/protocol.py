@@ -161,7 +161,7 @@ def _require_text(text: object) -> str:
     return text
 
 
-def _leftover(text: str, patterns: list[re.Pattern]) -> str:
+def _leftover(text: str, patterns: list[re.Pattern[str]]) -> str:
     for p in patterns:
         text = p.sub(" ", text)
     return text.strip()

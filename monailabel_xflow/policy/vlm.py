@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box
+from monailabel_xflow.geometry import Box, check_image
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.base import PolicyError, RevisionState
-from monailabel_xflow.policy.conversation import IMAGE_TOKEN_TYPE, ConversationEncoder, Piece, image_to_pil
+from monailabel_xflow.policy.conversation import IMAGE_TOKEN_TYPE, ConversationEncoder, Piece
 from monailabel_xflow.weights import choose_device, choose_dtype, looks_like_local_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -298,7 +298,7 @@ class VLMPolicy:
         instructions = list(instructions)
         if len(instructions) <= 1:
             return [self.stage1(image, i) for i in instructions]
-        encs = [self.stage1_inputs(image, i) for i in instructions]
+        encs = [e.to(self.device, self.model.dtype) for e in self.encoder.stage1_prompts(image, instructions)]
         prefix = _common_prefix_length([e.input_ids[0] for e in encs])
         prefix = min(prefix, min(e.input_ids.shape[1] for e in encs) - 1)
         image_pos = torch.nonzero(encs[0].token_type_ids[0] == IMAGE_TOKEN_TYPE)
@@ -359,7 +359,7 @@ class VLMPolicy:
 
     def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> VLMRevisionSession:
         """Open a Stage 2 conversation about the mask that ``box`` prompted."""
-        image_to_pil(image)  # validates; the model sees the image through the observations
+        check_image(image)  # the model sees the image through the observations (a checked image: free)
         return VLMRevisionSession(self, instruction, tuple(float(v) for v in box))
 
 

@@ -3,7 +3,9 @@
 * :meth:`PromptableSegmenter.set_image` takes an ``(H, W)`` float image in ``[0, 1]`` (or uint8),
   or an ``(H, W, 3)`` uint8/float RGB image, and computes -- or fetches from the shared
   :class:`~monailabel_xflow.segmenter.cache.EmbeddingCache` -- its embedding. Setting an image
-  whose *content* was seen before encodes nothing.
+  whose *content* was seen before encodes nothing, and the cache is asked before any copy is
+  made; an image the workflow checked (``geometry.check_image``) is neither checked nor hashed
+  again (:func:`check_model_image`, :func:`image_key`).
 * :meth:`PromptableSegmenter.predict` takes ``N`` normalised xyxy boxes (``geometry.Box``), an
   optional list of clicks per box and optionally the ``low_res_logits`` of an earlier call, and
   runs all ``N`` prompts through the mask decoder in **one** batched call. Masks come back at the
@@ -16,15 +18,18 @@ they refuse the same inputs with the same errors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.errors import InputError
-from monailabel_xflow.geometry import Box, Click, GeometryError, check_click
+from monailabel_xflow.geometry import Box, Click, GeometryError, check_click, check_image, is_checked
 
 POSITIVE_LABEL = 1
 
@@ -52,10 +57,10 @@ class SegmentationResult:
             logits, to pass back as ``previous`` with the next clicks on the same boxes.
     """
 
-    logits: np.ndarray
-    masks: np.ndarray
-    iou: np.ndarray
-    low_res_logits: np.ndarray
+    logits: NDArray[np.float32]
+    masks: NDArray[np.bool_]
+    iou: NDArray[np.float32]
+    low_res_logits: NDArray[np.float32]
 
     def __len__(self) -> int:
         return int(self.masks.shape[0])
@@ -65,7 +70,7 @@ class SegmentationResult:
 class PromptableSegmenter(Protocol):
     """What the workflow, the oracle clicker and the trainers need from F_seg."""
 
-    def set_image(self, image: np.ndarray) -> None:
+    def set_image(self, image: NDArray[Any]) -> None:
         """Compute (or fetch from the cache) the embedding of ``image``; see the module docstring."""
         ...
 
@@ -73,7 +78,7 @@ class PromptableSegmenter(Protocol):
         self,
         boxes: Sequence[Box],
         clicks: Sequence[Sequence[Click]] | None = None,
-        previous: np.ndarray | None = None,
+        previous: NDArray[Any] | None = None,
         multimask: bool = False,
     ) -> SegmentationResult:
         """Masks for ``N`` boxes of the current image, in one batched decoder call.
@@ -93,54 +98,70 @@ class PromptableSegmenter(Protocol):
         ...
 
 
-def image_key(image: np.ndarray) -> str:
-    """Content hash of an image array (dtype, shape and bytes): the embedding cache key.
+def check_model_image(image: Any) -> NDArray[np.float32]:
+    """The segmenters' image border: the contract's layouts brought to the one image rule.
 
-    Two arrays with equal pixels, shape and dtype share a key whatever file they came from.
-    """
-    array = np.ascontiguousarray(image)
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(f"{array.dtype.str}|{array.shape}|".encode())
-    digest.update(memoryview(array).cast("B"))
-    return digest.hexdigest()
+    Accepted: ``(H, W)`` or ``(H, W, 1)`` grey and ``(H, W, 3)`` RGB, either uint8 (read as
+    ``x/255``) or float in ``[0, 1]``; everything else is :func:`~monailabel_xflow.geometry.check_image`'s
+    rule. A checked image (the workflow's) passes at once.
 
-
-def to_rgb01(image: np.ndarray) -> np.ndarray:
-    """Validate an image and return it as ``(H, W, 3)`` float32 in ``[0, 1]``.
-
-    Accepted: ``(H, W)`` or ``(H, W, 1)`` grey and ``(H, W, 3)`` RGB, either uint8 (``x/255``) or
-    float in ``[0, 1]``.
+    Returns:
+        The checked image: ``(H, W)`` or ``(H, W, 3)`` float32 in ``[0, 1]``, read-only.
 
     Raises:
         SegmenterInputError: another shape or dtype, NaNs, float values outside ``[0, 1]``, or an
             image smaller than 2 x 2.
     """
+    if is_checked(image):
+        return image  # type: ignore[no-any-return]
     if not isinstance(image, np.ndarray):
         raise SegmenterInputError(f"image must be a numpy array, got {type(image).__name__}")
-    if image.ndim == 3 and image.shape[2] == 1:
-        image = image[..., 0]
-    if not (image.ndim == 2 or (image.ndim == 3 and image.shape[2] == 3)):
-        raise SegmenterInputError(
-            f"image must be (H, W) grey or (H, W, 3) RGB, got shape {image.shape} "
-            "(drop an alpha channel or convert to grey first)"
-        )
-    if image.shape[0] < 2 or image.shape[1] < 2:
-        raise SegmenterInputError(f"image of shape {image.shape} is too small")
     if image.dtype == np.uint8:
-        rgb = image.astype(np.float32) / 255.0
-    elif np.issubdtype(image.dtype, np.floating):
-        rgb = image.astype(np.float32, copy=False)
-        if not np.isfinite(rgb).all():
-            raise SegmenterInputError("image contains NaN or infinite values")
-        lo, hi = float(rgb.min()), float(rgb.max())
-        if lo < -1e-6 or hi > 1 + 1e-6:
-            raise SegmenterInputError(f"float image must lie in [0, 1], got [{lo:.4g}, {hi:.4g}]")
-        rgb = np.clip(rgb, 0.0, 1.0)
-    else:
+        image = image.astype(np.float32) / np.float32(255.0)
+    elif not np.issubdtype(image.dtype, np.floating):
         raise SegmenterInputError(f"image dtype must be uint8 or float in [0, 1], got {image.dtype}")
-    if rgb.ndim == 2:
-        rgb = np.repeat(rgb[..., None], 3, axis=2)
-    return rgb
+    try:
+        return check_image(image, rgb=True)
+    except GeometryError as err:
+        raise SegmenterInputError(str(err)) from err
+
+
+def to_rgb01(image: Any) -> NDArray[np.float32]:
+    """An image the segmenters take (:func:`check_model_image`) as ``(H, W, 3)`` float32 in ``[0, 1]``.
+
+    Raises:
+        SegmenterInputError: see :func:`check_model_image`.
+    """
+    checked = check_model_image(image)
+    return checked if checked.ndim == 3 else np.repeat(checked[..., None], 3, axis=2)
+
+
+# id -> (weak reference, key) of the checked images hashed so far
+_keys: dict[int, tuple[weakref.ref[NDArray[Any]], str]] = {}
+
+
+def _forget(ident: int, _ref: object, registry: dict[int, Any] = _keys) -> None:
+    registry.pop(ident, None)
+
+
+def image_key(image: NDArray[Any]) -> str:
+    """Content hash of an image array (dtype, shape and bytes): the embedding cache key.
+
+    Two arrays with equal pixels, shape and dtype share a key whatever file they came from. A
+    checked image (:func:`~monailabel_xflow.geometry.check_image`, whose pixels are taken as fixed)
+    is hashed once; asking again for its key is a dictionary look-up.
+    """
+    remembered = _keys.get(id(image))
+    if remembered is not None and remembered[0]() is image:
+        return remembered[1]
+    array = np.ascontiguousarray(image)
+    digest = hashlib.sha256(f"{array.dtype.str}|{array.shape}|".encode())
+    digest.update(array.data.cast("B"))
+    key = digest.hexdigest()[:32]
+    if is_checked(image):
+        ident = id(image)
+        _keys[ident] = (weakref.ref(image, functools.partial(_forget, ident)), key)
+    return key
 
 
 def validate_box(box: Sequence[float], index: int = 0) -> list[float]:
@@ -184,10 +205,10 @@ class Prompts:
         previous: ``(N, 1, h, w)`` float32 finite low-res logits, or None.
     """
 
-    boxes: np.ndarray
-    points: np.ndarray
-    labels: np.ndarray
-    previous: np.ndarray | None = None
+    boxes: NDArray[np.float64]
+    points: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    previous: NDArray[np.float32] | None = None
 
     def __len__(self) -> int:
         return int(self.boxes.shape[0])
@@ -196,7 +217,7 @@ class Prompts:
 def build_prompts(
     boxes: Sequence[Box],
     clicks: Sequence[Sequence[Click]] | None = None,
-    previous: np.ndarray | None = None,
+    previous: NDArray[Any] | None = None,
 ) -> Prompts:
     """Check the prompts of one :meth:`PromptableSegmenter.predict` call and lay them out.
 

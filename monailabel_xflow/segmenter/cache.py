@@ -79,7 +79,7 @@ class EmbeddingCache:
         self._sizeof = sizeof
         self._lock = threading.Lock()
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._pending: dict[Hashable, Future] = {}
+        self._pending: dict[Hashable, Future[Any]] = {}
         self._bytes = 0
         self.stats = CacheStats()
 
@@ -96,13 +96,14 @@ class EmbeddingCache:
                 self._entries.move_to_end(key)
                 self.stats.hits += 1
                 return self._entries[key][0]
-            future = self._pending.get(key)
-            owner = future is None
-            if owner:
-                future = Future()
+            pending = self._pending.get(key)
+            owner = pending is None
+            if pending is None:
+                future: Future[Any] = Future()
                 self._pending[key] = future
                 self.stats.misses += 1
             else:
+                future = pending
                 self.stats.hits += 1
         if not owner:
             return future.result()

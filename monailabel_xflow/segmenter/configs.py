@@ -67,7 +67,8 @@ def sam3_tracker_config(size: str = "tiny", image_size: int = 1008) -> Sam3Track
     grid = image_size // 14
     if size == "full":
         config = Sam3TrackerConfig()
-        config.vision_config.scale_factors = list(_TRACKER_SCALE_FACTORS)
+        vision: Any = config.vision_config  # a sub-config object once the config is built
+        vision.scale_factors = list(_TRACKER_SCALE_FACTORS)
         return config
     s = _SIZE_SPECS[size]
     backbone = dict(

@@ -29,6 +29,7 @@ from monailabel_xflow.segmenter.base import (
     PAD_LABEL,
     SegmentationResult,
     build_prompts,
+    check_model_image,
     empty_result,
     image_key,
     to_rgb01,
@@ -122,10 +123,15 @@ class OfficialSam3Segmenter:
         """See :meth:`~monailabel_xflow.segmenter.base.PromptableSegmenter.set_image`."""
         from PIL import Image
 
-        rgb = (to_rgb01(image) * 255.0 + 0.5).astype(np.uint8)
-        key = f"{self.cache_tag}:{image_key(image)}"
-        self._state = self.cache.get_or_compute(key, lambda: self.processor.set_image(Image.fromarray(rgb)))
-        self._shape = (int(image.shape[0]), int(image.shape[1]))
+        checked = check_model_image(image)
+        key = f"{self.cache_tag}:{image_key(checked)}"
+
+        def encode() -> Any:
+            rgb = (to_rgb01(checked) * 255.0 + 0.5).astype(np.uint8)
+            return self.processor.set_image(Image.fromarray(rgb))
+
+        self._state = self.cache.get_or_compute(key, encode)
+        self._shape = (int(checked.shape[0]), int(checked.shape[1]))
 
     def predict(
         self,

@@ -33,9 +33,9 @@ from monailabel_xflow.segmenter.base import (
     SegmentationResult,
     SegmenterInputError,
     build_prompts,
+    check_model_image,
     empty_result,
     image_key,
-    to_rgb01,
 )
 from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
 from monailabel_xflow.weights import CHECKPOINT_SUFFIXES, choose_device, choose_dtype, looks_like_local_path
@@ -99,40 +99,45 @@ class Sam3Segmenter:
 
     def preprocess(self, image: np.ndarray) -> torch.Tensor:
         """``(1, 3, S, S)`` model input of an image (``S = input_size``, see the module docstring)."""
-        return self._model_input(to_rgb01(image))
+        return self._model_input(check_model_image(image))
 
-    def _model_input(self, rgb01: np.ndarray) -> torch.Tensor:
+    def _model_input(self, checked: np.ndarray) -> torch.Tensor:
         import torch
         import torch.nn.functional as F
 
-        rgb = torch.from_numpy(rgb01).permute(2, 0, 1)[None]  # (1, 3, H, W) in [0, 1]
+        pixels = torch.from_numpy(np.array(checked))  # writeable copy for torch, (H, W) or (H, W, 3)
+        pixels = pixels[None, None] if pixels.ndim == 2 else pixels.permute(2, 0, 1)[None]
         resized = F.interpolate(
-            rgb, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False, antialias=True
+            pixels, size=(self.input_size, self.input_size), mode="bilinear", align_corners=False, antialias=True
         )
+        # grey -> 3 channels after the resize: channels are resized independently, so it is the same
+        resized = resized.expand(1, 3, self.input_size, self.input_size)
         return ((resized - 0.5) / 0.5).to(device=self.device, dtype=self.dtype)
 
     def set_image(self, image: np.ndarray) -> None:
         """Make ``image`` current, encoding it unless the cache already holds its embedding.
 
+        The cache is asked first; nothing is copied for an image it holds.
+
         Raises:
-            SegmenterInputError: see :func:`to_rgb01`.
+            SegmenterInputError: see :func:`~.base.check_model_image`.
         """
         import torch
 
-        rgb01 = to_rgb01(image)  # validate first: bad input fails before anything is cached
-        key = f"{self.cache_tag}:{image_key(image)}"
+        checked = check_model_image(image)  # validate first: bad input fails before anything is cached
+        key = f"{self.cache_tag}:{image_key(checked)}"
 
         def encode() -> list[torch.Tensor]:
             # the one slow step (the full model's image encoder): say so
-            logger.info("SAM3: encoding a %dx%d image on %s ...", image.shape[1], image.shape[0], self.device)
+            logger.info("SAM3: encoding a %dx%d image on %s ...", checked.shape[1], checked.shape[0], self.device)
             start = time.perf_counter()
             with torch.no_grad():
-                embeddings = list(self.model.get_image_embeddings(self._model_input(rgb01)))
+                embeddings = list(self.model.get_image_embeddings(self._model_input(checked)))
             logger.info("SAM3: image encoded in %.1f s", time.perf_counter() - start)
             return embeddings
 
         self._embeddings = self.cache.get_or_compute(key, encode)
-        self._shape = (int(image.shape[0]), int(image.shape[1]))
+        self._shape = (int(checked.shape[0]), int(checked.shape[1]))
 
     # --- prompts ------------------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from monailabel_xflow.errors import UnavailableError
-from monailabel_xflow.policy.base import RevisionPolicy, Stage1Policy
+from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, RevisionPolicy, Stage1Policy, check_budget
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
 from monailabel_xflow.weights import is_hub_id, split_hub_id
@@ -119,7 +119,7 @@ class ModelConfig:
         dtype: dtype of the policy model, ``"float32"``, ``"bfloat16"`` or ``"float16"``; None
             lets the loader choose (float32 on CPU, bfloat16 on CUDA). The segmenter always
             picks its own.
-        max_clicks: Stage 2 budget T (default 4, as in the paper).
+        max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         max_new_tokens: cap on the tokens a policy generates per call (per Stage 2 turn);
             None keeps the policy's default.
         rosalia: the ROSALIA baseline's folder or hub id (the app's ``rosalia`` task); not one
@@ -136,7 +136,7 @@ class ModelConfig:
     segmenter_backend: str = "transformers"
     device: str | None = None
     dtype: str | None = None
-    max_clicks: int = 4
+    max_clicks: int = MAX_CLICKS
     max_new_tokens: int | None = None
     rosalia: str | None = None
     base_dir: str | None = None
@@ -147,11 +147,9 @@ class ModelConfig:
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ModelConfigError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         try:
-            clicks = int(self.max_clicks)
-        except (TypeError, ValueError) as err:
-            raise ModelConfigError(f"max_clicks must be an integer, got {self.max_clicks!r}") from err
-        if clicks < 0:
-            raise ModelConfigError(f"max_clicks must be >= 0, got {clicks}")
+            clicks = check_budget(self.max_clicks)
+        except BudgetError as err:
+            raise ModelConfigError(str(err)) from err
         object.__setattr__(self, "max_clicks", clicks)
         if self.max_new_tokens is not None:
             try:

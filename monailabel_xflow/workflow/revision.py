@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import Box, Click, connected_components, grow_box, mask_to_box, point_to_pixel
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.metrics import mask_iou
@@ -119,8 +118,8 @@ def read_action(raw: Stage2Answer) -> tuple[Click | None, str, list[str]]:
 def revise_mask(
     segmenter: PromptableSegmenter,
     session: RevisionSession,
-    image: np.ndarray,
-    instruction: Instruction,
+    image: np.ndarray | None,
+    instruction: Instruction | None,
     box: Box,
     mask: np.ndarray,
     low_res: np.ndarray | None,
@@ -135,8 +134,9 @@ def revise_mask(
     Args:
         segmenter: F_seg, already holding ``image`` (``set_image``).
         session: the policy's conversation about this mask (``step(state) -> text``).
-        image: ``(H, W)`` float in ``[0, 1]``.
-        instruction: the question being answered.
+        image: ``(H, W)`` float in ``[0, 1]``; None only without ``observe`` for a policy that
+            reads the mask itself (the oracle of :func:`oracle_trajectory`).
+        instruction: the question being answered (None as for ``image``).
         box: the normalised box that prompted ``mask``.
         mask: ``(H, W)`` bool initial mask M_0.
         low_res: ``(1, h, w)`` logits of ``mask`` from the segmenter, or None.
@@ -153,10 +153,10 @@ def revise_mask(
     """
     from monailabel_xflow.rendering import render_observation
 
-    out = Revision(box=tuple(box), mask=np.asarray(mask, dtype=bool), iou=iou, low_res=low_res)
+    out = Revision(box=(box[0], box[1], box[2], box[3]), mask=np.asarray(mask, dtype=bool), iou=iou, low_res=low_res)
     for t in range(1, budget + 1):
         tick = time.perf_counter()
-        observation = render_observation(image, out.mask, list(out.clicks)) if observe else None
+        observation = render_observation(image, out.mask, list(out.clicks)) if observe and image is not None else None
         raw = session.step(RevisionState(image, instruction, out.box, out.mask, list(out.clicks), observation, t - 1))
         click, action, problems = read_action(raw)
         if click is None:
@@ -214,25 +214,6 @@ def keep_connected_to(revised: np.ndarray, previous: np.ndarray, click: Click) -
     if kept.size == 0:
         return revised
     return np.isin(labels, kept)
-
-
-class BudgetError(InputError):
-    """A click budget that is not a non-negative integer."""
-
-
-def check_budget(max_clicks: Any) -> int:
-    """The click budget T as a non-negative int (the one budget check of the workflow).
-
-    Raises:
-        BudgetError: not an integer, or negative.
-    """
-    try:
-        value = int(max_clicks)
-    except (TypeError, ValueError) as err:
-        raise BudgetError(f"max_clicks must be an integer, got {max_clicks!r}") from err
-    if value < 0 or value != max_clicks:
-        raise BudgetError(f"max_clicks must be a non-negative integer, got {max_clicks!r}")
-    return value
 
 
 def finite_or_none(v: Any) -> float | None:

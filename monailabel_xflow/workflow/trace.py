@@ -143,7 +143,7 @@ class RevisionStep:
     box: Box
     click: Click | None = None
     box_grown: bool = False
-    mask: dict[str, Any] | None = None
+    mask: Mapping[str, Any] | None = None
     iou: float | None = None
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -156,7 +156,7 @@ class RevisionStep:
             "click": _click_to_dict(self.click),
             "box": [float(v) for v in self.box],
             "box_grown": self.box_grown,
-            "mask": self.mask,
+            "mask": _plain(self.mask),
             "iou": self.iou,
             "problems": list(self.problems),
             "seconds": self.seconds,
@@ -188,12 +188,12 @@ class LesionRecord:
     index: int
     label: str
     box: Box
-    initial_mask: dict[str, Any]
+    initial_mask: Mapping[str, Any]
     initial_iou: float | None
     steps: list[RevisionStep] = field(default_factory=list)
     end: str = "not_revised"
     box_final: Box | None = None
-    mask: dict[str, Any] | None = None
+    mask: Mapping[str, Any] | None = None
     iou: float | None = None
 
     @property
@@ -206,12 +206,12 @@ class LesionRecord:
             "index": self.index,
             "label": self.label,
             "box": [float(v) for v in self.box],
-            "initial_mask": self.initial_mask,
+            "initial_mask": _plain(self.initial_mask),
             "initial_iou": self.initial_iou,
             "steps": [s.to_dict() for s in self.steps],
             "end": self.end,
             "box_final": [float(v) for v in (self.box_final or self.box)],
-            "mask": self.mask if self.mask is not None else self.initial_mask,
+            "mask": _plain(self.mask if self.mask is not None else self.initial_mask),
             "iou": self.iou,
         }
 
@@ -239,14 +239,15 @@ class Trace:
     """Everything XFlow decided for one instruction on one image (schema ``xflow-trace/1``).
 
     See the module docstring for the JSON layout. ``mask`` is the answer mask (RLE); use
-    :meth:`final_mask` for the array.
+    :meth:`final_mask` for the array. The workflow records masks as :class:`~monailabel_xflow.rle.LazyRLE`,
+    so RLE strings are computed only when the trace is written (:meth:`to_dict`).
     """
 
     instruction: dict[str, Any]
     image_size: tuple[int, int]
     stage1: Stage1Record
     present: bool
-    mask: dict[str, Any]
+    mask: Mapping[str, Any]
     answer: str
     lesions: list[LesionRecord] = field(default_factory=list)
     models: dict[str, str] = field(default_factory=dict)
@@ -273,7 +274,7 @@ class Trace:
             "stage1": self.stage1.to_dict(),
             "present": bool(self.present),
             "lesions": [lesion.to_dict() for lesion in self.lesions],
-            "mask": self.mask,
+            "mask": _plain(self.mask),
             "answer": self.answer,
             "warnings": list(self.warnings),
             "timings": {str(k): float(v) for k, v in self.timings.items()},
@@ -299,7 +300,7 @@ class Trace:
                 schema=SCHEMA,
                 created=str(d.get("created", "")),
                 instruction=dict(d["instruction"]),
-                image_size=size,  # type: ignore[arg-type]
+                image_size=(size[0], size[1]),
                 models={str(k): str(v) for k, v in d.get("models", {}).items()},
                 settings=dict(d.get("settings", {})),
                 stage1=Stage1Record.from_dict(d["stage1"]),
@@ -572,7 +573,12 @@ def _box(values: Any) -> Box:
     box = tuple(float(v) for v in values)
     if len(box) != 4:
         raise TraceError(f"a box has 4 values [x1, y1, x2, y2], got {values!r}")
-    return box  # type: ignore[return-value]
+    return (box[0], box[1], box[2], box[3])
+
+
+def _plain(mask: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A mask's RLE as a plain dict (a :class:`~monailabel_xflow.rle.LazyRLE` is encoded here)."""
+    return None if mask is None else dict(mask)
 
 
 def _ref_to_dict(ref: BoxRef) -> dict[str, Any]:

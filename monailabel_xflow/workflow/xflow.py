@@ -67,11 +67,11 @@ from monailabel_xflow.geometry import (
     mask_to_box,
 )
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
-from monailabel_xflow.policy.base import RevisionPolicy, Stage1Policy
+from monailabel_xflow.policy.base import MAX_CLICKS, RevisionPolicy, Stage1Policy, check_budget
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
-from monailabel_xflow.workflow.revision import check_budget, finite_or_none, revise_mask
+from monailabel_xflow.workflow.revision import finite_or_none, revise_mask
 from monailabel_xflow.workflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,13 +110,8 @@ class XFlowResult:
 
     @property
     def message(self) -> str:
-        """A sentence for people: the answer, or for a present basic instruction a summary."""
-        if self.answer:
-            return self.answer
-        n = len(self.trace.lesions)
-        where = f" in the {self.instruction.location}" if self.instruction.regions else ""
-        regions = f"{n} region{'s' if n != 1 else ''}"
-        return f"Segmented the {self.instruction.finding}{where} ({regions}, {int(self.mask.sum())} px)."
+        """A sentence for people (:meth:`~monailabel_xflow.instructions.Instruction.message`)."""
+        return self.instruction.message(self.answer, len(self.trace.lesions), int(self.mask.sum()))
 
 
 @dataclass
@@ -144,7 +139,7 @@ class XFlow:
         segmenter: F_seg (``PromptableSegmenter``). The workflow calls ``set_image`` once per
             :meth:`run` / :meth:`run_all` / :meth:`revise`; caching embeddings across calls is
             the segmenter's business (it keys them by image content).
-        max_clicks: Stage 2 budget T (the paper's 4).
+        max_clicks: Stage 2 budget T (``policy.base.check_budget``; default the paper's 4).
         models: model identities recorded in every trace.
         prune_revisions: after each Stage 2 click keep only the components of F_seg's mask that
             touch the previous mask or the positive click (:func:`~.revision.keep_connected_to`); the
@@ -165,7 +160,7 @@ class XFlow:
         reviser: RevisionPolicy | None,
         segmenter: PromptableSegmenter,
         *,
-        max_clicks: int = 4,
+        max_clicks: int = MAX_CLICKS,
         models: dict | None = None,
         prune_revisions: bool = True,
     ) -> None:
@@ -393,7 +388,7 @@ class XFlow:
             stage1=stage1,
             present=present,
             lesions=lesions,
-            mask=rle.encode(union),
+            mask=rle.LazyRLE(union),
             answer=answer,
             warnings=warnings,
             timings=timings,
@@ -419,9 +414,11 @@ class XFlow:
         """Stage 2 for one lesion box (:func:`~.revision.revise_mask`), recorded for the trace."""
         mask = np.asarray(mask0, dtype=bool)
         iou = finite_or_none(iou0)
-        record = LesionRecord(index=index, label=ref.label, box=ref.box, initial_mask=rle.encode(mask), initial_iou=iou)
+        record = LesionRecord(
+            index=index, label=ref.label, box=ref.box, initial_mask=rle.LazyRLE(mask), initial_iou=iou
+        )
         if policy is None:
-            record.end, record.box_final, record.mask, record.iou = "not_revised", ref.box, rle.encode(mask), iou
+            record.end, record.box_final, record.mask, record.iou = "not_revised", ref.box, record.initial_mask, iou
             return record, mask
         run = revise_mask(
             self.segmenter,
@@ -440,12 +437,12 @@ class XFlow:
             record.steps.append(
                 RevisionStep(
                     step=turn.step,
-                    raw=turn.raw if clicked else _text(turn.raw),
+                    raw=_text(turn.raw),
                     action=turn.action,
                     click=turn.click,
                     box=turn.box,
                     box_grown=turn.box_grown,
-                    mask=rle.encode(turn.mask) if clicked else None,
+                    mask=rle.LazyRLE(turn.mask) if clicked else None,
                     iou=turn.iou,
                     problems=turn.problems,
                     seconds=turn.seconds,
@@ -453,7 +450,7 @@ class XFlow:
             )
         record.end = run.end
         record.box_final = run.box
-        record.mask = rle.encode(run.mask)
+        record.mask = rle.LazyRLE(run.mask)
         record.iou = run.iou
         return record, run.mask
 
@@ -560,7 +557,7 @@ def locate_regions(mask: np.ndarray, lungs: Sequence[BoxRef], finding: str) -> t
         raise WorkflowError("cannot locate an empty mask")
     h, w = mask.shape
     xs, ys = (cols + 0.5) / w, (rows + 0.5) / h
-    boxes = {}
+    boxes: dict[str, Box] = {}
     for ref in lungs:
         boxes.setdefault(ref.label, ref.box)
 
