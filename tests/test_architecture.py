@@ -21,6 +21,7 @@ LAYERS = {
     "rendering": 0,
     "weights": 0,
     "errors": 0,
+    "parameters": 0,  # request values parsed and bounded (ids, numbers, JSON objects)
     "transforms": 1,  # loading one radiograph
     "instructions": 2,  # language -> Instruction
     "data": 3,  # phantoms, the MIMIC-ILS format, dataset readers

@@ -58,10 +58,10 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
-from monailabel_xflow.app.requests import check_id
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.data.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
 from monailabel_xflow.errors import ConflictError, NotAllowedError
+from monailabel_xflow.parameters import check_id
 from monailabel_xflow.transforms.labels import LabelError, paint, read_label, write_label
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
@@ -170,7 +170,7 @@ DICOMWebDatastore: Any = upstream_class("monailabel.datastore.dicom.DICOMWebData
 
 class XFlowLocalDatastore(LocalDatastore):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
-    is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
+    is a plain name (:func:`~monailabel_xflow.parameters.check_id`), so no request can make
     it read or write outside its folder."""
 
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:

@@ -36,29 +36,20 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from monailabel_xflow.errors import (
+from monailabel_xflow.errors import (  # noqa: F401  (RequestError, UnsafeIdError, RequestTooLargeError: re-exported)
     BadRequestError,
     InputError,
     NotFoundError,
+    RequestError,
+    RequestTooLargeError,
     TooLargeError,
     UnavailableError,
+    UnsafeIdError,
     http_status,
 )
 from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
 
 logger = logging.getLogger(__name__)
-
-
-class RequestError(InputError):
-    """A request parameter of the wrong type or outside its range."""
-
-
-class UnsafeIdError(BadRequestError, RequestError):
-    """An id that is not a plain name (could name a path); see :func:`.requests.check_id`."""
-
-
-class RequestTooLargeError(TooLargeError, RequestError):
-    """A request body or parameter over its documented size limit."""
 
 
 class ImageNotFoundError(NotFoundError):

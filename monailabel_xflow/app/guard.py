@@ -9,7 +9,7 @@ starts; from then on, in the server process:
   :func:`~monailabel_xflow.app.requests.max_body_bytes` are refused (413, from the declared
   length before anything is read, else when the count passes the limit); the id-valued query
   parameters ``image``, ``id``, ``label``, ``tag``, ``session_id`` and the session path segment
-  must be plain ids (:func:`~monailabel_xflow.app.requests.check_id`, one 400 whatever
+  must be plain ids (:func:`~monailabel_xflow.parameters.check_id`, one 400 whatever
   exists); routes that would replace model files or serve whole-slide images (``PUT/DELETE
   /model/...``, ``/infer/wsi...``) answer 405/404 (weights change through the train task);
 * **infer requests** (``POST /infer/{model}``) go through :func:`guarded_run_inference`: the
@@ -61,8 +61,9 @@ from monailabel_xflow.app.errors import (
     error_response,
     http_errors,
 )
-from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_json_object, parse_params
+from monailabel_xflow.app.requests import max_body_bytes, parse_params
 from monailabel_xflow.app.wraps import upstream, wrap
+from monailabel_xflow.parameters import as_int, check_id, parse_json_object
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -343,7 +344,7 @@ def guarded_sample(strategy, params=None, user=None):
         if params is not None and not isinstance(params, dict):
             raise RequestError("active learning parameters must be a JSON object")
         if params and "client_id" in params:
-            from monailabel_xflow.app.requests import as_text
+            from monailabel_xflow.parameters import as_text
 
             as_text(params["client_id"], "client_id", 256)
     return upstream(endpoint, "sample", LAYER)(strategy, params, user)
@@ -380,7 +381,7 @@ def validate_task_request(method: str, request: dict) -> None:
         RequestError, UnsafeIdError: as the task itself would; a batch infer asked to write the
             ``final`` tag (a model's answer never replaces a person's label).
     """
-    from monailabel_xflow.app.requests import as_id_list
+    from monailabel_xflow.parameters import as_id_list
 
     if method == "train":
         from monailabel_xflow.app.train import train_params

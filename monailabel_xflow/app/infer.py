@@ -5,7 +5,7 @@ its own (merged over :meth:`XFlowInferTask.config`, parsed by :mod:`monailabel_x
 
 ``max_clicks`` (int, 0..16)
     Stage 2 budget; default: the model configuration's (4). Findings x (1 + max_clicks) is at
-    most :data:`~monailabel_xflow.app.requests.MAX_WORK_STEPS` (64) per request (422 above).
+    most :data:`~monailabel_xflow.parameters.MAX_WORK_STEPS` (64) per request (422 above).
 ``revise`` (bool; the option list is ``["false", "true"]``)
     Run Stage 2 (π_rev clicks); false gives the Stage 1 masks. Not sent, or the option list sent
     back unchanged (OHIF): true. 3D Slicer sends an option list's first entry, so its *Run* and
@@ -27,14 +27,13 @@ from monailabel_xflow.app.requests import (
     LOCATION_CHOICES,
     REVISE_CHOICES,
     AnswerRequest,
-    as_bool,
     as_max_clicks,
-    check_work,
     unpicked,
 )
 from monailabel_xflow.app.runtime import XFlowRuntime
 from monailabel_xflow.app.task import AnswerTask
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.parameters import as_bool, check_work
 
 
 class XFlowInferTask(AnswerTask):

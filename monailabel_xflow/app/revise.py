@@ -58,20 +58,12 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError, http_errors
-from monailabel_xflow.app.requests import (
-    FINDING_CHOICES,
-    LABEL_NAME_KEY,
-    as_bool,
-    as_choice,
-    as_max_clicks,
-    number_lists,
-    picked,
-    result_format,
-)
+from monailabel_xflow.app.requests import FINDING_CHOICES, LABEL_NAME_KEY, as_max_clicks, picked, result_format
 from monailabel_xflow.app.runtime import XFlowRuntime
 from monailabel_xflow.app.task import MonaiInferTask
 from monailabel_xflow.geometry import Click, client_index_to_point
 from monailabel_xflow.instructions import from_choices, parse_instruction
+from monailabel_xflow.parameters import as_bool, as_choice, number_lists
 from monailabel_xflow.transforms.labels import present_label_names, read_label, write_label
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 

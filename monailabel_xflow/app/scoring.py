@@ -49,8 +49,8 @@ def scoring_params(request: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         RequestError: a wrong type or out-of-range value (422); UnsafeIdError: an id that is a path (400).
     """
-    from monailabel_xflow.app.requests import as_id_list, as_int, as_text
     from monailabel_xflow.instructions import MAX_INSTRUCTION_CHARS
+    from monailabel_xflow.parameters import as_id_list, as_int, as_text
 
     return {
         "instruction": as_text(request.get("instruction"), "instruction", MAX_INSTRUCTION_CHARS).strip()

@@ -64,7 +64,7 @@ def train_params(request: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         RequestError: a non-number, non-finite, non-integral or out-of-range value (422).
     """
-    from monailabel_xflow.app.requests import as_float, as_int
+    from monailabel_xflow.parameters import as_float, as_int
 
     defaults = XFlowSegmenterTrainTask.DEFAULTS
     out: dict[str, Any] = {k: as_int(request.get(k), k, lo, hi, defaults[k]) for k, (lo, hi) in TRAIN_LIMITS.items()}

@@ -172,14 +172,14 @@ def confined_image(image: Any, datastore: Any) -> tuple[str, str | None]:
 
     Inside the guarded infer route (:func:`~monailabel_xflow.app.guard.upload_paths_allowed`)
     the server's own upload or session path is accepted; otherwise ``image`` is an id
-    (:func:`~monailabel_xflow.app.requests.check_id`) that the datastore resolves.
+    (:func:`~monailabel_xflow.parameters.check_id`) that the datastore resolves.
 
     Raises:
         UnsafeIdError: not a plain id (400, the same answer whether or not such a file exists).
         ImageNotFoundError: a plain id the datastore does not hold (404).
     """
     from monailabel_xflow.app.guard import upload_paths_allowed
-    from monailabel_xflow.app.requests import check_id
+    from monailabel_xflow.parameters import check_id
 
     if (
         upload_paths_allowed()
@@ -206,7 +206,8 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
     ``save_label`` (batch infer) the result is saved under a checked tag through the datastore.
     """
     from monailabel_xflow.app.guard import upload_paths_allowed
-    from monailabel_xflow.app.requests import as_bool, check_id, take_label_name
+    from monailabel_xflow.app.requests import take_label_name
+    from monailabel_xflow.parameters import as_bool, check_id
 
     with http_errors("infer"):
         request = dict(request)
