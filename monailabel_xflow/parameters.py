@@ -129,10 +129,10 @@ def as_float(value: Any, name: str, lo: float, hi: float, default: float | None 
         raise RequestError(why)
     if isinstance(value, int) and abs(value) > 2**63:  # float() of a 400-digit int overflows
         raise RequestError(why)
-    value = float(value)
-    if not math.isfinite(value) or not lo <= value <= hi:
+    number = float(value)
+    if not math.isfinite(number) or not lo <= number <= hi:
         raise RequestError(why)
-    return value
+    return number
 
 
 def as_bool(value: Any, name: str) -> bool:
