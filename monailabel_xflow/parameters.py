@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
 from monailabel_xflow.errors import RequestError, RequestTooLargeError, UnsafeIdError
@@ -238,3 +238,30 @@ def number_lists(value: Any, name: str, arity: Sequence[int] = (2, 3), max_items
             raise RequestError(f"{name} click {short(p)} must hold finite indices below 2^31")
         out.append([float(v) for v in p])
     return out
+
+
+MAX_INFO_BYTES = 16 * 1024
+"""Largest ``info`` JSON of one image/label info update."""
+MAX_INFO_TOTAL_BYTES = 64 * 1024
+"""Largest image or label info, as JSON, after an update (413 above)."""
+SERVER_INFO_KEYS = frozenset({"name", "ts", "path", "checksum", "strategy", "user"})
+"""Image/label info keys the server writes; a client may not set them, nor ``xflow_...`` (scores)."""
+
+
+def check_client_info(info: Mapping[str, Any], what: str = "info") -> dict[str, Any]:
+    """A client's image/label info (upload ``params``, ``PUT .../info``) without server keys.
+
+    Raises:
+        RequestError: a key of :data:`SERVER_INFO_KEYS` or starting with ``xflow_`` or ``_`` (422).
+    """
+    kept = sorted(k for k in info if k in SERVER_INFO_KEYS or str(k).startswith(("xflow_", "_")))
+    if kept:
+        raise RequestError(f"{what} may not set {', '.join(map(repr, kept))}: the server writes these keys")
+    return dict(info)
+
+
+def check_info_size(info: Mapping[str, Any], what: str) -> None:
+    """Raises RequestTooLargeError (413) when ``info`` is over :data:`MAX_INFO_TOTAL_BYTES` as JSON."""
+    size = len(json.dumps(info, default=str))
+    if size > MAX_INFO_TOTAL_BYTES:
+        raise RequestTooLargeError(f"{what} would be {size} bytes of JSON; at most {MAX_INFO_TOTAL_BYTES}")

@@ -1,46 +1,19 @@
 """Datastores for radiographs: checked local folders and a DICOMweb PACS that takes CR/DX labels.
 
-:class:`XFlowLocalDatastore` (a studies folder)
-    MONAI Label's ``LocalDatastore`` that refuses, before anything is written, images XFlow
-    cannot load (corrupt, non-image, multi-slice, lateral: 400) and labels that do not fit
-    their image (wrong size, values outside 0..7: 422; unknown image: 404). A refused request
-    leaves ``datastore_v2.json``, the images and ``labels/`` untouched. Besides:
+:class:`XFlowLocalDatastore` (a studies folder) refuses, before anything is written, images XFlow
+cannot load (400) and labels that do not fit their image (422; unknown image: 404). A stored file
+is ``<id><suffix its content shows>`` (:func:`stored_name`), so no id names the datastore's own
+files; deletes unlink the entry itself, never a link's target or a directory; an image with labels
+is not replaced (409: its labels describe the old pixels); info is bounded and clients cannot set
+the server's keys (:func:`~monailabel_xflow.parameters.check_client_info`).
 
-    * a stored file is named ``<id><suffix>`` with the suffix its **content** shows (``.png``,
-      ``.jpg``, ``.dcm``, ``.nii[.gz]``, ``.nrrd``), never the client's, so no id can name the
-      datastore's own files or folders (``labels``, ``datastore_v2.json``, ``.lock``): ids that
-      start with ``.``, whose stored name would exceed 255 bytes, or that would not read back as
-      the same id are refused (:func:`stored_name`);
-    * deletes never leave the folder: the image's (or label's) own directory entry is unlinked,
-      a symbolic link is removed and its target kept, a directory is never removed;
-    * an image that has labels is not replaced by a re-upload (409): its labels describe the old
-      pixels; delete it first (which removes its labels) or upload under a new id;
-    * image info is bounded (:data:`MAX_INFO_TOTAL_BYTES`) and clients cannot write the keys the
-      server keeps (:func:`check_client_info`).
-
-:class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``)
-    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes running it against Orthanc showed necessary
-    (and ``PUT``/``DELETE /datastore/image`` refused, 405: the PACS is the source of images):
-
-    * start-up never downloads dcmqi (:func:`make_dicomweb_datastore` replaces
-      ``MONAILabelApp._init_dicomweb_datastore``);
-    * the series filter defaults to ``{"Modality": "CR,DX"}`` (upstream: CT); ``--conf
-      dicomweb_search_filter JSON`` or ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` override it;
-    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.data.seg`:
-      highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
-      radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
-      image counts as labeled;
-    * :meth:`XFlowDICOMwebDatastore.store_seg` stores the models' own answers (the ``store_seg``
-      option of the ``xflow`` and ``rosalia`` tasks, ``xflow preannotate``) as SEGs marked
-      ``ContentLabel XFLOW_AUTO`` (ManufacturerModelName ``XFlow`` or ``ROSALIA``): OHIF shows
-      them, the datastore does not count them as labels;
-    * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
-      stored from the current OHIF, a Label Map or bitmap SEG, or saved from 3D Slicer replaces
-      XFlow's or an earlier one); segments map to findings by code or name; SEGs are fetched as
-      stored and read without dcmqi, so ``datalist()``, training and scoring work against
-      Orthanc; a label SEG that cannot be read is skipped with its reason (logged, and kept in
-      :attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the image's next newest label SEG
-      counts, so one bad SEG never stops ``datalist()`` for the others.
+:class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``): images are the PACS's
+(``PUT``/``DELETE`` 405); start-up never downloads dcmqi (:func:`make_dicomweb_datastore`); series
+filter ``{"Modality": "CR,DX"}`` unless configured (:func:`search_filter`); a final label is stored
+as a DICOM SEG (:mod:`monailabel_xflow.data.seg`), the models' answers as SEGs marked
+``XFLOW_AUTO`` that do not count as labels (:meth:`~XFlowDICOMwebDatastore.store_seg`); an image's
+label is its newest label SEG, whoever wrote it, read without dcmqi; an unreadable SEG is skipped
+with its reason (:attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the next newest counts.
 """
 
 from __future__ import annotations
@@ -59,10 +32,10 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.wraps import upstream_class
-from monailabel_xflow.data.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
+from monailabel_xflow.data.seg import fetch_seg_series, read_seg, seg_series_metadata, write_seg
 from monailabel_xflow.errors import ConflictError, NotAllowedError
-from monailabel_xflow.parameters import check_id
-from monailabel_xflow.transforms.labels import LabelError, paint, read_label, write_label
+from monailabel_xflow.parameters import check_id, check_info_size
+from monailabel_xflow.transforms.labels import paint, read_label, write_label
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
@@ -71,33 +44,6 @@ DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
 
 
 MAX_STORED_NAME_BYTES = 255
-MAX_INFO_TOTAL_BYTES = 64 * 1024
-"""Largest image or label info, as JSON, after an update (413 above)."""
-SERVER_INFO_KEYS = frozenset({"name", "ts", "path", "checksum", "strategy", "user"})
-"""Image/label info keys the server writes; a client's info update or upload params may not set
-them (nor any ``xflow_...`` key: scores written by scoring)."""
-
-
-def check_client_info(info: Mapping[str, Any], what: str = "info") -> dict[str, Any]:
-    """A client's image/label info (upload ``params``, ``PUT .../info``) without server keys.
-
-    Raises:
-        RequestError: a key of :data:`SERVER_INFO_KEYS` or starting with ``xflow_`` (422).
-    """
-    from monailabel_xflow.app.errors import RequestError
-
-    kept = sorted(k for k in info if k in SERVER_INFO_KEYS or str(k).startswith(("xflow_", "_")))
-    if kept:
-        raise RequestError(f"{what} may not set {', '.join(map(repr, kept))}: the server writes these keys")
-    return dict(info)
-
-
-def _check_info_size(info: Mapping[str, Any], what: str) -> None:
-    from monailabel_xflow.app.errors import RequestTooLargeError
-
-    size = len(json.dumps(info, default=str))
-    if size > MAX_INFO_TOTAL_BYTES:
-        raise RequestTooLargeError(f"{what} would be {size} bytes of JSON; at most {MAX_INFO_TOTAL_BYTES}")
 
 
 def stored_name(datastore: Any, item_id: str, suffix: str) -> str:
@@ -191,7 +137,7 @@ class XFlowLocalDatastore(LocalDatastore):
             name = stored_name(self, image_id, stored_suffix(image_filename, IMAGE_FORMATS, "image"))
             ext = name[len(image_id) :]
             info = dict(image_info or {})
-            _check_info_size(info, "image info")
+            check_info_size(info, "image info")
             folder = self._datastore.image_path()
             with FileLock(self._lock_file):
                 old = self._datastore.objects.get(image_id)
@@ -269,14 +215,14 @@ class XFlowLocalDatastore(LocalDatastore):
             obj = self._datastore.objects.get(image_id)
             if obj is None:
                 raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
-            _check_info_size({**obj.image.info, **info}, "image info")
+            check_info_size({**obj.image.info, **info}, "image info")
             return super().update_image_info(image_id, info)
 
     def update_label_info(self, label_id: str, label_tag: str, info: dict[str, Any]) -> None:
         with http_errors("label info"):
             label = self._datastore.label(check_id(label_id, "label"), check_id(label_tag, "label tag"))
             if label is not None:
-                _check_info_size({**label.info, **info}, "label info")
+                check_info_size({**label.info, **info}, "label info")
             return super().update_label_info(label_id, label_tag, info)
 
     def get_image_uri(self, image_id: str) -> str:
@@ -297,13 +243,6 @@ show them, but the datastore does not count them as labels (training on the mode
 would teach it nothing). A person who corrects one and stores it (3D Slicer, another SEG tool) makes a new
 SEG, which counts."""
 LABEL_CONTENT_LABEL = "XFLOW"
-
-
-def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
-    import pydicom
-
-    meta = client.retrieve_series_metadata(study_uid, series_uid)
-    return pydicom.Dataset.from_json(meta[0]) if meta else None
 
 
 class XFlowDICOMwebDatastore(DICOMWebDatastore):
@@ -438,7 +377,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
 
         for found in self._client.search_for_series(search_filters={"Modality": "SEG"}):
             row = pydicom.Dataset.from_json(found)
-            yield row, _seg_meta(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
+            yield row, seg_series_metadata(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
 
     def preannotated(self) -> dict[str, set[str]]:
         """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
@@ -643,38 +582,3 @@ def make_dicomweb_datastore(
         fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME,
         convert_to_nifti=True,
     )
-
-
-def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
-    """Download a SEG series over DICOMweb into ``folder`` as stored (``transfer-syntax=*``), one
-    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
-
-    Asking for the stored transfer syntax matters: a PACS asked for its default (Explicit VR
-    Little Endian) must transcode, which Orthanc 1.10 cannot do for some SEGs (HTTP 500 "Cannot
-    transcode image"); pydicom decodes what OHIF stores (RLE label maps, 1-bit bitmaps) itself.
-
-    Args:
-        client: a ``dicomweb_client.DICOMwebClient``.
-        series_uid: the SEG's SeriesInstanceUID.
-        folder: where to write (created).
-
-    Raises:
-        LabelError: the PACS does not list the series.
-    """
-    import pydicom
-
-    found = [
-        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
-    ]
-    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
-    if not found:
-        raise LabelError(f"SEG series {series_uid} is not in the PACS")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    for ds in client.retrieve_series(
-        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
-    ):
-        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
-        ds.save_as(str(files[-1]), write_like_original=False)
-    return files

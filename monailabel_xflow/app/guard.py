@@ -23,7 +23,7 @@ starts; from then on, in the server process:
   one path, :func:`receive_upload`: the client's file name is checked (255 bytes, no NUL) and
   otherwise ignored, the content decides the type and the stored suffix, and the temporary file
   is removed whatever happens; upload ``params`` and info updates are bounded JSON objects that
-  may not set the keys the server writes (:func:`~monailabel_xflow.app.datastore.check_client_info`);
+  may not set the keys the server writes (:func:`~monailabel_xflow.parameters.check_client_info`);
 * **sessions** (``PUT /session/``) take plain uploads only (:func:`guarded_create_session`);
 * **train, scoring and batch-infer requests** are validated (:func:`validate_task_request`)
   before MONAI Label starts their subprocess, so a bad value is a 422 now, not a log line later;
@@ -63,7 +63,7 @@ from monailabel_xflow.app.errors import (
 )
 from monailabel_xflow.app.requests import max_body_bytes, parse_params
 from monailabel_xflow.app.wraps import upstream, wrap
-from monailabel_xflow.parameters import as_int, check_id, parse_json_object
+from monailabel_xflow.parameters import MAX_INFO_BYTES, as_int, check_client_info, check_id, parse_json_object
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -235,8 +235,6 @@ def guarded_add_image(background_tasks, image=None, params="{}", file=None, user
     temps: list[str] = []
     try:
         with http_errors("add image"):
-            from monailabel_xflow.app.datastore import check_client_info
-
             save_params = check_client_info(parse_json_object(params, "params"), "params")
             name = _check_upload_name(file, "image")
             image_id = check_id(image or _upload_stem(name), "image")
@@ -268,16 +266,10 @@ def guarded_save_label(background_tasks, image, params="{}", tag="final", label=
         _remove(temps)
 
 
-MAX_INFO_BYTES = 16 * 1024
-"""Largest ``info`` JSON of one image/label info update (the datastore bounds the total)."""
-
-
 def guarded_update_image_info(image, info="{}", user=None):
     from monailabel.interfaces.utils.app import app_instance
 
     with http_errors("image info"):
-        from monailabel_xflow.app.datastore import check_client_info
-
         check_id(image, "image")
         values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
         if user:
@@ -291,8 +283,6 @@ def guarded_update_label_info(label, tag, info="{}", user=None):
     with http_errors("label info"):
         check_id(label, "label")
         check_id(tag, "label tag")
-        from monailabel_xflow.app.datastore import check_client_info
-
         values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
         if user:
             values["user"] = user

@@ -394,3 +394,46 @@ def read_seg(dataset: Any, shape: tuple[int, int] | None = None) -> np.ndarray:
     for finding in sorted(masks, key=FINDINGS.index):
         label[masks[finding]] = FINDINGS.index(finding) + 1
     return label
+
+
+# --- SEG series over DICOMweb ----------------------------------------------------------------
+
+
+def seg_series_metadata(client: Any, study_uid: str, series_uid: str) -> Any:
+    """The first instance's metadata of a series as a ``pydicom.Dataset``, None when the PACS has none."""
+    import pydicom
+
+    meta = client.retrieve_series_metadata(study_uid, series_uid)
+    return pydicom.Dataset.from_json(meta[0]) if meta else None
+
+
+def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
+    """Download a SEG series over DICOMweb into ``folder`` (created) as stored, one
+    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
+
+    ``transfer-syntax=*`` matters: a PACS asked for its default syntax must transcode, which
+    Orthanc 1.10 cannot do for some SEGs (HTTP 500); pydicom decodes what OHIF stores itself.
+
+    Args:
+        client: a ``dicomweb_client.DICOMwebClient``.
+
+    Raises:
+        LabelError: the PACS does not list the series.
+    """
+    import pydicom
+
+    found = [
+        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
+    ]
+    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
+    if not found:
+        raise LabelError(f"SEG series {series_uid} is not in the PACS")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for ds in client.retrieve_series(
+        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
+    ):
+        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
+        ds.save_as(str(files[-1]), write_like_original=False)
+    return files
