@@ -1,41 +1,21 @@
-"""The XFlow app's guard around MONAI Label 0.8.5's web server.
+"""The XFlow app's guard around MONAI Label 0.8.5's web server, installed by :func:`install`.
 
 MONAI Label has no hook for request validation: its infer route copies the client's ``params``
-over the request (so ``{"image": "/any/path"}`` used to read any file the server can read), it
-has no body limit, and anything unexpected is a bare 500. The app calls :func:`install` when it
-starts; from then on, in the server process:
+over the request (so ``{"image": "/any/path"}`` would read any file), it has no body limit, and
+anything unexpected is a bare 500. Here, in the server process:
 
-* **every request** passes :class:`GuardMiddleware`: bodies over
-  :func:`~monailabel_xflow.app.requests.max_body_bytes` are refused (413, from the declared
-  length before anything is read, else when the count passes the limit); the id-valued query
-  parameters ``image``, ``id``, ``label``, ``tag``, ``session_id`` and the session path segment
-  must be plain ids (:func:`~monailabel_xflow.parameters.check_id`, one 400 whatever
-  exists); routes that would replace model files or serve whole-slide images (``PUT/DELETE
-  /model/...``, ``/infer/wsi...``) answer 405/404 (weights change through the train task);
-* **infer requests** (``POST /infer/{model}``) go through :func:`guarded_run_inference`: the
-  ``params`` JSON is parsed with its limits and may not set ``image``, ``label``, ``session``,
-  ``save_label``, ``label_tag`` ... (:data:`~monailabel_xflow.app.requests.RESERVED_PARAMS`);
-  the image is the ``image`` id, an uploaded ``file`` or a live session's image (an unknown or
-  expired session is a 404 saying so); ``output=dicom_seg`` is refused. Only inside this
-  route does :func:`~monailabel_xflow.app.xflow_app.checked_infer` accept the server's own upload
-  and session paths (:func:`upload_paths_allowed`); everywhere else an image is a datastore id;
-* **uploads** (infer ``file``/``label``, ``PUT /datastore/image``, ``PUT /datastore/label``) take
-  one path, :func:`receive_upload`: the client's file name is checked (255 bytes, no NUL) and
-  otherwise ignored, the content decides the type and the stored suffix, and the temporary file
-  is removed whatever happens; upload ``params`` and info updates are bounded JSON objects that
-  may not set the keys the server writes (:func:`~monailabel_xflow.parameters.check_client_info`);
-* **sessions** (``PUT /session/``) take plain uploads only (:func:`guarded_create_session`);
-* **train, scoring and batch-infer requests** are validated (:func:`validate_task_request`)
-  before MONAI Label starts their subprocess, so a bad value is a 422 now, not a log line later;
-  their queues are bounded (:func:`guarded_async_run`: one train, one batch infer, one waiting
-  scoring run) and a stop cancels what is queued (:func:`guarded_stop`);
-* **closed routes** (:func:`refusal`): ``/logs/`` unless MONAI Label's authentication is on,
-  ``/proxy/`` unless the studies are a DICOMweb URL, the deprecated ``POST /train/``, model
-  replacement, whole-slide inference;
-* **answers**: every JSON answer loses its absolute paths (:func:`without_paths`) and every
-  answer carries ``X-Content-Type-Options: nosniff``;
-* **errors** of the documented types (:mod:`.errors`), malformed JSON form fields and MONAI
-  Label's own input errors become 4xx with a ``detail`` instead of a bare 500.
+* :class:`GuardMiddleware`, every request: the body limit (413), id-valued query parameters and
+  the session segment checked (400), closed routes (:func:`refusal`), no absolute paths in JSON
+  answers (:func:`without_paths`), ``X-Content-Type-Options: nosniff``;
+* ``POST /infer/{model}`` (:func:`guarded_run_inference`): ``params`` may not set reserved keys,
+  the image is an id, an upload or a live session's; only there may an image be a server path
+  (:func:`upload_paths_allowed`);
+* uploads (:func:`receive_upload`): the content decides the type and stored suffix, never the
+  client's file name; the temporary file is removed whatever happens;
+* train / scoring / batch infer: validated before MONAI Label starts a subprocess
+  (:func:`validate_task_request`, 422 now rather than a log line later), bounded queues
+  (:func:`guarded_async_run`), a stop cancels what is queued (:func:`guarded_stop`);
+* errors of the package's tree, malformed JSON fields and MONAI Label's own errors are 4xx.
 """
 
 from __future__ import annotations

@@ -1,50 +1,30 @@
 """The ``xflow_revise`` interactive task: the human plays π_rev (XFlow §4.2).
 
-Registered as ``type=deepedit`` **without labels of its own** (the app's labels are the
-findings, declared by ``xflow``): 3D Slicer's MONAI Label module then shows both point lists
-(foreground and background) and sends, for the selected segment,
-``{"label": "<segment name>", "foreground": [...], "background": [...], "slice": 0}``
-(``MONAILabel.py`` ``onClickDeepgrow``, the branch for models that are not multi-label
-``deepedit``); a ``deepedit`` model *with* labels would get one positive list per segment and no
-negative clicks. OHIF's panel falls back to the app's labels and keys positive clicks by label
-name. Request keys (merged over :meth:`XFlowReviseTask.config`):
+Registered as ``type=deepedit`` **without labels of its own**: 3D Slicer then shows both point
+lists and sends, for the selected segment, ``{"label": "<segment>", "foreground": [...],
+"background": [...]}`` (a ``deepedit`` model with labels would get positives per segment and no
+negatives). Request keys (merged over :meth:`XFlowReviseTask.config`):
 
 ``foreground`` / ``background`` (lists of ``[i, j, k]``)
-    The clicks so far, as MONAI Label clients send them: voxel indices of the image as
-    MONAI holds it (``i`` column, ``j`` row, ``k = 0``), converted with
-    :func:`monailabel_xflow.geometry.client_index_to_point`. A click outside the image or on
-    another slice is refused (422). Clients resend all clicks of the session each time;
-    positives are applied before negatives (the order between the two lists is not sent).
+    All clicks so far, voxel indices as MONAI holds the image (``i`` column, ``j`` row, ``k =
+    0``; :func:`monailabel_xflow.geometry.client_index_to_point`); outside the image or on another
+    slice: 422. Positives are applied before negatives (their order is not sent).
 ``<finding>`` (list of ``[i, j, k]``)
-    OHIF's point prompts key a ``deepedit`` model's positive clicks by label name
-    (``{"edema": [[i, j, k]], "background": []}``): taken as ``foreground`` for that finding
-    (:func:`label_keyed_clicks`); clicks under several names need ``finding`` to say which.
-``result_extension`` / ``result_dtype``
-    As for ``xflow`` (OHIF asks ``.nrrd`` / ``uint8``).
-``label`` (a finding's name)
-    The segment the clicks are for, as Slicer sends it: that finding is revised. Only a
-    declared label name is accepted here (never a path; see
-    :func:`~monailabel_xflow.app.requests.take_label_name`, which moves it to ``label_name``).
-``finding`` (str) or ``instruction`` (text naming one finding)
-    Which finding is being revised when no ``label`` names it; decides the label value
-    written. Optional when the previous label holds exactly one finding. Naming another
-    finding than ``label`` is a 422.
+    OHIF keys positive clicks by label name: taken as ``foreground`` for that finding
+    (:func:`label_keyed_clicks`).
+``label`` (a finding's name) / ``finding`` / ``instruction``
+    Which finding is revised (a declared name only, never a path:
+    :func:`~monailabel_xflow.app.requests.take_label_name`); optional when the previous label holds
+    one finding; disagreeing names: 422.
 ``label`` (file, optional)
-    The previous label map (what the client shows), uploaded with the request. The revised
-    finding's region of it is the previous mask M_{t-1}; the other findings are kept as they are.
+    The previous label map: the revised finding's region is M_{t-1}, the others are kept.
+``auto`` (bool) / ``max_clicks`` (int)
+    π_rev proposes the clicks (needs a revision policy), within this budget.
+``result_extension`` / ``result_dtype``
+    As for ``xflow``.
 
-``auto`` (bool)
-    Let π_rev propose the clicks instead of the human (Stage 2 from the previous mask, or
-    from Stage 1 when there is none); needs a revision policy in the model configuration.
-``max_clicks`` (int)
-    Budget of π_rev clicks for ``auto``.
-
-The result's ``label_names`` lists the findings the returned label map holds (the revised one and
-those of an uploaded previous label), each with its fixed value 1..7; Slicer imports the single
-revised finding into the selected segment and leaves every other segment as it was.
-
-The segmenter caches the image embedding per image content, so successive clicks on one image
-cost one mask decode each, not an image encode.
+``label_names`` lists the findings the returned map holds, each with its fixed value 1..7.
+The image embedding is cached per image, so a click costs one mask decode.
 """
 
 from __future__ import annotations

@@ -1,38 +1,17 @@
-"""The ``xflow`` train task: fine-tune F_seg on the saved final labels (small and real).
+"""The ``xflow`` train task: fine-tune F_seg on the saved final labels, as MONAI Label's train task.
 
-MONAI Label's "train" request runs :class:`XFlowSegmenterTrainTask` (in a subprocess the server
-starts). It calls :func:`monailabel_xflow.training.promotion.finetune_from_labels`, which
+:class:`XFlowSegmenterTrainTask` runs in the subprocess the server starts and calls
+:func:`monailabel_xflow.training.promotion.finetune_from_labels` (prompts from the labels'
+components, held-out split, the check): the result replaces the serving segmenter in
+``<model_dir>/xflow_segmenter/`` only when its weights are finite and its held-out mean IoU is not
+below the serving one's, else it goes to ``xflow_segmenter.rejected/``; ``train_stats.json``
+says which and why.
 
-1. reads every (image, final label) pair of the datastore (``datastore.datalist()``);
-2. splits each finding's label into connected components; each component is one training
-   sample (specks left out, at most 8 per image, the largest:
-   :func:`monailabel_xflow.training.promotion.component_prompts`);
-   all-zero ("no finding") labels give none and are skipped (they teach the policies, not F_seg);
-3. runs the package's F_seg trainer
-   (:func:`monailabel_xflow.training.segmenter.finetune_segmenter`: jittered box + click
-   prompts, 20·focal + dice + IoU loss, AdamW, the paper's recipe) for ``steps`` optimiser steps;
-4. checks the result on held-out labels (every 5th labeled image, which it did not train on): it
-   **replaces the serving segmenter only when its weights are finite and its held-out mean IoU is
-   not below the serving one's** (:mod:`monailabel_xflow.training.promotion`); then it
-   is saved in ``<model_dir>/xflow_segmenter/`` (``save_pretrained``, loadable by
-   :func:`monailabel_xflow.segmenter.loading.load_segmenter`), otherwise in
-   ``<model_dir>/xflow_segmenter.rejected/`` with the reason logged and in the stats;
-5. writes ``train_stats.json`` beside it (``promoted``, ``reason``, the held-out IoUs).
-
-Progress and outcome use the keys MONAI Label's own trainers publish
-(``monailabel.tasks.train.handler.prepare_stats``) and 3D Slicer's module reads
-(``MONAILabel.py`` ``monitorTraining`` / ``updateGUIFromParameterNode``): ``epoch`` and
-``total_epochs`` count optimiser steps (done / asked; :class:`TrainProgress` rewrites the file
-after every step, so Slicer's bar moves), ``current_time`` while running and ``total_time`` when
-done, ``start_ts``, and ``best_metric``: the held-out mean IoU of the segmenter that serves after
-the run (Slicer's accuracy bar; the previous value while running, 0 when never measured).
-``promoted`` / ``reason`` say what happened to the result ("kept aside: held-out IoU ... is below
-the serving segmenter's ...").
-
-Request parameters are validated by :func:`train_params` (also before the subprocess starts).
-The serving app picks promoted weights up at the next request (see
-:meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`). The policies' trainers come from
-:mod:`monailabel_xflow.training`; this task trains F_seg only.
+Progress uses the keys MONAI Label's trainers publish and 3D Slicer reads (``epoch`` /
+``total_epochs`` count optimiser steps, rewritten after every step by :class:`TrainProgress`;
+``best_metric`` is the serving segmenter's held-out mean IoU). Parameters are checked by
+:func:`train_params`, also before the subprocess starts. The serving app picks promoted weights up
+at the next request (:meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The MONAI Label app: :class:`XFlowApp`, what the server instantiates, and the checks around it.
 
-MONAI Label loads an app from a folder's ``main.py`` (the first class there whose direct base is
-``MONAILabelApp``) and writes ``logs/``, ``model/``, ``lib/`` and ``bin/`` into that folder. The app
-therefore lives here, in the package, and the folder MONAI Label gets is a *workspace* outside
-it whose ``main.py`` only imports :class:`XFlowApp` (``xflow serve`` writes it:
-:mod:`monailabel_xflow.commands.serve`), so an installed wheel serves without a repository and
-never writes into site-packages.
-
-``--conf`` keys (``xflow serve --conf KEY VALUE``; MONAI Label passes them as ``conf``):
-
-* ``models_file``: the model configuration file (YAML, :mod:`monailabel_xflow.workflow.model_config`;
-  else env ``XFLOW_MODELS``, else the committed demo); ``xflow serve --models PATH`` sets it.
-  ``models`` is its old name, still read, with a deprecation warning: in MONAI Label's sample
-  apps ``--conf models`` is a comma-separated list of task names to enable, while this app
-  always registers all its tasks (:func:`app_conf`).
-* ``model_dir``: where training writes the fine-tuned segmenter (default ``<workspace>/model``).
-* ``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (``true``: the ``xflow`` and
-  ``rosalia`` tasks store every result as a DICOM SEG in the PACS unless a request says otherwise).
+MONAI Label loads an app from a folder's ``main.py`` and writes into that folder, so the app lives
+in the package and the folder is a workspace whose ``main.py`` only imports :class:`XFlowApp`
+(written by :mod:`monailabel_xflow.commands.serve`). ``--conf`` keys: ``models_file`` (``models``
+is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspace>/model``),
+``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option).
 """
 
 from __future__ import annotations
