@@ -329,17 +329,12 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
 
         Args:
             image_id: the image's SeriesInstanceUID.
-            label: ``uint8 (H, W)`` label map (0..7); None: painted from ``masks``
-                (:func:`~monailabel_xflow.transforms.labels.paint`, a later finding wins).
+            label: ``uint8 (H, W)`` label map (0..7); None: painted from ``masks`` (a later finding wins).
             findings: findings asked for (each a segment, empty when absent).
-            content_label: :data:`PREANNOTATION_CONTENT_LABEL` (XFlow's unreviewed answer, not a
-                training label) or :data:`LABEL_CONTENT_LABEL` (a saved final label).
-            description: the SEG's SeriesDescription (default ``"<algorithm>: <findings>"``).
-            algorithm: the model whose answer this is (``"XFlow"``, or ``"ROSALIA"`` for the
-                ``rosalia`` task): the SEG's ManufacturerModelName and every segment's
-                Algorithm Identification.
-            masks: ``{finding: bool (H, W)}``, each finding's full mask (overlaps kept; the
-                tasks' answers), written instead of the label map's (later finding wins) pixels.
+            content_label: :data:`PREANNOTATION_CONTENT_LABEL` or :data:`LABEL_CONTENT_LABEL`.
+            description: SeriesDescription (default ``"<algorithm>: <findings>"``).
+            algorithm: ``"XFlow"`` or ``"ROSALIA"`` (ManufacturerModelName, segments' algorithm).
+            masks: ``{finding: bool (H, W)}``, each finding's full mask, overlaps kept.
 
         Returns:
             The new SEG's SeriesInstanceUID.
@@ -403,14 +398,10 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
         return out
 
     def label_series(self) -> dict[str, str]:
-        """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: each image's newest SEG that is a
-        label (XFlow's unreviewed pre-annotations are not; see :data:`PREANNOTATION_CONTENT_LABEL`).
-
-        "Newest" orders by the SEG's SeriesDate + SeriesTime, then ContentDate + ContentTime
-        (an OHIF correction stored after XFlow's SEG or an earlier label replaces it). SEGs found
-        unreadable (:attr:`unreadable_labels`) are passed over. Cached for
-        ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` seconds; storing a SEG through this datastore
-        clears the cache.
+        """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: each image's newest label SEG
+        (not ``XFLOW_AUTO``, not :attr:`unreadable_labels`), newest by SeriesDate + SeriesTime, then
+        ContentDate + ContentTime. Cached for ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` s; storing a SEG
+        here clears the cache.
         """
         import time
 

@@ -82,15 +82,9 @@ def _check_upload_name(upload: Any, field: str) -> str:
 
 
 def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
-    """Copy one multipart upload to a new file in the server's temporary folder, named by what
-    its **content** is (:func:`~monailabel_xflow.transforms.loading.sniff_format`), never by the
-    client's file name. The caller removes the file (``finally``); on any refusal here it is
-    already gone.
-
-    Args:
-        upload: a Starlette ``UploadFile`` (its size is bounded by the body limit).
-        field: ``"image"`` or ``"label"``, for messages.
-        formats: the formats accepted (``loading.IMAGE_FORMATS`` or ``loading.LABEL_FORMATS``).
+    """Copy one multipart upload to a new temporary file named by what its **content** is
+    (:func:`~monailabel_xflow.transforms.loading.sniff_format`), never by the client's file name.
+    The caller removes the file; on any refusal here it is already gone.
 
     Returns:
         The temporary file's path, ending in the format's canonical suffix.
@@ -613,15 +607,9 @@ class GuardMiddleware:
 
 
 def install(fastapi_app: Any = None) -> bool:
-    """Install the guard in this process's MONAI Label server (idempotent).
-
-    Args:
-        fastapi_app: the FastAPI app; default ``monailabel.app.app`` when that module is loaded
-            (the server). In other processes (train subprocess, CLI) nothing is installed.
-
-    Returns:
-        Whether the guard is (now) installed.
-    """
+    """Install the guard in this process's MONAI Label server (idempotent); returns whether it is
+    installed. ``fastapi_app`` defaults to ``monailabel.app.app`` when that module is loaded (the
+    server); in other processes (train subprocess, CLI) nothing is installed."""
     import sys
 
     if fastapi_app is None:

@@ -17,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app.requests import (
+from monailabel_xflow.app.runtime import XFlowRuntime
+from monailabel_xflow.app.task import AnswerTask
+from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.parameters import as_bool, check_work
+from monailabel_xflow.task_options import (
     FINDING_CHOICES,
     LABEL_VALUE_CHOICES,
     LOCATION_CHOICES,
@@ -26,20 +30,10 @@ from monailabel_xflow.app.requests import (
     as_max_clicks,
     unpicked,
 )
-from monailabel_xflow.app.runtime import XFlowRuntime
-from monailabel_xflow.app.task import AnswerTask
-from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.parameters import as_bool, check_work
 
 
 class XFlowInferTask(AnswerTask):
-    """``xflow``: instruction-guided segmentation (Stage 1 + Stage 2) as a MONAI Label model.
-
-    Args:
-        runtime: the app's shared models.
-        description: shown in Slicer/OHIF (should name the models in use).
-        store_seg: the default of the ``store_seg`` option.
-    """
+    """``xflow``: instruction-guided segmentation (Stage 1 + Stage 2) as a MONAI Label model."""
 
     name = "xflow"
     algorithm = "XFlow"

@@ -82,12 +82,10 @@ class XFlowRuntime:
     """Lazily loaded, lock-protected XFlow models of one app.
 
     Args:
-        conf: the app's ``--conf`` dict; key ``models`` names the model configuration file.
-        environ: environment to read ``XFLOW_*`` from (default ``os.environ``).
-        preload: load the models now (the server does, so its log names them at start-up).
-        model_dir: where the train task saves a fine-tuned segmenter; when one is there (or
-            appears later, newer than the one in use) it replaces the configured segmenter
-            at the next :meth:`get`, as MONAI Label reloads a retrained model file.
+        conf: the app's ``--conf``; ``models`` names the model configuration file.
+        preload: load now (the server does, so its log names the models).
+        model_dir: where the train task saves a fine-tuned segmenter; a newer one there replaces
+            the serving segmenter at the next :meth:`get`.
     """
 
     def __init__(

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from monailabel_xflow.app import layout
-from monailabel_xflow.app.requests import as_max_clicks
 from monailabel_xflow.app.runtime import XFlowRuntime, lower_priority_if_background
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.eval.uncertainty import image_uncertainty
+from monailabel_xflow.task_options import as_max_clicks
 
 logger = logging.getLogger(__name__)
 

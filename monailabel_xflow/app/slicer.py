@@ -48,15 +48,8 @@ def single_file_name(image_id: str, path: str) -> str:
 
 
 def single_file_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """A next-sample answer that Slicer opens as exactly one image (see the module docstring).
-
-    Args:
-        sample: MONAI Label's answer (``id``, ``path``, ``name`` and the image info).
-
-    Returns:
-        A copy with ``name`` the single-file name and ``path`` that name alone (never a server
-        path); an answer without ``id`` unchanged.
-    """
+    """``sample`` (MONAI Label's next-sample answer) with ``name`` the single-file name and
+    ``path`` that name alone; an answer without ``id`` unchanged."""
     out = dict(sample)
     image_id = out.get("id")
     if not image_id:
@@ -67,12 +60,7 @@ def single_file_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def install() -> bool:
-    """Wrap MONAI Label's next-sample endpoint function with :func:`single_file_sample`
-    (idempotent; only in the server process, where ``monailabel.app`` is loaded).
-
-    Returns:
-        Whether the wrapper is (now) installed.
-    """
+    """Wrap the next-sample endpoint and ``AsyncTask.stop`` (idempotent; server process only)."""
     import sys
 
     if sys.modules.get("monailabel.app") is None:
@@ -94,12 +82,8 @@ STOPPED_LINE = "stopped at the user's request; the serving segmenter is unchange
 
 
 def stop_with_details(method: str) -> Any:
-    """MONAI Label's ``AsyncTask.stop`` whose stopped task always has a last ``details`` line.
-
-    Slicer's ``onStopTraining`` shows ``status.get("result", status.get("details", [])[-1])``;
-    Python evaluates that default first, so a task stopped before it logged a line (empty
-    ``details``) raised ``IndexError`` in Slicer and left its buttons stale.
-    """
+    """``AsyncTask.stop`` whose stopped task always has a last ``details`` line: Slicer's
+    ``onStopTraining`` indexes ``details[-1]`` even when it shows ``result``."""
     from monailabel.utils.async_tasks.task import AsyncTask
 
     task = upstream(AsyncTask, "stop", LAYER)(method)

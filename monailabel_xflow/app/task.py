@@ -2,7 +2,7 @@
 
 A subclass names itself (``name``, ``algorithm``), adds its options (:meth:`AnswerTask.options`)
 and answers the parsed instructions on the loaded image (:meth:`AnswerTask.answer`); the request
-is parsed once (:class:`~monailabel_xflow.app.requests.AnswerRequest`), the label map painted and
+is parsed once (:class:`~monailabel_xflow.task_options.AnswerRequest`), the label map painted and
 written once with the answer in its header (:mod:`monailabel_xflow.transforms.labels`).
 
 Request keys (the request's ``params`` merged over the task's config):
@@ -46,9 +46,9 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import http_errors
-from monailabel_xflow.app.requests import AnswerRequest
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.task_options import AnswerRequest
 from monailabel_xflow.transforms.labels import finding_masks, paint, write_label
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 
@@ -92,13 +92,8 @@ def finding_record(res: Answer, values: Mapping[str, int] | None = None) -> dict
 
 
 class AnswerTask(MonaiInferTask):
-    """An instruction -> label map + answer task of the app (see the module docstring).
-
-    Args:
-        runtime: the app's shared models (``describe()``, ``status()``, ``get()``).
-        description: shown in Slicer/OHIF.
-        config: the task's option lists and defaults (MONAI Label merges requests over them).
-    """
+    """An instruction -> label map + answer task (see the module docstring); ``config`` holds the
+    option lists and defaults that MONAI Label merges requests over."""
 
     name = "answer"  # the task's name in messages
     algorithm = "model"  # the model a stored SEG names

@@ -55,12 +55,8 @@ STATS_FILE = "train_stats.json"
 
 
 class TrainProgress:
-    """Publishes a training run's progress in ``train_stats.json`` under MONAI Label's keys.
-
-    Args:
-        path: the stats file (``<model_dir>/train_stats.json``), rewritten atomically.
-        total: optimiser steps asked (published as ``total_epochs``).
-    """
+    """Publishes a run's progress in ``train_stats.json`` (rewritten atomically) under MONAI Label's
+    keys; ``total`` optimiser steps are published as ``total_epochs``."""
 
     def __init__(self, path: str | os.PathLike, total: int):
         import datetime
@@ -117,12 +113,7 @@ TrainTask: Any = upstream_class("monailabel.interfaces.tasks.train.TrainTask")
 
 
 class XFlowSegmenterTrainTask(TrainTask):
-    """MONAI Label train task running :func:`finetune_segmenter` on the final labels.
-
-    Args:
-        runtime: the app's model configuration (the segmenter to start from).
-        model_dir: where the fine-tuned segmenter and its stats go.
-    """
+    """MONAI Label train task fine-tuning F_seg on the final labels into ``model_dir``."""
 
     def __init__(self, runtime: XFlowRuntime, model_dir: str | os.PathLike):
         super().__init__("Fine-tune XFlow's segmenter F_seg (prompt encoder + mask decoder) on saved final labels")

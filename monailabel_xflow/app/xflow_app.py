@@ -24,14 +24,9 @@ logger = logging.getLogger(__name__)
 
 
 class XFlowApp(MONAILabelApp):
-    """XFlow and ROSALIA behind MONAI Label's REST API (task names: ``docs/app.md``).
-
-    Args:
-        app_dir: the workspace folder MONAI Label was started with (its ``main.py`` imports this
-            class); logs and, unless ``conf["model_dir"]`` says otherwise, trained models go there.
-        studies: a studies folder or a DICOMweb URL.
-        conf: the ``--conf`` keys (module docstring).
-    """
+    """XFlow and ROSALIA behind MONAI Label's REST API (task names: ``docs/app.md``); ``app_dir`` is
+    the workspace (logs, and trained models unless ``conf["model_dir"]``), ``studies`` a folder or
+    a DICOMweb URL."""
 
     def __init__(self, app_dir: str, studies: str, conf: Mapping[str, str]):
         from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
@@ -89,12 +84,8 @@ class XFlowApp(MONAILabelApp):
 
 
 def app_conf(conf: Mapping[str, str] | None) -> dict[str, str]:
-    """``conf`` with the model configuration file under ``models``, the key the runtimes read.
-
-    ``models_file`` is the documented key; ``models`` still works and logs a deprecation
-    warning (in MONAI Label's sample apps ``--conf models`` lists task names). Both given:
-    ``models_file`` wins, with a warning when they differ.
-    """
+    """``conf`` with the model configuration file under ``models``, the key the runtimes read:
+    ``models_file`` wins; ``models`` alone works with a deprecation warning."""
     conf = dict(conf or {})
     named, old = conf.get("models_file"), conf.get("models")
     if named:
@@ -224,15 +215,9 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
 
 
 def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
-    """The ``store_seg`` option of the ``xflow`` and ``rosalia`` tasks: the result's label map as a
-    DICOM SEG in the image's study (its ``params`` gain ``seg_series``). The task validated the
-    option and left ``params["store_seg"] = {"findings": [...], "algorithm": "XFlow" | "ROSALIA",
-    "masks": {finding: bool (H, W)}}`` (:class:`~monailabel_xflow.app.task.AnswerTask`); only the
-    app holds the datastore. The label map is painted from those masks: the image is not decoded
-    again and the label file not read back.
-
-    An uploaded image has no study to store into: ``seg_series`` is then None and
-    ``seg_not_stored`` says why.
+    """The ``store_seg`` option: the result's masks (left by the task in ``params["store_seg"]``:
+    findings, algorithm, ``{finding: bool (H, W)}``) as a DICOM SEG in the image's study; ``params``
+    gain ``seg_series`` (None for an upload, with ``seg_not_stored`` saying why).
 
     Raises:
         RequestError: ``store_seg`` asked of a datastore that is not a DICOMweb PACS.
