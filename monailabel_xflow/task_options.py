@@ -2,8 +2,9 @@
 
 The request is MONAI Label's dict (the client's ``params`` merged over the task's config), but
 nothing here needs MONAI Label: the instructions asked (free text wins over the pickers), how the
-label map numbers findings, the label file's format, and for a click revision the finding revised
-and the clicks in XFlow's coordinates. Errors: :class:`~monailabel_xflow.errors.RequestError` (422),
+label map numbers findings, the label file's format, for a click revision the finding revised
+and the clicks in XFlow's coordinates, and the train, scoring and batch-infer requests' values
+(checked also before MONAI Label starts their subprocess). Errors: :class:`~monailabel_xflow.errors.RequestError` (422),
 :class:`~monailabel_xflow.instructions.InstructionError`,
 :class:`~monailabel_xflow.geometry.GeometryError`.
 """
@@ -18,8 +19,25 @@ import numpy as np
 
 from monailabel_xflow.errors import RequestError
 from monailabel_xflow.geometry import Click, client_index_to_point
-from monailabel_xflow.instructions import ALL_FINDINGS, Instruction, from_choices, parse_instruction, parse_instructions
-from monailabel_xflow.parameters import as_bool, as_choice, as_int, number_lists, short
+from monailabel_xflow.instructions import (
+    ALL_FINDINGS,
+    MAX_INSTRUCTION_CHARS,
+    Instruction,
+    from_choices,
+    parse_instruction,
+    parse_instructions,
+)
+from monailabel_xflow.parameters import (
+    as_bool,
+    as_choice,
+    as_float,
+    as_id_list,
+    as_int,
+    as_text,
+    check_id,
+    number_lists,
+    short,
+)
 from monailabel_xflow.transforms.labels import RESULT_DTYPES, RESULT_EXTENSIONS
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, label_value
 
@@ -278,3 +296,73 @@ def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -
         f"{', '.join(FINDINGS)}) or `instruction`"
         + (f"; the previous label holds {len(values)} findings" if values else "")
     )
+
+
+TRAIN_DEFAULTS: dict[str, Any] = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+TRAIN_LIMITS = {"steps": (1, 2000), "batch": (1, 16), "seed": (0, 2**31 - 1)}
+
+
+LR_RANGE = (1e-8, 1e-2)
+"""Train request bounds (422 outside): ``steps`` 1..2000 optimiser steps, ``batch`` 1..16 prompts
+per step, ``seed`` 0..2^31-1, ``lr`` a finite number in [1e-8, 1e-2]."""
+
+
+def train_params(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The train request's ``steps``, ``lr``, ``batch``, ``seed``, parsed strictly and bounded
+    (defaults: :data:`TRAIN_DEFAULTS`).
+
+    Raises:
+        RequestError: a non-number, non-finite, non-integral or out-of-range value (422).
+    """
+    defaults = TRAIN_DEFAULTS
+    out: dict[str, Any] = {k: as_int(request.get(k), k, lo, hi, defaults[k]) for k, (lo, hi) in TRAIN_LIMITS.items()}
+    out["lr"] = as_float(request.get("lr"), "lr", *LR_RANGE, default=defaults["lr"])
+    return out
+
+
+DEFAULT_INSTRUCTION = "segment all findings"
+
+
+MAX_SCORING_IMAGES = 1000
+
+
+DEFAULT_SCORING_IMAGES = 50
+
+
+def scoring_params(request: Mapping[str, Any]) -> dict[str, Any]:
+    """``instruction``, ``max_clicks``, ``images`` and ``max_images`` of a scoring request,
+    parsed strictly (``images``: ids to score, default every unlabeled one).
+
+    Raises:
+        RequestError: a wrong type or out-of-range value (422); UnsafeIdError: an id that is a path (400).
+    """
+    return {
+        "instruction": as_text(request.get("instruction"), "instruction", MAX_INSTRUCTION_CHARS).strip()
+        or DEFAULT_INSTRUCTION,
+        "max_clicks": as_max_clicks(request.get("max_clicks")),
+        "images": as_id_list(request.get("images"), "images", MAX_SCORING_IMAGES),
+        "max_images": as_int(request.get("max_images"), "max_images", 1, MAX_SCORING_IMAGES, DEFAULT_SCORING_IMAGES),
+    }
+
+
+def batch_infer_params(request: Mapping[str, Any]) -> None:
+    """Check a batch-infer request: ``images`` (``all``, ``labeled``, ``unlabeled`` or a list of
+    ids), ``label_tag``, ``max_batch_size`` (0..100000), ``max_workers`` (0..16).
+
+    Raises:
+        RequestError, UnsafeIdError: a bad value; ``label_tag`` ``final`` (a model's answer never
+            replaces a person's label).
+    """
+    if not isinstance(request.get("images", "all"), str):
+        as_id_list(request.get("images"), "images")
+    elif request.get("images", "all") not in ("all", "labeled", "unlabeled"):
+        raise RequestError("images must be 'all', 'labeled', 'unlabeled' or a list of image ids")
+    if request.get("label_tag"):
+        check_id(request.get("label_tag"), "label tag")
+        if request.get("label_tag") == "final":
+            raise RequestError(
+                "batch infer saves the model's answers; label_tag 'final' is a person's label "
+                "and is never written by a model (use 'original', the default, or another tag)"
+            )
+    as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000)
+    as_int(request.get("max_workers"), "max_workers", 0, 16)

@@ -102,14 +102,14 @@ def test_work_bound_and_click_lists():
     ],
 )
 def test_train_parameters_are_bounded(key, value):
-    from monailabel_xflow.app.train import train_params
+    from monailabel_xflow.task_options import train_params
 
     with pytest.raises(RequestError, match=key):
         train_params({key: value})
 
 
 def test_train_parameters_defaults():
-    from monailabel_xflow.app.train import train_params
+    from monailabel_xflow.task_options import train_params
 
     assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
     assert train_params({"steps": "20", "lr": "0.001"})["steps"] == 20

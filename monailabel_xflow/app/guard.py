@@ -342,33 +342,13 @@ def validate_task_request(method: str, request: dict) -> None:
     (where a bad value would only fail later, in the log).
 
     Raises:
-        RequestError, UnsafeIdError: as the task itself would; a batch infer asked to write the
-            ``final`` tag (a model's answer never replaces a person's label).
+        RequestError, UnsafeIdError: as the task itself would.
     """
-    from monailabel_xflow.parameters import as_id_list
+    from monailabel_xflow.task_options import batch_infer_params, scoring_params, train_params
 
-    if method == "train":
-        from monailabel_xflow.app.train import train_params
-
-        train_params(request)
-    elif method == "scoring":
-        from monailabel_xflow.app.scoring import scoring_params
-
-        scoring_params(request)
-    elif method == "batch_infer":
-        if not isinstance(request.get("images", "all"), str):
-            as_id_list(request.get("images"), "images")
-        elif request.get("images", "all") not in ("all", "labeled", "unlabeled"):
-            raise RequestError("images must be 'all', 'labeled', 'unlabeled' or a list of image ids")
-        if request.get("label_tag"):
-            check_id(request.get("label_tag"), "label tag")
-            if request.get("label_tag") == "final":
-                raise RequestError(
-                    "batch infer saves the model's answers; label_tag 'final' is a person's label "
-                    "and is never written by a model (use 'original', the default, or another tag)"
-                )
-        as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000)
-        as_int(request.get("max_workers"), "max_workers", 0, 16)
+    check = {"train": train_params, "scoring": scoring_params, "batch_infer": batch_infer_params}.get(method)
+    if check is not None:
+        check(request)
 
 
 _TASK_LOCK = threading.Lock()

@@ -10,8 +10,8 @@ says which and why.
 Progress uses the keys MONAI Label's trainers publish and 3D Slicer reads (``epoch`` /
 ``total_epochs`` count optimiser steps, rewritten after every step by :class:`TrainProgress`;
 ``best_metric`` is the serving segmenter's held-out mean IoU). Parameters are checked by
-:func:`train_params`, also before the subprocess starts. The serving app picks promoted weights up
-at the next request (:meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`).
+:func:`~monailabel_xflow.task_options.train_params`, also before the subprocess starts. The serving
+app picks promoted weights up at the next request (:meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`).
 """
 
 from __future__ import annotations
@@ -26,29 +26,10 @@ from typing import Any
 
 from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
 from monailabel_xflow.app.wraps import upstream_class
+from monailabel_xflow.task_options import TRAIN_DEFAULTS, train_params
 from monailabel_xflow.training.promotion import finetune_from_labels
 
 logger = logging.getLogger(__name__)
-
-TRAIN_LIMITS = {"steps": (1, 2000), "batch": (1, 16), "seed": (0, 2**31 - 1)}
-LR_RANGE = (1e-8, 1e-2)
-"""Train request bounds (422 outside): ``steps`` 1..2000 optimiser steps, ``batch`` 1..16 prompts
-per step, ``seed`` 0..2^31-1, ``lr`` a finite number in [1e-8, 1e-2]."""
-
-
-def train_params(request: Mapping[str, Any]) -> dict[str, Any]:
-    """The train request's ``steps``, ``lr``, ``batch``, ``seed``, parsed strictly and bounded
-    (defaults: :meth:`XFlowSegmenterTrainTask.config`).
-
-    Raises:
-        RequestError: a non-number, non-finite, non-integral or out-of-range value (422).
-    """
-    from monailabel_xflow.parameters import as_float, as_int
-
-    defaults = XFlowSegmenterTrainTask.DEFAULTS
-    out: dict[str, Any] = {k: as_int(request.get(k), k, lo, hi, defaults[k]) for k, (lo, hi) in TRAIN_LIMITS.items()}
-    out["lr"] = as_float(request.get("lr"), "lr", *LR_RANGE, default=defaults["lr"])
-    return out
 
 
 STATS_FILE = "train_stats.json"
@@ -120,7 +101,7 @@ class XFlowSegmenterTrainTask(TrainTask):
         self.runtime = runtime
         self.model_dir = Path(model_dir)
 
-    DEFAULTS: dict[str, Any] = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+    DEFAULTS: dict[str, Any] = TRAIN_DEFAULTS
 
     def config(self) -> dict[str, Any]:
         return dict(self.DEFAULTS)
