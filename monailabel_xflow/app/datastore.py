@@ -32,7 +32,16 @@ import numpy as np
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.wraps import upstream_class
-from monailabel_xflow.data.seg import fetch_seg_series, read_seg, seg_series_metadata, write_seg
+from monailabel_xflow.data.seg import (
+    LABEL_CONTENT_LABEL,
+    PREANNOTATION_CONTENT_LABEL,
+    fetch_seg_series,
+    newest_label_segs,
+    read_seg,
+    seg_series_metadata,
+    write_seg,
+    xflow_answers,
+)
 from monailabel_xflow.errors import ConflictError, NotAllowedError
 from monailabel_xflow.parameters import check_id, check_info_size
 from monailabel_xflow.transforms.labels import paint, read_label, write_label
@@ -237,13 +246,6 @@ class XFlowLocalDatastore(LocalDatastore):
 
 # --- DICOM SEG ------------------------------------------------------------------------------
 
-PREANNOTATION_CONTENT_LABEL = "XFLOW_AUTO"
-"""ContentLabel of SEGs that XFlow stored unreviewed (``store_seg``, ``xflow preannotate``): viewers
-show them, but the datastore does not count them as labels (training on the model's own answers
-would teach it nothing). A person who corrects one and stores it (3D Slicer, another SEG tool) makes a new
-SEG, which counts."""
-LABEL_CONTENT_LABEL = "XFLOW"
-
 
 class XFlowDICOMwebDatastore(DICOMWebDatastore):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
@@ -375,34 +377,13 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
             yield row, seg_series_metadata(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
 
     def preannotated(self) -> dict[str, set[str]]:
-        """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
-        for ``xflow preannotate`` to resume. ROSALIA's (ManufacturerModelName ``ROSALIA``, from the
-        ``rosalia`` task's ``store_seg``) are not XFlow's and do not count."""
-        from monailabel_xflow.data.seg import finding_of_segment
-
-        out: dict[str, set[str]] = {}
-        for _, meta in self._seg_series():
-            if meta is None or str(meta.get("ContentLabel", "")) != PREANNOTATION_CONTENT_LABEL:
-                continue
-            if str(meta.get("ManufacturerModelName", "") or "XFlow") != "XFlow":
-                continue  # another model's answer (ROSALIA)
-            if not meta.get("ReferencedSeriesSequence"):
-                continue
-            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
-            found = out.setdefault(image, set())
-            for segment in meta.get("SegmentSequence", []):
-                with contextlib.suppress(ValueError):
-                    finding = finding_of_segment(segment)
-                    if finding:
-                        found.add(finding)
-        return out
+        """XFlow's stored answers in the PACS (:func:`~monailabel_xflow.data.seg.xflow_answers`), for
+        ``xflow preannotate`` to resume."""
+        return xflow_answers(meta for _, meta in self._seg_series())
 
     def label_series(self) -> dict[str, str]:
-        """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: each image's newest label SEG
-        (not ``XFLOW_AUTO``, not :attr:`unreadable_labels`), newest by SeriesDate + SeriesTime, then
-        ContentDate + ContentTime. Cached for ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` s; storing a SEG
-        here clears the cache.
-        """
+        """Each image's label SEG (:func:`~monailabel_xflow.data.seg.newest_label_segs`, readable ones
+        only), cached for ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` s; storing a SEG clears the cache."""
         import time
 
         from monailabel.config import settings
@@ -410,24 +391,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
         cached = getattr(self, "_seg_index", None)
         if cached is not None and time.monotonic() - cached[0] < float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY):
             return dict(cached[1])
-        images = set(self.list_images())
-        newest: dict[str, tuple[str, str]] = {}
-        for row, meta in self._seg_series():
-            if meta is None or not meta.get("ReferencedSeriesSequence"):
-                continue
-            if str(meta.get("ContentLabel", "")) == PREANNOTATION_CONTENT_LABEL:
-                continue
-            if str(row.SeriesInstanceUID) in self.unreadable_labels:
-                continue  # skipped with its reason (_download_labeled_data); an older label SEG counts
-            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
-            if image not in images:
-                continue
-            stamp = "".join(
-                str(meta.get(k, "") or "") for k in ("SeriesDate", "SeriesTime", "ContentDate", "ContentTime")
-            )
-            if image not in newest or stamp >= newest[image][0]:
-                newest[image] = (stamp, str(row.SeriesInstanceUID))
-        index = {image: seg for image, (_, seg) in newest.items()}
+        index = newest_label_segs(self._seg_series(), set(self.list_images()), self.unreadable_labels)
         self._seg_index = (time.monotonic(), index)
         return dict(index)
 
