@@ -265,3 +265,27 @@ def check_info_size(info: Mapping[str, Any], what: str) -> None:
     size = len(json.dumps(info, default=str))
     if size > MAX_INFO_TOTAL_BYTES:
         raise RequestTooLargeError(f"{what} would be {size} bytes of JSON; at most {MAX_INFO_TOTAL_BYTES}")
+
+
+def client_info(
+    text: str | bytes | None, what: str = "info", max_bytes: int = MAX_INFO_BYTES, user: str | None = None
+) -> dict[str, Any]:
+    """A client's info form field (upload ``params``, ``PUT .../info``): a bounded JSON object
+    (:func:`parse_json_object`) without server keys (:func:`check_client_info`), with ``user`` set
+    when given."""
+    values = check_client_info(parse_json_object(text, what, max_bytes), what)
+    if user:
+        values["user"] = user
+    return values
+
+
+CHECKSUM_ALGORITHMS = ("SHA256", "SHA512", "MD5")
+
+
+def check_checksum(check_sum: str) -> str:
+    """A ``check_sum`` query value, ``ALGO:HEX`` (ALGO one of :data:`CHECKSUM_ALGORITHMS`) or ``HEX``
+    (SHA256), at most 200 characters; returned unchanged."""
+    algo = check_sum.split(":", 1)[0] if ":" in check_sum else "SHA256"
+    if algo not in CHECKSUM_ALGORITHMS or len(check_sum) > 200:
+        raise RequestError(f"check_sum is ALGO:HEX with ALGO one of {', '.join(CHECKSUM_ALGORITHMS)}")
+    return check_sum

@@ -43,7 +43,14 @@ from monailabel_xflow.app.errors import (
 )
 from monailabel_xflow.app.requests import max_body_bytes, parse_params
 from monailabel_xflow.app.wraps import upstream, wrap
-from monailabel_xflow.parameters import MAX_INFO_BYTES, as_int, check_client_info, check_id, parse_json_object
+from monailabel_xflow.parameters import (
+    MAX_PARAMS_BYTES,
+    as_int,
+    check_checksum,
+    check_id,
+    client_info,
+    parse_json_object,
+)
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -209,12 +216,10 @@ def guarded_add_image(background_tasks, image=None, params="{}", file=None, user
     temps: list[str] = []
     try:
         with http_errors("add image"):
-            save_params = check_client_info(parse_json_object(params, "params"), "params")
+            save_params = client_info(params, "params", MAX_PARAMS_BYTES, user)
             name = _check_upload_name(file, "image")
             image_id = check_id(image or _upload_stem(name), "image")
             temps.append(receive_upload(file, "image", IMAGE_FORMATS))
-            if user:
-                save_params["user"] = user
             return {"image": app_instance().datastore().add_image(image_id, temps[-1], save_params)}
     finally:
         _remove(temps)
@@ -245,10 +250,7 @@ def guarded_update_image_info(image, info="{}", user=None):
 
     with http_errors("image info"):
         check_id(image, "image")
-        values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
-        if user:
-            values["user"] = user
-        return app_instance().datastore().update_image_info(image, values)
+        return app_instance().datastore().update_image_info(image, client_info(info, user=user))
 
 
 def guarded_update_label_info(label, tag, info="{}", user=None):
@@ -257,13 +259,7 @@ def guarded_update_label_info(label, tag, info="{}", user=None):
     with http_errors("label info"):
         check_id(label, "label")
         check_id(tag, "label tag")
-        values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
-        if user:
-            values["user"] = user
-        return app_instance().datastore().update_label_info(label, tag, values)
-
-
-CHECKSUM_ALGORITHMS = ("SHA256", "SHA512", "MD5")
+        return app_instance().datastore().update_label_info(label, tag, client_info(info, user=user))
 
 
 def guarded_download_image(image, check_only=False, check_sum=None):
@@ -273,9 +269,7 @@ def guarded_download_image(image, check_only=False, check_sum=None):
     with http_errors("image"):
         check_id(image, "image")
         if check_sum:
-            algo = check_sum.split(":", 1)[0] if ":" in check_sum else "SHA256"
-            if algo not in CHECKSUM_ALGORITHMS or len(check_sum) > 200:
-                raise RequestError(f"check_sum is ALGO:HEX with ALGO one of {', '.join(CHECKSUM_ALGORITHMS)}")
+            check_checksum(check_sum)
     return upstream(endpoint, "download_image", LAYER)(image, check_only, check_sum)
 
 
