@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from monailabel_xflow.app.errors import ImageNotFoundError
-from monailabel_xflow.rendering import FINDING_COLOURS
-from monailabel_xflow.transforms.labels import MAX_LABEL_VALUE, ImageRef
+from monailabel_xflow.transforms.labels import ImageRef
 
 
 def load_image(path: str | os.PathLike | None, image_id: str | None = None) -> tuple[np.ndarray, ImageRef]:
@@ -55,18 +54,3 @@ def _refuse_lateral_series(path: str | os.PathLike) -> None:
         from monailabel_xflow.transforms.loading import refuse_lateral
 
         refuse_lateral(pydicom.dcmread(str(first), stop_before_pixels=True), path)
-
-
-def overlay_png(image: np.ndarray, label_hw: np.ndarray) -> bytes:
-    """A PNG of the image with the label map tinted over it (one colour per finding)."""
-    import io
-
-    from PIL import Image
-
-    from monailabel_xflow.rendering import overlay
-
-    masks = [label_hw == value for value in range(1, MAX_LABEL_VALUE + 1)]
-    rgb = overlay(image, masks, colors=FINDING_COLOURS, outline=False, alpha=0.45)
-    buf = io.BytesIO()
-    Image.fromarray(rgb, mode="RGB").save(buf, format="PNG")
-    return buf.getvalue()

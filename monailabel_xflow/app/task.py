@@ -48,6 +48,7 @@ from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import http_errors
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.rendering import label_overlay_png
 from monailabel_xflow.task_options import AnswerRequest
 from monailabel_xflow.transforms.labels import finding_masks, paint, write_label
 from monailabel_xflow.vocabulary import FINDINGS, label_value
@@ -158,7 +159,7 @@ class AnswerTask(MonaiInferTask):
                 "masks": finding_masks(pairs, ref.shape),
             }
         if request.overlay:
-            params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
+            params["overlay_png_base64"] = base64.b64encode(label_overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()
         params["latencies"] = {
             "pre": round(t_pre - t0, 4),
