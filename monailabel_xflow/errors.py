@@ -76,3 +76,15 @@ def http_status(exc: BaseException) -> int | None:
         if cls in HTTP_STATUS:
             return HTTP_STATUS[cls]
     return None
+
+
+class RequestError(InputError):
+    """A request parameter of the wrong type or outside its range."""
+
+
+class UnsafeIdError(BadRequestError, RequestError):
+    """An id that is not a plain name (could name a path); see :func:`monailabel_xflow.parameters.check_id`."""
+
+
+class RequestTooLargeError(TooLargeError, RequestError):
+    """A request body or parameter over its documented size limit."""

@@ -120,6 +120,18 @@ def overlay(
     return np.round(rgb).astype(np.uint8)
 
 
+def label_overlay_png(image: NDArray[Any], label: NDArray[Any]) -> bytes:
+    """PNG bytes of ``image`` (float ``(H, W)`` in ``[0, 1]``) with a label map (``(H, W)``, value
+    ``v`` in :data:`FINDING_COLOURS` ``[v - 1]``) tinted over it, no outlines."""
+    import io
+
+    masks = [label == value for value in range(1, len(FINDING_COLOURS) + 1)]
+    rgb = overlay(image, masks, colors=FINDING_COLOURS, outline=False, alpha=0.45)
+    buf = io.BytesIO()
+    Image.fromarray(rgb, mode="RGB").save(buf, format="PNG")
+    return buf.getvalue()
+
+
 def draw_boxes(
     rgb: NDArray[Any],
     boxes: Sequence[Sequence[float]],

@@ -112,7 +112,7 @@ def test_infer_on_nifti_keeps_the_image_affine(tmp_path):
 
 
 def test_pickers_text_and_defaults():
-    from monailabel_xflow.app.requests import FINDING_CHOICES, LOCATION_CHOICES, instructions_from_request
+    from monailabel_xflow.task_options import FINDING_CHOICES, LOCATION_CHOICES, instructions_from_request
 
     got = instructions_from_request({"instruction": "", "finding": "effusion", "location": "left lung base"})
     assert [i.text for i in got] == ["Segment the effusion in the left lung base."]

@@ -21,8 +21,10 @@ LAYERS = {
     "rendering": 0,
     "weights": 0,
     "errors": 0,
+    "parameters": 0,  # request values parsed and bounded (ids, numbers, JSON objects)
     "transforms": 1,  # loading one radiograph
     "instructions": 2,  # language -> Instruction
+    "task_options": 2,  # what a task request asks (instructions, label numbering, clicks), parsed
     "data": 3,  # phantoms, the MIMIC-ILS format, dataset readers
     "segmenter": 4,  # F_seg
     "policy": 5,  # protocol, conversation, π_init / π_rev, the oracle

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from monailabel_xflow import parameters as pm
 from monailabel_xflow.app import requests as rq
 from monailabel_xflow.app.errors import RequestError, RequestTooLargeError, UnsafeIdError, status_of
 from monailabel_xflow.testing import StubRuntime
@@ -26,14 +27,14 @@ from monailabel_xflow.testing import StubRuntime
 )
 def test_unsafe_ids_get_one_message(value):
     with pytest.raises(UnsafeIdError) as err:
-        rq.check_id(value)
-    assert str(err.value) == f"invalid image id: {rq.ID_RULES}"  # the same whatever it names
+        pm.check_id(value)
+    assert str(err.value) == f"invalid image id: {pm.ID_RULES}"  # the same whatever it names
     assert status_of(err.value) == 400
 
 
 @pytest.mark.parametrize("value", ["phantom_1_00006", "1.2.826.0.1.3680043.8.498.1", "patient 1 (copy)", "x" * 256])
 def test_plain_ids_pass(value):
-    assert rq.check_id(value) == value
+    assert pm.check_id(value) == value
 
 
 @pytest.mark.parametrize(
@@ -42,42 +43,42 @@ def test_plain_ids_pass(value):
 )
 def test_integers_are_strict_and_bounded(value):
     with pytest.raises(RequestError, match="n must be an integer 0..16"):
-        rq.as_int(value, "n", 0, 16)
+        pm.as_int(value, "n", 0, 16)
 
 
 @pytest.mark.parametrize("value,expected", [(3, 3), (3.0, 3), ("3", 3), (" 16 ", 16), ("4.0", 4), (None, 5), ("", 5)])
 def test_integers_accept_what_clients_send(value, expected):
-    assert rq.as_int(value, "n", 0, 16, default=5) == expected
+    assert pm.as_int(value, "n", 0, 16, default=5) == expected
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, "1e400", 10**400, "x" * 40, 1.0, -1e-9, True])
 def test_floats_are_finite_and_bounded(value):
     with pytest.raises(RequestError, match="lr must be a finite number"):
-        rq.as_float(value, "lr", 0.0, 0.5)
+        pm.as_float(value, "lr", 0.0, 0.5)
 
 
 def test_params_limits_and_reserved_keys():
     assert rq.parse_params('{"instruction": "edema"}') == {"instruction": "edema"}
     with pytest.raises(RequestTooLargeError):
-        rq.parse_params("{" + " " * rq.MAX_PARAMS_BYTES + "}")
+        rq.parse_params("{" + " " * pm.MAX_PARAMS_BYTES + "}")
     for key in ("image", "label", "session", "save_label", "label_tag", "_secret"):
         with pytest.raises(RequestError, match="may not set"):
             rq.parse_params(f'{{"{key}": 1}}')
     with pytest.raises(RequestError, match="JSON"):
         rq.parse_params('{"n": ' + "9" * 5000 + "}")  # Python's integer digit limit
     with pytest.raises(RequestError, match="keys"):
-        rq.parse_params({f"k{i}": 1 for i in range(rq.MAX_PARAM_KEYS + 1)}.__repr__().replace("'", '"'))
+        rq.parse_params({f"k{i}": 1 for i in range(pm.MAX_PARAM_KEYS + 1)}.__repr__().replace("'", '"'))
     assert status_of(RequestTooLargeError("x")) == 413
 
 
 def test_work_bound_and_click_lists():
-    rq.check_work(7, 8)  # all findings, 8 clicks: 63 steps
+    pm.check_work(7, 8)  # all findings, 8 clicks: 63 steps
     with pytest.raises(RequestError, match="request too large"):
-        rq.check_work(7, 16)
-    assert rq.number_lists([[1, 2, 0]], "foreground") == [[1.0, 2.0, 0.0]]
+        pm.check_work(7, 16)
+    assert pm.number_lists([[1, 2, 0]], "foreground") == [[1.0, 2.0, 0.0]]
     for bad in ([[math.inf, 1, 0]], [[10**400, 1, 0]], [[1, 2, 3, 4]], "abc", [[1, "2", 0]], [[1, 2, 0]] * 65):
         with pytest.raises(RequestError):
-            rq.number_lists(bad, "foreground")
+            pm.number_lists(bad, "foreground")
 
 
 # --- train --------------------------------------------------------------------------------------
@@ -101,14 +102,14 @@ def test_work_bound_and_click_lists():
     ],
 )
 def test_train_parameters_are_bounded(key, value):
-    from monailabel_xflow.app.train import train_params
+    from monailabel_xflow.task_options import train_params
 
     with pytest.raises(RequestError, match=key):
         train_params({key: value})
 
 
 def test_train_parameters_defaults():
-    from monailabel_xflow.app.train import train_params
+    from monailabel_xflow.task_options import train_params
 
     assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
     assert train_params({"steps": "20", "lr": "0.001"})["steps"] == 20
@@ -296,7 +297,7 @@ def test_background_task_processes_are_recognised(monkeypatch):
 
 
 def test_choices():
-    assert rq.as_choice(".nrrd", "result_extension", [".nii.gz", ".nrrd"]) == ".nrrd"
-    assert rq.as_choice(None, "result_extension", [".nii.gz"], ".nii.gz") == ".nii.gz"
+    assert pm.as_choice(".nrrd", "result_extension", [".nii.gz", ".nrrd"]) == ".nrrd"
+    assert pm.as_choice(None, "result_extension", [".nii.gz"], ".nii.gz") == ".nii.gz"
     with pytest.raises(RequestError, match="result_extension must be one of"):
-        rq.as_choice("../x", "result_extension", [".nii.gz", ".nrrd"])
+        pm.as_choice("../x", "result_extension", [".nii.gz", ".nrrd"])

@@ -102,7 +102,7 @@ def test_point_prompts_keyed_by_label_name_revise_that_finding(png):
 
 
 def test_point_prompts_for_several_findings_need_a_choice(png):
-    from monailabel_xflow.app.revise import label_keyed_clicks
+    from monailabel_xflow.task_options import label_keyed_clicks
 
     two = {"edema": [[70, 60, 0]], "effusion": [[230, 190, 0]], "background": []}
     with pytest.raises(RequestError, match="several findings"):

@@ -541,7 +541,7 @@ def test_answer_numbering_and_its_way_back_to_fixed_values():
     """``label_values``: Slicer's pick numbers an answer 1..N in FINDINGS order; the option list
     sent back (OHIF) or nothing (API) keeps the fixed values; stored SEGs get fixed values back."""
     from monailabel_xflow.app.errors import RequestError
-    from monailabel_xflow.app.requests import LABEL_VALUE_CHOICES, label_names_for
+    from monailabel_xflow.task_options import LABEL_VALUE_CHOICES, label_names_for
     from monailabel_xflow.transforms.labels import to_fixed_values
     from monailabel_xflow.vocabulary import label_value
 

@@ -1,8 +1,5 @@
-"""Task configurations of the XFlow app: which MONAI Label tasks it registers, under which names.
-
-MONAI Label's sample apps keep these in ``lib/configs/`` beside ``main.py``; here they live in
-the package so an installed wheel serves without a repository (:class:`~.xflow_app.XFlowApp`).
-Each wires the tasks of :mod:`monailabel_xflow.app` to one shared runtime.
+"""Task configurations of the XFlow app: which MONAI Label tasks it registers, under which names
+(MONAI Label's sample apps keep these in ``lib/configs/``; here they ship in the package).
 """
 
 from __future__ import annotations

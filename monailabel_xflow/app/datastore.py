@@ -1,46 +1,19 @@
 """Datastores for radiographs: checked local folders and a DICOMweb PACS that takes CR/DX labels.
 
-:class:`XFlowLocalDatastore` (a studies folder)
-    MONAI Label's ``LocalDatastore`` that refuses, before anything is written, images XFlow
-    cannot load (corrupt, non-image, multi-slice, lateral: 400) and labels that do not fit
-    their image (wrong size, values outside 0..7: 422; unknown image: 404). A refused request
-    leaves ``datastore_v2.json``, the images and ``labels/`` untouched. Besides:
+:class:`XFlowLocalDatastore` (a studies folder) refuses, before anything is written, images XFlow
+cannot load (400) and labels that do not fit their image (422; unknown image: 404). A stored file
+is ``<id><suffix its content shows>`` (:func:`stored_name`), so no id names the datastore's own
+files; deletes unlink the entry itself, never a link's target or a directory; an image with labels
+is not replaced (409: its labels describe the old pixels); info is bounded and clients cannot set
+the server's keys (:func:`~monailabel_xflow.parameters.check_client_info`).
 
-    * a stored file is named ``<id><suffix>`` with the suffix its **content** shows (``.png``,
-      ``.jpg``, ``.dcm``, ``.nii[.gz]``, ``.nrrd``), never the client's, so no id can name the
-      datastore's own files or folders (``labels``, ``datastore_v2.json``, ``.lock``): ids that
-      start with ``.``, whose stored name would exceed 255 bytes, or that would not read back as
-      the same id are refused (:func:`stored_name`);
-    * deletes never leave the folder: the image's (or label's) own directory entry is unlinked,
-      a symbolic link is removed and its target kept, a directory is never removed;
-    * an image that has labels is not replaced by a re-upload (409): its labels describe the old
-      pixels; delete it first (which removes its labels) or upload under a new id;
-    * image info is bounded (:data:`MAX_INFO_TOTAL_BYTES`) and clients cannot write the keys the
-      server keeps (:func:`check_client_info`).
-
-:class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``)
-    MONAI Label 0.8.5's ``DICOMWebDatastore`` with the fixes running it against Orthanc showed necessary
-    (and ``PUT``/``DELETE /datastore/image`` refused, 405: the PACS is the source of images):
-
-    * start-up never downloads dcmqi (:func:`make_dicomweb_datastore` replaces
-      ``MONAILabelApp._init_dicomweb_datastore``);
-    * the series filter defaults to ``{"Modality": "CR,DX"}`` (upstream: CT); ``--conf
-      dicomweb_search_filter JSON`` or ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` override it;
-    * a final label is stored in the PACS as a standard DICOM SEG (:mod:`monailabel_xflow.data.seg`:
-      highdicom, segments 1..N with SNOMED CT codes, the plane geometry OHIF derives for a
-      radiograph); an all-zero label is one ``no finding`` segment with an empty frame, and the
-      image counts as labeled;
-    * :meth:`XFlowDICOMwebDatastore.store_seg` stores the models' own answers (the ``store_seg``
-      option of the ``xflow`` and ``rosalia`` tasks, ``xflow preannotate``) as SEGs marked
-      ``ContentLabel XFLOW_AUTO`` (ManufacturerModelName ``XFlow`` or ``ROSALIA``): OHIF shows
-      them, the datastore does not count them as labels;
-    * an image's label is its **newest** label SEG in the PACS, whoever wrote it (a correction
-      stored from the current OHIF, a Label Map or bitmap SEG, or saved from 3D Slicer replaces
-      XFlow's or an earlier one); segments map to findings by code or name; SEGs are fetched as
-      stored and read without dcmqi, so ``datalist()``, training and scoring work against
-      Orthanc; a label SEG that cannot be read is skipped with its reason (logged, and kept in
-      :attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the image's next newest label SEG
-      counts, so one bad SEG never stops ``datalist()`` for the others.
+:class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``): images are the PACS's
+(``PUT``/``DELETE`` 405); start-up never downloads dcmqi (:func:`make_dicomweb_datastore`); series
+filter ``{"Modality": "CR,DX"}`` unless configured (:func:`search_filter`); a final label is stored
+as a DICOM SEG (:mod:`monailabel_xflow.data.seg`), the models' answers as SEGs marked
+``XFLOW_AUTO`` that do not count as labels (:meth:`~XFlowDICOMwebDatastore.store_seg`); an image's
+label is its newest label SEG, whoever wrote it, read without dcmqi; an unreadable SEG is skipped
+with its reason (:attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the next newest counts.
 """
 
 from __future__ import annotations
@@ -58,11 +31,20 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
-from monailabel_xflow.app.requests import check_id
 from monailabel_xflow.app.wraps import upstream_class
-from monailabel_xflow.data.seg import read_seg, write_seg  # noqa: F401  (read_seg: re-exported)
+from monailabel_xflow.data.seg import (
+    LABEL_CONTENT_LABEL,
+    PREANNOTATION_CONTENT_LABEL,
+    fetch_seg_series,
+    newest_label_segs,
+    read_seg,
+    seg_series_metadata,
+    write_seg,
+    xflow_answers,
+)
 from monailabel_xflow.errors import ConflictError, NotAllowedError
-from monailabel_xflow.transforms.labels import LabelError, paint, read_label, write_label
+from monailabel_xflow.parameters import check_id, check_info_size
+from monailabel_xflow.transforms.labels import paint, read_label, write_label
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
@@ -71,33 +53,6 @@ DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
 
 
 MAX_STORED_NAME_BYTES = 255
-MAX_INFO_TOTAL_BYTES = 64 * 1024
-"""Largest image or label info, as JSON, after an update (413 above)."""
-SERVER_INFO_KEYS = frozenset({"name", "ts", "path", "checksum", "strategy", "user"})
-"""Image/label info keys the server writes; a client's info update or upload params may not set
-them (nor any ``xflow_...`` key: scores written by scoring)."""
-
-
-def check_client_info(info: Mapping[str, Any], what: str = "info") -> dict[str, Any]:
-    """A client's image/label info (upload ``params``, ``PUT .../info``) without server keys.
-
-    Raises:
-        RequestError: a key of :data:`SERVER_INFO_KEYS` or starting with ``xflow_`` (422).
-    """
-    from monailabel_xflow.app.errors import RequestError
-
-    kept = sorted(k for k in info if k in SERVER_INFO_KEYS or str(k).startswith(("xflow_", "_")))
-    if kept:
-        raise RequestError(f"{what} may not set {', '.join(map(repr, kept))}: the server writes these keys")
-    return dict(info)
-
-
-def _check_info_size(info: Mapping[str, Any], what: str) -> None:
-    from monailabel_xflow.app.errors import RequestTooLargeError
-
-    size = len(json.dumps(info, default=str))
-    if size > MAX_INFO_TOTAL_BYTES:
-        raise RequestTooLargeError(f"{what} would be {size} bytes of JSON; at most {MAX_INFO_TOTAL_BYTES}")
 
 
 def stored_name(datastore: Any, item_id: str, suffix: str) -> str:
@@ -170,7 +125,7 @@ DICOMWebDatastore: Any = upstream_class("monailabel.datastore.dicom.DICOMWebData
 
 class XFlowLocalDatastore(LocalDatastore):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
-    is a plain name (:func:`~monailabel_xflow.app.requests.check_id`), so no request can make
+    is a plain name (:func:`~monailabel_xflow.parameters.check_id`), so no request can make
     it read or write outside its folder."""
 
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
@@ -191,7 +146,7 @@ class XFlowLocalDatastore(LocalDatastore):
             name = stored_name(self, image_id, stored_suffix(image_filename, IMAGE_FORMATS, "image"))
             ext = name[len(image_id) :]
             info = dict(image_info or {})
-            _check_info_size(info, "image info")
+            check_info_size(info, "image info")
             folder = self._datastore.image_path()
             with FileLock(self._lock_file):
                 old = self._datastore.objects.get(image_id)
@@ -269,14 +224,14 @@ class XFlowLocalDatastore(LocalDatastore):
             obj = self._datastore.objects.get(image_id)
             if obj is None:
                 raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
-            _check_info_size({**obj.image.info, **info}, "image info")
+            check_info_size({**obj.image.info, **info}, "image info")
             return super().update_image_info(image_id, info)
 
     def update_label_info(self, label_id: str, label_tag: str, info: dict[str, Any]) -> None:
         with http_errors("label info"):
             label = self._datastore.label(check_id(label_id, "label"), check_id(label_tag, "label tag"))
             if label is not None:
-                _check_info_size({**label.info, **info}, "label info")
+                check_info_size({**label.info, **info}, "label info")
             return super().update_label_info(label_id, label_tag, info)
 
     def get_image_uri(self, image_id: str) -> str:
@@ -290,20 +245,6 @@ class XFlowLocalDatastore(LocalDatastore):
 
 
 # --- DICOM SEG ------------------------------------------------------------------------------
-
-PREANNOTATION_CONTENT_LABEL = "XFLOW_AUTO"
-"""ContentLabel of SEGs that XFlow stored unreviewed (``store_seg``, ``xflow preannotate``): viewers
-show them, but the datastore does not count them as labels (training on the model's own answers
-would teach it nothing). A person who corrects one and stores it (3D Slicer, another SEG tool) makes a new
-SEG, which counts."""
-LABEL_CONTENT_LABEL = "XFLOW"
-
-
-def _seg_meta(client: Any, study_uid: str, series_uid: str) -> Any:
-    import pydicom
-
-    meta = client.retrieve_series_metadata(study_uid, series_uid)
-    return pydicom.Dataset.from_json(meta[0]) if meta else None
 
 
 class XFlowDICOMwebDatastore(DICOMWebDatastore):
@@ -390,17 +331,12 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
 
         Args:
             image_id: the image's SeriesInstanceUID.
-            label: ``uint8 (H, W)`` label map (0..7); None: painted from ``masks``
-                (:func:`~monailabel_xflow.transforms.labels.paint`, a later finding wins).
+            label: ``uint8 (H, W)`` label map (0..7); None: painted from ``masks`` (a later finding wins).
             findings: findings asked for (each a segment, empty when absent).
-            content_label: :data:`PREANNOTATION_CONTENT_LABEL` (XFlow's unreviewed answer, not a
-                training label) or :data:`LABEL_CONTENT_LABEL` (a saved final label).
-            description: the SEG's SeriesDescription (default ``"<algorithm>: <findings>"``).
-            algorithm: the model whose answer this is (``"XFlow"``, or ``"ROSALIA"`` for the
-                ``rosalia`` task): the SEG's ManufacturerModelName and every segment's
-                Algorithm Identification.
-            masks: ``{finding: bool (H, W)}``, each finding's full mask (overlaps kept; the
-                tasks' answers), written instead of the label map's (later finding wins) pixels.
+            content_label: :data:`PREANNOTATION_CONTENT_LABEL` or :data:`LABEL_CONTENT_LABEL`.
+            description: SeriesDescription (default ``"<algorithm>: <findings>"``).
+            algorithm: ``"XFlow"`` or ``"ROSALIA"`` (ManufacturerModelName, segments' algorithm).
+            masks: ``{finding: bool (H, W)}``, each finding's full mask, overlaps kept.
 
         Returns:
             The new SEG's SeriesInstanceUID.
@@ -438,41 +374,16 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
 
         for found in self._client.search_for_series(search_filters={"Modality": "SEG"}):
             row = pydicom.Dataset.from_json(found)
-            yield row, _seg_meta(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
+            yield row, seg_series_metadata(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
 
     def preannotated(self) -> dict[str, set[str]]:
-        """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers (``XFLOW_AUTO`` SEGs),
-        for ``xflow preannotate`` to resume. ROSALIA's (ManufacturerModelName ``ROSALIA``, from the
-        ``rosalia`` task's ``store_seg``) are not XFlow's and do not count."""
-        from monailabel_xflow.data.seg import finding_of_segment
-
-        out: dict[str, set[str]] = {}
-        for _, meta in self._seg_series():
-            if meta is None or str(meta.get("ContentLabel", "")) != PREANNOTATION_CONTENT_LABEL:
-                continue
-            if str(meta.get("ManufacturerModelName", "") or "XFlow") != "XFlow":
-                continue  # another model's answer (ROSALIA)
-            if not meta.get("ReferencedSeriesSequence"):
-                continue
-            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
-            found = out.setdefault(image, set())
-            for segment in meta.get("SegmentSequence", []):
-                with contextlib.suppress(ValueError):
-                    finding = finding_of_segment(segment)
-                    if finding:
-                        found.add(finding)
-        return out
+        """XFlow's stored answers in the PACS (:func:`~monailabel_xflow.data.seg.xflow_answers`), for
+        ``xflow preannotate`` to resume."""
+        return xflow_answers(meta for _, meta in self._seg_series())
 
     def label_series(self) -> dict[str, str]:
-        """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: each image's newest SEG that is a
-        label (XFlow's unreviewed pre-annotations are not; see :data:`PREANNOTATION_CONTENT_LABEL`).
-
-        "Newest" orders by the SEG's SeriesDate + SeriesTime, then ContentDate + ContentTime
-        (an OHIF correction stored after XFlow's SEG or an earlier label replaces it). SEGs found
-        unreadable (:attr:`unreadable_labels`) are passed over. Cached for
-        ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` seconds; storing a SEG through this datastore
-        clears the cache.
-        """
+        """Each image's label SEG (:func:`~monailabel_xflow.data.seg.newest_label_segs`, readable ones
+        only), cached for ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` s; storing a SEG clears the cache."""
         import time
 
         from monailabel.config import settings
@@ -480,24 +391,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
         cached = getattr(self, "_seg_index", None)
         if cached is not None and time.monotonic() - cached[0] < float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY):
             return dict(cached[1])
-        images = set(self.list_images())
-        newest: dict[str, tuple[str, str]] = {}
-        for row, meta in self._seg_series():
-            if meta is None or not meta.get("ReferencedSeriesSequence"):
-                continue
-            if str(meta.get("ContentLabel", "")) == PREANNOTATION_CONTENT_LABEL:
-                continue
-            if str(row.SeriesInstanceUID) in self.unreadable_labels:
-                continue  # skipped with its reason (_download_labeled_data); an older label SEG counts
-            image = str(meta.ReferencedSeriesSequence[0].SeriesInstanceUID)
-            if image not in images:
-                continue
-            stamp = "".join(
-                str(meta.get(k, "") or "") for k in ("SeriesDate", "SeriesTime", "ContentDate", "ContentTime")
-            )
-            if image not in newest or stamp >= newest[image][0]:
-                newest[image] = (stamp, str(row.SeriesInstanceUID))
-        index = {image: seg for image, (_, seg) in newest.items()}
+        index = newest_label_segs(self._seg_series(), set(self.list_images()), self.unreadable_labels)
         self._seg_index = (time.monotonic(), index)
         return dict(index)
 
@@ -643,38 +537,3 @@ def make_dicomweb_datastore(
         fetch_by_frame=settings.MONAI_LABEL_DICOMWEB_FETCH_BY_FRAME,
         convert_to_nifti=True,
     )
-
-
-def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
-    """Download a SEG series over DICOMweb into ``folder`` as stored (``transfer-syntax=*``), one
-    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
-
-    Asking for the stored transfer syntax matters: a PACS asked for its default (Explicit VR
-    Little Endian) must transcode, which Orthanc 1.10 cannot do for some SEGs (HTTP 500 "Cannot
-    transcode image"); pydicom decodes what OHIF stores (RLE label maps, 1-bit bitmaps) itself.
-
-    Args:
-        client: a ``dicomweb_client.DICOMwebClient``.
-        series_uid: the SEG's SeriesInstanceUID.
-        folder: where to write (created).
-
-    Raises:
-        LabelError: the PACS does not list the series.
-    """
-    import pydicom
-
-    found = [
-        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
-    ]
-    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
-    if not found:
-        raise LabelError(f"SEG series {series_uid} is not in the PACS")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    for ds in client.retrieve_series(
-        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
-    ):
-        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
-        ds.save_as(str(files[-1]), write_like_original=False)
-    return files

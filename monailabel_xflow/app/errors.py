@@ -1,32 +1,11 @@
 """Where XFlow's errors become HTTP answers of the MONAI Label server, and the app's own errors.
 
-MONAI Label 0.8.5 installs no exception handler: anything a task raises becomes a bare
-``500 Internal Server Error`` without a message. Our tasks and datastores therefore run their
-work inside :func:`http_errors`, which re-raises every error of the package's tree
-(:mod:`monailabel_xflow.errors`) as :class:`fastapi.HTTPException` with the error's message as
-``detail`` (JSON ``{"detail": ...}``), the status chosen by its base class:
-
-==========================================  ======  ======================================
-base (examples)                             status  meaning
-==========================================  ======  ======================================
-``BadRequestError`` (``CXRLoadError``,       400     not a loadable frontal radiograph;
-:class:`UnsafeIdError`)                              an id that could name a path
-``NotFoundError`` (:class:`ImageNotFoundError`, 404  unknown image id
-MONAI Label's ``ImageNotFoundException``)
-``TooLargeError`` (:class:`RequestTooLargeError`) 413  a body or ``params`` over its limit
-``InputError`` (:class:`RequestError`,       422     a bad parameter, label, instruction,
-``InstructionError``, ``GeometryError`` ...)         click or workflow input
-``ConflictError``                           409     a label or image that conflicts with the
-                                                     datastore's
-``NotAllowedError``                         405     adding or deleting images of a PACS
-``UnavailableError``                        503     no weights configured, weights that
-(:class:`ModelsNotConfiguredError`,                  cannot be loaded, a recent failed load
-``ModelConfigError``, :class:`ModelUnavailableError`)
-==========================================  ======  ======================================
-
-Anything else propagates unchanged (a 500: a bug, not bad input). Errors that escape a task reach
-:func:`error_response`, the server's exception handler, which answers with the same statuses.
-This module is the one place an error becomes an HTTP status.
+MONAI Label 0.8.5 installs no exception handler: anything a task raises is a bare 500. Tasks and
+datastores run inside :func:`http_errors`, which re-raises every error of the package's tree
+(:mod:`monailabel_xflow.errors`) as ``HTTPException`` with its message as ``detail`` and the status
+of its base (:func:`status_of`: 400 bad request, 404 not found, 405 not allowed, 409 conflict,
+413 too large, 422 input, 503 unavailable); :func:`error_response`, the server's exception handler,
+answers the same for errors that escape. Anything else stays a 500 (a bug, not bad input).
 """
 
 from __future__ import annotations
@@ -36,29 +15,20 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from monailabel_xflow.errors import (
+from monailabel_xflow.errors import (  # noqa: F401  (RequestError, UnsafeIdError, RequestTooLargeError: re-exported)
     BadRequestError,
     InputError,
     NotFoundError,
+    RequestError,
+    RequestTooLargeError,
     TooLargeError,
     UnavailableError,
+    UnsafeIdError,
     http_status,
 )
 from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
 
 logger = logging.getLogger(__name__)
-
-
-class RequestError(InputError):
-    """A request parameter of the wrong type or outside its range."""
-
-
-class UnsafeIdError(BadRequestError, RequestError):
-    """An id that is not a plain name (could name a path); see :func:`.requests.check_id`."""
-
-
-class RequestTooLargeError(TooLargeError, RequestError):
-    """A request body or parameter over its documented size limit."""
 
 
 class ImageNotFoundError(NotFoundError):

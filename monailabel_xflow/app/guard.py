@@ -1,41 +1,21 @@
-"""The XFlow app's guard around MONAI Label 0.8.5's web server.
+"""The XFlow app's guard around MONAI Label 0.8.5's web server, installed by :func:`install`.
 
 MONAI Label has no hook for request validation: its infer route copies the client's ``params``
-over the request (so ``{"image": "/any/path"}`` used to read any file the server can read), it
-has no body limit, and anything unexpected is a bare 500. The app calls :func:`install` when it
-starts; from then on, in the server process:
+over the request (so ``{"image": "/any/path"}`` would read any file), it has no body limit, and
+anything unexpected is a bare 500. Here, in the server process:
 
-* **every request** passes :class:`GuardMiddleware`: bodies over
-  :func:`~monailabel_xflow.app.requests.max_body_bytes` are refused (413, from the declared
-  length before anything is read, else when the count passes the limit); the id-valued query
-  parameters ``image``, ``id``, ``label``, ``tag``, ``session_id`` and the session path segment
-  must be plain ids (:func:`~monailabel_xflow.app.requests.check_id`, one 400 whatever
-  exists); routes that would replace model files or serve whole-slide images (``PUT/DELETE
-  /model/...``, ``/infer/wsi...``) answer 405/404 (weights change through the train task);
-* **infer requests** (``POST /infer/{model}``) go through :func:`guarded_run_inference`: the
-  ``params`` JSON is parsed with its limits and may not set ``image``, ``label``, ``session``,
-  ``save_label``, ``label_tag`` ... (:data:`~monailabel_xflow.app.requests.RESERVED_PARAMS`);
-  the image is the ``image`` id, an uploaded ``file`` or a live session's image (an unknown or
-  expired session is a 404 saying so); ``output=dicom_seg`` is refused. Only inside this
-  route does :func:`~monailabel_xflow.app.xflow_app.checked_infer` accept the server's own upload
-  and session paths (:func:`upload_paths_allowed`); everywhere else an image is a datastore id;
-* **uploads** (infer ``file``/``label``, ``PUT /datastore/image``, ``PUT /datastore/label``) take
-  one path, :func:`receive_upload`: the client's file name is checked (255 bytes, no NUL) and
-  otherwise ignored, the content decides the type and the stored suffix, and the temporary file
-  is removed whatever happens; upload ``params`` and info updates are bounded JSON objects that
-  may not set the keys the server writes (:func:`~monailabel_xflow.app.datastore.check_client_info`);
-* **sessions** (``PUT /session/``) take plain uploads only (:func:`guarded_create_session`);
-* **train, scoring and batch-infer requests** are validated (:func:`validate_task_request`)
-  before MONAI Label starts their subprocess, so a bad value is a 422 now, not a log line later;
-  their queues are bounded (:func:`guarded_async_run`: one train, one batch infer, one waiting
-  scoring run) and a stop cancels what is queued (:func:`guarded_stop`);
-* **closed routes** (:func:`refusal`): ``/logs/`` unless MONAI Label's authentication is on,
-  ``/proxy/`` unless the studies are a DICOMweb URL, the deprecated ``POST /train/``, model
-  replacement, whole-slide inference;
-* **answers**: every JSON answer loses its absolute paths (:func:`without_paths`) and every
-  answer carries ``X-Content-Type-Options: nosniff``;
-* **errors** of the documented types (:mod:`.errors`), malformed JSON form fields and MONAI
-  Label's own input errors become 4xx with a ``detail`` instead of a bare 500.
+* :class:`GuardMiddleware`, every request: the body limit (413), id-valued query parameters and
+  the session segment checked (400), closed routes (:func:`refusal`), no absolute paths in JSON
+  answers (:func:`without_paths`), ``X-Content-Type-Options: nosniff``;
+* ``POST /infer/{model}`` (:func:`guarded_run_inference`): ``params`` may not set reserved keys,
+  the image is an id, an upload or a live session's; only there may an image be a server path
+  (:func:`upload_paths_allowed`);
+* uploads (:func:`receive_upload`): the content decides the type and stored suffix, never the
+  client's file name; the temporary file is removed whatever happens;
+* train / scoring / batch infer: validated before MONAI Label starts a subprocess
+  (:func:`validate_task_request`, 422 now rather than a log line later), bounded queues
+  (:func:`guarded_async_run`), a stop cancels what is queued (:func:`guarded_stop`);
+* errors of the package's tree, malformed JSON fields and MONAI Label's own errors are 4xx.
 """
 
 from __future__ import annotations
@@ -61,8 +41,16 @@ from monailabel_xflow.app.errors import (
     error_response,
     http_errors,
 )
-from monailabel_xflow.app.requests import as_int, check_id, max_body_bytes, parse_json_object, parse_params
+from monailabel_xflow.app.requests import max_body_bytes, parse_params
 from monailabel_xflow.app.wraps import upstream, wrap
+from monailabel_xflow.parameters import (
+    MAX_PARAMS_BYTES,
+    as_int,
+    check_checksum,
+    check_id,
+    client_info,
+    parse_json_object,
+)
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -101,15 +89,9 @@ def _check_upload_name(upload: Any, field: str) -> str:
 
 
 def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
-    """Copy one multipart upload to a new file in the server's temporary folder, named by what
-    its **content** is (:func:`~monailabel_xflow.transforms.loading.sniff_format`), never by the
-    client's file name. The caller removes the file (``finally``); on any refusal here it is
-    already gone.
-
-    Args:
-        upload: a Starlette ``UploadFile`` (its size is bounded by the body limit).
-        field: ``"image"`` or ``"label"``, for messages.
-        formats: the formats accepted (``loading.IMAGE_FORMATS`` or ``loading.LABEL_FORMATS``).
+    """Copy one multipart upload to a new temporary file named by what its **content** is
+    (:func:`~monailabel_xflow.transforms.loading.sniff_format`), never by the client's file name.
+    The caller removes the file; on any refusal here it is already gone.
 
     Returns:
         The temporary file's path, ending in the format's canonical suffix.
@@ -234,14 +216,10 @@ def guarded_add_image(background_tasks, image=None, params="{}", file=None, user
     temps: list[str] = []
     try:
         with http_errors("add image"):
-            from monailabel_xflow.app.datastore import check_client_info
-
-            save_params = check_client_info(parse_json_object(params, "params"), "params")
+            save_params = client_info(params, "params", MAX_PARAMS_BYTES, user)
             name = _check_upload_name(file, "image")
             image_id = check_id(image or _upload_stem(name), "image")
             temps.append(receive_upload(file, "image", IMAGE_FORMATS))
-            if user:
-                save_params["user"] = user
             return {"image": app_instance().datastore().add_image(image_id, temps[-1], save_params)}
     finally:
         _remove(temps)
@@ -267,21 +245,12 @@ def guarded_save_label(background_tasks, image, params="{}", tag="final", label=
         _remove(temps)
 
 
-MAX_INFO_BYTES = 16 * 1024
-"""Largest ``info`` JSON of one image/label info update (the datastore bounds the total)."""
-
-
 def guarded_update_image_info(image, info="{}", user=None):
     from monailabel.interfaces.utils.app import app_instance
 
     with http_errors("image info"):
-        from monailabel_xflow.app.datastore import check_client_info
-
         check_id(image, "image")
-        values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
-        if user:
-            values["user"] = user
-        return app_instance().datastore().update_image_info(image, values)
+        return app_instance().datastore().update_image_info(image, client_info(info, user=user))
 
 
 def guarded_update_label_info(label, tag, info="{}", user=None):
@@ -290,15 +259,7 @@ def guarded_update_label_info(label, tag, info="{}", user=None):
     with http_errors("label info"):
         check_id(label, "label")
         check_id(tag, "label tag")
-        from monailabel_xflow.app.datastore import check_client_info
-
-        values = check_client_info(parse_json_object(info, "info", MAX_INFO_BYTES))
-        if user:
-            values["user"] = user
-        return app_instance().datastore().update_label_info(label, tag, values)
-
-
-CHECKSUM_ALGORITHMS = ("SHA256", "SHA512", "MD5")
+        return app_instance().datastore().update_label_info(label, tag, client_info(info, user=user))
 
 
 def guarded_download_image(image, check_only=False, check_sum=None):
@@ -308,9 +269,7 @@ def guarded_download_image(image, check_only=False, check_sum=None):
     with http_errors("image"):
         check_id(image, "image")
         if check_sum:
-            algo = check_sum.split(":", 1)[0] if ":" in check_sum else "SHA256"
-            if algo not in CHECKSUM_ALGORITHMS or len(check_sum) > 200:
-                raise RequestError(f"check_sum is ALGO:HEX with ALGO one of {', '.join(CHECKSUM_ALGORITHMS)}")
+            check_checksum(check_sum)
     return upstream(endpoint, "download_image", LAYER)(image, check_only, check_sum)
 
 
@@ -343,7 +302,7 @@ def guarded_sample(strategy, params=None, user=None):
         if params is not None and not isinstance(params, dict):
             raise RequestError("active learning parameters must be a JSON object")
         if params and "client_id" in params:
-            from monailabel_xflow.app.requests import as_text
+            from monailabel_xflow.parameters import as_text
 
             as_text(params["client_id"], "client_id", 256)
     return upstream(endpoint, "sample", LAYER)(strategy, params, user)
@@ -377,33 +336,13 @@ def validate_task_request(method: str, request: dict) -> None:
     (where a bad value would only fail later, in the log).
 
     Raises:
-        RequestError, UnsafeIdError: as the task itself would; a batch infer asked to write the
-            ``final`` tag (a model's answer never replaces a person's label).
+        RequestError, UnsafeIdError: as the task itself would.
     """
-    from monailabel_xflow.app.requests import as_id_list
+    from monailabel_xflow.task_options import batch_infer_params, scoring_params, train_params
 
-    if method == "train":
-        from monailabel_xflow.app.train import train_params
-
-        train_params(request)
-    elif method == "scoring":
-        from monailabel_xflow.app.scoring import scoring_params
-
-        scoring_params(request)
-    elif method == "batch_infer":
-        if not isinstance(request.get("images", "all"), str):
-            as_id_list(request.get("images"), "images")
-        elif request.get("images", "all") not in ("all", "labeled", "unlabeled"):
-            raise RequestError("images must be 'all', 'labeled', 'unlabeled' or a list of image ids")
-        if request.get("label_tag"):
-            check_id(request.get("label_tag"), "label tag")
-            if request.get("label_tag") == "final":
-                raise RequestError(
-                    "batch infer saves the model's answers; label_tag 'final' is a person's label "
-                    "and is never written by a model (use 'original', the default, or another tag)"
-                )
-        as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000)
-        as_int(request.get("max_workers"), "max_workers", 0, 16)
+    check = {"train": train_params, "scoring": scoring_params, "batch_infer": batch_infer_params}.get(method)
+    if check is not None:
+        check(request)
 
 
 _TASK_LOCK = threading.Lock()
@@ -642,15 +581,9 @@ class GuardMiddleware:
 
 
 def install(fastapi_app: Any = None) -> bool:
-    """Install the guard in this process's MONAI Label server (idempotent).
-
-    Args:
-        fastapi_app: the FastAPI app; default ``monailabel.app.app`` when that module is loaded
-            (the server). In other processes (train subprocess, CLI) nothing is installed.
-
-    Returns:
-        Whether the guard is (now) installed.
-    """
+    """Install the guard in this process's MONAI Label server (idempotent); returns whether it is
+    installed. ``fastapi_app`` defaults to ``monailabel.app.app`` when that module is loaded (the
+    server); in other processes (train subprocess, CLI) nothing is installed."""
     import sys
 
     if fastapi_app is None:

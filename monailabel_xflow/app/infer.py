@@ -1,17 +1,13 @@
 """The ``xflow`` infer task: instruction -> label map + answer sentence(s) + trace (XFlow, Stage 1 + 2).
 
-The request keys it shares with ``rosalia`` and its output are :mod:`monailabel_xflow.app.task`'s;
-its own (merged over :meth:`XFlowInferTask.config`, parsed by :mod:`monailabel_xflow.app.requests`):
+Shared keys and output: :mod:`monailabel_xflow.app.task`. Its own:
 
 ``max_clicks`` (int, 0..16)
-    Stage 2 budget; default: the model configuration's (4). Findings x (1 + max_clicks) is at
-    most :data:`~monailabel_xflow.app.requests.MAX_WORK_STEPS` (64) per request (422 above).
-``revise`` (bool; the option list is ``["false", "true"]``)
-    Run Stage 2 (π_rev clicks); false gives the Stage 1 masks. Not sent, or the option list sent
-    back unchanged (OHIF): true. 3D Slicer sends an option list's first entry, so its *Run* and
-    its auto-run on *Next Sample* ask Stage 1 only (about 7 s for all seven findings on 2 CPU
-    cores with the demo model, against minutes with Stage 2); pick ``true`` in Slicer's options
-    table for Stage 2, or revise one finding with ``xflow_revise`` (``auto``).
+    Stage 2 budget (default: the model configuration's); findings x (1 + max_clicks) at most
+    :data:`~monailabel_xflow.parameters.MAX_WORK_STEPS` per request.
+``revise`` (bool; options ``["false", "true"]``)
+    Run Stage 2; not sent or the option list sent back (OHIF): true. 3D Slicer sends an option
+    list's first entry, so its *Run* asks Stage 1 only (seconds rather than minutes on CPU).
 """
 
 from __future__ import annotations
@@ -21,30 +17,23 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app.requests import (
+from monailabel_xflow.app.runtime import XFlowRuntime
+from monailabel_xflow.app.task import AnswerTask
+from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.parameters import as_bool, check_work
+from monailabel_xflow.task_options import (
     FINDING_CHOICES,
     LABEL_VALUE_CHOICES,
     LOCATION_CHOICES,
     REVISE_CHOICES,
     AnswerRequest,
-    as_bool,
     as_max_clicks,
-    check_work,
     unpicked,
 )
-from monailabel_xflow.app.runtime import XFlowRuntime
-from monailabel_xflow.app.task import AnswerTask
-from monailabel_xflow.instructions import Instruction
 
 
 class XFlowInferTask(AnswerTask):
-    """``xflow``: instruction-guided segmentation (Stage 1 + Stage 2) as a MONAI Label model.
-
-    Args:
-        runtime: the app's shared models.
-        description: shown in Slicer/OHIF (should name the models in use).
-        store_seg: the default of the ``store_seg`` option.
-    """
+    """``xflow``: instruction-guided segmentation (Stage 1 + Stage 2) as a MONAI Label model."""
 
     name = "xflow"
     algorithm = "XFlow"

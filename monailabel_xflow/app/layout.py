@@ -1,10 +1,9 @@
 """Images in, in the layout MONAI Label clients expect; label files are :mod:`monailabel_xflow.transforms.labels`.
 
-Inside XFlow every array is ``(H, W)`` (:mod:`monailabel_xflow.geometry`). MONAI Label, Slicer
-and OHIF hold a radiograph the way MONAI's readers do: ``(W, H)`` for PNG and ``(W, H, 1)``
-with an affine for NIfTI (what the DICOMweb datastore caches from a CR/DX series). This module
-loads a request's image through :func:`monailabel_xflow.transforms.load_cxr` (the package's one
-transpose) and returns the :class:`~monailabel_xflow.transforms.labels.ImageRef` a label must match.
+Inside XFlow arrays are ``(H, W)``; MONAI Label, Slicer and OHIF hold a radiograph as MONAI's
+readers do (``(W, H)`` PNG, ``(W, H, 1)`` NIfTI with an affine). :func:`load_image` loads through
+:func:`monailabel_xflow.transforms.load_cxr` (the one transpose) and returns the
+:class:`~monailabel_xflow.transforms.labels.ImageRef` a label must match.
 """
 
 from __future__ import annotations
@@ -15,24 +14,16 @@ from pathlib import Path
 import numpy as np
 
 from monailabel_xflow.app.errors import ImageNotFoundError
-from monailabel_xflow.rendering import FINDING_COLOURS
-from monailabel_xflow.transforms.labels import MAX_LABEL_VALUE, ImageRef
+from monailabel_xflow.transforms.labels import ImageRef
 
 
 def load_image(path: str | os.PathLike | None, image_id: str | None = None) -> tuple[np.ndarray, ImageRef]:
-    """Load the radiograph of a request.
-
-    Args:
-        path: the file MONAI Label resolved (``""`` when the datastore does not know the id).
-        image_id: the id the client sent, for the error message.
-
-    Returns:
-        ``(image, ref)``: ``float32 (H, W)`` in ``[0, 1]`` and the geometry a label must match.
+    """Load the radiograph of a request: ``(image, ref)``, ``float32 (H, W)`` in ``[0, 1]`` and the
+    geometry a label must match. ``path`` is the file MONAI Label resolved (``""`` for an unknown id).
 
     Raises:
         ImageNotFoundError: no file (unknown image id).
-        CXRLoadError: not a loadable frontal radiograph (corrupt, not an image, several slices,
-            a lateral view ...).
+        CXRLoadError: not a loadable frontal radiograph.
     """
     if not path or not os.path.exists(path):
         raise ImageNotFoundError(f"unknown image {image_id or path!r}: the datastore has no such image")
@@ -63,18 +54,3 @@ def _refuse_lateral_series(path: str | os.PathLike) -> None:
         from monailabel_xflow.transforms.loading import refuse_lateral
 
         refuse_lateral(pydicom.dcmread(str(first), stop_before_pixels=True), path)
-
-
-def overlay_png(image: np.ndarray, label_hw: np.ndarray) -> bytes:
-    """A PNG of the image with the label map tinted over it (one colour per finding)."""
-    import io
-
-    from PIL import Image
-
-    from monailabel_xflow.rendering import overlay
-
-    masks = [label_hw == value for value in range(1, MAX_LABEL_VALUE + 1)]
-    rgb = overlay(image, masks, colors=FINDING_COLOURS, outline=False, alpha=0.45)
-    buf = io.BytesIO()
-    Image.fromarray(rgb, mode="RGB").save(buf, format="PNG")
-    return buf.getvalue()

@@ -1,50 +1,30 @@
 """The ``xflow_revise`` interactive task: the human plays π_rev (XFlow §4.2).
 
-Registered as ``type=deepedit`` **without labels of its own** (the app's labels are the
-findings, declared by ``xflow``): 3D Slicer's MONAI Label module then shows both point lists
-(foreground and background) and sends, for the selected segment,
-``{"label": "<segment name>", "foreground": [...], "background": [...], "slice": 0}``
-(``MONAILabel.py`` ``onClickDeepgrow``, the branch for models that are not multi-label
-``deepedit``); a ``deepedit`` model *with* labels would get one positive list per segment and no
-negative clicks. OHIF's panel falls back to the app's labels and keys positive clicks by label
-name. Request keys (merged over :meth:`XFlowReviseTask.config`):
+Registered as ``type=deepedit`` **without labels of its own**: 3D Slicer then shows both point
+lists and sends, for the selected segment, ``{"label": "<segment>", "foreground": [...],
+"background": [...]}`` (a ``deepedit`` model with labels would get positives per segment and no
+negatives). Request keys (merged over :meth:`XFlowReviseTask.config`):
 
 ``foreground`` / ``background`` (lists of ``[i, j, k]``)
-    The clicks so far, as MONAI Label clients send them: voxel indices of the image as
-    MONAI holds it (``i`` column, ``j`` row, ``k = 0``), converted with
-    :func:`monailabel_xflow.geometry.client_index_to_point`. A click outside the image or on
-    another slice is refused (422). Clients resend all clicks of the session each time;
-    positives are applied before negatives (the order between the two lists is not sent).
+    All clicks so far, voxel indices as MONAI holds the image (``i`` column, ``j`` row, ``k =
+    0``; :func:`monailabel_xflow.geometry.client_index_to_point`); outside the image or on another
+    slice: 422. Positives are applied before negatives (their order is not sent).
 ``<finding>`` (list of ``[i, j, k]``)
-    OHIF's point prompts key a ``deepedit`` model's positive clicks by label name
-    (``{"edema": [[i, j, k]], "background": []}``): taken as ``foreground`` for that finding
-    (:func:`label_keyed_clicks`); clicks under several names need ``finding`` to say which.
-``result_extension`` / ``result_dtype``
-    As for ``xflow`` (OHIF asks ``.nrrd`` / ``uint8``).
-``label`` (a finding's name)
-    The segment the clicks are for, as Slicer sends it: that finding is revised. Only a
-    declared label name is accepted here (never a path; see
-    :func:`~monailabel_xflow.app.requests.take_label_name`, which moves it to ``label_name``).
-``finding`` (str) or ``instruction`` (text naming one finding)
-    Which finding is being revised when no ``label`` names it; decides the label value
-    written. Optional when the previous label holds exactly one finding. Naming another
-    finding than ``label`` is a 422.
+    OHIF keys positive clicks by label name: taken as ``foreground`` for that finding
+    (:func:`~monailabel_xflow.task_options.label_keyed_clicks`).
+``label`` (a finding's name) / ``finding`` / ``instruction``
+    Which finding is revised (a declared name only, never a path:
+    :func:`~monailabel_xflow.app.requests.take_label_name`); optional when the previous label holds
+    one finding; disagreeing names: 422.
 ``label`` (file, optional)
-    The previous label map (what the client shows), uploaded with the request. The revised
-    finding's region of it is the previous mask M_{t-1}; the other findings are kept as they are.
+    The previous label map: the revised finding's region is M_{t-1}, the others are kept.
+``auto`` (bool) / ``max_clicks`` (int)
+    π_rev proposes the clicks (needs a revision policy), within this budget.
+``result_extension`` / ``result_dtype``
+    As for ``xflow``.
 
-``auto`` (bool)
-    Let π_rev propose the clicks instead of the human (Stage 2 from the previous mask, or
-    from Stage 1 when there is none); needs a revision policy in the model configuration.
-``max_clicks`` (int)
-    Budget of π_rev clicks for ``auto``.
-
-The result's ``label_names`` lists the findings the returned label map holds (the revised one and
-those of an uploaded previous label), each with its fixed value 1..7; Slicer imports the single
-revised finding into the selected segment and leaves every other segment as it was.
-
-The segmenter caches the image embedding per image content, so successive clicks on one image
-cost one mask decode each, not an image encode.
+``label_names`` lists the findings the returned map holds, each with its fixed value 1..7.
+The image embedding is cached per image, so a click costs one mask decode.
 """
 
 from __future__ import annotations
@@ -58,118 +38,22 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError, http_errors
-from monailabel_xflow.app.requests import (
-    FINDING_CHOICES,
-    LABEL_NAME_KEY,
-    as_bool,
-    as_choice,
-    as_max_clicks,
-    number_lists,
-    picked,
-    result_format,
-)
 from monailabel_xflow.app.runtime import XFlowRuntime
 from monailabel_xflow.app.task import MonaiInferTask
-from monailabel_xflow.geometry import Click, client_index_to_point
-from monailabel_xflow.instructions import from_choices, parse_instruction
+from monailabel_xflow.instructions import from_choices
+from monailabel_xflow.parameters import as_bool
+from monailabel_xflow.task_options import (
+    REVISE_FINDING_CHOICES,
+    as_max_clicks,
+    clicks_from_request,
+    finding_from_request,
+    label_keyed_clicks,
+    result_format,
+)
 from monailabel_xflow.transforms.labels import present_label_names, read_label, write_label
-from monailabel_xflow.vocabulary import FINDINGS, label_value
+from monailabel_xflow.vocabulary import label_value
 
 logger = logging.getLogger(__name__)
-
-MAX_CLICKS_PER_REQUEST = 64
-REVISE_FINDING_CHOICES: list[str] = FINDING_CHOICES[:-1]  # one finding at a time: no "all findings"
-
-
-def clicks_from_request(data: Mapping[str, Any], shape: tuple[int, int]) -> list:
-    """``foreground`` / ``background`` voxel indices -> :class:`~monailabel_xflow.geometry.Click` list.
-
-    Raises:
-        GeometryError: a click outside the image, on a slice other than 0, or of wrong arity.
-        RequestError: the lists are not lists of index lists, or too many clicks.
-    """
-    clicks = []
-    for key, positive in (("foreground", True), ("background", False)):
-        for p in number_lists(data.get(key), key, max_items=MAX_CLICKS_PER_REQUEST):
-            clicks.append(Click(positive, *client_index_to_point(p, shape)))
-    if len(clicks) > MAX_CLICKS_PER_REQUEST:
-        raise RequestError(f"{len(clicks)} clicks in one request; at most {MAX_CLICKS_PER_REQUEST}")
-    return clicks
-
-
-def label_keyed_clicks(data: Mapping[str, Any]) -> dict[str, Any]:
-    """OHIF's point prompts: ``{"<finding>": [[i, j, k], ...], "background": [...]}`` (the panel
-    keys a ``deepedit`` model's positive clicks by label name) -> ``foreground`` / ``finding``.
-
-    Returns the request keys to merge: ``{}`` when no finding-named key holds clicks or when the
-    request already has ``foreground``; else ``{"foreground": points}`` plus ``finding`` when the
-    request names none.
-
-    The segment named by ``label`` (Slicer's selected segment) says which finding's clicks
-    count; clicks stored under other findings' names are then ignored, never a 422.
-
-    Raises:
-        RequestError: clicks under several findings' names and no ``label`` / ``finding`` saying
-            which one is revised, or a ``finding`` other than the one clicked.
-    """
-    if data.get("foreground"):
-        return {}
-    keyed = {f: data[f] for f in FINDINGS if data.get(f)}
-    if not keyed:
-        return {}
-    segment = data.get(LABEL_NAME_KEY)
-    if segment:
-        return {"foreground": keyed[segment]} if segment in keyed else {}
-    chosen = picked(data.get("finding"), REVISE_FINDING_CHOICES)
-    if len(keyed) > 1 and len(chosen) != 1:
-        raise RequestError(
-            f"clicks for several findings ({', '.join(keyed)}); revise one at a time: set "
-            "`finding` to the one to revise"
-        )
-    finding = chosen[0] if chosen else next(iter(keyed))
-    if finding not in keyed:
-        raise RequestError(f"finding is {finding!r} but the clicks are for {', '.join(keyed)}")
-    out = {"foreground": keyed[finding]}
-    if not chosen and not (isinstance(data.get("instruction"), str) and data["instruction"].strip()):
-        out["finding"] = finding
-    return out
-
-
-def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -> tuple[str, Any | None]:
-    """The finding under revision and, when given as text, its instruction.
-
-    The segment a ``label`` names (Slicer's selected segment) decides; ``instruction`` or
-    ``finding`` may then only name the same finding. Without ``label``: the instruction, else the
-    ``finding`` picker, else the single finding of the previous label.
-
-    Raises:
-        InstructionError: an instruction naming zero or several findings, or an unknown finding.
-        RequestError: nothing says which finding and the previous label does not tell, or
-            ``label`` and ``instruction`` / ``finding`` name different findings.
-    """
-    segment = as_choice(data.get(LABEL_NAME_KEY), "label", FINDINGS)
-    text = data.get("instruction")
-    chosen = picked(data.get("finding"), REVISE_FINDING_CHOICES)
-    if len(chosen) > 1:
-        raise RequestError(f"revise one finding at a time, got {chosen}")
-    ins = parse_instruction(text) if isinstance(text, str) and text.strip() else None
-    asked = ins.finding if ins is not None else from_choices(chosen)[0].finding if chosen else None
-    if segment and asked and asked != segment:
-        raise RequestError(
-            f"the clicks are for the {segment!r} segment but the options ask {asked!r}: "
-            "clear `instruction` / `finding`, or select that finding's segment"
-        )
-    finding = segment or asked
-    if finding:
-        return finding, ins
-    values = sorted(int(v) for v in np.unique(previous) if v) if previous is not None else []
-    if len(values) == 1:
-        return FINDINGS[values[0] - 1], None
-    raise RequestError(
-        "say which finding to revise: select its segment (`label`), set `finding` (one of "
-        f"{', '.join(FINDINGS)}) or `instruction`"
-        + (f"; the previous label holds {len(values)} findings" if values else "")
-    )
 
 
 class XFlowReviseTask(MonaiInferTask):

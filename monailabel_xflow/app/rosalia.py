@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.app.errors import ModelsNotConfiguredError
-from monailabel_xflow.app.requests import FINDING_CHOICES, LABEL_VALUE_CHOICES, LOCATION_CHOICES
 from monailabel_xflow.app.task import AnswerTask
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.task_options import FINDING_CHOICES, LABEL_VALUE_CHOICES, LOCATION_CHOICES
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +49,8 @@ class RosaliaResult:
 
 
 class RosaliaRuntime:
-    """The app's lazily loaded, lock-protected ROSALIA predictor.
-
-    Args:
-        conf: the app's ``--conf`` (key ``models``), as for :class:`~monailabel_xflow.app.runtime.XFlowRuntime`.
-        environ: environment (``XFLOW_MODELS``, ``XFLOW_ROSALIA``, ``XFLOW_NO_DEMO``).
-        preload: load now (the server does, so its log names the model at start-up).
-    """
+    """The app's lazily loaded, lock-protected ROSALIA predictor (configured as
+    :class:`~monailabel_xflow.app.runtime.XFlowRuntime`; ``preload``: load now, so the log names it)."""
 
     def __init__(
         self, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None, preload: bool = True

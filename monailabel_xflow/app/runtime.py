@@ -1,27 +1,15 @@
 """The XFlow models one MONAI Label app serves: configuration, loading, sharing, locking.
 
-One :class:`XFlowRuntime` per app holds one :class:`~monailabel_xflow.workflow.xflow.XFlow`
-(policies + segmenter), shared by the ``xflow`` infer task, the ``xflow_revise`` interactive
-task and the ``xflow_uncertainty`` scoring method, so the segmenter's per-image embedding cache
-serves them all (a revision right after an inference reuses the image embedding).
+One :class:`XFlowRuntime` per app holds one :class:`~monailabel_xflow.workflow.xflow.XFlow`, shared
+by the ``xflow``, ``xflow_revise`` and ``xflow_uncertainty`` tasks, so the segmenter's per-image
+embedding cache serves them all. Configuration, first match wins: ``--conf models_file PATH``
+(old name ``models``), then the environment (:mod:`monailabel_xflow.workflow.model_config`). With
+nothing configured the app still starts; :meth:`XFlowRuntime.get` raises
+:class:`~monailabel_xflow.app.errors.ModelsNotConfiguredError` (503) saying how to configure.
 
-Where the configuration comes from, first match wins:
-
-1. ``--conf models_file PATH`` (old name ``models``; a YAML/JSON file of
-   :class:`~monailabel_xflow.workflow.model_config.ModelConfig`);
-2. the environment (``XFLOW_MODELS`` and ``XFLOW_<FIELD>``, see :mod:`monailabel_xflow.workflow.model_config`).
-
-With nothing configured the app still starts: :meth:`XFlowRuntime.status` says so and how to
-configure weights, and :meth:`XFlowRuntime.get` raises
-:class:`~monailabel_xflow.app.errors.ModelsNotConfiguredError` (HTTP 503 with that message).
-
-One lock guards the models in use: :class:`~monailabel_xflow.workflow.xflow.XFlow`'s own. Its
-runs (Stage 1 and 2) take it one at a time; a person's click revision works on a fork of the
-segmenter (same model, same embedding cache), so it answers from the cached image embedding
-without waiting for another image's run. The runtime only locks loading the models and swapping
-in a fine-tuned segmenter (which waits for the run in progress). MONAI Label 0.8.5 runs its infer
-endpoint inside the event loop, so HTTP requests are serialised anyway; the locks keep batch
-infer and any thread pool (``MONAI_LABEL_INFER_CONCURRENCY``) correct.
+Runs take XFlow's own lock one at a time; a click revision works on a fork of the segmenter (same
+embedding cache), so it does not wait for another image's run. The runtime locks only loading and
+swapping in a fine-tuned segmenter.
 """
 
 from __future__ import annotations
@@ -94,12 +82,10 @@ class XFlowRuntime:
     """Lazily loaded, lock-protected XFlow models of one app.
 
     Args:
-        conf: the app's ``--conf`` dict; key ``models`` names the model configuration file.
-        environ: environment to read ``XFLOW_*`` from (default ``os.environ``).
-        preload: load the models now (the server does, so its log names them at start-up).
-        model_dir: where the train task saves a fine-tuned segmenter; when one is there (or
-            appears later, newer than the one in use) it replaces the configured segmenter
-            at the next :meth:`get`, as MONAI Label reloads a retrained model file.
+        conf: the app's ``--conf``; ``models`` names the model configuration file.
+        preload: load now (the server does, so its log names the models).
+        model_dir: where the train task saves a fine-tuned segmenter; a newer one there replaces
+            the serving segmenter at the next :meth:`get`.
     """
 
     def __init__(

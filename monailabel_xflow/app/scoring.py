@@ -1,24 +1,13 @@
 """``xflow_uncertainty`` scoring: how unsure XFlow is about each unlabeled image.
 
-For every image without a ``final`` label, XFlow answers the scoring instruction (default
-"segment all findings") and :func:`monailabel_xflow.eval.uncertainty.image_uncertainty` turns the
-traces into the image's uncertainty in ``[0, 1]`` (Stage 1 / Stage 2 disagreement, click effort,
-F_seg's IoU doubt). Written with ``datastore.update_image_info(image_id, {"xflow_uncertainty": u,
-"xflow_uncertainty_parts": {...}, "xflow_uncertainty_ts": epoch_s})`` for
-:class:`~monailabel_xflow.app.strategy.XFlowUncertaintyStrategy` to read.
-
-Request keys (parsed by :func:`scoring_params`, 422 when bad): ``instruction`` (text, default
-"segment all findings"), ``max_images`` (1..:data:`MAX_SCORING_IMAGES`, default
-:data:`DEFAULT_SCORING_IMAGES`: a run is bounded), ``images`` (ids to score, default every
-unlabeled one; duplicates dropped; an id with a path in it is refused, an unknown one skipped and
-reported under ``skipped``), ``max_clicks`` (0..16).
-
-Incremental: an image whose score was computed for the same file (size and modification time),
-instruction, click budget and models is not scored again (``cached`` lists it); a new or
-changed study is. Scoring runs in MONAI Label's scoring subprocess (also the one started when
-the server starts), which lowers its own CPU priority before it loads models
-(:func:`~monailabel_xflow.app.runtime.lower_priority_if_background`), so that it never
-competes with the server's interactive requests.
+For every image without a ``final`` label, XFlow answers the scoring instruction and
+:func:`monailabel_xflow.eval.uncertainty.image_uncertainty` turns the traces into a value in
+``[0, 1]``, stored as image info ``xflow_uncertainty`` (with ``_parts`` and ``_ts``) for
+:class:`~monailabel_xflow.app.strategy.XFlowUncertaintyStrategy`. Request keys:
+:func:`~monailabel_xflow.task_options.scoring_params`. An image already scored for the same file
+(size, mtime), instruction, click budget and models is skipped (``cached``). The scoring
+subprocess lowers its CPU priority before loading models
+(:func:`~monailabel_xflow.app.runtime.lower_priority_if_background`).
 """
 
 from __future__ import annotations
@@ -29,36 +18,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from monailabel_xflow.app import layout
-from monailabel_xflow.app.requests import as_max_clicks
 from monailabel_xflow.app.runtime import XFlowRuntime, lower_priority_if_background
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.eval.uncertainty import image_uncertainty
+from monailabel_xflow.task_options import scoring_params
 
 logger = logging.getLogger(__name__)
 
 INFO_KEY = "xflow_uncertainty"
-DEFAULT_INSTRUCTION = "segment all findings"
-MAX_SCORING_IMAGES = 1000
-DEFAULT_SCORING_IMAGES = 50
-
-
-def scoring_params(request: Mapping[str, Any]) -> dict[str, Any]:
-    """``instruction``, ``max_clicks``, ``images`` and ``max_images`` of a scoring request,
-    parsed strictly (see module docstring).
-
-    Raises:
-        RequestError: a wrong type or out-of-range value (422); UnsafeIdError: an id that is a path (400).
-    """
-    from monailabel_xflow.app.requests import as_id_list, as_int, as_text
-    from monailabel_xflow.instructions import MAX_INSTRUCTION_CHARS
-
-    return {
-        "instruction": as_text(request.get("instruction"), "instruction", MAX_INSTRUCTION_CHARS).strip()
-        or DEFAULT_INSTRUCTION,
-        "max_clicks": as_max_clicks(request.get("max_clicks")),
-        "images": as_id_list(request.get("images"), "images", MAX_SCORING_IMAGES),
-        "max_images": as_int(request.get("max_images"), "max_images", 1, MAX_SCORING_IMAGES, DEFAULT_SCORING_IMAGES),
-    }
 
 
 def _score_key(path: str, instruction: str, budget: int, models: str) -> str:

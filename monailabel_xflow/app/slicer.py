@@ -1,25 +1,13 @@
 """What 3D Slicer's MONAI Label module needs from the server's *next sample* answer.
 
-The module (``plugins/slicer/MONAILabel/MONAILabel.py``, ``onNextSampleButton``) opens the
-sample's ``path`` with ``slicer.util.loadVolume`` when that file exists on its machine, else
-downloads ``/datastore/image?image=<id>`` into Slicer's cache folder under the sample's ``name``;
-either way it names the volume node after ``name``. Slicer loads a single-slice image without
-its "single file" option: ``vtkMRMLVolumeArchetypeStorageNode`` (``SingleFile = 0``) hands it to
-``vtkITKArchetypeImageSeriesReader``, which asks ``itk::ArchetypeSeriesFileNames`` for every file
-of the folder whose name differs from the archetype in one group of digits only, and stacks
-them as one volume. A studies folder of ``phantom_1_00000.png``, ``phantom_1_00001.png`` ...
-(or a cache folder where such names were downloaded before) would open as one multi-slice
-volume instead of the radiograph asked for.
-
-:func:`single_file_sample` therefore answers with ``name`` = ``<image id>.<tag><ext>``, ``tag``
-eight letters derived from the id (no digits), so no other image's file name can differ from it
-in one digit group only, and ``path`` = that name alone: the server hands out no path of its own
-(README "Security"), so the module never finds it locally and downloads the image into its
-cache under ``name``, where it opens alone.
-
-:func:`install` wraps MONAI Label's ``/activelearning`` endpoint function with it (server
-process only) through the app's one registry of wraps (:mod:`.wraps`), as :mod:`.guard` does, and makes a stopped task's
-answer end with a ``details`` line (:func:`stop_with_details`), which Slicer's *Stop* reads.
+Slicer opens a single-slice image without its "single file" option, so ITK's archetype reader
+stacks every file of the folder whose name differs in one group of digits
+(``phantom_1_00000.png``, ``phantom_1_00001.png`` ... would open as one volume).
+:func:`single_file_sample` answers ``name`` = ``<image id>.<tag><ext>`` with ``tag`` eight letters
+derived from the id, and ``path`` = that name alone (no server path), so Slicer downloads the image
+under ``name``, where it opens alone. :func:`install` wraps ``/activelearning`` with it
+(:mod:`.wraps`) and makes a stopped task's answer end with a ``details`` line
+(:func:`stop_with_details`), which Slicer's *Stop* reads.
 """
 
 from __future__ import annotations
@@ -60,15 +48,8 @@ def single_file_name(image_id: str, path: str) -> str:
 
 
 def single_file_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """A next-sample answer that Slicer opens as exactly one image (see the module docstring).
-
-    Args:
-        sample: MONAI Label's answer (``id``, ``path``, ``name`` and the image info).
-
-    Returns:
-        A copy with ``name`` the single-file name and ``path`` that name alone (never a server
-        path); an answer without ``id`` unchanged.
-    """
+    """``sample`` (MONAI Label's next-sample answer) with ``name`` the single-file name and
+    ``path`` that name alone; an answer without ``id`` unchanged."""
     out = dict(sample)
     image_id = out.get("id")
     if not image_id:
@@ -79,12 +60,7 @@ def single_file_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def install() -> bool:
-    """Wrap MONAI Label's next-sample endpoint function with :func:`single_file_sample`
-    (idempotent; only in the server process, where ``monailabel.app`` is loaded).
-
-    Returns:
-        Whether the wrapper is (now) installed.
-    """
+    """Wrap the next-sample endpoint and ``AsyncTask.stop`` (idempotent; server process only)."""
     import sys
 
     if sys.modules.get("monailabel.app") is None:
@@ -106,12 +82,8 @@ STOPPED_LINE = "stopped at the user's request; the serving segmenter is unchange
 
 
 def stop_with_details(method: str) -> Any:
-    """MONAI Label's ``AsyncTask.stop`` whose stopped task always has a last ``details`` line.
-
-    Slicer's ``onStopTraining`` shows ``status.get("result", status.get("details", [])[-1])``;
-    Python evaluates that default first, so a task stopped before it logged a line (empty
-    ``details``) raised ``IndexError`` in Slicer and left its buttons stale.
-    """
+    """``AsyncTask.stop`` whose stopped task always has a last ``details`` line: Slicer's
+    ``onStopTraining`` indexes ``details[-1]`` even when it shows ``result``."""
     from monailabel.utils.async_tasks.task import AsyncTask
 
     task = upstream(AsyncTask, "stop", LAYER)(method)

@@ -1,10 +1,8 @@
 """``xflow_uncertainty`` active-learning strategy: the unlabeled image XFlow is least sure about.
 
-Reads the ``xflow_uncertainty`` image info written by
-:class:`~monailabel_xflow.app.scoring.XFlowUncertaintyScoring` and returns
-``{"id": image_id, "xflow_uncertainty": u, "fallback": False}`` for the highest score among
-images without a ``final`` label. When no unlabeled image has a score yet (scoring not run),
-it falls back to a random unlabeled image (``"fallback": True``); with none left, ``None``.
+Returns ``{"id", "xflow_uncertainty", "fallback": False}`` for the highest ``xflow_uncertainty``
+image info (:class:`~monailabel_xflow.app.scoring.XFlowUncertaintyScoring`) among images without a
+``final`` label; none scored yet: a random unlabeled image (``"fallback": True``); none left: None.
 """
 
 from __future__ import annotations

@@ -1,63 +1,37 @@
 """The one answering infer task, parse -> load -> answer -> paint/write, that ``xflow`` and ``rosalia`` fill in.
 
-A subclass names itself (``name``, ``algorithm``), adds its own options (:meth:`AnswerTask.options`)
-and answers the parsed instructions on the loaded image (:meth:`AnswerTask.answer`); everything a
-client sees around the answer is here: the request parsed once
-(:class:`~monailabel_xflow.app.requests.AnswerRequest`), the label map painted
-(:func:`~monailabel_xflow.transforms.labels.paint`) and written once with the answer in its header
-(:func:`~monailabel_xflow.transforms.labels.write_label`), each finding's full mask handed to the
-app for a DICOM SEG (``store_seg``), the result params and latencies, errors as HTTP statuses.
+A subclass names itself (``name``, ``algorithm``), adds its options (:meth:`AnswerTask.options`)
+and answers the parsed instructions on the loaded image (:meth:`AnswerTask.answer`); the request
+is parsed once (:class:`~monailabel_xflow.task_options.AnswerRequest`), the label map painted and
+written once with the answer in its header (:mod:`monailabel_xflow.transforms.labels`).
 
-Request keys (MONAI Label merges the request ``params`` over the task's config):
+Request keys (the request's ``params`` merged over the task's config):
 
 ``instruction`` (str)
-    Free text ("Segment the effusion in the left lung.", "fluid on the left?", "segment all
-    findings"). When non-empty it wins over the pickers.
-``finding`` (str, or list of str)
-    Picker for those who will not type: one of the seven findings or ``"all findings"``; a list
-    (API clients) asks several findings at once. Slicer/OHIF show the option list of
-    the task's config and send the chosen string.
-``location`` (str)
-    Picker: a lung or zone (see :mod:`monailabel_xflow.vocabulary`); empty = chest level.
+    Free text; when non-empty it wins over the pickers.
+``finding`` (str or list of str) / ``location`` (str)
+    Pickers: a finding or ``"all findings"`` (a list asks several); a lung or zone, empty =
+    chest level. With neither text nor finding, all seven findings are asked at chest level.
 ``overlay`` (bool)
-    Also return ``overlay_png_base64``: a PNG of the image with the label tinted over it,
-    base64-encoded in the result params (a server path would be useless to a remote client).
+    Also return ``overlay_png_base64`` (the image with the label tinted over it).
 ``trace`` (bool, default true)
-    Include each instruction's full trace (``traces``) in the result params.
+    Include each instruction's trace (``traces``).
 ``store_seg`` (bool; default ``--conf store_seg``, else false)
-    Also store the result as a DICOM SEG in the image's study (DICOMweb datastore only; one SEG
-    holding every finding asked, absent ones as empty segments), so OHIF users open it in the
-    viewer. The params then carry ``seg_series`` (its SeriesInstanceUID). Such SEGs are the
-    model's unreviewed answers: the datastore does not count them as labels (see
-    :mod:`monailabel_xflow.app.datastore`); the SEG names the task's model (``XFlow``, ``ROSALIA``).
+    Also store the answer as a DICOM SEG in the image's study (DICOMweb only; every finding
+    asked a segment, absent ones empty); the params carry ``seg_series``. The datastore does not
+    count such SEGs as labels.
 ``label_values`` (``"answer"`` or ``"findings"``)
-    How the label map numbers the findings. ``answer``: this answer's findings only, 1..N in
-    :data:`~monailabel_xflow.vocabulary.FINDINGS` order, and ``label_names`` lists exactly them:
-    3D Slicer's module imports value v into the v-th name of ``label_names`` and clears every
-    segment named there, so the other segments survive (``MONAILabel.py``
-    ``updateSegmentationMask``). ``findings``: each finding its fixed value 1..7
-    (:func:`~monailabel_xflow.vocabulary.label_value`), ``label_names`` again only this answer's
-    findings. The option list offers ``answer`` first because Slicer sends an option list's
-    first entry; a client that sends the list back unchanged (OHIF) or nothing (API clients)
-    gets ``findings``.
+    ``answer``: this answer's findings only, 1..N in FINDINGS order (3D Slicer imports value v
+    into the v-th of ``label_names`` and clears only segments named there, so the others
+    survive); ``findings``: fixed values 1..7. Offered ``answer`` first because Slicer sends an
+    option list's first entry; the list itself (OHIF) or nothing gives ``findings``.
 ``result_extension`` / ``result_dtype``
-    The label file's format, as MONAI Label clients ask it (OHIF's panel: ``.nrrd`` / ``uint8``):
-    one of :data:`~monailabel_xflow.transforms.labels.RESULT_EXTENSIONS` /
-    :data:`~monailabel_xflow.transforms.labels.RESULT_DTYPES`; default the image's own label
-    format (NIfTI for DICOM/NIfTI images, PNG for PNG/JPEG). NRRD and NIfTI labels carry the
-    answer sentence in their header (``xflow_answer``), for clients that get only the file.
+    The label file's format (OHIF: ``.nrrd`` / ``uint8``); default the image's own label format.
 
-With no ``instruction`` and no ``finding`` chosen, all seven findings are asked at chest level.
-
-Output: one label map for all instructions, each finding painted with its value in
-``label_names`` (see ``label_values``); where two findings overlap the later
-one in :data:`~monailabel_xflow.vocabulary.FINDINGS` order wins (``overlap_pixels`` reports how
-many pixels that affected). An absent finding paints nothing and its answer says so
-("There is no effusion in the left lung."); a label with no finding at all is an all-zero
-map and ``empty: true``. The params JSON carries ``answer`` (one readable sentence per
-instruction, joined: the canonical MIMIC-ILS answer, or for a present basic instruction, which
-MIMIC-ILS answers with the mask alone, a summary), ``findings`` (one record per instruction,
-with the canonical ``answer`` and the readable ``message``), ``label_names``, ``traces`` and ``latencies``.
+Output: one label map; where findings overlap the later in FINDINGS order wins
+(``overlap_pixels`` counts those pixels); no finding at all is an all-zero map with ``empty:
+true``. Params: ``answer`` (one sentence per instruction, joined), ``findings`` (one record per
+instruction), ``label_names``, ``traces``, ``latencies``.
 """
 
 from __future__ import annotations
@@ -72,9 +46,10 @@ import numpy as np
 
 from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import http_errors
-from monailabel_xflow.app.requests import AnswerRequest
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.rendering import label_overlay_png
+from monailabel_xflow.task_options import AnswerRequest
 from monailabel_xflow.transforms.labels import finding_masks, paint, write_label
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 
@@ -118,13 +93,8 @@ def finding_record(res: Answer, values: Mapping[str, int] | None = None) -> dict
 
 
 class AnswerTask(MonaiInferTask):
-    """An instruction -> label map + answer task of the app (see the module docstring).
-
-    Args:
-        runtime: the app's shared models (``describe()``, ``status()``, ``get()``).
-        description: shown in Slicer/OHIF.
-        config: the task's option lists and defaults (MONAI Label merges requests over them).
-    """
+    """An instruction -> label map + answer task (see the module docstring); ``config`` holds the
+    option lists and defaults that MONAI Label merges requests over."""
 
     name = "answer"  # the task's name in messages
     algorithm = "model"  # the model a stored SEG names
@@ -189,7 +159,7 @@ class AnswerTask(MonaiInferTask):
                 "masks": finding_masks(pairs, ref.shape),
             }
         if request.overlay:
-            params["overlay_png_base64"] = base64.b64encode(layout.overlay_png(image, label)).decode("ascii")
+            params["overlay_png_base64"] = base64.b64encode(label_overlay_png(image, label)).decode("ascii")
         t_end = time.perf_counter()
         params["latencies"] = {
             "pre": round(t_pre - t0, 4),

@@ -1,38 +1,17 @@
-"""The ``xflow`` train task: fine-tune F_seg on the saved final labels (small and real).
+"""The ``xflow`` train task: fine-tune F_seg on the saved final labels, as MONAI Label's train task.
 
-MONAI Label's "train" request runs :class:`XFlowSegmenterTrainTask` (in a subprocess the server
-starts). It calls :func:`monailabel_xflow.training.promotion.finetune_from_labels`, which
+:class:`XFlowSegmenterTrainTask` runs in the subprocess the server starts and calls
+:func:`monailabel_xflow.training.promotion.finetune_from_labels` (prompts from the labels'
+components, held-out split, the check): the result replaces the serving segmenter in
+``<model_dir>/xflow_segmenter/`` only when its weights are finite and its held-out mean IoU is not
+below the serving one's, else it goes to ``xflow_segmenter.rejected/``; ``train_stats.json``
+says which and why.
 
-1. reads every (image, final label) pair of the datastore (``datastore.datalist()``);
-2. splits each finding's label into connected components; each component is one training
-   sample (specks left out, at most 8 per image, the largest:
-   :func:`monailabel_xflow.training.promotion.component_prompts`);
-   all-zero ("no finding") labels give none and are skipped (they teach the policies, not F_seg);
-3. runs the package's F_seg trainer
-   (:func:`monailabel_xflow.training.segmenter.finetune_segmenter`: jittered box + click
-   prompts, 20·focal + dice + IoU loss, AdamW, the paper's recipe) for ``steps`` optimiser steps;
-4. checks the result on held-out labels (every 5th labeled image, which it did not train on): it
-   **replaces the serving segmenter only when its weights are finite and its held-out mean IoU is
-   not below the serving one's** (:mod:`monailabel_xflow.training.promotion`); then it
-   is saved in ``<model_dir>/xflow_segmenter/`` (``save_pretrained``, loadable by
-   :func:`monailabel_xflow.segmenter.loading.load_segmenter`), otherwise in
-   ``<model_dir>/xflow_segmenter.rejected/`` with the reason logged and in the stats;
-5. writes ``train_stats.json`` beside it (``promoted``, ``reason``, the held-out IoUs).
-
-Progress and outcome use the keys MONAI Label's own trainers publish
-(``monailabel.tasks.train.handler.prepare_stats``) and 3D Slicer's module reads
-(``MONAILabel.py`` ``monitorTraining`` / ``updateGUIFromParameterNode``): ``epoch`` and
-``total_epochs`` count optimiser steps (done / asked; :class:`TrainProgress` rewrites the file
-after every step, so Slicer's bar moves), ``current_time`` while running and ``total_time`` when
-done, ``start_ts``, and ``best_metric``: the held-out mean IoU of the segmenter that serves after
-the run (Slicer's accuracy bar; the previous value while running, 0 when never measured).
-``promoted`` / ``reason`` say what happened to the result ("kept aside: held-out IoU ... is below
-the serving segmenter's ...").
-
-Request parameters are validated by :func:`train_params` (also before the subprocess starts).
-The serving app picks promoted weights up at the next request (see
-:meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`). The policies' trainers come from
-:mod:`monailabel_xflow.training`; this task trains F_seg only.
+Progress uses the keys MONAI Label's trainers publish and 3D Slicer reads (``epoch`` /
+``total_epochs`` count optimiser steps, rewritten after every step by :class:`TrainProgress`;
+``best_metric`` is the serving segmenter's held-out mean IoU). Parameters are checked by
+:func:`~monailabel_xflow.task_options.train_params`, also before the subprocess starts. The serving
+app picks promoted weights up at the next request (:meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`).
 """
 
 from __future__ import annotations
@@ -47,41 +26,18 @@ from typing import Any
 
 from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
 from monailabel_xflow.app.wraps import upstream_class
+from monailabel_xflow.task_options import TRAIN_DEFAULTS, train_params
 from monailabel_xflow.training.promotion import finetune_from_labels
 
 logger = logging.getLogger(__name__)
-
-TRAIN_LIMITS = {"steps": (1, 2000), "batch": (1, 16), "seed": (0, 2**31 - 1)}
-LR_RANGE = (1e-8, 1e-2)
-"""Train request bounds (422 outside): ``steps`` 1..2000 optimiser steps, ``batch`` 1..16 prompts
-per step, ``seed`` 0..2^31-1, ``lr`` a finite number in [1e-8, 1e-2]."""
-
-
-def train_params(request: Mapping[str, Any]) -> dict[str, Any]:
-    """The train request's ``steps``, ``lr``, ``batch``, ``seed``, parsed strictly and bounded
-    (defaults: :meth:`XFlowSegmenterTrainTask.config`).
-
-    Raises:
-        RequestError: a non-number, non-finite, non-integral or out-of-range value (422).
-    """
-    from monailabel_xflow.app.requests import as_float, as_int
-
-    defaults = XFlowSegmenterTrainTask.DEFAULTS
-    out: dict[str, Any] = {k: as_int(request.get(k), k, lo, hi, defaults[k]) for k, (lo, hi) in TRAIN_LIMITS.items()}
-    out["lr"] = as_float(request.get("lr"), "lr", *LR_RANGE, default=defaults["lr"])
-    return out
 
 
 STATS_FILE = "train_stats.json"
 
 
 class TrainProgress:
-    """Publishes a training run's progress in ``train_stats.json`` under MONAI Label's keys.
-
-    Args:
-        path: the stats file (``<model_dir>/train_stats.json``), rewritten atomically.
-        total: optimiser steps asked (published as ``total_epochs``).
-    """
+    """Publishes a run's progress in ``train_stats.json`` (rewritten atomically) under MONAI Label's
+    keys; ``total`` optimiser steps are published as ``total_epochs``."""
 
     def __init__(self, path: str | os.PathLike, total: int):
         import datetime
@@ -138,19 +94,14 @@ TrainTask: Any = upstream_class("monailabel.interfaces.tasks.train.TrainTask")
 
 
 class XFlowSegmenterTrainTask(TrainTask):
-    """MONAI Label train task running :func:`finetune_segmenter` on the final labels.
-
-    Args:
-        runtime: the app's model configuration (the segmenter to start from).
-        model_dir: where the fine-tuned segmenter and its stats go.
-    """
+    """MONAI Label train task fine-tuning F_seg on the final labels into ``model_dir``."""
 
     def __init__(self, runtime: XFlowRuntime, model_dir: str | os.PathLike):
         super().__init__("Fine-tune XFlow's segmenter F_seg (prompt encoder + mask decoder) on saved final labels")
         self.runtime = runtime
         self.model_dir = Path(model_dir)
 
-    DEFAULTS: dict[str, Any] = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+    DEFAULTS: dict[str, Any] = TRAIN_DEFAULTS
 
     def config(self) -> dict[str, Any]:
         return dict(self.DEFAULTS)

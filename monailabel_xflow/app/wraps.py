@@ -1,11 +1,10 @@
 """What the app takes from MONAI Label: its base classes (:func:`upstream_class`) and the one registry
-of the app's wraps of its functions (the guard's, Slicer's).
+of the app's wraps of its functions.
 
-MONAI Label's routes look their endpoint functions up at call time, so the app changes what a
-route does by replacing the function on its module or class. Each wrapping layer
-(:mod:`.guard`, then :mod:`.slicer`) wraps whatever serves the name when it installs, and keeps
-that upstream under a marker of its own (``_xflow_<layer>_upstream_<name>``): two layers never
-share a marker, so one cannot hide the other's (they did once), and installing twice is a no-op.
+MONAI Label's routes look their endpoint functions up at call time, so a route changes when its
+function is replaced. Each wrapping layer (:mod:`.guard`, then :mod:`.slicer`) keeps what it wrapped
+under a marker of its own (``_xflow_<layer>_upstream_<name>``), so one layer never hides another's
+and installing twice is a no-op.
 """
 
 from __future__ import annotations
@@ -31,18 +30,9 @@ def _marker(name: str, layer: str) -> str:
 
 
 def wrap(owner: Any, name: str, layer: str, replacement: Callable[..., Any], static: bool = False) -> bool:
-    """Replace ``owner.<name>`` by ``replacement`` for ``layer``, once.
-
-    Args:
-        owner: a module or class of MONAI Label.
-        name: the attribute replaced.
-        layer: the wrapping layer (``"guard"``, ``"slicer"``).
-        replacement: the new function; it reaches what it wraps with :func:`upstream`.
-        static: a class's static method (kept static).
-
-    Returns:
-        Whether the wrap was installed now (False: ``layer`` had wrapped it before).
-    """
+    """Replace ``owner.<name>`` (a MONAI Label module or class attribute) by ``replacement`` for
+    ``layer``, once; ``replacement`` reaches what it wraps with :func:`upstream`. Returns whether it
+    was installed now (False: ``layer`` had wrapped it before)."""
     marker = _marker(name, layer)
     if marker in vars(owner):
         return False

@@ -1,22 +1,10 @@
 """The MONAI Label app: :class:`XFlowApp`, what the server instantiates, and the checks around it.
 
-MONAI Label loads an app from a folder's ``main.py`` (the first class there whose direct base is
-``MONAILabelApp``) and writes ``logs/``, ``model/``, ``lib/`` and ``bin/`` into that folder. The app
-therefore lives here, in the package, and the folder MONAI Label gets is a *workspace* outside
-it whose ``main.py`` only imports :class:`XFlowApp` (``xflow serve`` writes it:
-:mod:`monailabel_xflow.commands.serve`), so an installed wheel serves without a repository and
-never writes into site-packages.
-
-``--conf`` keys (``xflow serve --conf KEY VALUE``; MONAI Label passes them as ``conf``):
-
-* ``models_file``: the model configuration file (YAML, :mod:`monailabel_xflow.workflow.model_config`;
-  else env ``XFLOW_MODELS``, else the committed demo); ``xflow serve --models PATH`` sets it.
-  ``models`` is its old name, still read, with a deprecation warning: in MONAI Label's sample
-  apps ``--conf models`` is a comma-separated list of task names to enable, while this app
-  always registers all its tasks (:func:`app_conf`).
-* ``model_dir``: where training writes the fine-tuned segmenter (default ``<workspace>/model``).
-* ``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (``true``: the ``xflow`` and
-  ``rosalia`` tasks store every result as a DICOM SEG in the PACS unless a request says otherwise).
+MONAI Label loads an app from a folder's ``main.py`` and writes into that folder, so the app lives
+in the package and the folder is a workspace whose ``main.py`` only imports :class:`XFlowApp`
+(written by :mod:`monailabel_xflow.commands.serve`). ``--conf`` keys: ``models_file`` (``models``
+is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspace>/model``),
+``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option).
 """
 
 from __future__ import annotations
@@ -36,14 +24,9 @@ logger = logging.getLogger(__name__)
 
 
 class XFlowApp(MONAILabelApp):
-    """XFlow and ROSALIA behind MONAI Label's REST API (task names: ``docs/app.md``).
-
-    Args:
-        app_dir: the workspace folder MONAI Label was started with (its ``main.py`` imports this
-            class); logs and, unless ``conf["model_dir"]`` says otherwise, trained models go there.
-        studies: a studies folder or a DICOMweb URL.
-        conf: the ``--conf`` keys (module docstring).
-    """
+    """XFlow and ROSALIA behind MONAI Label's REST API (task names: ``docs/app.md``); ``app_dir`` is
+    the workspace (logs, and trained models unless ``conf["model_dir"]``), ``studies`` a folder or
+    a DICOMweb URL."""
 
     def __init__(self, app_dir: str, studies: str, conf: Mapping[str, str]):
         from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
@@ -101,12 +84,8 @@ class XFlowApp(MONAILabelApp):
 
 
 def app_conf(conf: Mapping[str, str] | None) -> dict[str, str]:
-    """``conf`` with the model configuration file under ``models``, the key the runtimes read.
-
-    ``models_file`` is the documented key; ``models`` still works and logs a deprecation
-    warning (in MONAI Label's sample apps ``--conf models`` lists task names). Both given:
-    ``models_file`` wins, with a warning when they differ.
-    """
+    """``conf`` with the model configuration file under ``models``, the key the runtimes read:
+    ``models_file`` wins; ``models`` alone works with a deprecation warning."""
     conf = dict(conf or {})
     named, old = conf.get("models_file"), conf.get("models")
     if named:
@@ -172,14 +151,14 @@ def confined_image(image: Any, datastore: Any) -> tuple[str, str | None]:
 
     Inside the guarded infer route (:func:`~monailabel_xflow.app.guard.upload_paths_allowed`)
     the server's own upload or session path is accepted; otherwise ``image`` is an id
-    (:func:`~monailabel_xflow.app.requests.check_id`) that the datastore resolves.
+    (:func:`~monailabel_xflow.parameters.check_id`) that the datastore resolves.
 
     Raises:
         UnsafeIdError: not a plain id (400, the same answer whether or not such a file exists).
         ImageNotFoundError: a plain id the datastore does not hold (404).
     """
     from monailabel_xflow.app.guard import upload_paths_allowed
-    from monailabel_xflow.app.requests import check_id
+    from monailabel_xflow.parameters import check_id
 
     if (
         upload_paths_allowed()
@@ -206,7 +185,8 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
     ``save_label`` (batch infer) the result is saved under a checked tag through the datastore.
     """
     from monailabel_xflow.app.guard import upload_paths_allowed
-    from monailabel_xflow.app.requests import as_bool, check_id, take_label_name
+    from monailabel_xflow.app.requests import take_label_name
+    from monailabel_xflow.parameters import as_bool, check_id
 
     with http_errors("infer"):
         request = dict(request)
@@ -235,15 +215,9 @@ def checked_infer(app: Any, upstream: Callable[..., Any], request: Mapping[str, 
 
 
 def store_result_seg(datastore: Any, image_id: str | None, result: Any) -> None:
-    """The ``store_seg`` option of the ``xflow`` and ``rosalia`` tasks: the result's label map as a
-    DICOM SEG in the image's study (its ``params`` gain ``seg_series``). The task validated the
-    option and left ``params["store_seg"] = {"findings": [...], "algorithm": "XFlow" | "ROSALIA",
-    "masks": {finding: bool (H, W)}}`` (:class:`~monailabel_xflow.app.task.AnswerTask`); only the
-    app holds the datastore. The label map is painted from those masks: the image is not decoded
-    again and the label file not read back.
-
-    An uploaded image has no study to store into: ``seg_series`` is then None and
-    ``seg_not_stored`` says why.
+    """The ``store_seg`` option: the result's masks (left by the task in ``params["store_seg"]``:
+    findings, algorithm, ``{finding: bool (H, W)}``) as a DICOM SEG in the image's study; ``params``
+    gain ``seg_series`` (None for an upload, with ``seg_not_stored`` saying why).
 
     Raises:
         RequestError: ``store_seg`` asked of a datastore that is not a DICOMweb PACS.

@@ -37,8 +37,9 @@ order (later wins), as the ``xflow`` task paints its label maps. Anything else i
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -394,3 +395,105 @@ def read_seg(dataset: Any, shape: tuple[int, int] | None = None) -> np.ndarray:
     for finding in sorted(masks, key=FINDINGS.index):
         label[masks[finding]] = FINDINGS.index(finding) + 1
     return label
+
+
+# --- SEG series over DICOMweb ----------------------------------------------------------------
+
+
+def seg_series_metadata(client: Any, study_uid: str, series_uid: str) -> Any:
+    """The first instance's metadata of a series as a ``pydicom.Dataset``, None when the PACS has none."""
+    import pydicom
+
+    meta = client.retrieve_series_metadata(study_uid, series_uid)
+    return pydicom.Dataset.from_json(meta[0]) if meta else None
+
+
+def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[Path]:
+    """Download a SEG series over DICOMweb into ``folder`` (created) as stored, one
+    ``<SOPInstanceUID>.dcm`` per instance; returns the files.
+
+    ``transfer-syntax=*`` matters: a PACS asked for its default syntax must transcode, which
+    Orthanc 1.10 cannot do for some SEGs (HTTP 500); pydicom decodes what OHIF stores itself.
+
+    Args:
+        client: a ``dicomweb_client.DICOMwebClient``.
+
+    Raises:
+        LabelError: the PACS does not list the series.
+    """
+    import pydicom
+
+    found = [
+        pydicom.Dataset.from_json(s) for s in client.search_for_series(search_filters={"SeriesInstanceUID": series_uid})
+    ]
+    found = [s for s in found if str(s.get("SeriesInstanceUID", "")) == series_uid]
+    if not found:
+        raise LabelError(f"SEG series {series_uid} is not in the PACS")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for ds in client.retrieve_series(
+        str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
+    ):
+        files.append(folder / f"{ds.SOPInstanceUID}.dcm")
+        ds.save_as(str(files[-1]), write_like_original=False)
+    return files
+
+
+# --- which SEG of a PACS is what ---------------------------------------------------------------
+
+PREANNOTATION_CONTENT_LABEL = "XFLOW_AUTO"
+"""ContentLabel of SEGs that XFlow stored unreviewed (``store_seg``, ``xflow preannotate``): viewers
+show them, but the datastore does not count them as labels (training on the model's own answers
+would teach it nothing). A person who corrects one and stores it (3D Slicer, another SEG tool) makes a new
+SEG, which counts."""
+LABEL_CONTENT_LABEL = "XFLOW"
+
+
+def referenced_series(meta: Any) -> str | None:
+    """The SeriesInstanceUID of the image a SEG's metadata refers to (None when it names none)."""
+    refs = meta.get("ReferencedSeriesSequence") if meta is not None else None
+    return str(refs[0].SeriesInstanceUID) if refs else None
+
+
+def xflow_answers(metas: Iterable[Any]) -> dict[str, set[str]]:
+    """``{image SeriesInstanceUID: findings}`` of XFlow's stored answers among SEG ``metas``
+    (:data:`PREANNOTATION_CONTENT_LABEL`, ManufacturerModelName ``XFlow`` or unset; ROSALIA's
+    are not XFlow's)."""
+    out: dict[str, set[str]] = {}
+    for meta in metas:
+        image = referenced_series(meta)
+        if image is None or str(meta.get("ContentLabel", "")) != PREANNOTATION_CONTENT_LABEL:
+            continue
+        if str(meta.get("ManufacturerModelName", "") or "XFlow") != "XFlow":
+            continue
+        found = out.setdefault(image, set())
+        for segment in meta.get("SegmentSequence", []):
+            with contextlib.suppress(ValueError):
+                finding = finding_of_segment(segment)
+                if finding:
+                    found.add(finding)
+    return out
+
+
+def newest_label_segs(
+    series: Iterable[tuple[Any, Any]], images: Container[str], skip: Container[str]
+) -> dict[str, str]:
+    """``{image SeriesInstanceUID: SEG SeriesInstanceUID}``: for each of ``images`` its newest SEG
+    that is a label (not :data:`PREANNOTATION_CONTENT_LABEL`, not in ``skip``), newest by
+    SeriesDate + SeriesTime, then ContentDate + ContentTime.
+
+    Args:
+        series: ``(QIDO row, metadata or None)`` pairs of the PACS's SEG series.
+    """
+    newest: dict[str, tuple[str, str]] = {}
+    for row, meta in series:
+        image = referenced_series(meta)
+        if image is None or image not in images or str(row.SeriesInstanceUID) in skip:
+            continue
+        if str(meta.get("ContentLabel", "")) == PREANNOTATION_CONTENT_LABEL:
+            continue
+        stamp = "".join(str(meta.get(k, "") or "") for k in ("SeriesDate", "SeriesTime", "ContentDate", "ContentTime"))
+        if image not in newest or stamp >= newest[image][0]:
+            newest[image] = (stamp, str(row.SeriesInstanceUID))
+    return {image: seg for image, (_, seg) in newest.items()}
