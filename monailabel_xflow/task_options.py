@@ -38,6 +38,7 @@ from monailabel_xflow.parameters import (
     number_lists,
     short,
 )
+from monailabel_xflow.policy.base import MAX_CLICKS_LIMIT
 from monailabel_xflow.transforms.labels import RESULT_DTYPES, RESULT_EXTENSIONS
 from monailabel_xflow.vocabulary import ALL_ZONES, FINDINGS, LUNGS, label_value
 
@@ -56,9 +57,6 @@ LABEL_VALUE_CHOICES: list[str] = ["answer", "findings"]
 
 
 REVISE_CHOICES: list[str] = ["false", "true"]
-
-
-MAX_CLICKS_LIMIT = 16
 
 
 def as_max_clicks(value: Any) -> int | None:

@@ -24,11 +24,11 @@ LAYERS = {
     "parameters": 0,  # request values parsed and bounded (ids, numbers, JSON objects)
     "transforms": 1,  # loading one radiograph
     "instructions": 2,  # language -> Instruction
-    "task_options": 2,  # what a task request asks (instructions, label numbering, clicks), parsed
     "data": 3,  # phantoms, the MIMIC-ILS format, dataset readers
     "segmenter": 4,  # F_seg
     "policy": 5,  # protocol, conversation, π_init / π_rev, the oracle
     "workflow": 6,  # XFlow: Stage 1, the Stage 2 loop, traces, model configuration
+    "task_options": 6,  # what a task request asks (instructions, label numbering, clicks), parsed
     "training": 7,
     "rosalia": 8,  # the baseline (model, predictor, its training)
     "eval": 9,
