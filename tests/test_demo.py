@@ -389,7 +389,10 @@ def test_recipe_packages_the_pre_trained_tower_and_can_freeze_it(quick_model, tm
     model = tmp_path / "model"
     base = load_file(str(model / "base/model.safetensors"))
     assert all(np.array_equal(base[k], pre[k]) for k in tower)
-    init, rev = load_file(str(model / "init/adapter_model.safetensors")), load_file(str(model / "rev/adapter_model.safetensors"))
+    init, rev = (
+        load_file(str(model / "init/adapter_model.safetensors")),
+        load_file(str(model / "rev/adapter_model.safetensors")),
+    )
     assert not [k for k in init if "vision_tower" in k] and [k for k in rev if "vision_tower" in k]
     info = json.loads((model / "recipe.json").read_text())
     assert info["done"]["vision-pretrain"]["result"]["reused_from"] == str(work / "pretrained")

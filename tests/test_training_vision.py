@@ -56,8 +56,10 @@ def test_vision_pretraining_raises_held_out_presence_accuracy(tmp_path, tiny_vlm
     rows = _rows(tmp_path / "ph", 40)
     summary = pretrain_vision(tiny_vlm.base, rows, tmp_path / "pre", 60, batch=8, lr=3e-3, holdout=0.25, progress=False)
     before, after = summary["held_out_before"], summary["held_out_after"]
-    print(f"\nvision pre-training: loss {summary['loss_first_last']}, held-out balanced accuracy "
-          f"{before['balanced_accuracy']:.3f} -> {after['balanced_accuracy']:.3f}")
+    print(
+        f"\nvision pre-training: loss {summary['loss_first_last']}, held-out balanced accuracy "
+        f"{before['balanced_accuracy']:.3f} -> {after['balanced_accuracy']:.3f}"
+    )
     assert summary["held_out_images"] == 10 and summary["images"] == 30
     first, last = summary["loss_first_last"]
     assert last < 0.6 * first

@@ -245,7 +245,11 @@ def pretrain_vision(
     n_held = int(round(holdout * len(order)))
     held_idx, train_idx = torch.from_numpy(order[:n_held]), torch.from_numpy(order[n_held:])
     held = VisionSet(
-        data.pixels[held_idx], data.cells[held_idx], data.questions[held_idx], data.keys, [data.images[i] for i in held_idx]
+        data.pixels[held_idx],
+        data.cells[held_idx],
+        data.questions[held_idx],
+        data.keys,
+        [data.images[i] for i in held_idx],
     )
     hidden = int(model.config.get_text_config().hidden_size)
     heads = _Heads(hidden, FINDINGS, data.keys, tokens)
