@@ -155,7 +155,7 @@ def test_quick_recipe_writes_a_loadable_model(quick_model):
     ):
         assert (quick_model / rel).is_file(), rel
     info = json.loads((quick_model / "recipe.json").read_text())
-    assert set(info["phases_seconds"]) >= {"init-sft", "rev-sft", "init-rl", "total"}
+    assert set(info["phases_seconds"]) >= {"vision-pretrain", "init-sft", "rev-sft", "init-rl", "total"}
     assert any(k.startswith("segmenter") for k in info["phases_seconds"])
     # the auxiliary head is training-only: nothing of it in the saved adapter
     from safetensors import safe_open
@@ -366,6 +366,39 @@ def test_recipe_fine_tunes_only_f_seg_when_asked(quick_model, tmp_path):
     assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)  # F_seg trained further
     info = json.loads((model / "recipe.json").read_text())
     assert "init-sft" not in info["done"] and info["recipe"]["seg_revision_clicks"] == 2
+
+
+def test_recipe_packages_the_pre_trained_tower_and_can_freeze_it(quick_model, tmp_path):
+    """vision_from reuses a pre-trained base (the packaged base/ is it, not the random one);
+    sft_vision_lr_scale=0 leaves π_init's adapter without a tower copy while π_rev trains its own,
+    and the packaged model still runs both stages."""
+    from safetensors.numpy import load_file
+
+    from monailabel_xflow.training.demo import main
+    from monailabel_xflow.transforms import load_cxr
+    from monailabel_xflow.workflow.xflow import XFlow
+
+    work = quick_model.parent / "work" / "vlm"
+    pre, random = load_file(str(work / "pretrained/model.safetensors")), load_file(str(work / "base/model.safetensors"))
+    tower = [k for k in pre if "vision_tower" in k]
+    assert tower and any(not np.array_equal(pre[k], random[k]) for k in tower)  # the phase trained it
+    args = ["--quick", "--out", str(tmp_path), "--no-progress", "--set", f"vision_from={work / 'pretrained'}"]
+    for kv in ("sft_vision_lr_scale=0", "aux_weight=0", "rl_steps_rev=0", "rev_components=2", "parallel=false"):
+        args += ["--set", kv]
+    assert main(args + ["--set", f"segmenter_from={quick_model / 'segmenter'}"]) == 0
+    model = tmp_path / "model"
+    base = load_file(str(model / "base/model.safetensors"))
+    assert all(np.array_equal(base[k], pre[k]) for k in tower)
+    init, rev = (
+        load_file(str(model / "init/adapter_model.safetensors")),
+        load_file(str(model / "rev/adapter_model.safetensors")),
+    )
+    assert not [k for k in init if "vision_tower" in k] and [k for k in rev if "vision_tower" in k]
+    info = json.loads((model / "recipe.json").read_text())
+    assert info["done"]["vision-pretrain"]["result"]["reused_from"] == str(work / "pretrained")
+    flow = XFlow.from_config(ModelConfig.from_file(model / "models.yaml"))
+    image, _ = load_cxr(_sample_image())
+    assert flow.run(image, "Segment the effusion in the left lung.").mask.shape == image.shape
 
 
 def test_balanced_revisions_caps_stop_only_trajectories_and_keeps_every_clicking_one():

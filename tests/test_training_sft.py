@@ -324,6 +324,35 @@ def test_rev_sft_warm_starts_from_init_and_loads_as_rev(init_sft, vlm, tmp_path)
     assert isinstance(text, str)
 
 
+def test_rev_sft_trains_a_tower_warm_started_from_a_frozen_tower_init(vlm, tmp_path):
+    """π_init trained with the tower frozen (vision_lr_scale 0) saves no tower; π_rev warm-started
+    from it with the tower trained starts from the base's tower and saves its own copy."""
+    import torch
+    from datasets import Dataset
+    from safetensors.torch import load_file
+
+    from monailabel_xflow.training.sft import load_policy_model, train_sft
+
+    init_out = tmp_path / "init"
+    rows = Dataset.from_list(init_sft_rows(tmp_path / "data", 2))
+    train_sft("init-sft", rows, vlm.base, init_out, sft_config(max_steps=1, vision_lr_scale=0.0), progress=False)
+    assert not [k for k in load_file(str(init_out / "adapter_model.safetensors")) if "vision_tower" in k]
+    model, _ = load_policy_model(vlm.base, 4, 8, train_vision=True, init_from=init_out)
+    params = dict(model.named_parameters())
+    copies = [k for k in params if ".modules_to_save.default." in k and "vision_tower" in k]
+    assert copies and all(
+        torch.equal(params[k], params[k.replace(".modules_to_save.default.", ".original_module.")]) for k in copies
+    )
+    out = tmp_path / "rev"
+    rev_rows = Dataset.from_list(rev_sft_rows(tmp_path / "rev-data"))
+    summary = train_sft(
+        "rev-sft", rev_rows, vlm.base, out, sft_config("rev-sft", max_steps=2), init_from=init_out, progress=False
+    )
+    assert summary["vision_trained"] and [
+        k for k in load_file(str(out / "adapter_model.safetensors")) if "vision_tower" in k
+    ]
+
+
 def test_aux_loss_is_refused_where_there_is_no_mask(vlm, tmp_path):
     from datasets import Dataset
 

@@ -17,6 +17,11 @@ real training runs, at a size a CPU trains:
 3. **Base VLM**: a randomly initialised ``Gemma3ForConditionalGeneration`` of :data:`DEMO_VLM_SPEC`'s size
    (128 px images, patch 16, 16 image tokens; 128-wide vision and text) with the offline
    tokenizer of :mod:`~monailabel_xflow.policy.configs` (single-digit tokens, protocol tags).
+3b. **Vision pre-training** (``vision_steps > 0``): the base's tower and projector trained alone
+   on every ``init-sft`` question, presence per finding and region plus lesion cells per finding
+   (:mod:`~monailabel_xflow.training.vision_pretrain`), the stand-in for MedGemma's pretrained
+   image encoder; the policies start from that base (``sft_vision_lr_scale`` 0 keeps it frozen
+   in π_init SFT).
 4. **π_init SFT** on ``init-sft`` rows (:mod:`~monailabel_xflow.training.builders`),
    presence-balanced (:func:`balanced_presence`: phantom questions are ~13 % positive), with
    :func:`~monailabel_xflow.training.sft.train_sft` and the auxiliary mask loss **on**, one
@@ -111,6 +116,16 @@ class DemoRecipe:
             presence-balanced rows (:func:`balanced_presence`).
         aux_weight: weight of the auxiliary mask loss in π_init SFT (a probe with one channel used
             1.0; the per-finding loss is a mean over seven mostly empty channels).
+        vision_steps / vision_batch / vision_lr: the vision-tower pre-training phase
+            (:func:`~monailabel_xflow.training.vision_pretrain.pretrain_vision`: presence per
+            finding and region, lesion cells per finding, on the training phantoms) before π_init
+            SFT; 0 steps skips it (the tower is then trained from nothing during SFT).
+        vision_from: a vision-pre-trained base folder (model + processor, e.g. ``work/vlm/pretrained``
+            of an earlier run with the same phantoms) reused instead of running the phase.
+        sft_vision_lr_scale: learning rate of the tower and projector in π_init SFT, relative to
+            ``sft_lr`` (0 freezes them: π_init's adapter then carries no copy of the tower).
+        rev_vision_lr_scale: the same for π_rev SFT (its observations are overlays the
+            pre-training never showed, so its tower may need to move).
         rev_components: at most this many lesion components become π_rev trajectories.
         rev_stop_ratio: at most this many stop-only trajectories per clicking one in π_rev SFT
             (:func:`balanced_revisions`; 0: keep all).
@@ -151,6 +166,12 @@ class DemoRecipe:
     init_sft_steps: int = 2800
     rev_sft_steps: int = 500
     aux_weight: float = 5.0
+    vision_steps: int = 0
+    vision_batch: int = 32
+    vision_lr: float = 1e-3
+    vision_from: str = ""
+    sft_vision_lr_scale: float = 1.0
+    rev_vision_lr_scale: float = 1.0
     rev_components: int = 600
     rev_box_noise: float = 0.25
     rl_steps_init: int = 4
@@ -178,6 +199,8 @@ QUICK = DemoRecipe(
     sft_batch=2,
     init_sft_steps=2,
     rev_sft_steps=2,
+    vision_steps=2,
+    vision_batch=4,
     rev_components=12,
     rev_box_noise=0.1,
     rl_steps_init=1,
@@ -511,6 +534,26 @@ def reuse_segmenter(source: str | Path, seg_dir: Path) -> dict[str, Any]:
     return info
 
 
+def reuse_vision(source: str | Path, dest: Path) -> dict[str, Any]:
+    """Copy a vision-pre-trained base into ``dest`` (recipe field ``vision_from``).
+
+    Returns:
+        The phase record: the source's own ``xflow_vision.json`` (its figures and duration) and
+        where it came from.
+
+    Raises:
+        FileNotFoundError: ``source`` holds no ``config.json``.
+    """
+    source = Path(source)
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"vision_from: {source / 'config.json'} does not exist")
+    _copy_files(source, dest)
+    record = source / "xflow_vision.json"
+    info: dict[str, Any] = json.loads(record.read_text()) if record.is_file() else {}
+    info.update(reused_from=str(source))
+    return info
+
+
 @dataclass
 class _DemoRun:
     """One invocation of the recipe: its settings, folders and phase log, shared by the phases.
@@ -543,7 +586,9 @@ class _DemoRun:
 
     @property
     def base(self) -> Path:
-        return self.work / "vlm" / "base"
+        """The base VLM every policy phase starts from: the random one, or its vision-pre-trained
+        copy when the recipe pre-trains the tower."""
+        return self.work / "vlm" / ("pretrained" if self.recipe.vision_steps > 0 else "base")
 
     def build(self, kind: str, subset: Sequence, **kw) -> dict:
         """Builder rows of ``kind`` into ``work/built/<kind>``; returns the row and reject counts."""
@@ -565,7 +610,7 @@ class _DemoRun:
             learning_rate=r.sft_lr,
             lora_r=DEMO_VLM_SPEC["lora_r"],
             lora_alpha=DEMO_VLM_SPEC["lora_r"],
-            vision_lr_scale=1.0,
+            vision_lr_scale=r.sft_vision_lr_scale if stage == "init-sft" else r.rev_vision_lr_scale,
             aux_mask_loss_weight=aux,
             seed=r.seed,
         )
@@ -673,7 +718,34 @@ def finish_segmenter_phase(run: _DemoRun, pending: _PendingSegmenter | None) -> 
 def base_vlm_phase(run: _DemoRun) -> Path:
     """Phase ``base-vlm``: the random demo-size Gemma 3 in ``work/vlm/base``; returns that folder."""
     run.phases.run("base-vlm", lambda: str(build_demo_vlm(run.work / "vlm", run.recipe.seed)))
-    return run.base
+    return run.work / "vlm" / "base"
+
+
+def vision_pretrain_phase(run: _DemoRun) -> None:
+    """Phase ``vision-pretrain``: the random base's tower and projector pre-trained on every
+    ``init-sft`` row (:mod:`~monailabel_xflow.training.vision_pretrain`) into ``work/vlm/pretrained``,
+    which the policy phases then start from (``run.base``). Skipped at ``vision_steps == 0``."""
+    from monailabel_xflow.training import builders
+    from monailabel_xflow.training.vision_pretrain import pretrain_vision
+
+    r = run.recipe
+    if r.vision_steps <= 0:
+        return
+    if r.vision_from:
+        run.phases.run("vision-pretrain", reuse_vision, r.vision_from, run.base)
+        return
+    run.phases.run(
+        "vision-pretrain",
+        pretrain_vision,
+        run.work / "vlm" / "base",
+        builders.load_built(run.built / "init-sft"),
+        run.base,
+        r.vision_steps,
+        batch=r.vision_batch,
+        lr=r.vision_lr,
+        seed=r.seed,
+        progress=run.progress,
+    )
 
 
 def init_sft_phase(run: _DemoRun, json_path: str, cases: Sequence) -> Path:
@@ -690,6 +762,7 @@ def init_sft_phase(run: _DemoRun, json_path: str, cases: Sequence) -> Path:
     r = run.recipe
     lungs = builders.LungBoxes.for_dataset(Path(json_path).parent.parent)
     run.phases.run("build init-sft", run.build, "init-sft", cases, lung_boxes=lungs)
+    vision_pretrain_phase(run)
     init_sft = run.runs / "init-sft"
     balanced = balanced_presence(builders.load_built(run.built / "init-sft"), r.seed)
     warm = Path(r.init_from) if r.init_from else None
@@ -868,6 +941,21 @@ def model_card(recipe: DemoRecipe, info: dict[str, Any]) -> str:
     seconds = info.get("phases_seconds", {})
     times = "\n".join(f"| {k} | {v / 60:.1f} |" for k, v in seconds.items())
     seg = info.get("segmenter", {})
+    vision = info.get("done", {}).get("vision-pretrain", {}).get("result") or {}
+    if recipe.vision_steps > 0:
+        held = vision.get("held_out_after", {})
+        base_how = (
+            f"random initialisation (seed {recipe.seed}); then the vision tower and projector pre-trained "
+            f"{recipe.vision_steps} steps × {recipe.vision_batch} images, lr {recipe.vision_lr}, on presence per "
+            "finding and region and lesion cells per finding (`training/vision_pretrain.py`; held-out balanced "
+            f"presence accuracy {held.get('balanced_accuracy', float('nan')):.3f})"
+        )
+    else:
+        base_how = f"random initialisation (seed {recipe.seed})"
+
+    def tower(scale: float) -> str:
+        return "tower frozen (the base's)" if scale <= 0 else f"tower trained at {scale} × lr"
+
     return f"""# XFlow demo model (synthetic phantoms only)
 
 **Demo model trained on synthetic phantoms; not for clinical images.** It exists so that the
@@ -876,9 +964,9 @@ available. Its answers on real radiographs are meaningless.
 
 | part | architecture | how it was trained |
 |---|---|---|
-| `base/` | `Gemma3ForConditionalGeneration`, 128 px images, 16 image tokens, 128-wide 4-layer vision, 128-wide 2-layer text; offline tokenizer | random initialisation (seed {recipe.seed}) |
-| `init/` | π_init: peft LoRA r={DEMO_VLM_SPEC["lora_r"]} on the language model + trained vision tower | SFT {recipe.init_sft_steps} steps on presence-balanced questions, batch {recipe.sft_batch}, lr {recipe.sft_lr}, per-finding auxiliary mask loss {recipe.aux_weight} (training only, not saved); GRPO {recipe.rl_steps_init} steps |
-| `rev/` | π_rev: same form | SFT {recipe.rev_sft_steps} steps on oracle trajectories ({recipe.rev_components} lesion components), warm-started from π_init SFT; GRPO {recipe.rl_steps_rev} steps |
+| `base/` | `Gemma3ForConditionalGeneration`, 128 px images, 16 image tokens, 128-wide 4-layer vision, 128-wide 2-layer text; offline tokenizer | {base_how} |
+| `init/` | π_init: peft LoRA r={DEMO_VLM_SPEC["lora_r"]} on the language model; {tower(recipe.sft_vision_lr_scale)} | SFT {recipe.init_sft_steps} steps on presence-balanced questions, batch {recipe.sft_batch}, lr {recipe.sft_lr}, per-finding auxiliary mask loss {recipe.aux_weight} (training only, not saved); GRPO {recipe.rl_steps_init} steps, lr {recipe.rl_lr} |
+| `rev/` | π_rev: same form; {tower(recipe.rev_vision_lr_scale)} | SFT {recipe.rev_sft_steps} steps on oracle trajectories ({recipe.rev_components} lesion components, at most {recipe.rev_stop_ratio or "all"} stop-only per clicking one), warm-started from π_init SFT; GRPO {recipe.rl_steps_rev} steps with the IoU-gain reward |
 | `segmenter/` | `Sam3TrackerModel`, size "{recipe.seg_size}" of `sam3_configs`, {recipe.seg_image_size} px input | random initialisation; {recipe.seg_steps} steps × {recipe.seg_batch} prompts of the project trainer, end to end, lr {recipe.seg_lr}, focal weight {recipe.seg_focal_weight} (box-prompted IoU on training lesions: {seg.get("box_prompted_iou_train", float("nan")):.3f}) |
 
 Training data: {recipe.train_studies} phantom studies ({recipe.phantom_size} px) drawn with seed {recipe.seed}
@@ -891,7 +979,7 @@ Minutes per phase (as measured on the machine that built it):
 {times}
 
 Use: `models.yaml` (Stage 1 + Stage 2), `models-stage1.yaml` (Stage 1 only).
-Evaluation: `reports/demo-eval/` in the repository.
+Evaluation: `reports/phantom-benchmark/` in the repository.
 """
 
 
@@ -978,6 +1066,7 @@ def _recipe_from_args(args: argparse.Namespace) -> DemoRecipe:
         "segmenter_from": ("config.json", "model.safetensors"),
         "seg_init_from": ("config.json", "model.safetensors"),
         "init_from": ("adapter_config.json",),
+        "vision_from": ("config.json",),
         "rev_from": ("adapter_config.json",),
     }
     for key, names in reused.items():  # fail now, not after minutes of training

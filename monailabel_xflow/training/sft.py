@@ -324,6 +324,7 @@ def load_policy_model(
     model = get_peft_model(model, policy_lora_config(r, alpha, train_vision))
     if init_from is not None:
         weights = load_peft_weights(str(init_from), device="cpu")
+        _fill_unsaved_copies(model, weights)
         result = set_peft_model_state_dict(model, weights, adapter_name="default")
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         missing = [k for k in (getattr(result, "missing_keys", []) or []) if "lora_" in k]
@@ -335,6 +336,21 @@ def load_policy_model(
             )
         log.info("warm-started adapter from %s (%d tensors)", init_from, len(weights))
     return model, processor
+
+
+def _fill_unsaved_copies(model, weights: dict) -> None:
+    """Give a warm start the tower copies its adapter does not carry, from the base model.
+
+    A π_init trained with the tower frozen saves no tower; π_rev warm-started from it with the
+    tower trained needs a starting copy for every peft ``modules_to_save`` wrapper: the base's
+    own (e.g. vision-pre-trained) weights, under the keys peft saves them with.
+    """
+    from peft.utils.other import ModulesToSaveWrapper
+
+    for name, module in model.named_modules():
+        if isinstance(module, ModulesToSaveWrapper):
+            for key, value in module.original_module.state_dict().items():
+                weights.setdefault(f"{name}.{key}", value)
 
 
 def set_vision_trainable(model, trainable: bool) -> int:
