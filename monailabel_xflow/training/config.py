@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.policy.base import MAX_CLICKS
 
 C = TypeVar("C")
 
@@ -81,7 +82,7 @@ class PolicyGRPOConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     kl_beta: float = 0.1
-    max_clicks: int = 4
+    max_clicks: int = MAX_CLICKS
     max_steps: int = -1
     seed: int = 0
 

@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from monailabel_xflow.policy.base import MAX_CLICKS
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -179,7 +181,7 @@ class DemoRecipe:
     rl_generations: int = 4
     rl_batch: int = 8
     rl_lr: float = 2e-5
-    max_clicks: int = 4
+    max_clicks: int = MAX_CLICKS
     parallel: bool = True
     seg_revision_clicks: int = 0
     rev_stop_ratio: float = 0.0
