@@ -194,16 +194,21 @@ class RosaliaDataset(torch.utils.data.Dataset):
         h, w = img.original
         mask = self._masks[ex.mask_path] if ex.mask_path is not None else np.zeros((h, w), bool)
         question = self.rng.choice(phrasings(ex.instruction)) if self.phrase else ex.instruction.text
-        txt = self.encoder.text(str(question), ex.answer)
-        return {
-            "input_ids": txt.input_ids,
-            "labels": txt.labels,
-            "seg_position": txt.prompt_length - 1,
-            "clip_pixels": img.clip_pixels,
-            "sam_pixels": img.sam_pixels,
-            "resized": img.resized,
-            "mask": torch.from_numpy(mask.astype(np.float32)),
-        }
+        return training_item(img, self.encoder.text(str(question), ex.answer), mask)
+
+
+def training_item(img: Any, txt: Any, mask: np.ndarray) -> dict[str, Any]:
+    """One example as :class:`RosaliaCollator` takes it: the encoder's image and text (answer
+    included) and the ``(H, W)`` ground-truth mask at the image's original size."""
+    return {
+        "input_ids": txt.input_ids,
+        "labels": txt.labels,
+        "seg_position": txt.prompt_length - 1,
+        "clip_pixels": img.clip_pixels,
+        "sam_pixels": img.sam_pixels,
+        "resized": img.resized,
+        "mask": torch.from_numpy(mask.astype(np.float32)),
+    }
 
 
 class RosaliaCollator:
@@ -304,18 +309,7 @@ def heldout_loss(model: RosaliaModel, examples: Sequence[RosaliaExample], batch:
             for ex in examples[start : start + batch]:
                 image, mask = load_example(ex)
                 img = model.encoder.image(image, equalise=False)
-                txt = model.encoder.text(ex.instruction.text, ex.answer)
-                items.append(
-                    {
-                        "input_ids": txt.input_ids,
-                        "labels": txt.labels,
-                        "seg_position": txt.prompt_length - 1,
-                        "clip_pixels": img.clip_pixels,
-                        "sam_pixels": img.sam_pixels,
-                        "resized": img.resized,
-                        "mask": torch.from_numpy(mask.astype(np.float32)),
-                    }
-                )
+                items.append(training_item(img, model.encoder.text(ex.instruction.text, ex.answer), mask))
             out = model(**collate(items))
             for k in sums:
                 sums[k] += float(out[k]) * len(items)

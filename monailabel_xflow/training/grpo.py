@@ -34,7 +34,6 @@ reference is trl's frozen copy of the starting adapter (``"ref"``).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.training import rewards
-from monailabel_xflow.training.config import ConfigError, PolicyGRPOConfig, to_dict
+from monailabel_xflow.training.config import ConfigError, PolicyGRPOConfig
 from monailabel_xflow.training.sft import check_columns, load_rows
 
 log = logging.getLogger(__name__)
@@ -354,10 +353,10 @@ def train_grpo(
     from trl import GRPOConfig
 
     from monailabel_xflow.training.sft import (
-        _drop_if_empty,
         batch_geometry,
         common_training_args,
         load_policy_model,
+        save_run,
         set_vision_trainable,
     )
 
@@ -414,27 +413,21 @@ def train_grpo(
     )
     trainer.train()
     history = trainer.state.log_history
-    if state.is_main_process:
-        trainer.model.save_pretrained(str(out_dir), selected_adapters=["default"])
-        _drop_if_empty(out_dir / "checkpoints")
-    summary = {
-        "trainer": stage,
-        "base": str(base),
-        "init_from": str(init_from) if init_from else None,
-        "rows": len(rows),
-        "config": to_dict(cfg),
-        "per_device_batch": per_device,
-        "grad_accum": accum,
-        "processes": state.num_processes,
-        "steps": trainer.state.global_step,
-        "max_new_tokens": max_new,
-        "reward": [h["reward"] for h in history if "reward" in h],
-        "losses": [h["loss"] for h in history if "loss" in h],
-        "rewards_per_term": {
+    return save_run(
+        trainer,
+        state,
+        out_dir,
+        stage=stage,
+        base=base,
+        init_from=init_from,
+        rows=len(rows),
+        cfg=cfg,
+        per_device=per_device,
+        accum=accum,
+        max_new_tokens=max_new,
+        reward=[h["reward"] for h in history if "reward" in h],
+        rewards_per_term={
             k: [h[k] for h in history if k in h]
             for k in sorted({k for h in history for k in h if k.startswith("rewards/")})
         },
-    }
-    if state.is_main_process:
-        (out_dir / "xflow_training.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    )

@@ -541,7 +541,40 @@ def train_sft(
         aux_weight=cfg.aux_mask_loss_weight,
     )
     result = trainer.train()
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return save_run(
+        trainer,
+        state,
+        out_dir,
+        stage=stage,
+        base=base,
+        init_from=init_from,
+        rows=len(rows),
+        cfg=cfg,
+        per_device=per_device,
+        accum=accum,
+        train_loss=float(result.training_loss),
+        vision_trained=vision_trained,
+        aux_mask_loss=[h["aux_mask_loss"] for h in trainer.state.log_history if "aux_mask_loss" in h],
+    )
+
+
+def save_run(
+    trainer: Any,
+    state: Any,
+    out_dir: Path,
+    *,
+    stage: str,
+    base: str | Path,
+    init_from: str | Path | None,
+    rows: int,
+    cfg: Any,
+    per_device: int,
+    accum: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Save a finished SFT or GRPO run: the LoRA adapter and ``xflow_training.json`` (main process
+    only), the summary both trainers write (``extra``: the trainer's own figures)."""
+    history = trainer.state.log_history
     if state.is_main_process:
         trainer.model.save_pretrained(str(out_dir), selected_adapters=["default"])
         _drop_if_empty(out_dir / "checkpoints")
@@ -549,16 +582,14 @@ def train_sft(
         "trainer": stage,
         "base": str(base),
         "init_from": str(init_from) if init_from else None,
-        "rows": len(rows),
+        "rows": rows,
         "config": to_dict(cfg),
         "per_device_batch": per_device,
         "grad_accum": accum,
         "processes": state.num_processes,
         "steps": trainer.state.global_step,
-        "losses": losses,
-        "train_loss": float(result.training_loss),
-        "vision_trained": vision_trained,
-        "aux_mask_loss": [h["aux_mask_loss"] for h in trainer.state.log_history if "aux_mask_loss" in h],
+        "losses": [h["loss"] for h in history if "loss" in h],
+        **extra,
     }
     if state.is_main_process:
         (out_dir / "xflow_training.json").write_text(json.dumps(summary, indent=2))
