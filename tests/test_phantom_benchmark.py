@@ -16,7 +16,7 @@ from monailabel_xflow.eval.phantom_benchmark import (
     stage2_effect,
 )
 from monailabel_xflow.geometry import mask_to_box
-from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.instructions import Instruction, parse_instruction
 from monailabel_xflow.policy.protocol import BoxRef, Stage1Output, format_stage1
 from monailabel_xflow.testing import ScriptedPolicy, ScriptedSegmenter, disk, ellipse
 from monailabel_xflow.workflow.xflow import XFlow
@@ -158,7 +158,14 @@ def test_command_runs_resumes_and_writes_the_report(bench_out, bench_models, cap
     out = bench_out
     summary = json.loads((out / "benchmark.json").read_text())
     assert summary["questions"] == 6
-    assert list(summary["methods"]) == ["never-present", "always-present", "stage1", "stage1+2", "oracle"]
+    assert list(summary["methods"]) == [
+        "never-present",
+        "always-present",
+        "question-only",
+        "stage1",
+        "stage1+2",
+        "oracle",
+    ]
     assert summary["protocol"]["split"] == "dev" and summary["protocol"]["seed"] == 1000
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["split"], manifest["seed"], manifest["questions"], manifest["size"]) == ("dev", 1000, 6, 128)
@@ -179,6 +186,21 @@ def test_command_runs_resumes_and_writes_the_report(bench_out, bench_models, cap
     )
     assert always["ci"]["n_acc"]["value"] == 0.0 and always["ci"]["f1"]["value"] == pytest.approx(2 / 3)
     assert 0.0 < always["ci"]["giou"]["value"] < 1.0
+    # the question-only baseline draws the whole region exactly when the question names >= 2 regions
+    # (zone-level positives list every zone their lesion touches), so it reads only the text
+    drawn = {
+        r["case_id"]: r["stats"]["pred_area"] > 0
+        for r in map(json.loads, (out / "question-only" / "results.jsonl").read_text().splitlines())
+    }
+    always_area = {
+        r["case_id"]: r["stats"]["pred_area"]
+        for r in map(json.loads, (out / "always-present" / "results.jsonl").read_text().splitlines())
+    }
+    for r in map(json.loads, (out / "stage1" / "results.jsonl").read_text().splitlines()):
+        assert drawn[r["case_id"]] == (len(parse_instruction(r["instruction"]).regions) >= 2)
+        assert always_area[r["case_id"]] > 0
+    claims = {c["claim"]: c for c in summary["bootstrap"]["claims"]}
+    assert claims["XFlow's zone-level presence beats reading the question alone (zone F1)"]["b"] == "question-only"
     ci = summary["methods"]["stage1"]["ci"]["giou"]
     assert ci["low"] <= ci["value"] <= ci["high"]
     md = (out / "benchmark.md").read_text()
@@ -460,3 +482,32 @@ def test_model_content_identity_follows_weights_not_cards_or_times(tmp_path):
     assert content_identity(model) == first
     (model / "weights.bin").write_bytes(b"\0\1\3")
     assert content_identity(model) != first
+
+
+def test_question_only_baseline_reads_the_number_of_regions_named(tmp_path):
+    """The text shortcut of the phantom questions: present (whole region) iff >= 2 regions named."""
+    from PIL import Image
+
+    from monailabel_xflow.data.export import GT_DIR
+    from monailabel_xflow.data.readers import EvalCase
+    from monailabel_xflow.eval.phantom_benchmark import baseline_predictors, region_mask
+
+    anatomy = np.zeros((10, 12), np.uint8)
+    for k in range(8):
+        anatomy[k, :] = k + 1
+    (tmp_path / GT_DIR / "anatomy").mkdir(parents=True)
+    Image.fromarray(anatomy).save(tmp_path / GT_DIR / "anatomy" / "p.png")
+    predict, identity = baseline_predictors()["question-only"]
+    assert identity == "baseline:question-only/1"
+    two = Instruction("edema", ("left upper zone lung", "left mid zone lung"))
+    for instruction, drawn in (
+        (two, region_mask(two, anatomy)),
+        (Instruction("edema", ("left upper zone lung",)), None),
+        (Instruction("edema", ("left lung",)), None),
+        (Instruction("edema", (), "global"), None),
+    ):
+        got = predict(EvalCase("c", tmp_path / "p.png", instruction, True))
+        if drawn is None:
+            assert got is None
+        else:
+            assert got is not None and got.any() and np.array_equal(got, drawn)

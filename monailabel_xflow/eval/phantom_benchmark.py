@@ -12,10 +12,13 @@ training never used, balanced over chest / lung / zone and positive / negative b
   truth (:class:`GroundTruthReviser`), the upper bound of what revision can add to these Stage 1
   boxes and this F_seg.
 
-and, always, two trivial baselines that look at nothing but the question (:data:`BASELINES`):
-``never-present`` (an empty mask for every question) and ``always-present`` (the whole region the
+and, always, three trivial baselines that look at nothing but the question (:data:`BASELINES`):
+``never-present`` (an empty mask for every question), ``always-present`` (the whole region the
 instruction names, from the phantom's true anatomy: the lung, the zones, or the chest = lungs and
-heart). A method is worth its compute only where it beats them.
+heart) and ``question-only`` (that whole region only when the question names two or more regions:
+the phantom questions' one text shortcut, as a zone-level positive lists every zone its lesion
+touches while a zone-level negative names one zone). A method is worth its compute only where it
+beats them; where it merely matches ``question-only`` it answers from the text, not the image.
 
 **Protocol.** Every choice (steps, variants, thresholds) is made on the *dev* seed
 (:data:`DEV_SEED`); the *test* seed (:data:`TEST_SEED`, ``--test``) is run once, for the report,
@@ -87,12 +90,13 @@ log = logging.getLogger(__name__)
 METHODS = ("rosalia", "stage1", "stage1+2", "oracle")
 """Every model method, in the order of the tables (Table 1 of the paper: the baseline first)."""
 
-BASELINES = ("never-present", "always-present")
+BASELINES = ("never-present", "always-present", "question-only")
 """The trivial baselines, in every table (they need no model and run in no time)."""
 
 METHOD_TITLES = {
     "never-present": "Trivial: never present",
     "always-present": "Trivial: always present, whole region",
+    "question-only": "Trivial: present, whole region, iff the question names ≥ 2 regions",
     "rosalia": "ROSALIA",
     "stage1": "XFlow Stage 1 only",
     "stage1+2": "XFlow Stage 1 + 2",
@@ -506,9 +510,13 @@ def baseline_predictors() -> dict[str, tuple[Callable[[EvalCase], np.ndarray | N
 
         return region_mask(case.instruction, np.asarray(Image.open(path)))
 
+    def question_only(case: EvalCase) -> np.ndarray | None:
+        return always(case) if len(case.instruction.regions) >= 2 else None
+
     return {
         "never-present": (lambda case: None, "baseline:never-present/1"),
         "always-present": (always, "baseline:always-present/1"),
+        "question-only": (question_only, "baseline:question-only/1"),
     }
 
 
@@ -788,6 +796,13 @@ CLAIMS = (
     ("XFlow's presence beats always answering present (F1)", "—", "f1", "stage1+2", "always-present"),
     ("ROSALIA's presence beats always answering present (F1)", "—", "f1", "rosalia", "always-present"),
     ("XFlow segments better than drawing the whole region (gIoU)", "—", "giou", "stage1+2", "always-present"),
+    (
+        "XFlow's zone-level presence beats reading the question alone (zone F1)",
+        "—",
+        "zone/f1",
+        "stage1+2",
+        "question-only",
+    ),
     ("ROSALIA segments better than drawing the whole region (gIoU)", "—", "giou", "rosalia", "always-present"),
     ("Oracle clicks add to Stage 1 (gIoU; headroom for revision, not a paper claim)", "—", "giou", "oracle", "stage1"),
 )
