@@ -421,3 +421,62 @@ def test_balanced_revisions_caps_stop_only_trajectories_and_keeps_every_clicking
     assert len(balanced_revisions(rows, 2.0)) == 3 + 6
     assert len(balanced_revisions(rows, 0.0)) == 10  # 0: keep all
     assert len(balanced_revisions(rows, 10.0)) == 10  # cannot keep more than there are
+
+
+def test_balanced_questions_draws_every_level_and_sign_alike():
+    from collections import Counter
+
+    from monailabel_xflow.data.readers import EvalCase
+    from monailabel_xflow.instructions import Instruction
+    from monailabel_xflow.training.demo import balanced_questions
+
+    def case(k: int, level: str, positive: bool) -> EvalCase:
+        regions = {"chest": (), "lung": ("left lung",), "zone": ("left lung base",)}[level]
+        kind = "global" if level == "chest" else "basic"
+        return EvalCase(f"c{k}", Path(f"{k}.png"), Instruction("edema", regions, kind), positive)
+
+    # phantom-like: ~13 % positive, so a uniform draw would be mostly "absent"
+    cases = [case(k, level, k % 8 == 0) for k, level in enumerate(["chest", "lung", "zone"] * 80)]
+    drawn = balanced_questions(cases, 36, np.random.default_rng(0))
+    counts = Counter((c.level, c.positive) for c in drawn)
+    assert set(counts.values()) == {6} and len(counts) == 6
+    assert len({c.case_id for c in drawn}) == len(drawn)  # without replacement
+    again = balanced_questions(cases, 36, np.random.default_rng(0))
+    assert [c.case_id for c in again] == [c.case_id for c in drawn]
+    # a stratum smaller than its share gives all it has
+    few = balanced_questions(cases, 600, np.random.default_rng(1))
+    assert Counter((c.level, c.positive) for c in few)[("lung", True)] == sum(
+        c.level == "lung" and c.positive for c in cases
+    )
+
+
+def test_recipe_runs_a_second_init_sft_round_from_the_first(quick_model, tmp_path):
+    """init_sft2_steps: phase init-sft-2 warm-starts from π_init's SFT adapter at its own rate and is
+    what π_init becomes (GRPO off); rl_temperature reaches the GRPO config."""
+    from safetensors.numpy import load_file
+
+    from monailabel_xflow.training.demo import main
+
+    args = ["--quick", "--out", str(tmp_path), "--no-progress"]
+    for kv in (
+        f"init_from={quick_model / 'init'}",
+        "init_sft_steps=0",
+        "init_sft2_steps=2",
+        "init_sft2_lr=0.0005",
+        "rl_steps_init=0",
+        f"rev_from={quick_model / 'rev'}",
+        f"segmenter_from={quick_model / 'segmenter'}",
+        "rl_temperature=0.5",
+        "parallel=false",
+        "threads=1",
+    ):
+        args += ["--set", kv]
+    assert main(args) == 0
+    info = json.loads((tmp_path / "model" / "recipe.json").read_text())
+    assert info["done"]["init-sft-2"]["result"]["steps"] == 2 and "init-sft" not in info["done"]
+    assert info["recipe"]["rl_temperature"] == 0.5
+    summary = json.loads((tmp_path / "work" / "runs" / "init-sft-2" / "xflow_training.json").read_text())
+    assert summary["config"]["learning_rate"] == 0.0005 and summary["init_from"] == str(quick_model / "init")
+    a = load_file(str(tmp_path / "model" / "init" / "adapter_model.safetensors"))
+    b = load_file(str(quick_model / "init" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)

@@ -66,6 +66,7 @@ __all__ = [
     "QUICK",
     "DEMO_VLM_SIZE",
     "DEMO_VLM_SPEC",
+    "balanced_questions",
     "build_demo_vlm",
     "export_heldout",
     "train_demo",
@@ -134,8 +135,18 @@ class DemoRecipe:
         rev_box_noise: edge jitter of the oracle's starting boxes (the paper's 0.1 leaves ~3 in 4
             of this F_seg's first masks above the 0.7 stop threshold, so π_rev would learn
             "stop" and little else; the demo π_init's boxes are also coarser than the paper's).
-        rl_steps_init / rl_steps_rev: GRPO steps (0 skips that phase).
+        init_sft2_steps / init_sft2_lr: a second π_init SFT round (phase ``init-sft-2``) warm-started
+            from the first's adapter, its schedule restarted at this peak rate (0 steps skips it).
+            On the demo's frozen pre-trained tower the first round's loss has flattened while its
+            presence answers are still poor; the second round is what makes them read the image.
+        rl_steps_init / rl_steps_rev: GRPO steps (0 skips that phase). π_init's GRPO questions are
+            drawn balanced over level × present/absent (:func:`balanced_questions`), as its SFT
+            rows are: drawn at random, ~87 % of phantom questions are negatives and the reward
+            would mostly teach "absent".
         rl_generations / rl_batch / rl_lr: GRPO group size, completions per step, learning rate.
+        rl_temperature: sampling temperature of the GRPO rollouts (the paper's 1.0 makes most of
+            the demo policy's 200-token Stage 1 samples ill-formed, so the group's rewards differ by
+            format noise rather than by the decision).
         max_clicks: Stage 2 budget at training and inference.
         parallel: train F_seg in a second process while π_init trains (one thread each).
         init_from: a π_init adapter folder its SFT warm-starts from ("": from scratch), e.g. the
@@ -166,6 +177,8 @@ class DemoRecipe:
     sft_batch: int = 8
     sft_lr: float = 1e-3
     init_sft_steps: int = 2800
+    init_sft2_steps: int = 0
+    init_sft2_lr: float = 5e-4
     rev_sft_steps: int = 500
     aux_weight: float = 5.0
     vision_steps: int = 0
@@ -181,6 +194,7 @@ class DemoRecipe:
     rl_generations: int = 4
     rl_batch: int = 8
     rl_lr: float = 2e-5
+    rl_temperature: float = 1.0
     max_clicks: int = MAX_CLICKS
     parallel: bool = True
     seg_revision_clicks: int = 0
@@ -310,6 +324,28 @@ def balanced_presence(rows, seed: int = 0, by: Sequence[str] = ("level", "findin
         return rows
     # flatten_indices: a shuffled view is slow to read row by row during training
     return rows.select(np.concatenate(chosen)).shuffle(seed=seed).flatten_indices()
+
+
+def balanced_questions(cases: Sequence, count: int, rng) -> list:
+    """About ``count`` questions drawn evenly from each level × present/absent stratum (without
+    replacement while a stratum lasts), in a random order.
+
+    Args:
+        cases: ``EvalCase`` questions.
+        count: how many to draw in all.
+        rng: a ``numpy.random.Generator``.
+    """
+    strata: dict[tuple[str, bool], list] = {}
+    for c in cases:
+        strata.setdefault((c.level, bool(c.positive)), []).append(c)
+    if not strata:
+        return []
+    per = -(-count // len(strata))  # ceil
+    chosen = []
+    for key in sorted(strata):
+        pool = strata[key]
+        chosen += [pool[k] for k in rng.permutation(len(pool))[:per]]
+    return [chosen[k] for k in rng.permutation(len(chosen))]
 
 
 def training_cases(json_path: Path):
@@ -599,8 +635,11 @@ class _DemoRun:
         report = builders.build(kind, subset, self.built / kind, seed=self.recipe.seed, progress=self.progress, **kw)
         return {"rows": report.rows, "rejected": report.rejected}
 
-    def sft(self, stage: str, steps: int, data: Any, dest: Path, init_from: Path | None, aux: float) -> dict:
-        """SFT of the base VLM's ``stage`` adapter into ``dest``; returns steps and first/last loss."""
+    def sft(
+        self, stage: str, steps: int, data: Any, dest: Path, init_from: Path | None, aux: float, lr: float | None = None
+    ) -> dict:
+        """SFT of the base VLM's ``stage`` adapter into ``dest`` (peak rate ``lr``, default
+        ``recipe.sft_lr``); returns steps and first/last loss."""
         from monailabel_xflow.training.config import load_config
         from monailabel_xflow.training.sft import train_sft
 
@@ -609,7 +648,7 @@ class _DemoRun:
             stage,
             max_steps=steps,
             effective_batch=r.sft_batch,
-            learning_rate=r.sft_lr,
+            learning_rate=r.sft_lr if lr is None else lr,
             lora_r=DEMO_VLM_SPEC["lora_r"],
             lora_alpha=DEMO_VLM_SPEC["lora_r"],
             vision_lr_scale=r.sft_vision_lr_scale if stage == "init-sft" else r.rev_vision_lr_scale,
@@ -639,6 +678,7 @@ class _DemoRun:
             effective_batch=r.rl_batch,
             num_generations=r.rl_generations,
             learning_rate=r.rl_lr,
+            temperature=r.rl_temperature,
             max_clicks=r.max_clicks,
             seed=r.seed,
         )
@@ -770,8 +810,23 @@ def init_sft_phase(run: _DemoRun, json_path: str, cases: Sequence) -> Path:
     warm = Path(r.init_from) if r.init_from else None
     if warm is not None and r.init_sft_steps == 0:  # π_init reused as it is (e.g. an F_seg-only change)
         log.info("demo: π_init reused from %s", warm)
-        return warm
-    run.phases.run("init-sft", run.sft, "init-sft", r.init_sft_steps, balanced, init_sft, warm, r.aux_weight)
+        init_sft = warm
+    else:
+        run.phases.run("init-sft", run.sft, "init-sft", r.init_sft_steps, balanced, init_sft, warm, r.aux_weight)
+    if r.init_sft2_steps > 0:
+        second = run.runs / "init-sft-2"
+        run.phases.run(
+            "init-sft-2",
+            run.sft,
+            "init-sft",
+            r.init_sft2_steps,
+            balanced,
+            second,
+            init_sft,
+            r.aux_weight,
+            r.init_sft2_lr,
+        )
+        init_sft = second
     return init_sft
 
 
@@ -830,7 +885,7 @@ def rl_phase(
     r = run.recipe
     init_final, rev_final = init_sft, rev_sft
     if r.rl_steps_init > 0:
-        rl_cases = [cases[k] for k in sorted(run.rng.permutation(len(cases))[: 4 * r.rl_batch * r.rl_steps_init])]
+        rl_cases = balanced_questions(cases, 4 * r.rl_batch * r.rl_steps_init, run.rng)
         run.phases.run("init-rl", run.rl, "init-rl", r.rl_steps_init, rl_cases, init_sft, run.runs / "init-rl", clicker)
         init_final = run.runs / "init-rl"
     if r.rl_steps_rev > 0 and not r.rev_from:
