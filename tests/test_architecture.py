@@ -145,19 +145,90 @@ def test_the_graph_sees_function_level_imports():
     assert "monailabel_xflow.segmenter.loading" in graph["monailabel_xflow.app.runtime"]
 
 
-def test_the_app_borrows_no_private_names():
-    """``app/`` modules use each other's (and the package's) public names only: no ``from ... import
-    _name`` of a package module, so every shared helper has a public home (issue 28)."""
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def borrowed_private_names(modules: dict[str, Path] | None = None) -> list[str]:
+    """Every place a package module imports or uses another package module's ``_private`` name.
+
+    Seen: ``from <package module> import _name`` (absolute or relative, function-level included)
+    and ``<alias>._name`` where ``<alias>`` is a package module bound by ``import ... as`` or
+    ``from ... import <module>`` (a dotted chain below it included). A module's own private names,
+    and dunders, are its own business.
+    """
+    modules = _modules() if modules is None else modules
     borrowed = []
-    for path in sorted((PACKAGE / "app").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("monailabel_xflow"):
-                borrowed += [
-                    f"{path.name}: {node.module}.{a.name}"
-                    for a in node.names
-                    if a.name.startswith("_") and not a.name.startswith("__")
-                ]
-    assert borrowed == []
+    for name, path in sorted(modules.items()):
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}  # local name -> package module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = name.split(".")[: None if is_package else -1]
+                    parts = parts[: len(parts) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                if base != "monailabel_xflow" and not base.startswith("monailabel_xflow."):
+                    continue
+                for a in node.names:
+                    if f"{base}.{a.name}" in modules:
+                        aliases[a.asname or a.name] = f"{base}.{a.name}"
+                    if _is_private(a.name) and base != name:
+                        borrowed.append(f"{name}:{node.lineno}: from {base} import {a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "monailabel_xflow":
+                        local = a.asname or "monailabel_xflow"
+                        aliases[local] = a.name if a.asname else "monailabel_xflow"
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+                continue
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in aliases:
+                target = ".".join([aliases[value.id]] + chain[::-1])
+                if target in modules and target != name:
+                    borrowed.append(f"{name}:{node.lineno}: {target}.{node.attr}")
+    return borrowed
+
+
+def test_no_module_borrows_another_modules_private_names():
+    """Modules use each other's public names only (issue 28 for ``app/``, issue 36 for the whole
+    package): a helper two modules share is public, documented and has one home."""
+    assert borrowed_private_names() == []
+
+
+def test_the_private_name_check_sees_each_kind_of_borrowing(tmp_path):
+    """The check above is not vacuous: each way of borrowing, written into a scratch package."""
+    pkg = tmp_path / "monailabel_xflow"
+    (pkg / "eval").mkdir(parents=True)
+    (pkg / "eval" / "__init__.py").write_text("")
+    (pkg / "eval" / "helpers.py").write_text("def _secret():\n    return 1\n\n\ndef public():\n    return _secret()\n")
+    (pkg / "eval" / "user.py").write_text(
+        "from monailabel_xflow.eval.helpers import _secret\n"
+        "from . import helpers\n"
+        "import monailabel_xflow.eval.helpers as h\n\n\n"
+        "def f():\n"
+        "    from .helpers import _secret as again\n"
+        "    return helpers._secret() + h._secret() + helpers.public() + again()\n"
+    )
+    modules = {
+        "monailabel_xflow.eval": pkg / "eval" / "__init__.py",
+        "monailabel_xflow.eval.helpers": pkg / "eval" / "helpers.py",
+        "monailabel_xflow.eval.user": pkg / "eval" / "user.py",
+    }
+    found = borrowed_private_names(modules)
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "from monailabel_xflow.eval.helpers import _secret",
+        "from monailabel_xflow.eval.helpers import _secret",
+        "monailabel_xflow.eval.helpers._secret",
+        "monailabel_xflow.eval.helpers._secret",
+    ]
+    assert all(f.startswith("monailabel_xflow.eval.user:") for f in found)
 
 
 def test_label_files_are_written_and_read_in_one_module():

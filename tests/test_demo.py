@@ -188,14 +188,14 @@ def test_work_folder_phases_depend_on_the_tokenizer_too(monkeypatch):
     import dataclasses
 
     from monailabel_xflow.policy import configs as gemma3_configs
-    from monailabel_xflow.training.demo import QUICK, _fingerprint
+    from monailabel_xflow.training.demo import QUICK, recipe_fingerprint
 
-    first = _fingerprint(QUICK)
-    assert _fingerprint(QUICK) == first == json.loads(json.dumps(first))  # as stored
-    assert _fingerprint(dataclasses.replace(QUICK, seed=1)) != first
+    first = recipe_fingerprint(QUICK)
+    assert recipe_fingerprint(QUICK) == first == json.loads(json.dumps(first))  # as stored
+    assert recipe_fingerprint(dataclasses.replace(QUICK, seed=1)) != first
     corpus = gemma3_configs._corpus
     monkeypatch.setattr(gemma3_configs, "_corpus", lambda: corpus() + ["an edited prompt"] * 50)
-    assert _fingerprint(QUICK)["tokenizer"] != first["tokenizer"]
+    assert recipe_fingerprint(QUICK)["tokenizer"] != first["tokenizer"]
 
 
 def test_bad_recipe_override_is_refused(capsys):

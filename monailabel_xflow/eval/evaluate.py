@@ -31,7 +31,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from monailabel_xflow.metrics import (
 )
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
 __all__ = [
     "EvaluationError",
     "RESULTS_NAME",
@@ -57,6 +60,9 @@ __all__ = [
     "write_reports",
     "predictions_from_dir",
     "files_fingerprint",
+    "model_identity",
+    "grouped_bars",
+    "Predictor",
 ]
 
 log = logging.getLogger(__name__)
@@ -420,15 +426,25 @@ def format_markdown(report: Mapping[str, Any], title: str = "XFlow evaluation") 
     return "\n".join(lines) + "\n"
 
 
-def _grouped_bars(
-    ax,
+def grouped_bars(
+    ax: Axes,
     groups: Sequence[str],
     series: Mapping[str, Sequence[float | None]],
     rotation: float = 0,
     intervals: Mapping[str, Sequence[tuple[float, float] | None]] | None = None,
 ) -> None:
-    """One cluster of bars per group, one bar per series (None drawn as a gap); ``intervals``
-    (per series, ``(low, high)`` per group or None) are drawn as error bars."""
+    """Draw one cluster of bars per group, one bar per series (None drawn as a gap), on ``ax``.
+
+    The bar charts of the evaluation report and of the phantom benchmark
+    (:mod:`~monailabel_xflow.eval.phantom_plots`) are drawn with it.
+
+    Args:
+        ax: the matplotlib axes drawn on (x ticks set to ``groups``).
+        groups: the clusters, left to right.
+        series: ``{legend label: one height per group (None: no bar)}``.
+        rotation: of the group labels, in degrees.
+        intervals: per series, ``(low, high)`` per group or None, drawn as error bars.
+    """
     width = 0.8 / len(series)
     for k, (label, ys) in enumerate(series.items()):
         offset = (k - (len(series) - 1) / 2) * width
@@ -471,7 +487,7 @@ def write_plots(report: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
     groups = list(report["levels"]) + ["average"]
     values = {**report["levels"], "average": report["average"]}
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    _grouped_bars(ax, groups, {label: [values[g][key] for g in groups] for key, label in metrics})
+    grouped_bars(ax, groups, {label: [values[g][key] for g in groups] for key, label in metrics})
     ax.set_ylim(0, 1)
     ax.set_ylabel("score")
     ax.set_title("Per question level (average = equal weight)")
@@ -483,7 +499,7 @@ def write_plots(report: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
 
     findings = list(report["findings"])
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    _grouped_bars(
+    grouped_bars(
         ax,
         findings,
         {lv: [report["findings"][f]["levels"].get(lv, {}).get("giou") for f in findings] for lv in LEVELS},

@@ -32,11 +32,15 @@ import re
 import warnings
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from monailabel_xflow.data.mimic_ils import ReportedFinding
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.ils import report_rules as R
+
+if TYPE_CHECKING:
+    from spacy.language import Language
+    from spacy.tokens import Doc
 
 SECTION_NAMES: tuple[str, ...] = ("findings", "impression", "last_paragraph", "findings+impression")
 """What :attr:`ReportSection.name` can be."""
@@ -79,7 +83,9 @@ class Structurer(Protocol):
 # --- pipelines -----------------------------------------------------------------------------
 
 
-def _blank():
+def blank_pipeline() -> Language:
+    """A blank English spaCy pipeline with medspaCy's tokenizer (PyRuSH's debug log silenced): the
+    start of every medspaCy pipeline of the report structurers (add pipes to it)."""
     import spacy
     from loguru import logger
     from medspacy.custom_tokenizer import create_medspacy_tokenizer
@@ -90,7 +96,7 @@ def _blank():
     return nlp
 
 
-def _run(nlp, text: str):
+def run_pipeline(nlp: Language, text: str) -> Doc:
     """``nlp(text)`` without spaCy's W036: medspaCy's regex matchers stay empty (all our rules are
     phrases or token patterns) and spaCy warns about that on every call."""
     with warnings.catch_warnings():
@@ -103,7 +109,7 @@ def _section_nlp():
     """Tokenizer + medspaCy Sectionizer with radiology headers ("FINDINGS:", "IMPRESSION:", ...)."""
     from medspacy.section_detection import SectionRule
 
-    nlp = _blank()
+    nlp = blank_pipeline()
     sectionizer = nlp.add_pipe("medspacy_sectionizer", config={"rules": None})
     sectionizer.add([SectionRule(f"{h}:", kind) for kind, hs in R.SECTION_HEADERS.items() for h in hs])
     return nlp
@@ -115,7 +121,7 @@ def _nlp():
     from medspacy.context import ConTextRule
     from medspacy.target_matcher import TargetRule
 
-    nlp = _blank()
+    nlp = blank_pipeline()
     nlp.add_pipe("medspacy_pyrush")
     matcher = nlp.add_pipe("medspacy_target_matcher")
     rules = [TargetRule(p, f) for f, ps in R.FINDING_PHRASES.items() for p in ps]
@@ -135,7 +141,7 @@ def _nlp():
 
 @functools.cache
 def _sentence_nlp():
-    nlp = _blank()
+    nlp = blank_pipeline()
     nlp.add_pipe("medspacy_pyrush")
     return nlp
 
@@ -180,7 +186,7 @@ def choose_section(report: str, rule: str = "findings") -> ReportSection:
         raise ValueError(f"unknown section rule {rule!r}; supported: {', '.join(SECTION_RULES)}")
     if not _usable(report):
         raise SectionNotFound("no findings, impression or last paragraph: the report has no text")
-    doc = _run(_section_nlp(), report)
+    doc = run_pipeline(_section_nlp(), report)
     bodies: dict[str, str] = {}
     for sec in doc._.sections:
         if sec.category in ("findings", "impression") and sec.category not in bodies:
@@ -207,7 +213,7 @@ def split_sentences(text: str) -> list[str]:
     """
     return [
         _LIST_NUMBER.sub("", s.text.strip())
-        for s in _run(_sentence_nlp(), text).sents
+        for s in run_pipeline(_sentence_nlp(), text).sents
         if any(c.isalpha() for c in s.text)
     ]
 
@@ -435,7 +441,7 @@ class RuleStructurer:
     """
 
     def __call__(self, section: str) -> list[ReportedFinding]:
-        doc = _run(_nlp(), section)
+        doc = run_pipeline(_nlp(), section)
         out: list[ReportedFinding] = []
         sents = [s for s in doc.sents if any(c.isalpha() for c in s.text)]
         for index, sent in enumerate(sents, 1):

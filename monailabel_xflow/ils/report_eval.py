@@ -515,13 +515,13 @@ class PhraseNegExStructurer:
     """
 
     def __init__(self, phrases: dict[str, Sequence[str]], unmention: dict[str, Sequence[str]] | None = None):
-        from monailabel_xflow.ils.report import _blank
+        from monailabel_xflow.ils.report import blank_pipeline
 
         self.phrases = {f: [re.compile(p) for p in ps] for f, ps in phrases.items()}
         self.unmention = {f: [re.compile(p) for p in ps] for f, ps in (unmention or {}).items()}
-        self.nlp = _blank()
+        self.nlp = blank_pipeline()
         self.nlp.add_pipe("medspacy_pyrush")
-        self.context = _blank().add_pipe("medspacy_context")  # medspaCy's default (NegEx-derived) rules
+        self.context = blank_pipeline().add_pipe("medspacy_context")  # medspaCy's default (NegEx-derived) rules
 
     def _spans(self, doc, sent):
         text = sent.text.lower()
@@ -540,9 +540,9 @@ class PhraseNegExStructurer:
     def __call__(self, section: str) -> list[ReportedFinding]:
         import spacy
 
-        from monailabel_xflow.ils.report import _run
+        from monailabel_xflow.ils.report import run_pipeline
 
-        doc = _run(self.nlp, section)
+        doc = run_pipeline(self.nlp, section)
         sents = [s for s in doc.sents if any(c.isalpha() for c in s.text)]
         spans = [(k, sp) for k, sent in enumerate(sents, 1) for sp in self._spans(doc, sent)]
         doc.ents = spacy.util.filter_spans([sp for _, sp in spans])

@@ -93,19 +93,19 @@ def train_rosalia_demo(out: str | Path, recipe: RosaliaDemoRecipe | None = None,
     from monailabel_xflow.rosalia.model import RosaliaModel
     from monailabel_xflow.rosalia.training import (
         RosaliaTrainConfig,
-        _clean,
         examples_from_spec,
+        json_safe,
         pretrain_sam,
         train_rosalia,
     )
-    from monailabel_xflow.training.demo import _export, export_heldout
+    from monailabel_xflow.training.demo_data import export_heldout, export_phantoms
 
     recipe = recipe or RosaliaDemoRecipe()
     out = Path(out)
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    json_path = _export(
+    json_path = export_phantoms(
         work / "phantoms", recipe.train_studies, recipe.seed, recipe.phantom_size, progress, "training phantoms"
     )
     examples = examples_from_spec(f"mimic-ils:{json_path}", ("train", "val", "test"))
@@ -168,7 +168,7 @@ def train_rosalia_demo(out: str | Path, recipe: RosaliaDemoRecipe | None = None,
         },
         "heldout": {k: log.get(k) for k in ("heldout_before", "heldout_after")},
     }
-    (model_dir / "recipe.json").write_text(json.dumps(_clean(info), indent=1, default=str) + "\n")
+    (model_dir / "recipe.json").write_text(json.dumps(json_safe(info), indent=1, default=str) + "\n")
     (model_dir / "README.md").write_text(model_card(info))
     return model_dir
 

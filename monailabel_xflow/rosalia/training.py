@@ -400,7 +400,7 @@ def train_rosalia(
             log["heldout_loss_after"] = heldout_loss(model, heldout)
         out = Path(out)
         model.save_pretrained(out)
-        (out / LOG_NAME).write_text(json.dumps(_clean(log), indent=1) + "\n")
+        (out / LOG_NAME).write_text(json.dumps(json_safe(log), indent=1) + "\n")
     return log
 
 
@@ -496,11 +496,13 @@ def pretrain_sam(
     return {"losses": losses, "seconds": time.perf_counter() - t0, "boxes": len(pos)}
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, ±inf) replaced by None, recursively through dicts,
+    lists and tuples (tuples become lists): what ``json.dumps`` writes as standard JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value

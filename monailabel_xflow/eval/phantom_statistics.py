@@ -1,0 +1,206 @@
+"""The phantom benchmark's figures with their uncertainty: bootstrap intervals, the paper's claims
+as paired differences, what revision changed question by question, and latency.
+
+Every figure comes with a bootstrap 95 % interval over phantoms (:mod:`monailabel_xflow.eval.bootstrap`:
+whole images are resampled, so the questions of one image move together), every difference in the
+claims table (:data:`CLAIMS`) with its paired interval, and a claim reads "reproduced" only when
+that interval excludes 0 in the claimed direction (:func:`verdict`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from monailabel_xflow.data.readers import EvalCase
+from monailabel_xflow.eval.phantom_protocol import BASELINES, LATENCY_NAME, case_records, record_iou
+from monailabel_xflow.vocabulary import FINDINGS
+
+__all__ = [
+    "BOOTSTRAP_REPLICATES",
+    "BOOTSTRAP_SEED",
+    "CLAIMS",
+    "verdict",
+    "bootstrap_summary",
+    "stage2_effect",
+    "latency_summary",
+]
+
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 0
+
+CLAIMS = (
+    # (claim, the paper's figures, metric, a, b): the claim is that a - b > 0
+    ("XFlow segments better than ROSALIA (gIoU, Table 1)", "0.703 vs 0.621", "giou", "stage1+2", "rosalia"),
+    ("XFlow segments better than ROSALIA (cIoU, Table 1)", "0.731 vs 0.688", "ciou", "stage1+2", "rosalia"),
+    ("XFlow decides presence better than ROSALIA (F1, Table 1)", "0.961 vs 0.945", "f1", "stage1+2", "rosalia"),
+    (
+        "ROSALIA's masks have more excess components than XFlow's (ΔC, Table 3)",
+        "+5.63 vs +1.71",
+        "delta_c",
+        "rosalia",
+        "stage1+2",
+    ),
+    ("... the same, on the positives every method drew", "—", "delta_c_all_drew", "rosalia", "stage1+2"),
+    ("ROSALIA's masks have more specks than XFlow's (Table 3)", "5.57 vs 1.69", "specks", "rosalia", "stage1+2"),
+    ("Stage 2 adds to Stage 1 (gIoU, Table 2)", "+0.010", "giou", "stage1+2", "stage1"),
+    ("Stage 2 makes masks cleaner (Stage 1 ΔC − Stage 1 + 2 ΔC)", "—", "delta_c", "stage1", "stage1+2"),
+    ("XFlow's presence beats always answering present (F1)", "—", "f1", "stage1+2", "always-present"),
+    ("ROSALIA's presence beats always answering present (F1)", "—", "f1", "rosalia", "always-present"),
+    ("XFlow segments better than drawing the whole region (gIoU)", "—", "giou", "stage1+2", "always-present"),
+    (
+        "XFlow's zone-level presence beats reading the question alone (zone F1)",
+        "—",
+        "zone/f1",
+        "stage1+2",
+        "question-only",
+    ),
+    ("ROSALIA segments better than drawing the whole region (gIoU)", "—", "giou", "rosalia", "always-present"),
+    ("Oracle clicks add to Stage 1 (gIoU; headroom for revision, not a paper claim)", "—", "giou", "oracle", "stage1"),
+)
+"""The claims table: paired differences with bootstrap intervals over phantoms."""
+
+
+def verdict(diff: Mapping[str, Any]) -> str:
+    """ "reproduced" when the interval of a - b lies above 0, "reversed" below, else "not shown"."""
+    if diff.get("low") is None:
+        return "—"
+    if diff["low"] > 0:
+        return "reproduced"
+    if diff["high"] < 0:
+        return "reversed"
+    return "not shown (CI includes 0)"
+
+
+def bootstrap_summary(
+    out: Path,
+    methods: Sequence[str],
+    cases: Sequence[EvalCase],
+    replicates: int = BOOTSTRAP_REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any]:
+    """Every figure of the summary with a bootstrap 95 % interval over phantoms, and the claims.
+
+    Only questions every method scored enter (so differences are paired); the positives every
+    model method drew a mask on (the baselines aside) give ``delta_c_all_drew``.
+
+    Returns:
+        ``{"n", "n_images", "replicates", "seed", "all_drew": {"n", "n_positive"}, "methods":
+        {m: {metric: interval}}, "findings": {m: {finding: interval of gIoU}}, "claims": [...]}``.
+    """
+    from monailabel_xflow.eval.bootstrap import Scored, interval, metrics, resample_weights
+
+    records = {m: case_records(out / m, cases) for m in methods}
+    common = [c for c in cases if all(c.case_id in records[m] for m in methods)]
+    groups = [str(c.image_path) for c in common]
+    scored = {m: Scored.from_records([records[m][c.case_id] for c in common], groups) for m in methods}
+    first = next(iter(scored.values()))
+    models = [m for m in methods if m not in BASELINES]
+    all_drew = first.positive.copy()
+    for m in models:
+        all_drew &= scored[m].drawn
+    weights = resample_weights(first.group, replicates, seed)
+    ones = np.ones((1, len(common)))
+
+    def figures(m: str, w: NDArray[Any]) -> dict[str, NDArray[Any]]:
+        f = metrics(scored[m], w)
+        f["delta_c_all_drew"] = metrics(scored[m], w, subset=all_drew)["delta_c"]
+        return f
+
+    point = {m: {k: float(v[0]) for k, v in figures(m, ones).items()} for m in methods}
+    boot = {m: figures(m, weights) for m in methods}
+    result: dict[str, Any] = {
+        "n": len(common),
+        "n_images": int(first.group.max()) + 1 if len(common) else 0,
+        "unit": "phantom",
+        "replicates": replicates,
+        "seed": seed,
+        "all_drew": {"n": int(all_drew.sum()), "n_positive": int(first.positive.sum()), "methods": models},
+        "methods": {m: {k: interval(boot[m][k], point[m][k]) for k in point[m]} for m in methods},
+        "findings": {},
+        "claims": [],
+    }
+    for m in methods:
+        per = {}
+        for finding in FINDINGS:
+            subset = np.asarray([c.finding == finding for c in common])
+            if subset.any():
+                per[finding] = interval(
+                    metrics(scored[m], weights, subset)["giou"], float(metrics(scored[m], ones, subset)["giou"][0])
+                )
+        result["findings"][m] = per
+    for claim, paper, metric, a, b in CLAIMS:
+        if a in methods and b in methods:
+            diff = interval(boot[a][metric] - boot[b][metric], point[a][metric] - point[b][metric])
+            result["claims"].append(
+                {
+                    "claim": claim,
+                    "paper": paper,
+                    "metric": metric,
+                    "a": a,
+                    "b": b,
+                    "difference": diff,
+                    "verdict": verdict(diff),
+                }
+            )
+    return result
+
+
+def stage2_effect(
+    before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]], tol: float = 1e-9
+) -> dict[str, Any]:
+    """What a revision did, question by question (records of two methods on the same cases).
+
+    A mask counts as changed when any of its pixel counts differs. IoU up / down is counted over
+    positive questions only (IoU is undefined on negatives); presence flips count every question.
+
+    Returns:
+        ``{"n": questions in both, "changed", "iou_up", "iou_down", "mean_iou_delta"
+        (positives), "presence_gained", "presence_lost"}``.
+    """
+    shared = [k for k in before if k in after]
+    changed = up = down = gained = lost = 0
+    deltas = []
+    for k in shared:
+        a, b = before[k]["stats"], after[k]["stats"]
+        if a != b:
+            changed += 1
+        if (a["pred_area"] > 0) != (b["pred_area"] > 0):
+            gained += b["pred_area"] > 0
+            lost += a["pred_area"] > 0
+        if a["gt_area"] > 0:
+            d = record_iou(after[k]) - record_iou(before[k])
+            deltas.append(d)
+            up += d > tol
+            down += d < -tol
+    return {
+        "n": len(shared),
+        "changed": changed,
+        "iou_up": up,
+        "iou_down": down,
+        "mean_iou_delta": float(np.mean(deltas)) if deltas else None,
+        "presence_gained": gained,
+        "presence_lost": lost,
+    }
+
+
+def latency_summary(folder: Path, case_ids: set[str]) -> dict[str, float] | None:
+    """``{"n", "mean_s", "median_s"}`` of one method's ``latency.jsonl`` over ``case_ids`` (the
+    latest run of a redone case counts), or None when nothing was timed."""
+    path = folder / LATENCY_NAME
+    if not path.is_file():
+        return None
+    last: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            last[r["case_id"]] = float(r["seconds"])  # the latest run of a redone case
+    values = [v for k, v in last.items() if k in case_ids]
+    if not values:
+        return None
+    return {"n": len(values), "mean_s": float(np.mean(values)), "median_s": float(np.median(values))}
