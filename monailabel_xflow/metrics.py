@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -310,13 +310,17 @@ def summarize(stats: Iterable[SampleStats]) -> dict[str, Any]:
     }
 
 
-def summarize_groups(items: Iterable[tuple[Hashable, SampleStats]]) -> dict[Hashable, dict[str, Any]]:
+K = TypeVar("K", bound=Hashable)
+"""A group key of :func:`summarize_groups` (a level, a finding, a (finding, level) pair)."""
+
+
+def summarize_groups(items: Iterable[tuple[K, SampleStats]]) -> dict[K, dict[str, Any]]:
     """:func:`summarize` per group key, keys in first-seen order.
 
     Args:
         items: ``(key, stats)`` pairs, e.g. ``(case.level, stats)`` or ``(case.finding, stats)``.
     """
-    groups: dict[Hashable, list[SampleStats]] = {}
+    groups: dict[K, list[SampleStats]] = {}
     for key, stats in items:
         groups.setdefault(key, []).append(stats)
     return {key: summarize(group) for key, group in groups.items()}

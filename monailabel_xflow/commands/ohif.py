@@ -339,6 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in self.headers.items()
             if k.lower() in ("accept", "content-type", "content-length", "authorization")
         }
+        if not up.hostname:  # upstream URLs are checked at start; a hostless one never reaches here
+            return self._error(502, "the upstream DICOMweb URL names no host")
         conn_type = http.client.HTTPSConnection if up.scheme == "https" else http.client.HTTPConnection
         conn = conn_type(up.hostname, up.port, timeout=300)
         try:
@@ -351,8 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(resp.status, kind, data, send_body)
             self.send_response(resp.status)
             for key in ("Content-Type", "Content-Length"):
-                if resp.getheader(key):
-                    self.send_header(key, resp.getheader(key))
+                if value := resp.getheader(key):
+                    self.send_header(key, value)
             if not resp.getheader("Content-Length"):
                 self.send_header("Connection", "close")
                 self.close_connection = True

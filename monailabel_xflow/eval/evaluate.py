@@ -161,7 +161,7 @@ def _is_done(record: Mapping[str, Any] | None, case: EvalCase, connectivity: int
     """A stored record is reused only if it was scored, for the same question, the same way, by
     the same predictor."""
     return (
-        bool(record)
+        record is not None
         and "stats" in record
         and record.get("instruction") == case.instruction.text
         and record.get("connectivity", CONNECTIVITY) == connectivity
@@ -257,7 +257,11 @@ def evaluate(
         EvaluationError: repeated case ids (results are keyed by them).
     """
     seen: set[str] = set()
-    duplicates = {c.case_id for c in cases if c.case_id in seen or seen.add(c.case_id)}
+    duplicates: set[str] = set()
+    for c in cases:
+        if c.case_id in seen:
+            duplicates.add(c.case_id)
+        seen.add(c.case_id)
     if duplicates:
         raise EvaluationError(f"case ids must be unique; repeated: {sorted(duplicates)[:10]}")
     out_dir = Path(out_dir)
@@ -557,7 +561,7 @@ def model_identity(config: str) -> str:
     from monailabel_xflow.eval.evaluate import files_fingerprint
     from monailabel_xflow.workflow.model_config import ModelConfig
 
-    paths = [config]
+    paths: list[str | Path] = [config]
     try:
         cfg = ModelConfig.load(config)
         for value in cfg.weights().values():

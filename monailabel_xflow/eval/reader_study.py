@@ -351,7 +351,11 @@ def analyse(
     total = data.total
     rng = np.random.default_rng(seed)
     n_cases = len(data.cases)
-    weights = rng.multinomial(n_cases, np.full(n_cases, 1.0 / n_cases), size=n_bootstrap) if n_bootstrap else None
+    weights = (
+        rng.multinomial(n_cases, np.full(n_cases, 1.0 / n_cases), size=n_bootstrap)
+        if n_bootstrap
+        else np.zeros((0, n_cases), np.int64)
+    )
     alpha = (1.0 - level) / 2.0
     report: dict[str, Any] = {
         "items": data.items,

@@ -272,9 +272,9 @@ def process_study(inp: StudyInput, config: PipelineConfig) -> dict:
     try:
         res = analyse_study(inp, _stages_for(config), config.thresholds, config.refine)
     except PipelineError as err:
-        record = {"study": inp.study, "split": inp.split, "error": str(err)}
-        _write(record_path, json.dumps(record).encode())
-        return record
+        failed: dict[str, Any] = {"study": inp.study, "split": inp.split, "error": str(err)}
+        _write(record_path, json.dumps(failed).encode())
+        return failed
     stem = Path(inp.image).stem
     pairs: rules.Pairs = res["pairs"]
     qc_ok = not res["qc"]
@@ -328,7 +328,7 @@ def process_study(inp: StudyInput, config: PipelineConfig) -> dict:
                 "reason": o.reason,
             }
         )
-    record = {
+    record: dict[str, Any] = {
         "study": inp.study,
         "split": inp.split,
         "image": str(inp.image),
@@ -459,7 +459,7 @@ def _csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> bytes:
     return buf.getvalue().encode()
 
 
-def recall_by_finding(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+def recall_by_finding(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Pipeline recall per lung finding: reported present findings that got a mask (Table 8).
 
     Returns:
@@ -474,7 +474,9 @@ def recall_by_finding(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[st
             if f["present"] and f["finding"] in counts:
                 counts[f["finding"]][0] += 1
                 counts[f["finding"]][1] += bool(f["generated"])
-    out = {f: {"reported": n, "generated": k, "recall": k / n if n else None} for f, (n, k) in counts.items()}
+    out: dict[str, dict[str, Any]] = {
+        f: {"reported": n, "generated": k, "recall": k / n if n else None} for f, (n, k) in counts.items()
+    }
     seen = [v["recall"] for v in out.values() if v["reported"]]
     out["mean"] = {
         "reported": sum(v["reported"] for v in out.values()),

@@ -29,9 +29,10 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,9 +45,9 @@ def _key(t: ReportedFinding) -> str:
     return t.finding or " ".join(t.entity.lower().split())
 
 
-def facts(tuples: Iterable[ReportedFinding], field: str) -> set[tuple]:
+def facts(tuples: Iterable[ReportedFinding], field: str) -> set[tuple[Any, ...]]:
     """The set of facts one field of ``tuples`` states (see the module docstring)."""
-    out = set()
+    out: set[tuple[Any, ...]] = set()
     for t in tuples:
         k = (t.sentence, _key(t))
         if field == "entity":
@@ -114,7 +115,8 @@ def evaluate_phantoms(folder: Path, structurer=None) -> dict:
     folder = Path(folder)
     truth = json.loads((folder / "ground-truth" / TRUTH_NAME).read_text())
     rows = read_reports_csv(folder / "reports.csv")
-    pairs, section_ok, errors = [], 0, []
+    pairs, section_ok = [], 0
+    errors: list[dict[str, Any]] = []
     for row in rows:
         want = truth[row["study_id"]]
         sec = choose_section(row["report"])
@@ -248,13 +250,14 @@ def read_cmc2007(path: Path) -> list[LabelledReport]:
     for doc in root.iter("doc"):
         codes = [c.text.strip() for c in doc.iter("code") if c.get("origin") == "CMC_MAJORITY" and c.text]
         texts = {t.get("type"): (t.text or "").strip() for t in doc.iter("text")}
-        if "IMPRESSION" not in texts or doc.get("id") is None:
+        doc_id = doc.get("id")
+        if "IMPRESSION" not in texts or doc_id is None:
             raise ValueError(f"{path}: a <doc> without an id or an IMPRESSION text")
         if any(_CMC_URINARY.match(c) for c in codes) or _RENAL_WORDS.search(texts["IMPRESSION"]):
             continue
         text = f"CLINICAL HISTORY: {texts.get('CLINICAL_HISTORY', '')}\n\nIMPRESSION: {texts['IMPRESSION']}"
         labels = frozenset(CMC_FINDING_CODES[c] for c in codes if c in CMC_FINDING_CODES)
-        out.append(LabelledReport(doc.get("id"), text, labels, split_of(doc.get("id"))))
+        out.append(LabelledReport(doc_id, text, labels, split_of(doc_id)))
     return out
 
 
@@ -280,7 +283,7 @@ def report_labels(tuples: Iterable[ReportedFinding], mode: str = "definite") -> 
             continue
         if t.finding is None:
             continue
-        named = {t.finding, finding_of(t.entity)} - {None}
+        named = {n for n in (t.finding, finding_of(t.entity)) if n is not None}
         if t.tentative and mode == "definite":
             if named & {"opacity", "consolidation", "pneumonia", "atelectasis", "edema"}:
                 out.add("opacity")
@@ -514,7 +517,7 @@ class PhraseNegExStructurer:
         unmention: finding -> expressions whose matches void an overlapping mention.
     """
 
-    def __init__(self, phrases: dict[str, Sequence[str]], unmention: dict[str, Sequence[str]] | None = None):
+    def __init__(self, phrases: Mapping[str, Sequence[str]], unmention: Mapping[str, Sequence[str]] | None = None):
         from monailabel_xflow.ils.report import blank_pipeline
 
         self.phrases = {f: [re.compile(p) for p in ps] for f, ps in phrases.items()}

@@ -211,7 +211,9 @@ def load_llm_structurer(
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=local)
         kwargs = {"dtype": dtype} if dtype else {}
-        lm = AutoModelForCausalLM.from_pretrained(model, local_files_only=local, **kwargs).to(device).eval()
+        lm = AutoModelForCausalLM.from_pretrained(model, local_files_only=local, **kwargs)
+        # transformers wraps PreTrainedModel.to with functools.wraps(nn.Module.to): the stubs lose the bound self
+        lm = lm.to(device).eval()  # type: ignore[arg-type]
     except OSError as e:
         if local and not Path(model).is_dir():
             raise FileNotFoundError(

@@ -311,7 +311,9 @@ def gemma3_config(size: str = "tiny", tokenizer=None):
         patch_size=spec["patch_size"],
         **spec["vision"],
     )
-    return Gemma3Config(
+    # transformers 5 declares Gemma3Config's own fields only; PreTrainedConfig's token ids still
+    # go through as keyword arguments at run time (the saved config.json holds them)
+    return Gemma3Config(  # type: ignore[call-arg]
         text_config=text_config,
         vision_config=vision_config,
         mm_tokens_per_image=spec["mm_tokens_per_image"],
@@ -405,7 +407,7 @@ def build_random_vlm(
     torch.manual_seed(seed + 2)
     peft_model.add_adapter("rev", lora())
     # Non-default adapters are saved in subfolders named after them: path/init, path/rev.
-    peft_model.save_pretrained(path)
+    peft_model.save_pretrained(str(path))
     _check_adapter_folder(path / "init")
     _check_adapter_folder(path / "rev")
     return RandomVLM(base, path / "init", path / "rev")

@@ -35,6 +35,8 @@ from monailabel_xflow.weights import choose_device, choose_dtype, looks_like_loc
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 __all__ = ["GenerationSettings", "VLMPolicy", "VLMRevisionSession", "INIT_ADAPTER", "REV_ADAPTER"]
 
@@ -146,7 +148,7 @@ class VLMPolicy:
         self._suppress_ids = sorted({int(i) for i in image_ids if isinstance(i, int) and i != tok.unk_token_id})
         self.adapters: frozenset[str] = frozenset(getattr(model, "peft_config", {}) or {})
         # Smallest sliding attention window (None: every layer attends to the whole sequence).
-        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        text_config = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
         layer_types = getattr(text_config, "layer_types", None) or ()
         window = getattr(text_config, "sliding_window", None)
         self._sliding_window = window if window and "sliding_attention" in layer_types else None
@@ -187,21 +189,24 @@ class VLMPolicy:
         for name, p in (("base", base), ("init_adapter", init_adapter), ("rev_adapter", rev_adapter)):
             if p is not None and looks_like_local_path(p) and not Path(p).exists():
                 raise PolicyError(f"{name} folder {p} does not exist")
-        device = choose_device(device)
-        dtype = choose_dtype(device, dtype)
+        torch_device = choose_device(device)
+        dtype = choose_dtype(torch_device, dtype)
         t0 = time.perf_counter()
         processor = AutoProcessor.from_pretrained(str(base))
-        model = AutoModelForImageTextToText.from_pretrained(str(base), dtype=dtype)
+        base_model = AutoModelForImageTextToText.from_pretrained(str(base), dtype=dtype)
+        model: PreTrainedModel | PeftModel = base_model
         adapters = [(INIT_ADAPTER, init_adapter), (REV_ADAPTER, rev_adapter)]
         adapters = [(n, p) for n, p in adapters if p is not None]
         if adapters:
             from peft import PeftModel
 
             (name, p), rest = adapters[0], adapters[1:]
-            model = PeftModel.from_pretrained(model, str(p), adapter_name=name, is_trainable=False)
+            peft_model = PeftModel.from_pretrained(base_model, str(p), adapter_name=name, is_trainable=False)
             for name, p in rest:
-                model.load_adapter(str(p), adapter_name=name, is_trainable=False)
-        model.to(device).eval()
+                peft_model.load_adapter(str(p), adapter_name=name, is_trainable=False)
+            model = peft_model
+        # transformers wraps PreTrainedModel.to with functools.wraps(nn.Module.to): the stubs lose the bound self
+        model.to(torch_device).eval()  # type: ignore[arg-type]
         log.info(
             "loaded policy model from %s (adapters: %s) in %.1f s",
             base,
@@ -360,7 +365,8 @@ class VLMPolicy:
     def start(self, image: np.ndarray, instruction: Instruction, box: Box) -> VLMRevisionSession:
         """Open a Stage 2 conversation about the mask that ``box`` prompted."""
         check_image(image)  # the model sees the image through the observations (a checked image: free)
-        return VLMRevisionSession(self, instruction, tuple(float(v) for v in box))
+        x1, y1, x2, y2 = (float(v) for v in box)
+        return VLMRevisionSession(self, instruction, (x1, y1, x2, y2))
 
 
 def _common_prefix_length(seqs: list) -> int:
@@ -397,8 +403,8 @@ class VLMRevisionSession:
         self.instruction = instruction
         self.box = box
         self.texts: list[str] = []
-        self.input_ids = None
-        self.token_type_ids = None
+        self.input_ids: torch.Tensor | None = None
+        self.token_type_ids: torch.Tensor | None = None
         self.pixel_values: list = []
         self.answer_spans: list[tuple[int, int]] = []
         self._cache = None
@@ -419,7 +425,7 @@ class VLMRevisionSession:
         turn = p.encoder.stage2_prompt(
             state.observation, self.instruction, self.box, len(self.texts), closes_model_turn=closes
         ).to(p.device, p.model.dtype)
-        if self.input_ids is None:
+        if self.input_ids is None or self.token_type_ids is None:
             ids, tti = turn.input_ids, turn.token_type_ids
         else:
             ids = torch.cat([self.input_ids, turn.input_ids], dim=1)

@@ -325,10 +325,11 @@ def load_lisa_checkpoint(
     )
     grid = vision_cfg["image_size"] // vision_cfg["patch_size"]
     two_layer = "model.mm_projector.0.weight" in official  # LLaVA-1.5's MLP projector (llava_arch.py)
+    image_token_index = tokenizer.get_vocab()[IMAGE_TOKEN]  # added above when missing
     llava_config = LlavaConfig(
         text_config=text_config.to_dict(),
         vision_config=vision_cfg,
-        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        image_token_index=image_token_index,
         image_seq_length=grid * grid,
         projector_hidden_act="gelu" if two_layer else "linear",
         vision_feature_layer=cfg.get("mm_vision_select_layer", -2),

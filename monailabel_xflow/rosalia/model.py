@@ -167,8 +167,8 @@ class RosaliaEncoder:
             SegmenterInputError: an image of another shape or dtype, or with NaNs.
         """
         rgb = to_rgb01(image)
-        grey = np.round(rgb.mean(axis=-1) * 255.0).astype(np.uint8) if equalise else None
         if equalise:
+            grey = np.round(rgb.mean(axis=-1) * 255.0).astype(np.uint8)
             rgb8 = np.repeat(equalize(grey)[..., None], 3, axis=-1)
         else:
             rgb8 = np.round(rgb * 255.0).astype(np.uint8)
@@ -403,7 +403,7 @@ class RosaliaModel(nn.Module):
         bce, dice, n_pos = [], [], 0
         for i, target in enumerate(masks):
             target = target.to(dev, low.dtype)
-            logits = self.postprocess(low[i], resized[i], tuple(target.shape))
+            logits = self.postprocess(low[i], resized[i], (int(target.shape[-2]), int(target.shape[-1])))
             bce.append(F.binary_cross_entropy_with_logits(logits, target))
             if target.sum() > 0:
                 dice.append(dice_loss(logits, target))

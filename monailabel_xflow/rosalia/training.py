@@ -363,7 +363,9 @@ def train_rosalia(
         collate_fn=RosaliaCollator(model.tokenizer.pad_token_id),
         generator=torch.Generator().manual_seed(cfg.seed),
     )
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(
+        params, lr=cfg.lr, betas=(float(cfg.betas[0]), float(cfg.betas[1])), weight_decay=cfg.weight_decay
+    )
     schedule = get_linear_schedule_with_warmup(optimizer, min(cfg.warmup, cfg.steps // 2), cfg.steps)
     model.train()
     model.sam.vision_encoder.train(cfg.train_sam_encoder)
@@ -456,11 +458,14 @@ def pretrain_sam(
 
     def item(ex: RosaliaExample) -> tuple[Any, torch.Tensor, torch.Tensor]:
         equalise = bool(rng.random() < equalize_p)
-        if (ex.image_path, equalise) not in cache or ex.mask_path not in masks:
+        mask_path = ex.mask_path
+        if mask_path is None:  # pos holds positives only
+            raise ValueError(f"{ex.image_path}: a positive example without a mask")
+        if (ex.image_path, equalise) not in cache or mask_path not in masks:
             image, mask = load_example(ex)
             cache[(ex.image_path, equalise)] = model.encoder.image(image, equalise=equalise)
-            masks[ex.mask_path] = mask
-        img, mask = cache[(ex.image_path, equalise)], masks[ex.mask_path]
+            masks[mask_path] = mask
+        img, mask = cache[(ex.image_path, equalise)], masks[mask_path]
         ys, xs = np.nonzero(mask)
         x1, x2, y1, y2 = xs.min(), xs.max() + 1, ys.min(), ys.max() + 1
         jitter = rng.uniform(-0.1, 0.1, 4) * np.array([x2 - x1, y2 - y1, x2 - x1, y2 - y1])
@@ -480,7 +485,7 @@ def pretrain_sam(
         low = model.sam(pixel_values=pixels, input_boxes=boxes, multimask_output=False).pred_masks[:, 0, 0]
         bce, dice = [], []
         for i, (img, _, target) in enumerate(rows):
-            logits = model.postprocess(low[i], img.resized, tuple(target.shape))
+            logits = model.postprocess(low[i], img.resized, (int(target.shape[-2]), int(target.shape[-1])))
             bce.append(F.binary_cross_entropy_with_logits(logits, target))
             dice.append(dice_loss(logits, target))
         loss = BCE_WEIGHT * torch.stack(bce).mean() + DICE_WEIGHT * torch.stack(dice).mean()

@@ -77,7 +77,7 @@ def mask_token_targets(mask: np.ndarray | str | Path | None, side: int) -> np.nd
     from PIL import Image
 
     big = side * max(1, int(math.ceil(max(h, w) / side)))
-    up = np.asarray(Image.fromarray(m).resize((big, big), Image.BILINEAR), np.float32)
+    up = np.asarray(Image.fromarray(m).resize((big, big), Image.Resampling.BILINEAR), np.float32)
     cells = up.reshape(side, big // side, side, big // side).mean(axis=(1, 3))
     return np.clip(cells, 0.0, 1.0).reshape(-1).astype(np.float32)
 

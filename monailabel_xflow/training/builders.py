@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import MIN_COMPONENT_PX, Box, lesion_boxes, mask_to_box, resize_mask
+from monailabel_xflow.geometry import MIN_COMPONENT_PX, Box, Click, lesion_boxes, mask_to_box, resize_mask
 from monailabel_xflow.instructions import Instruction, phrasings
 from monailabel_xflow.policy.targets import BuildError, init_target, revision_target
 from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS, ZONES
@@ -169,7 +169,7 @@ def _rows_for_case(
     kind: str,
     case,
     out_dir: Path,
-    lung_boxes: Callable,
+    lung_boxes: Callable[[Path], dict[str, Box]] | None,
     segmenter,
     clicker,
     rng: np.random.Generator,
@@ -190,6 +190,8 @@ def _rows_for_case(
                     present=bool(lesion_boxes(mask)),
                 )
             ]
+        if lung_boxes is None:  # build() refuses init-sft without them
+            raise BuildError("init-sft needs lung boxes")
         try:
             target = init_target(ins, mask, lung_boxes(case.image_path))
         except BuildError as err:
@@ -224,7 +226,10 @@ def _rows_for_case(
     rows = []
     if kind == "rev-rl":
         for k, comp in enumerate(comps):
-            box = perturb_box(mask_to_box(comp), comp.shape, rng, clicker.box_noise, clicker.box_shift)
+            tight = mask_to_box(comp)
+            if tight is None:  # a connected component is never empty
+                continue
+            box = perturb_box(tight, comp.shape, rng, clicker.box_noise, clicker.box_shift)
             rows.append(
                 dict(
                     common,
@@ -243,7 +248,9 @@ def _rows_for_case(
         if traj.discarded:  # the reason's figures vary per case; count by kind
             report.reject("trajectory discarded (no IoU gain)")
             continue
-        observations, targets, clicks = [], [], []
+        observations: list[str] = []
+        targets: list[str] = []
+        clicks: list[Click] = []
         for t, (observed, action) in enumerate(traj.turns()):
             png = out_dir / "observations" / f"{case.case_id}_c{k}_t{t}.png"
             observations.append(_save_png(png, render_observation(image, observed, clicks)))

@@ -269,7 +269,7 @@ class DemoRun:
         copy when the recipe pre-trains the tower."""
         return self.work / "vlm" / ("pretrained" if self.recipe.vision_steps > 0 else "base")
 
-    def build(self, kind: str, subset: Sequence[EvalCase], **kw: Any) -> dict[str, int]:
+    def build(self, kind: str, subset: Sequence[EvalCase], **kw: Any) -> dict[str, Any]:
         """Builder rows of ``kind`` into ``work/built/<kind>``; returns the row and reject counts."""
         from monailabel_xflow.training import builders
 
@@ -398,7 +398,8 @@ def finish_segmenter_phase(run: DemoRun, pending: PendingSegmenter | None) -> di
         run.phases.run("segmenter", pending.future.result)
         pending.pool.shutdown()
         set_threads(run.recipe.threads)
-    return run.phases.state["done"]["segmenter"]["result"]
+    record: dict[str, Any] = run.phases.state["done"]["segmenter"]["result"]
+    return record
 
 
 def base_vlm_phase(run: DemoRun) -> Path:
@@ -496,7 +497,7 @@ def rev_sft_phase(
     rev_cases = [positives[k] for k in sorted(run.rng.permutation(len(positives))[: r.rev_components])]
     clicker = OracleClicker(box_noise=r.rev_box_noise)
 
-    def build_rev() -> dict[str, int]:
+    def build_rev() -> dict[str, Any]:
         from monailabel_xflow.segmenter.loading import load_segmenter
 
         return run.build("rev-sft", rev_cases, segmenter=load_segmenter(str(run.seg_dir)), clicker=clicker)

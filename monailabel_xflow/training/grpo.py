@@ -212,9 +212,10 @@ class RevisionRollout(_Rollout):
 
         image, _ = load_cxr(row["image_path"])
         with Image.open(row["gt_mask"]) as im:
-            gt = np.asarray(im.convert("L").resize((image.shape[1], image.shape[0]), Image.NEAREST)) > 127
+            gt = np.asarray(im.convert("L").resize((image.shape[1], image.shape[0]), Image.Resampling.NEAREST)) > 127
         instruction = parse_instruction(row["instruction"])
-        box = tuple(float(v) for v in row["start_box"])
+        x1, y1, x2, y2 = (float(v) for v in row["start_box"])
+        box = (x1, y1, x2, y2)
         self.segmenter.set_image(image)
         res = self.segmenter.predict([box])
         first = np.asarray(res.masks[0], bool)
@@ -389,7 +390,8 @@ def train_grpo(
     if frozen:
         log.info("vision tower carried by the adapter, frozen for RL (%d parameters)", frozen)
     max_new = max_new_tokens or DEFAULT_MAX_NEW_TOKENS[stage]
-    sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new)
+    sampling: dict[str, Any] = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new)
+    rollout: _Rollout
     if stage == "init-rl":
         rollout, reward_funcs = InitRollout(processor, **sampling), init_reward_funcs()
     else:

@@ -94,7 +94,10 @@ def sample_prompt(
     mask: np.ndarray, rng: np.random.Generator, jitter: float, max_points: int
 ) -> tuple[Box, list[Click]]:
     """A jittered box around ``mask`` and up to ``max_points`` clicks (see the module docstring)."""
-    x1, y1, x2, y2 = mask_to_box(mask)
+    tight = mask_to_box(mask)
+    if tight is None:
+        raise ValueError("sample_prompt needs a non-empty mask")
+    x1, y1, x2, y2 = tight
     w, h = x2 - x1, y2 - y1
     d = rng.uniform(-jitter, jitter, size=4) * np.array([w, h, w, h])
     box = make_box(x1 + d[0], y1 + d[1], x2 + d[2], y2 + d[3])

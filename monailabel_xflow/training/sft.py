@@ -183,7 +183,8 @@ class PolicyExampleEncoder:
                 f"row {row.get('case_id')}: {len(observations)} observations for "
                 f"{len(targets)} targets (need one per turn, at least one)"
             )
-        box = tuple(float(v) for v in row["box"])
+        x1, y1, x2, y2 = (float(v) for v in row["box"])
+        box = (x1, y1, x2, y2)
         out: list[tuple[bool, Any]] = []
         for t, (obs, target) in enumerate(zip(observations, targets, strict=False)):
             # every training answer ends with <end_of_turn>, so no follow-up needs to close one

@@ -102,7 +102,10 @@ def vision_set(rows, processor, side: int, keys: Sequence[str] | None = None) ->
     encoder = ConversationEncoder(processor)
     pixels, cells, questions = [], [], []
     for image, entry in per_image.items():
-        pixels.append(encoder.prompt(encoder.image_token, [policy_image(image)]).pixel_values[0])
+        piece = encoder.prompt(encoder.image_token, [policy_image(image)])
+        if piece.pixel_values is None:  # a prompt with an image always has its pixels
+            raise ValueError(f"{image}: the processor returned no pixels")
+        pixels.append(piece.pixel_values[0])
         cells.append(finding_token_targets(entry["masks"], side) > CELL_FRACTION)
         answers = np.full(len(keys), -1.0, np.float32)
         for k, present in entry["answers"].items():

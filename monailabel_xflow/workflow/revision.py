@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.geometry import Box, Click, connected_components, grow_box, mask_to_box, point_to_pixel
 from monailabel_xflow.instructions import Instruction
@@ -70,7 +71,7 @@ class Turn:
     problems: list[str]
     box: Box
     box_grown: bool
-    mask: np.ndarray
+    mask: NDArray[np.bool_]
     iou: float | None
     seconds: float
 
@@ -88,9 +89,9 @@ class Revision:
     """
 
     box: Box
-    mask: np.ndarray
+    mask: NDArray[np.bool_]
     iou: float | None
-    low_res: np.ndarray | None
+    low_res: NDArray[np.float32] | None
     clicks: list[Click] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     end: End = "max_clicks"
@@ -118,11 +119,11 @@ def read_action(raw: Stage2Answer) -> tuple[Click | None, str, list[str]]:
 def revise_mask(
     segmenter: PromptableSegmenter,
     session: RevisionSession,
-    image: np.ndarray | None,
+    image: NDArray[np.float32] | None,
     instruction: Instruction | None,
     box: Box,
-    mask: np.ndarray,
-    low_res: np.ndarray | None,
+    mask: NDArray[np.bool_],
+    low_res: NDArray[np.float32] | None,
     *,
     budget: int,
     iou: float | None = None,
@@ -180,7 +181,7 @@ def revise_mask(
     return out
 
 
-def keep_connected_to(revised: np.ndarray, previous: np.ndarray, click: Click) -> np.ndarray:
+def keep_connected_to(revised: NDArray[np.bool_], previous: NDArray[np.bool_], click: Click) -> NDArray[np.bool_]:
     """A click revises the lesion it was made on: the components of the revised mask that touch
     neither the previous mask nor a positive click's pixel are dropped (Stage 2 rule).
 
@@ -230,7 +231,7 @@ def finite_or_none(v: Any) -> float | None:
 
 def oracle_trajectory(
     segmenter: PromptableSegmenter,
-    gt: np.ndarray,
+    gt: NDArray[Any],
     clicker: OracleClicker | None = None,
     rng: np.random.Generator | int | None = None,
     component_id: int = 0,
@@ -293,8 +294,8 @@ def oracle_trajectory(
 
 def simulate_trajectories(
     segmenter: PromptableSegmenter,
-    image: np.ndarray,
-    gt_mask: np.ndarray,
+    image: NDArray[np.float32],
+    gt_mask: NDArray[Any],
     oracle: OracleClicker | None = None,
     seed: int | None = 0,
     min_area_px: int = 1,

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow import rle
 from monailabel_xflow.errors import InputError
@@ -258,7 +259,7 @@ class Trace:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     schema: str = SCHEMA
 
-    def final_mask(self) -> np.ndarray:
+    def final_mask(self) -> NDArray[np.bool_]:
         """The answer mask as a bool ``(H, W)`` array."""
         return rle.decode(self.mask)
 
@@ -479,7 +480,7 @@ LESION_COLOR = (255, 200, 0)
 MASK_COLOR = (255, 60, 60)
 
 
-def render_trace(trace: Trace, image: np.ndarray) -> list[tuple[str, np.ndarray]]:
+def render_trace(trace: Trace, image: NDArray[Any]) -> list[tuple[str, NDArray[np.uint8]]]:
     """Pictures of every step of a run, in the order the decisions were taken.
 
     Args:
@@ -498,7 +499,9 @@ def render_trace(trace: Trace, image: np.ndarray) -> list[tuple[str, np.ndarray]
     return [(name, rgb) for name, _, rgb in _tiles(trace, image)]
 
 
-def render_contact_sheet(trace: Trace, image: np.ndarray, *, ncols: int = 4, tile_size: int = 320) -> np.ndarray:
+def render_contact_sheet(
+    trace: Trace, image: NDArray[Any], *, ncols: int = 4, tile_size: int = 320
+) -> NDArray[np.uint8]:
     """One sheet with every picture of :func:`render_trace`, titled; ``(h, w, 3)`` uint8."""
     from monailabel_xflow import rendering
 
@@ -509,14 +512,14 @@ def render_contact_sheet(trace: Trace, image: np.ndarray, *, ncols: int = 4, til
     )
 
 
-def _tiles(trace: Trace, image: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
+def _tiles(trace: Trace, image: NDArray[Any]) -> list[tuple[str, str, NDArray[np.uint8]]]:
     from monailabel_xflow import rendering
 
     image = np.asarray(image)
     if tuple(image.shape[:2]) != tuple(trace.image_size):
         raise TraceError(f"image is {image.shape[:2]}, the trace was made on {tuple(trace.image_size)}")
     finding = trace.instruction.get("finding", "finding")
-    tiles: list[tuple[str, str, np.ndarray]] = []
+    tiles: list[tuple[str, str, NDArray[np.uint8]]] = []
 
     s1 = trace.stage1
     rgb = rendering.overlay(image, [])
@@ -557,9 +560,9 @@ def _tiles(trace: Trace, image: np.ndarray) -> list[tuple[str, str, np.ndarray]]
 
 
 def _step_picture(
-    rendering: Any, image: np.ndarray, mask_rle: Mapping[str, Any], box: Box, clicks: Sequence[Click]
-) -> np.ndarray:
-    rgb = rendering.overlay(image, [rle.decode(mask_rle)], colors=[MASK_COLOR])
+    rendering: Any, image: NDArray[Any], mask_rle: Mapping[str, Any], box: Box, clicks: Sequence[Click]
+) -> NDArray[np.uint8]:
+    rgb: NDArray[np.uint8] = rendering.overlay(image, [rle.decode(mask_rle)], colors=[MASK_COLOR])
     rgb = rendering.draw_boxes(rgb, [box], [LESION_COLOR], [""])
     if clicks:
         rgb = rendering.draw_clicks(rgb, list(clicks))

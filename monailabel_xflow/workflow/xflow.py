@@ -50,9 +50,10 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow import rle
 from monailabel_xflow.errors import InputError
@@ -104,7 +105,7 @@ class XFlowResult:
 
     instruction: Instruction
     present: bool
-    mask: np.ndarray
+    mask: NDArray[np.bool_]
     answer: str
     trace: Trace
 
@@ -124,7 +125,7 @@ class RevisionResult:
         iou: the segmenter's IoU estimate.
     """
 
-    mask: np.ndarray
+    mask: NDArray[np.bool_]
     box: Box
     iou: float
 
@@ -161,7 +162,7 @@ class XFlow:
         segmenter: PromptableSegmenter,
         *,
         max_clicks: int = MAX_CLICKS,
-        models: dict | None = None,
+        models: dict[str, str] | None = None,
         prune_revisions: bool = True,
     ) -> None:
         self.prune_revisions = bool(prune_revisions)
@@ -173,7 +174,7 @@ class XFlow:
         self._lock = threading.RLock()
 
     @classmethod
-    def from_config(cls, config: ModelConfig | dict | str | os.PathLike | None) -> XFlow:
+    def from_config(cls, config: ModelConfig | dict[str, Any] | str | os.PathLike[str] | None) -> XFlow:
         """Load the models a :class:`~.models.ModelConfig` (or dict, or YAML/JSON file) names.
 
         Only local files and the local Hugging Face cache are read (``xflow weights pull``
@@ -197,7 +198,7 @@ class XFlow:
 
     def run(
         self,
-        image: np.ndarray,
+        image: NDArray[np.float32],
         instruction: Instruction | str,
         *,
         max_clicks: int | None = None,
@@ -235,7 +236,7 @@ class XFlow:
 
     def run_all(
         self,
-        image: np.ndarray,
+        image: NDArray[np.float32],
         *,
         max_clicks: int | None = None,
         revise: bool = True,
@@ -285,10 +286,10 @@ class XFlow:
 
     def revise(
         self,
-        image: np.ndarray,
+        image: NDArray[np.float32],
         clicks: Sequence[Click],
         *,
-        previous_mask: np.ndarray | None = None,
+        previous_mask: NDArray[np.bool_] | None = None,
         box: Box | None = None,
     ) -> RevisionResult:
         """Revise a mask with a person's clicks (the click-revision tool of the clients).
@@ -338,7 +339,7 @@ class XFlow:
 
     def _complete(
         self,
-        image: np.ndarray,
+        image: NDArray[np.float32],
         instr: Instruction,
         text: str,
         timings: dict[str, float],
@@ -401,16 +402,16 @@ class XFlow:
 
     def _revise_lesion(
         self,
-        image: np.ndarray,
+        image: NDArray[np.float32],
         instr: Instruction,
         index: int,
         ref: BoxRef,
-        mask0: np.ndarray,
+        mask0: NDArray[np.bool_],
         iou0: float,
-        low_res0: np.ndarray,
+        low_res0: NDArray[np.float32],
         budget: int,
         policy: RevisionPolicy | None,
-    ) -> tuple[LesionRecord, np.ndarray]:
+    ) -> tuple[LesionRecord, NDArray[np.bool_]]:
         """Stage 2 for one lesion box (:func:`~.revision.revise_mask`), recorded for the trace."""
         mask = np.asarray(mask0, dtype=bool)
         iou = finite_or_none(iou0)
@@ -490,7 +491,9 @@ def _read_stage1(text: str, instr: Instruction, warnings: list[str]) -> tuple[St
 # --- answers --------------------------------------------------------------------------------
 
 
-def _answer(instr: Instruction, present: bool, mask: np.ndarray, stage1: Stage1Record, warnings: list[str]) -> str:
+def _answer(
+    instr: Instruction, present: bool, mask: NDArray[np.bool_], stage1: Stage1Record, warnings: list[str]
+) -> str:
     if not present:
         return instr.absent_answer()
     if instr.kind == "global":
@@ -528,7 +531,7 @@ def infer_lesion_type(stage1: Stage1Record) -> tuple[str, bool] | None:
     return None
 
 
-def locate_regions(mask: np.ndarray, lungs: Sequence[BoxRef], finding: str) -> tuple[str, ...]:
+def locate_regions(mask: NDArray[np.bool_], lungs: Sequence[BoxRef], finding: str) -> tuple[str, ...]:
     """The regions a located (global) answer names, from where the mask lies.
 
     Rule: cardiomegaly is located in the ``heart``. Otherwise every mask pixel is given a side:
@@ -595,7 +598,7 @@ def locate_regions(mask: np.ndarray, lungs: Sequence[BoxRef], finding: str) -> t
     return tuple(region for _, region in named)
 
 
-def _inside(box: Box, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+def _inside(box: Box, xs: NDArray[Any], ys: NDArray[Any]) -> NDArray[np.bool_]:
     return (xs >= box[0]) & (xs <= box[2]) & (ys >= box[1]) & (ys <= box[3])
 
 
