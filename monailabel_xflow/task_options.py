@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.errors import RequestError
 from monailabel_xflow.geometry import Click, client_index_to_point
@@ -205,14 +206,14 @@ MAX_CLICKS_PER_REQUEST = 64
 REVISE_FINDING_CHOICES: list[str] = FINDING_CHOICES[:-1]  # one finding at a time: no "all findings"
 
 
-def clicks_from_request(data: Mapping[str, Any], shape: tuple[int, int]) -> list:
+def clicks_from_request(data: Mapping[str, Any], shape: tuple[int, int]) -> list[Click]:
     """``foreground`` / ``background`` voxel indices -> :class:`~monailabel_xflow.geometry.Click` list.
 
     Raises:
         GeometryError: a click outside the image, on a slice other than 0, or of wrong arity.
         RequestError: the lists are not lists of index lists, or too many clicks.
     """
-    clicks = []
+    clicks: list[Click] = []
     for key, positive in (("foreground", True), ("background", False)):
         for p in number_lists(data.get(key), key, max_items=MAX_CLICKS_PER_REQUEST):
             clicks.append(Click(positive, *client_index_to_point(p, shape)))
@@ -259,7 +260,7 @@ def label_keyed_clicks(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def finding_from_request(data: Mapping[str, Any], previous: np.ndarray | None) -> tuple[str, Any | None]:
+def finding_from_request(data: Mapping[str, Any], previous: NDArray[Any] | None) -> tuple[str, Any | None]:
     """The finding under revision and, when given as text, its instruction.
 
     The segment a ``label`` names (Slicer's selected segment) decides; ``instruction`` or

@@ -149,7 +149,7 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def borrowed_private_names(modules: dict[str, Path] | None = None) -> list[str]:
+def borrowed_private_names(modules: dict[str, Path] | None = None, package: str = "monailabel_xflow") -> list[str]:
     """Every place a package module imports or uses another package module's ``_private`` name.
 
     Seen: ``from <package module> import _name`` (absolute or relative, function-level included)
@@ -170,7 +170,7 @@ def borrowed_private_names(modules: dict[str, Path] | None = None) -> list[str]:
                     parts = name.split(".")[: None if is_package else -1]
                     parts = parts[: len(parts) - node.level + 1]
                     base = ".".join(parts + ([base] if base else []))
-                if base != "monailabel_xflow" and not base.startswith("monailabel_xflow."):
+                if base != package and not base.startswith(package + "."):
                     continue
                 for a in node.names:
                     if f"{base}.{a.name}" in modules:
@@ -179,9 +179,9 @@ def borrowed_private_names(modules: dict[str, Path] | None = None) -> list[str]:
                         borrowed.append(f"{name}:{node.lineno}: from {base} import {a.name}")
             elif isinstance(node, ast.Import):
                 for a in node.names:
-                    if a.name.split(".")[0] == "monailabel_xflow":
-                        local = a.asname or "monailabel_xflow"
-                        aliases[local] = a.name if a.asname else "monailabel_xflow"
+                    if a.name.split(".")[0] == package:
+                        local = a.asname or package
+                        aliases[local] = a.name if a.asname else package
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
                 continue
@@ -204,31 +204,31 @@ def test_no_module_borrows_another_modules_private_names():
 
 def test_the_private_name_check_sees_each_kind_of_borrowing(tmp_path):
     """The check above is not vacuous: each way of borrowing, written into a scratch package."""
-    pkg = tmp_path / "monailabel_xflow"
+    pkg = tmp_path / "scratch"
     (pkg / "eval").mkdir(parents=True)
     (pkg / "eval" / "__init__.py").write_text("")
     (pkg / "eval" / "helpers.py").write_text("def _secret():\n    return 1\n\n\ndef public():\n    return _secret()\n")
     (pkg / "eval" / "user.py").write_text(
-        "from monailabel_xflow.eval.helpers import _secret\n"
+        "from scratch.eval.helpers import _secret\n"
         "from . import helpers\n"
-        "import monailabel_xflow.eval.helpers as h\n\n\n"
+        "import scratch.eval.helpers as h\n\n\n"
         "def f():\n"
         "    from .helpers import _secret as again\n"
         "    return helpers._secret() + h._secret() + helpers.public() + again()\n"
     )
     modules = {
-        "monailabel_xflow.eval": pkg / "eval" / "__init__.py",
-        "monailabel_xflow.eval.helpers": pkg / "eval" / "helpers.py",
-        "monailabel_xflow.eval.user": pkg / "eval" / "user.py",
+        "scratch.eval": pkg / "eval" / "__init__.py",
+        "scratch.eval.helpers": pkg / "eval" / "helpers.py",
+        "scratch.eval.user": pkg / "eval" / "user.py",
     }
-    found = borrowed_private_names(modules)
+    found = borrowed_private_names(modules, package="scratch")
     assert [f.split(": ", 1)[1] for f in found] == [
-        "from monailabel_xflow.eval.helpers import _secret",
-        "from monailabel_xflow.eval.helpers import _secret",
-        "monailabel_xflow.eval.helpers._secret",
-        "monailabel_xflow.eval.helpers._secret",
+        "from scratch.eval.helpers import _secret",
+        "from scratch.eval.helpers import _secret",
+        "scratch.eval.helpers._secret",
+        "scratch.eval.helpers._secret",
     ]
-    assert all(f.startswith("monailabel_xflow.eval.user:") for f in found)
+    assert all(f.startswith("scratch.eval.user:") for f in found)
 
 
 def test_label_files_are_written_and_read_in_one_module():

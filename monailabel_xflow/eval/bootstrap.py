@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.metrics import SampleStats
 from monailabel_xflow.vocabulary import LEVELS
@@ -45,16 +46,16 @@ class Scored:
         iou, inter, union, delta_c, specks, specks_outside_gt: ``(n,)`` float, per question.
     """
 
-    group: np.ndarray
-    level: np.ndarray
-    positive: np.ndarray
-    drawn: np.ndarray
-    iou: np.ndarray
-    inter: np.ndarray
-    union: np.ndarray
-    delta_c: np.ndarray
-    specks: np.ndarray
-    specks_outside_gt: np.ndarray
+    group: NDArray[Any]
+    level: NDArray[Any]
+    positive: NDArray[Any]
+    drawn: NDArray[Any]
+    iou: NDArray[Any]
+    inter: NDArray[Any]
+    union: NDArray[Any]
+    delta_c: NDArray[Any]
+    specks: NDArray[Any]
+    specks_outside_gt: NDArray[Any]
 
     @classmethod
     def from_records(cls, records: Sequence[Mapping[str, Any]], groups: Sequence[Any]) -> Scored:
@@ -91,7 +92,7 @@ class Scored:
         )
 
 
-def resample_weights(group: np.ndarray, replicates: int = 2000, seed: int = 0) -> np.ndarray:
+def resample_weights(group: NDArray[Any], replicates: int = 2000, seed: int = 0) -> NDArray[Any]:
     """Per-question weights of ``replicates`` resamplings of the images, with replacement.
 
     Args:
@@ -111,12 +112,12 @@ def resample_weights(group: np.ndarray, replicates: int = 2000, seed: int = 0) -
     return counts[:, group]
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+def _ratio(num: NDArray[Any], den: NDArray[Any]) -> NDArray[Any]:
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def metrics(s: Scored, weights: np.ndarray, subset: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def metrics(s: Scored, weights: NDArray[Any], subset: NDArray[Any] | None = None) -> dict[str, NDArray[Any]]:
     """The report's figures under each row of ``weights``.
 
     Args:
@@ -133,8 +134,8 @@ def metrics(s: Scored, weights: np.ndarray, subset: np.ndarray | None = None) ->
     if subset is not None:
         w = w * np.asarray(subset, bool)
     pos, neg = w * s.positive, w * ~s.positive
-    out: dict[str, np.ndarray] = {}
-    per_level: dict[str, list[np.ndarray]] = {k: [] for k in RATES}
+    out: dict[str, NDArray[Any]] = {}
+    per_level: dict[str, list[NDArray[Any]]] = {k: [] for k in RATES}
     for k, level in enumerate(LEVELS):
         at = s.level == k
         p, q = pos * at, neg * at
@@ -159,7 +160,7 @@ def metrics(s: Scored, weights: np.ndarray, subset: np.ndarray | None = None) ->
     return out
 
 
-def interval(values: np.ndarray, point: float, level: float = 0.95) -> dict[str, float | None]:
+def interval(values: NDArray[Any], point: float, level: float = 0.95) -> dict[str, float | None]:
     """``{"value": point, "low", "high"}``: the percentile interval of bootstrap ``values``.
 
     Replicates where the figure is undefined (nan) are left out; ``low`` / ``high`` are None when

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from monailabel_xflow.data.readers import EvalCase, read_mask_png
 from monailabel_xflow.errors import XFlowError
@@ -71,7 +72,7 @@ RESULTS_NAME = "results.jsonl"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 
-Predictor = Callable[[EvalCase], "np.ndarray | None"]
+Predictor = Callable[[EvalCase], "NDArray[Any] | None"]
 
 
 class EvaluationError(XFlowError, RuntimeError):
@@ -89,7 +90,7 @@ def predictions_from_dir(folder: str | Path) -> Predictor:
     """
     folder = Path(folder)
 
-    def predict(case: EvalCase) -> np.ndarray:
+    def predict(case: EvalCase) -> NDArray[Any]:
         path = folder / f"{case.case_id}.png"
         if not path.is_file():
             raise EvaluationError(f"missing prediction {path}")
@@ -98,17 +99,18 @@ def predictions_from_dir(folder: str | Path) -> Predictor:
     return predict
 
 
-def _as_prediction(pred: Any) -> np.ndarray | None:
+def _as_prediction(pred: Any) -> NDArray[Any] | None:
     if pred is None:
         return None
     if hasattr(pred, "detach"):  # a torch tensor
         pred = pred.detach().cpu().numpy()
-    pred = np.asarray(pred)
-    if pred.ndim == 3 and 1 in (pred.shape[0], pred.shape[-1]):
-        pred = pred.reshape(pred.shape[1:] if pred.shape[0] == 1 else pred.shape[:-1])
-    if pred.ndim != 2:
-        raise EvaluationError(f"prediction must be a 2-D (H, W) mask, got shape {pred.shape}")
-    return pred != 0
+    array: NDArray[Any] = np.asarray(pred)
+    if array.ndim == 3 and 1 in (array.shape[0], array.shape[-1]):
+        array = array.reshape(array.shape[1:] if array.shape[0] == 1 else array.shape[:-1])
+    if array.ndim != 2:
+        raise EvaluationError(f"prediction must be a 2-D (H, W) mask, got shape {array.shape}")
+    mask: NDArray[np.bool_] = np.not_equal(array, 0)
+    return mask
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ def load_results(out_dir: str | Path) -> dict[str, dict[str, Any]]:
     return records
 
 
-def files_fingerprint(*paths: str | os.PathLike) -> str:
+def files_fingerprint(*paths: str | os.PathLike[str]) -> str:
     """A short hash of the names, sizes and modification times of the files at ``paths``.
 
     Folders are walked. It changes whenever one of those files is added, removed or rewritten

@@ -172,7 +172,7 @@ def run_benchmark(
     """
     from monailabel_xflow.data.readers import read_mimic_ils
     from monailabel_xflow.eval.evaluate import evaluate
-    from monailabel_xflow.training.demo import export_heldout
+    from monailabel_xflow.training.demo_data import export_heldout
 
     out = Path(out)
     if split not in SPLITS:

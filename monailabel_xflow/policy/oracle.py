@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import ndimage
 
 from monailabel_xflow import rle
@@ -103,7 +104,7 @@ class OracleError(InputError):
 # --- masks ----------------------------------------------------------------------------------
 
 
-def _as_mask(mask: np.ndarray, name: str) -> np.ndarray:
+def _as_mask(mask: NDArray[Any], name: str) -> NDArray[Any]:
     mask = np.asarray(mask)
     if mask.ndim != 2:
         raise OracleError(f"{name} must be a 2-D (H, W) mask, got shape {mask.shape}")
@@ -169,7 +170,7 @@ def _clip_span(lo: float, hi: float, min_len: float) -> tuple[float, float]:
 
 
 def _deepest_admissible(
-    region: np.ndarray, excluded: Sequence[tuple[int, int]], radius: float
+    region: NDArray[Any], excluded: Sequence[tuple[int, int]], radius: float
 ) -> tuple[float, int, int]:
     """Deepest pixel of ``region`` by padded EDT, outside discs around ``excluded`` pixels.
 
@@ -210,7 +211,7 @@ class OracleStep:
 
     click: Click
     box: Box
-    mask: np.ndarray
+    mask: NDArray[Any]
     iou: float
 
 
@@ -236,7 +237,7 @@ class Trajectory:
     component_id: int
     gt_box: Box
     initial_box: Box
-    initial_mask: np.ndarray
+    initial_mask: NDArray[Any]
     initial_iou: float
     steps: list[OracleStep] = field(default_factory=list)
     stop_reason: StopReason = "T"
@@ -248,7 +249,7 @@ class Trajectory:
         return [s.click for s in self.steps]
 
     @property
-    def masks(self) -> list[np.ndarray]:
+    def masks(self) -> list[NDArray[Any]]:
         """``[M_0, M_1, …, M_k]``."""
         return [self.initial_mask] + [s.mask for s in self.steps]
 
@@ -258,7 +259,7 @@ class Trajectory:
         return [self.initial_iou] + [s.iou for s in self.steps]
 
     @property
-    def final_mask(self) -> np.ndarray:
+    def final_mask(self) -> NDArray[Any]:
         return self.masks[-1]
 
     @property
@@ -270,7 +271,7 @@ class Trajectory:
         """``IoU(M_final, G) - IoU(M_0, G)`` (the paper's R_gain for this trajectory)."""
         return self.final_iou - self.initial_iou
 
-    def turns(self) -> list[tuple[np.ndarray, Click | None]]:
+    def turns(self) -> list[tuple[NDArray[Any], Click | None]]:
         """Algorithm 1's output: ``(observation mask, action)`` pairs, the last action None (stop)."""
         masks = self.masks
         return [(masks[i], self.steps[i].click) for i in range(len(self.steps))] + [(masks[-1], None)]
@@ -383,7 +384,7 @@ class OracleClicker:
 
     # -- one step ----------------------------------------------------------------------------
 
-    def next_click(self, mask: np.ndarray, gt: np.ndarray, previous_clicks: Sequence[Click] = ()) -> Click | None:
+    def next_click(self, mask: NDArray[Any], gt: NDArray[Any], previous_clicks: Sequence[Click] = ()) -> Click | None:
         """The oracle's click on ``mask`` (lines 8–14 of Algorithm 1 plus the 25-px guard).
 
         Ignores τ and T (see :meth:`decide`).
@@ -417,7 +418,7 @@ class OracleClicker:
         return Click(positive, x, y)
 
     def decide(
-        self, mask: np.ndarray, gt: np.ndarray, previous_clicks: Sequence[Click] = ()
+        self, mask: NDArray[Any], gt: NDArray[Any], previous_clicks: Sequence[Click] = ()
     ) -> tuple[Click | None, StopReason | None]:
         """One turn of the revision policy: stop, or the next click (lines 5–14 of Algorithm 1).
 
@@ -458,7 +459,7 @@ class OracleClicker:
         return ""
 
     @staticmethod
-    def _check(mask: np.ndarray, gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _check(mask: NDArray[Any], gt: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
         mask, gt = _as_mask(mask, "mask"), _as_mask(gt, "gt")
         if mask.shape != gt.shape:
             raise OracleError(f"mask shape {mask.shape} differs from ground-truth shape {gt.shape}")
@@ -484,12 +485,12 @@ class OracleRevisionPolicy:
         OracleError: ``gt_mask`` is not 2-D.
     """
 
-    def __init__(self, gt_mask: np.ndarray, clicker: OracleClicker | None = None, exact: bool = False) -> None:
+    def __init__(self, gt_mask: NDArray[Any], clicker: OracleClicker | None = None, exact: bool = False) -> None:
         self.gt = _as_mask(gt_mask, "gt_mask")
         self.clicker = clicker if clicker is not None else OracleClicker()
         self.exact = bool(exact)
 
-    def start(self, image: np.ndarray | None, instruction: Instruction | None, box: Box) -> OracleSession:
+    def start(self, image: NDArray[Any] | None, instruction: Instruction | None, box: Box) -> OracleSession:
         return OracleSession(self)
 
 

@@ -163,7 +163,7 @@ class ModelConfig:
     # --- sources --------------------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], base_dir: str | os.PathLike | None = None) -> ModelConfig:
+    def from_dict(cls, data: Mapping[str, Any], base_dir: str | os.PathLike[str] | None = None) -> ModelConfig:
         """Build from a mapping with the field names as keys (None values are ignored).
 
         Raises:
@@ -184,7 +184,7 @@ class ModelConfig:
         return cls(**values)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> ModelConfig:
+    def from_file(cls, path: str | os.PathLike[str]) -> ModelConfig:
         """Read a YAML (``.yaml``/``.yml``) or JSON file; relative paths resolve against its folder.
 
         Raises:
@@ -222,7 +222,7 @@ class ModelConfig:
         return cls.from_dict(merged)
 
     @classmethod
-    def load(cls, source: ModelConfig | Mapping[str, Any] | str | os.PathLike | None = None) -> ModelConfig:
+    def load(cls, source: ModelConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None) -> ModelConfig:
         """Any supported source: a config, a dict, a file path, or None for the environment.
 
         None reads the environment and, when that names no weights, falls back to the demo model
