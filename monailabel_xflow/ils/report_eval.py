@@ -93,6 +93,7 @@ def tuple_from_dict(d: dict) -> ReportedFinding:
         bool(d["tentative"]),
         tuple(d.get("locations") or ()),
         d.get("finding"),
+        d.get("hedge"),
     )
 
 
@@ -179,9 +180,11 @@ EXTERNAL_FINDINGS: tuple[str, ...] = (
 )
 """Findings an external set may label; a set scores those it has positives for."""
 
-CERTAINTY_MODES: tuple[str, ...] = ("definite", "any")
+CERTAINTY_MODES: tuple[str, ...] = ("definite", "any", "per-finding")
 """How tuples become report labels: ``"definite"`` (MIMIC-ILS §C.1: a tentative finding is an
-opacity, not the finding it may be) or ``"any"`` (a tentative finding counts as the finding)."""
+opacity, not the finding it may be), ``"any"`` (a tentative finding counts as the finding) or
+``"per-finding"`` (a tentative finding counts when its hedge grade is one its finding accepts,
+:data:`~monailabel_xflow.ils.report_rules.TENTATIVE_COUNTS_AS`; else as under ``"definite"``)."""
 
 MACRO_MIN_POSITIVES = 5
 """A finding enters the macro average only with at least this many reference positives."""
@@ -265,11 +268,17 @@ def report_labels(tuples: Iterable[ReportedFinding], mode: str = "definite") -> 
     entity's own finding ("opacities compatible with atelectasis": opacity and atelectasis).
     In ``"definite"`` mode (MIMIC-ILS §C.1, the default) a tentative tuple names only
     ``opacity`` (for a lung finding) or nothing (a tentative cardiomegaly or effusion is
-    neither); in ``"any"`` mode it names its findings as a definite one would.
+    neither); in ``"any"`` mode it names its findings as a definite one would; in
+    ``"per-finding"`` mode it names each of its findings whose accepted hedge grades
+    (:data:`~monailabel_xflow.ils.report_rules.TENTATIVE_COUNTS_AS`) hold the tuple's
+    :attr:`~monailabel_xflow.data.mimic_ils.ReportedFinding.hedge` (an unknown grade counts as
+    ``"possible"``), and the rest as under ``"definite"`` ("likely atelectasis": atelectasis;
+    "likely pneumonia": opacity).
 
     Raises:
         ValueError: ``mode`` is not one of :data:`CERTAINTY_MODES`.
     """
+    from monailabel_xflow.ils import report_rules as R
     from monailabel_xflow.ils.report import finding_of
 
     if mode not in CERTAINTY_MODES:
@@ -281,8 +290,11 @@ def report_labels(tuples: Iterable[ReportedFinding], mode: str = "definite") -> 
         if t.finding is None:
             continue
         named = {t.finding, finding_of(t.entity)} - {None}
-        if t.tentative and mode == "definite":
-            if named & {"opacity", "consolidation", "pneumonia", "atelectasis", "edema"}:
+        if t.tentative and mode != "any":
+            grade = t.hedge or "possible"
+            counted = {f for f in named if mode == "per-finding" and grade in R.TENTATIVE_COUNTS_AS.get(f, ())}
+            out |= counted
+            if (named - counted) & {"opacity", "consolidation", "pneumonia", "atelectasis", "edema"}:
                 out.add("opacity")
         else:
             out |= named
