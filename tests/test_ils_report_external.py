@@ -24,6 +24,7 @@ from monailabel_xflow.ils.report_eval import (  # noqa: E402
     external_structurers,
     main,
     read_cmc2007,
+    read_openi_csv,
     report_labels,
     score_labels,
     split_of,
@@ -336,3 +337,31 @@ def test_rules_beat_the_keyword_baseline_on_the_cmc_dev_half(cmc_dev_scores):
         assert rules["micro"]["f1"] >= floor
         assert rules["micro"]["f1"] > base["micro"]["f1"]
         assert rules["micro"]["precision"] > base["micro"]["precision"] + 0.15
+
+
+# --- the Open-i layout (the set itself is not in the repository: CC BY-NC-ND) ------------------
+
+OPENI_CSV = (
+    "uid,MeSH,Problems,image,indication,comparison,findings,impression\n"
+    '1,normal,normal,PA and lateral,Cough,None.,"The lungs are clear. No pleural effusion.",Normal chest.\n'
+    '2,Cardiomegaly/borderline;Pulmonary Atelectasis/base/left,x,PA,Dyspnea,,'
+    '"Borderline cardiomegaly. Left basilar atelectasis.",\n'
+    "3,Opacity/lung/base/right;Airspace Disease/lung/base/right,x,PA,Fever,,,Right basilar airspace disease.\n"
+    "4,normal,normal,PA,Preop,,,\n"
+)
+
+
+def test_read_openi_csv_maps_manual_mesh_to_findings(tmp_path):
+    path = tmp_path / "openi.csv"
+    path.write_text(OPENI_CSV)
+    reports = read_openi_csv(path)
+    assert [r.id for r in reports] == ["1", "2", "3"]  # no text: left out
+    assert [set(r.labels) for r in reports] == [set(), {"cardiomegaly", "atelectasis"}, {"opacity"}]
+    assert reports[0].text == "FINDINGS: The lungs are clear. No pleural effusion.\n\nIMPRESSION: Normal chest."
+    assert reports[2].text == "IMPRESSION: Right basilar airspace disease."
+    out = tmp_path / "openi.md"
+    assert main(["--openi", str(path), "--resamples", "20", "--splits", "all", "--out", str(out)]) == 0
+    assert "Open-i" in out.read_text() and "### all (3 reports" in out.read_text()
+    path.write_text("uid,findings\n1,x\n")
+    with pytest.raises(ValueError, match="needs the columns"):
+        read_openi_csv(path)
