@@ -365,3 +365,13 @@ def test_read_openi_csv_maps_manual_mesh_to_findings(tmp_path):
     path.write_text("uid,findings\n1,x\n")
     with pytest.raises(ValueError, match="needs the columns"):
         read_openi_csv(path)
+
+
+def test_score_labels_pairs_every_system_with_the_peer_too():
+    true = np.array([[1], [1], [0], [0], [1], [0]], bool)
+    out = score_labels(
+        {"a": true.copy(), "b": ~true, "c": true.copy()}, true, ["pneumonia"], baseline="b", resamples=100, peers=["c"]
+    )
+    assert out["systems"]["a"]["diff_vs"]["c"] == {"micro_ci": [0.0, 0.0], "macro_ci": [0.0, 0.0]}  # identical
+    assert out["systems"]["b"]["diff_vs"]["c"]["micro_ci"][1] < 0  # always worse than the peer
+    assert "diff_vs" not in out["systems"]["c"]

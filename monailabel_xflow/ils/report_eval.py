@@ -376,6 +376,7 @@ def score_labels(
     baseline: str | None = None,
     resamples: int = 2000,
     seed: int = 0,
+    peers: Sequence[str] = (),
 ) -> dict:
     """Per-finding and averaged P / R / F1 of report-level labels, with bootstrap 95 % CIs.
 
@@ -385,6 +386,8 @@ def score_labels(
         findings: column names.
         baseline: a key of ``pred``; every other system gets the CI of its micro / macro F1
             minus the baseline's, on the same resamples (paired).
+        peers: further keys of ``pred`` to compare with the same way: every other system gets
+            ``"diff_vs": {peer: {"micro_ci", "macro_ci"}}``.
         resamples: bootstrap resamples of the reports (percentile intervals).
         seed: resampling seed.
 
@@ -439,6 +442,15 @@ def score_labels(
             if name != baseline:
                 out["systems"][name]["diff_micro_ci"] = _ci(samples[:, 0] - boot[baseline][:, 0])
                 out["systems"][name]["diff_macro_ci"] = _ci(samples[:, 1] - boot[baseline][:, 1])
+    for peer in peers:
+        if peer not in boot:
+            continue
+        for name, samples in boot.items():
+            if name != peer:
+                out["systems"][name].setdefault("diff_vs", {})[peer] = {
+                    "micro_ci": _ci(samples[:, 0] - boot[peer][:, 0]),
+                    "macro_ci": _ci(samples[:, 1] - boot[peer][:, 1]),
+                }
     return out
 
 
@@ -524,7 +536,9 @@ def evaluate_external(
                     ).reshape(len(keep), len(findings))
                     for name in structurers
                 }
-                runs[f"{rule}/{mode}"] = score_labels(pred, true, findings, baseline, resamples)
+                runs[f"{rule}/{mode}"] = score_labels(
+                    pred, true, findings, baseline, resamples, peers=[PEER] if baseline else []
+                )
         certainty = {
             name: certainty_agreement([tuples[(name, section_rules[0])][k] for k in keep], true, findings)
             for name in structurers
@@ -551,6 +565,9 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
     "opacity": (r"\bopacit(?:y|ies)\b",),
 }
 """The baseline's keywords (regular expressions): each finding's own name."""
+
+PEER = "CheXpert phrases+NegEx"
+"""The published labeler's phrases: the second system every other one is compared with."""
 
 CHEXPERT_PHRASE_FILES: dict[str, str] = {
     "pneumonia": "pneumonia",
@@ -651,14 +668,16 @@ def render_external(result: dict, how: str) -> str:
             "",
         ]
         for run, sc in sres["runs"].items():
+            peer = any(s.get("diff_vs") for s in sc["systems"].values())
             lines += [
                 f"**{run}** (macro over: {', '.join(sc['macro_findings']) or 'none'})",
                 "",
                 "| system | micro P | micro R | micro F1 [95 % CI] | macro F1 [95 % CI] | "
                 "Δ micro F1 vs baseline [CI] | Δ macro F1 [CI] | "
+                + ("Δ micro F1 vs CheXpert phrases [CI] | " if peer else "")
                 + " | ".join(f"{f} P / R / F1 [F1 CI]" for f in sc["findings"])
                 + " |",
-                "|---" * (6 + len(sc["findings"])) + "|---|",
+                "|---" * (6 + bool(peer) + len(sc["findings"])) + "|---|",
             ]
             for name, s in sc["systems"].items():
                 dm = s.get("diff_micro_ci")
@@ -672,6 +691,9 @@ def render_external(result: dict, how: str) -> str:
                     f"[{dm[0]:+.3f}, {dm[1]:+.3f}]" if dm else "-",
                     f"[{dM[0]:+.3f}, {dM[1]:+.3f}]" if dM else "-",
                 ]
+                if peer:
+                    dp = s.get("diff_vs", {}).get(PEER)
+                    cells.append(f"[{dp['micro_ci'][0]:+.3f}, {dp['micro_ci'][1]:+.3f}]" if dp else "-")
                 cells += [
                     f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} "
                     f"[{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
@@ -726,7 +748,7 @@ def external_structurers(
 
     systems: dict[str, Callable] = {"rules": default_structurer(), "keyword+NegEx": PhraseNegExStructurer(KEYWORDS)}
     if chexpert_phrases:
-        systems["CheXpert phrases+NegEx"] = chexpert_structurer(Path(chexpert_phrases))
+        systems[PEER] = chexpert_structurer(Path(chexpert_phrases))
     if llm_model:
         from monailabel_xflow.ils.report_llm import structurer_from_name
 
@@ -758,7 +780,7 @@ def _external(args) -> tuple[str, dict]:
         f"--{'cmc2007' if args.cmc2007 else 'openi'} ...`; read with `reports/ils/structuring.md` (source, licence, "
         f"split, what the labels mean). {what}; "
         f"{args.resamples} bootstrap resamples of the reports (95 % percentile intervals; the Δ columns are paired "
-        f"differences to keyword+NegEx). Run names: section rule / certainty mode."
+        f"differences to keyword+NegEx and, where it ran, to the CheXpert phrases). Run names: section rule / certainty mode."
     )
     return render_external(result, how), result
 
