@@ -780,7 +780,8 @@ def _external(args) -> tuple[str, dict]:
         f"--{'cmc2007' if args.cmc2007 else 'openi'} ...`; read with `reports/ils/structuring.md` (source, licence, "
         f"split, what the labels mean). {what}; "
         f"{args.resamples} bootstrap resamples of the reports (95 % percentile intervals; the Δ columns are paired "
-        f"differences to keyword+NegEx and, where it ran, to the CheXpert phrases). Run names: section rule / certainty mode."
+        f"differences to keyword+NegEx and, where it ran, to the CheXpert phrases). Run names: section rule / "
+        f"certainty mode."
     )
     return render_external(result, how), result
 
