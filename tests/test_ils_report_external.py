@@ -344,7 +344,7 @@ def test_rules_beat_the_keyword_baseline_on_the_cmc_dev_half(cmc_dev_scores):
 OPENI_CSV = (
     "uid,MeSH,Problems,image,indication,comparison,findings,impression\n"
     '1,normal,normal,PA and lateral,Cough,None.,"The lungs are clear. No pleural effusion.",Normal chest.\n'
-    '2,Cardiomegaly/borderline;Pulmonary Atelectasis/base/left,x,PA,Dyspnea,,'
+    "2,Cardiomegaly/borderline;Pulmonary Atelectasis/base/left,x,PA,Dyspnea,,"
     '"Borderline cardiomegaly. Left basilar atelectasis.",\n'
     "3,Opacity/lung/base/right;Airspace Disease/lung/base/right,x,PA,Fever,,,Right basilar airspace disease.\n"
     "4,normal,normal,PA,Preop,,,\n"
