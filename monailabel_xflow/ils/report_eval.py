@@ -14,8 +14,10 @@ presence costs only in presence. Run as ``python -m monailabel_xflow.ils.report_
 --phantoms DIR --out reports/ils/structuring.md`` on a folder ``xflow phantom`` wrote.
 
 Against report-level labels written by others (``--cmc2007 FILE``: the CMC 2007 challenge's
-coded reports, :func:`read_cmc2007`): tuples become report labels under the MIMIC-ILS §C.1
-certainty rule (:func:`report_labels`), scored per finding with bootstrap CIs
+coded reports, :func:`read_cmc2007`, committed as ``tests/data/cmc2007/``; ``--openi CSV``: the
+Indiana University / Open-i reports with their manual MeSH headings, :func:`read_openi_csv`, not
+committed): tuples become report labels under a certainty mode (:func:`report_labels`: the
+MIMIC-ILS §C.1 rule, any certainty, or per finding by hedge grade), scored per finding with bootstrap CIs
 (:func:`score_labels`) on a dev and a held-out part fixed by a hash of the report id
 (:func:`split_of`), for the rules, a keyword + NegEx baseline and the CheXpert labeler's phrases
 (:class:`PhraseNegExStructurer`), and the LLM structurer when a model is given

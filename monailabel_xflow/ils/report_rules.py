@@ -9,11 +9,16 @@ they can be argued with):
 
 * **Finding synonyms** map to :data:`~monailabel_xflow.vocabulary.FINDINGS`: "pleural effusion",
   "pleural fluid", "layering fluid" -> effusion; "pulmonary edema", "interstitial edema",
-  "fluid overload" -> edema; "airspace disease", "infiltrate", "airspace density",
+  "fluid / volume overload", "(congestive) heart failure", "CHF", "Kerley B lines",
+  "indistinct pulmonary vasculature" -> edema (the CheXpert labeler's mention list and the
+  Fleischner glossary; soft-tissue, subcutaneous, chest-wall, bowel-wall edema and anasarca are
+  not); "airspace disease", "infiltrate", "airspace density",
   "retrocardiac density", "haziness" -> opacity; "enlarged heart", "cardiac enlargement", "the
   heart (size) is (mildly) enlarged", "heart size mildly enlarged", "enlarged cardiomediastinal
   silhouette", "borderline heart size" (tentative) -> cardiomegaly; "infection", "infectious
-  process", "aspiration" -> pneumonia (as the CheXpert labeler does); "collapse" -> atelectasis.
+  process", "aspiration", "pneumonic / infectious infiltrate", "superimposed infection",
+  "aspiration pneumonitis" -> pneumonia (as the CheXpert labeler does; viral, urinary or upper
+  respiratory infection, foreign-body or needle aspiration and bare "pneumonitis" are not); "collapse" -> atelectasis.
   Kept out, as entities of their own with no finding type: bare "fluid" and "density", "bone /
   soft tissue density", "interstitial markings", "pericardial effusion", "(prior) granulomatous
   infection". **"Vascular congestion" is not edema** here (the CheXpert labeler
@@ -28,7 +33,10 @@ they can be argued with):
   "question ...", "favored", "would be (consistent with)" are tentative; "consistent with",
   "compatible with", "in keeping with", "represents", "reflects", "due to" are definitive.
   **Alternatives** ("atelectasis or pneumonia", "atelectasis versus pneumonia") are both
-  tentative: the report commits to neither. A tentative finding stays a present tuple; what a
+  tentative: the report commits to neither. Every tentative tuple is graded
+  (:data:`HEDGE_GRADES`: probable / possible / alternative), and per finding
+  :data:`TENTATIVE_COUNTS_AS` says which grades still name the finding in a report-level label.
+  A tentative finding stays a present tuple; what a
   tentative tuple means downstream is MIMIC-ILS §C.1: its positive prompt names an *opacity*,
   not the finding (:mod:`~monailabel_xflow.ils.pairs`).
 * A hedge between an opacity and its predicted type makes the tuple tentative only when the
