@@ -851,10 +851,10 @@ finding outside its grades names only ``opacity`` (MIMIC-ILS §C.1), a tentative
 effusion nothing. Why, finding by finding:
 
 * **pneumonia**: no hedge counts. Pneumonia is a clinical diagnosis the radiograph can only
-  support; a hedged or differential pneumonia is an opacity. CMC dev half: of the hedged
-  pneumonias ("likely represents pneumonia", "most consistent with pneumonia", "possible early
-  pneumonia", "could represent pneumonia", "suggestive of pneumonia") the coders coded 1 of 8;
-  the ICD-9-CM outpatient guideline codes no "probable / suspected / questionable" diagnosis.
+  support; a hedged or differential pneumonia is an opacity. CMC dev half, reports whose only
+  pneumonia mention is tentative, coded / all: probable ("likely represents pneumonia",
+  "suggestive of pneumonia") 1 / 9, possible 1 / 3, alternatives 3 / 9; the ICD-9-CM
+  outpatient guideline codes no "probable / suspected / questionable" diagnosis.
 * **edema**: no hedge counts (the CheXpert labeler marks "possible / may represent / cannot
   exclude edema" uncertain; hedged edema on a radiograph is mostly vascular congestion or a
   technique question). No CMC labels: a literature choice.
@@ -863,7 +863,8 @@ effusion nothing. Why, finding by finding:
   reader's confidence in what is seen, not about a diagnosis; the CheXpert labeler reads "likely"
   as positive, and the CheXpert authors found uncertain atelectasis best treated as positive
   (U-Ones, Irvin et al. 2019). "Possible" atelectasis and "atelectasis versus pneumonia" do not
-  count: the CheXpert labeler marks both uncertain, and the CMC dev half codes them 2 times in 11.
+  count: the CheXpert labeler marks both uncertain, and the CMC dev half codes them 1 time in 10
+  (probable atelectasis: 1 in 4; too few to decide on, so the literature decides).
 * **consolidation**, **cardiomegaly**: no hedge counts ("borderline heart size" is not
   cardiomegaly; a hedged consolidation is an opacity).
 * **opacity**: every grade (a hedged "questionable opacity" is still a reported opacity under
