@@ -524,3 +524,163 @@ def test_xflow_ils_section_option_reaches_the_reader(tmp_path):
     (study,), _ = _inputs(parser.parse_args(base + ["--section", "findings+impression"]))
     assert study.section_name == "findings+impression"
     assert [(f.finding, f.present) for f in study.findings] == [("pneumonia", True)]
+
+
+# --- hedge grades (issue 38): how a tentative mention is hedged, from real sentences -------------
+# CMC sentences are from the dev half of the external evaluation (report id given); "CheXpert"
+# marks the example report of the CheXpert paper (Irvin et al., AAAI 2019, Figure 1) and the
+# labeled_reports.csv of stanfordmlgroup/chexpert-labeler (MIT).
+
+
+def _grades(text: str) -> list[tuple]:
+    return [(f.finding or f.entity.lower(), f.present, f.tentative, f.hedge) for f in structure_section(text)]
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        # probable: "likely", "probable", "favor", "worrisome for", "suggestive of"
+        (
+            "Air space disease at the right base which likely represents pneumonia.",  # CMC 99573144
+            [("pneumonia", True, True, "probable")],
+        ),
+        (
+            "Probable band of atelectasis seen on lateral view only.",
+            [("atelectasis", True, True, "probable")],
+        ),  # 97667049
+        ("Findings worrisome for right lower lobe infection.", [("pneumonia", True, True, "probable")]),  # CMC dev
+        (
+            "Patchy left lower lobe infiltrate suggestive of pneumonia.",
+            [("pneumonia", True, True, "probable")],
+        ),  # 99582121
+        # possible: "could represent", "possible", "cannot be completely excluded", "can be seen with"
+        (
+            "Subtle ill defined opacity in the left lower lobe could represent pneumonia in the appropriate "
+            "clinical setting.",  # CMC 99601765
+            [("pneumonia", True, True, "possible")],
+        ),
+        (
+            "Possible early pneumonia involving the lingula and possibly the right middle lobe.",  # CMC 97640513
+            [("pneumonia", True, True, "possible")],
+        ),
+        (
+            "Diffuse reticular pattern, which can be seen with an atypical infection or chronic fibrotic change.",
+            [("pneumonia", True, True, "possible")],  # CheXpert paper, Figure 1
+        ),
+        # alternatives: "versus", "or", "with or without", "unsure whether", the disfavored of "favored over"
+        (
+            "Right middle lobe atelectasis versus pneumonia.",  # CMC 97641496
+            [("atelectasis", True, True, "alternative"), ("pneumonia", True, True, "alternative")],
+        ),
+        (
+            "Findings suggest volume loss in the lingula, with or without superimposed infection.",  # CMC 97707576
+            [("volume loss", True, True, "probable"), ("pneumonia", True, True, "alternative")],
+        ),
+        (
+            "It is unsure whether this represents superimposed pneumonia or atelectasis.",  # CMC 97686282
+            [("pneumonia", True, True, "alternative"), ("atelectasis", True, True, "alternative")],
+        ),
+        (
+            "With greater consolidation than volume loss, pneumonia is favored over atelectasis.",  # CMC 99598032
+            [
+                ("consolidation", True, True, "probable"),
+                ("volume loss", True, True, "probable"),
+                ("pneumonia", True, True, "probable"),
+                ("atelectasis", True, True, "alternative"),
+            ],
+        ),
+        # definite: no grade
+        ("Findings consistent with right lower lobe pneumonia.", [("pneumonia", True, False, None)]),  # 98571285
+    ],
+)
+def test_hedge_grades_of_real_sentences(text, want):
+    assert _grades(text) == want
+
+
+def test_unless_conditions_only_its_clause():
+    # CMC 97726428 (dev): the pneumonia is a condition, the atelectasis the reader's choice
+    assert _grades(
+        "Unless there is clinical information supporting pneumonia such as fever and cough, I favor atelectasis."
+    ) == [("atelectasis", True, True, "probable")]
+
+
+def test_hedge_is_not_part_of_the_tuple_identity():
+    from dataclasses import replace
+
+    from monailabel_xflow.data.mimic_ils import tuple_to_dict
+
+    (t,) = structure_section("Probable band of atelectasis seen on lateral view only.")
+    assert t == replace(t, hedge=None) and "hedge" not in repr(t)
+    assert tuple_to_dict(t)["hedge"] == "probable" and "hedge" not in tuple_to_dict(replace(t, hedge=None))
+
+
+# --- edema and pneumonia as radiologists write them (issue 38) -----------------------------------
+# Phrases from the public labelers' mention lists (CheXpert labeler: "heart failure", "chf",
+# "indistinctness", "infectious process") and the Fleischner Society glossary (Hansell et al.,
+# Radiology 2008: interstitial / alveolar edema, Kerley B lines); the sentences are ours unless
+# marked (no edema sentence exists in the CMC dev half). "Vascular congestion" stays apart from
+# edema on purpose (see ils/report_rules.py).
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("Findings consistent with mild congestive heart failure.", [("edema", True, False)]),
+        ("Mild CHF.", [("edema", True, False)]),
+        ("Kerley B lines at both bases.", [("edema", True, False)]),
+        ("Findings likely represent mild interstitial edema.", [("edema", True, True)]),
+        ("Indistinct pulmonary vasculature.", [("edema", True, False)]),
+        ("Moderate pulmonary oedema.", [("edema", True, False)]),
+        ("Findings compatible with volume overload.", [("edema", True, False)]),
+        ("Cardiomegaly without overt edema.", [("cardiomegaly", True, False), ("edema", False, False)]),  # CheXpert
+        ("No edema or pneumonia.", [("edema", False, False), ("pneumonia", False, False)]),  # CheXpert
+        (
+            "Pulmonary vascular congestion without frank edema.",
+            [("congestion", True, False), ("edema", False, False)],
+        ),
+    ],
+)
+def test_edema_phrasings(text, want):
+    assert _facts(text) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Soft tissue edema of the right chest wall.",
+        "Diffuse subcutaneous edema.",
+        "Anasarca.",
+        "Mild bowel wall edema in the upper abdomen.",
+    ],
+)
+def test_edema_that_is_not_pulmonary_edema(text):
+    assert "edema" not in {f.finding for f in structure_section(text)}
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("Findings worrisome for right lower lobe infection.", [("pneumonia", True, True)]),  # CMC dev
+        ("Right lower lobe pneumonic infiltrate.", [("pneumonia", True, False)]),
+        ("Multifocal pneumonia.", [("pneumonia", True, False)]),
+        ("Findings may represent aspiration pneumonitis.", [("pneumonia", True, True)]),
+        ("Bibasilar opacities concerning for superimposed infection.", [("pneumonia", True, True)]),
+    ],
+)
+def test_pneumonia_phrasings(text, want):
+    assert _facts(text) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # CMC 97668880, 99587362, 97668880 (dev)
+        "Findings most likely represent reactive airways disease or viral infection.",
+        "Peribronchial cuffing which could be due to reactive airways disease or viral infection.",
+        "No evidence of an aspirated foreign body.",
+        "Post-radiation changes, possibly radiation pneumonitis.",  # ours
+        "History of urinary tract infection.",  # ours
+    ],
+)
+def test_infection_that_is_not_pneumonia(text):
+    assert "pneumonia" not in {f.finding for f in structure_section(text) if f.present}

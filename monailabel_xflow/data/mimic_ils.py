@@ -5,7 +5,7 @@ Only plain data lives here, so both sides (and tests) can build them without imp
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from monailabel_xflow.errors import InputError
 
@@ -56,6 +56,12 @@ class ReportedFinding:
             report names no location.
         finding: the predicted type as one of ``vocabulary.FINDINGS`` ("opacity reflects
             pneumonia" -> "pneumonia"), or None when the entity is none of them.
+        hedge: for a tentative tuple, how the report hedges it, when the structurer knows:
+            ``"probable"`` ("likely", "probable", "suspicious for"), ``"possible"`` ("may",
+            "possible", "cannot exclude") or ``"alternative"`` ("atelectasis versus pneumonia");
+            None for a definite tuple or an unknown grade. Not one of the paper's six fields:
+            it is left out of equality, ``repr`` and :func:`tuple_to_dict` when None, and only
+            report-level labels read it (``ils.report_eval.report_labels``).
     """
 
     entity: str
@@ -64,6 +70,7 @@ class ReportedFinding:
     tentative: bool
     locations: tuple[str, ...] = ()
     finding: str | None = None
+    hedge: str | None = field(default=None, compare=False, repr=False)
 
 
 REPORTS_CSV_COLUMNS: tuple[str, ...] = ("study_id", "image_path", "report")
@@ -141,4 +148,6 @@ section_text, findings: [ReportedFinding as dict]}}``."""
 def tuple_to_dict(t: ReportedFinding) -> dict:
     d = asdict(t)
     d["locations"] = list(t.locations)
+    if d["hedge"] is None:
+        del d["hedge"]
     return d

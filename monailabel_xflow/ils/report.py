@@ -133,7 +133,7 @@ def _nlp():
     ctx_rules = []
     for category, direction, literal in R.CONTEXT_RULES:
         # "resolved" / "no longer" / "cleared" reach both ways, but only a few words
-        scope = 6 if direction == "BIDIRECTIONAL" else None
+        scope = R.CONTEXT_MAX_SCOPE.get(literal, 6 if direction == "BIDIRECTIONAL" else None)
         ctx_rules.append(ConTextRule(literal, category, direction=direction, max_scope=scope))
     context.add(ctx_rules)
     return nlp
@@ -375,6 +375,7 @@ class _Mention:
     pre: list
     post: list
     finding: str | None
+    hedge: str | None = None  # a grade of R.HEDGE_GRADES when tentative
 
 
 def _mention(ent) -> _Mention:
@@ -391,9 +392,42 @@ def _mention(ent) -> _Mention:
     finding = label if label not in ("OTHER", "DEVICE") else None
     # "borderline heart size" is a hedge inside the phrase itself, out of ConText's reach
     tentative = bool(ent._.is_uncertain) or "borderline" in entity.lower()
+    hedge = None
+    if ent._.is_uncertain:
+        hedge = weakest_hedge(
+            # "pneumonia is favored over atelectasis": what comes after "over" is the alternative
+            "alternative" if m.rule.literal.endswith(" over") and ent.start >= m.modifier_span[1] else m.rule.literal
+            for m in ent._.modifiers
+            if m.category == "POSSIBLE_EXISTENCE"
+        )
+    if "borderline" in entity.lower():
+        hedge = weakest_hedge([hedge, "borderline"])
     return _Mention(
-        ent.start, ent.end, label, entity, present, tentative, bool(ent._.is_hypothetical), locs, [], finding
+        ent.start, ent.end, label, entity, present, tentative, bool(ent._.is_hypothetical), locs, [], finding, hedge
     )
+
+
+def hedge_grade(cue: str | None) -> str | None:
+    """The grade of :data:`~monailabel_xflow.ils.report_rules.HEDGE_GRADES` a hedge cue (a
+    ConText literal or a link word: "likely", "may", "versus") or a grade itself stands for;
+    None for None. Any cue that is neither probable nor an alternative is ``"possible"``."""
+    if cue is None:
+        return None
+    c = " ".join(cue.lower().split())
+    if c in R.HEDGE_GRADES:
+        return c
+    if c in R.PROBABLE_HEDGES:
+        return "probable"
+    if c in R.ALTERNATIVE_HEDGES:
+        return "alternative"
+    return "possible"
+
+
+def weakest_hedge(cues) -> str | None:
+    """The weakest grade among hedge cues or grades (alternative < possible < probable), None
+    when there is none."""
+    grades = [g for g in map(hedge_grade, cues) if g is not None]
+    return max(grades, key=R.HEDGE_GRADES.index) if grades else None
 
 
 def _groups(sent, taken: set[int]) -> list[tuple[int, int]]:
@@ -454,7 +488,8 @@ class RuleStructurer:
                 if m.label == "DEVICE" or m.skip:
                     continue
                 locs = tuple(dict.fromkeys(m.pre + m.post))
-                out.append(ReportedFinding(m.entity, index, m.present, m.tentative, locs, m.finding))
+                hedge = (m.hedge or "possible") if m.tentative else None
+                out.append(ReportedFinding(m.entity, index, m.present, m.tentative, locs, m.finding, hedge))
         return out
 
     @staticmethod
@@ -526,6 +561,7 @@ class RuleStructurer:
                 and set(gap) <= _ALTERNATIVES | _MODIFIERS | {",", "either"}
             ):
                 a.tentative = b.tentative = True
+                a.hedge, b.hedge = weakest_hedge([a.hedge, "alternative"]), weakest_hedge([b.hedge, "alternative"])
 
     @staticmethod
     def _fold_predicted_types(doc, mentions: list[_Mention]) -> list[_Mention]:
@@ -543,6 +579,9 @@ class RuleStructurer:
                     # a hedge in the link hedges the type of a present opacity; in "no consolidation
                     # to suggest pneumonia" it is part of a definite negative
                     hedged = nxt.tentative or bool(words & _HEDGES) or "cannot" in between
+                    if hedged and m.present:  # the weakest of the two mentions' hedges and the link's
+                        cues = [m.hedge, nxt.hedge if nxt.tentative else None, *sorted(words & _HEDGES)]
+                        m.hedge = weakest_hedge(cues + (["cannot"] if "cannot" in between else []))
                     m.tentative = m.tentative or (hedged and m.present)
                     # presence is the opacity's ("no opacity to suggest pneumonia": absent)
                     if not (m.pre or m.post):

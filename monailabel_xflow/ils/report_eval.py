@@ -14,8 +14,10 @@ presence costs only in presence. Run as ``python -m monailabel_xflow.ils.report_
 --phantoms DIR --out reports/ils/structuring.md`` on a folder ``xflow phantom`` wrote.
 
 Against report-level labels written by others (``--cmc2007 FILE``: the CMC 2007 challenge's
-coded reports, :func:`read_cmc2007`): tuples become report labels under the MIMIC-ILS §C.1
-certainty rule (:func:`report_labels`), scored per finding with bootstrap CIs
+coded reports, :func:`read_cmc2007`, committed as ``tests/data/cmc2007/``; ``--openi CSV``: the
+Indiana University / Open-i reports with their manual MeSH headings, :func:`read_openi_csv`, not
+committed): tuples become report labels under a certainty mode (:func:`report_labels`: the
+MIMIC-ILS §C.1 rule, any certainty, or per finding by hedge grade), scored per finding with bootstrap CIs
 (:func:`score_labels`) on a dev and a held-out part fixed by a hash of the report id
 (:func:`split_of`), for the rules, a keyword + NegEx baseline and the CheXpert labeler's phrases
 (:class:`PhraseNegExStructurer`), and the LLM structurer when a model is given
@@ -94,6 +96,7 @@ def tuple_from_dict(d: dict) -> ReportedFinding:
         bool(d["tentative"]),
         tuple(d.get("locations") or ()),
         d.get("finding"),
+        d.get("hedge"),
     )
 
 
@@ -181,9 +184,11 @@ EXTERNAL_FINDINGS: tuple[str, ...] = (
 )
 """Findings an external set may label; a set scores those it has positives for."""
 
-CERTAINTY_MODES: tuple[str, ...] = ("definite", "any")
+CERTAINTY_MODES: tuple[str, ...] = ("definite", "any", "per-finding")
 """How tuples become report labels: ``"definite"`` (MIMIC-ILS §C.1: a tentative finding is an
-opacity, not the finding it may be) or ``"any"`` (a tentative finding counts as the finding)."""
+opacity, not the finding it may be), ``"any"`` (a tentative finding counts as the finding) or
+``"per-finding"`` (a tentative finding counts when its hedge grade is one its finding accepts,
+:data:`~monailabel_xflow.ils.report_rules.TENTATIVE_COUNTS_AS`; else as under ``"definite"``)."""
 
 MACRO_MIN_POSITIVES = 5
 """A finding enters the macro average only with at least this many reference positives."""
@@ -261,6 +266,56 @@ def read_cmc2007(path: Path) -> list[LabelledReport]:
     return out
 
 
+OPENI_MESH: dict[str, tuple[str, ...]] = {
+    "pneumonia": ("Pneumonia",),
+    "atelectasis": ("Pulmonary Atelectasis",),
+    "effusion": ("Pleural Effusion",),
+    "edema": ("Pulmonary Edema",),
+    "cardiomegaly": ("Cardiomegaly",),
+    "consolidation": ("Consolidation",),
+    "opacity": ("Opacity", "Airspace Disease", "Infiltrate"),
+}
+"""Manual MeSH headings of the Indiana University chest X-ray collection (Open-i) that name
+each finding (the heading before the first ``/``; qualifiers such as ``/borderline`` ignored)."""
+
+
+def read_openi_csv(path: Path) -> list[LabelledReport]:
+    """The Indiana University / Open-i chest radiograph reports with their manual MeSH labels.
+
+    Demner-Fushman et al., JAMIA 2016: adult chest radiograph reports of the Indiana Network for
+    Patient Care, de-identified, each coded by hand with MeSH headings. This reads the common
+    CSV layout of that collection (``uid, MeSH, Problems, image, indication, comparison,
+    findings, impression``; one heading per ``;``). Reports with neither findings nor impression
+    are left out. Labels are the findings of :data:`OPENI_MESH` whose heading the report carries.
+    The text is ``"FINDINGS: ...\n\nIMPRESSION: ..."`` (parts that are empty left out); the split
+    is :func:`split_of` of the uid (the whole set is held out here: no rule was made on it).
+
+    Raises:
+        ValueError: the file cannot be read or lacks one of the columns named.
+    """
+    import csv
+
+    need = {"uid", "MeSH", "findings", "impression"}
+    heading_to = {h: f for f, hs in OPENI_MESH.items() for h in hs}
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise ValueError(f"cannot read the Open-i reports {path}: {err}") from err
+    if not rows or need - set(rows[0]):
+        raise ValueError(f"{path}: an Open-i reports CSV needs the columns {', '.join(sorted(need))}")
+    out = []
+    for row in rows:
+        parts = [(h, (row[c] or "").strip()) for h, c in (("FINDINGS", "findings"), ("IMPRESSION", "impression"))]
+        text = "\n\n".join(f"{h}: {t}" for h, t in parts if t)
+        if not text:
+            continue
+        headings = {m.split("/")[0].strip() for m in (row["MeSH"] or "").split(";")}
+        labels = frozenset(heading_to[h] for h in headings if h in heading_to)
+        out.append(LabelledReport(row["uid"], text, labels, split_of(row["uid"])))
+    return out
+
+
 def report_labels(tuples: Iterable[ReportedFinding], mode: str = "definite") -> set[str]:
     """The findings a structured report states present, as a report-level label set.
 
@@ -268,11 +323,17 @@ def report_labels(tuples: Iterable[ReportedFinding], mode: str = "definite") -> 
     entity's own finding ("opacities compatible with atelectasis": opacity and atelectasis).
     In ``"definite"`` mode (MIMIC-ILS §C.1, the default) a tentative tuple names only
     ``opacity`` (for a lung finding) or nothing (a tentative cardiomegaly or effusion is
-    neither); in ``"any"`` mode it names its findings as a definite one would.
+    neither); in ``"any"`` mode it names its findings as a definite one would; in
+    ``"per-finding"`` mode it names each of its findings whose accepted hedge grades
+    (:data:`~monailabel_xflow.ils.report_rules.TENTATIVE_COUNTS_AS`) hold the tuple's
+    :attr:`~monailabel_xflow.data.mimic_ils.ReportedFinding.hedge` (an unknown grade counts as
+    ``"possible"``), and the rest as under ``"definite"`` ("likely atelectasis": atelectasis;
+    "likely pneumonia": opacity).
 
     Raises:
         ValueError: ``mode`` is not one of :data:`CERTAINTY_MODES`.
     """
+    from monailabel_xflow.ils import report_rules as R
     from monailabel_xflow.ils.report import finding_of
 
     if mode not in CERTAINTY_MODES:
@@ -284,8 +345,11 @@ def report_labels(tuples: Iterable[ReportedFinding], mode: str = "definite") -> 
         if t.finding is None:
             continue
         named = {n for n in (t.finding, finding_of(t.entity)) if n is not None}
-        if t.tentative and mode == "definite":
-            if named & {"opacity", "consolidation", "pneumonia", "atelectasis", "edema"}:
+        if t.tentative and mode != "any":
+            grade = t.hedge or "possible"
+            counted = {f for f in named if mode == "per-finding" and grade in R.TENTATIVE_COUNTS_AS.get(f, ())}
+            out |= counted
+            if (named - counted) & {"opacity", "consolidation", "pneumonia", "atelectasis", "edema"}:
                 out.add("opacity")
         else:
             out |= named
@@ -317,6 +381,7 @@ def score_labels(
     baseline: str | None = None,
     resamples: int = 2000,
     seed: int = 0,
+    peers: Sequence[str] = (),
 ) -> dict:
     """Per-finding and averaged P / R / F1 of report-level labels, with bootstrap 95 % CIs.
 
@@ -326,6 +391,8 @@ def score_labels(
         findings: column names.
         baseline: a key of ``pred``; every other system gets the CI of its micro / macro F1
             minus the baseline's, on the same resamples (paired).
+        peers: further keys of ``pred`` to compare with the same way: every other system gets
+            ``"diff_vs": {peer: {"micro_ci", "macro_ci"}}``.
         resamples: bootstrap resamples of the reports (percentile intervals).
         seed: resampling seed.
 
@@ -380,6 +447,15 @@ def score_labels(
             if name != baseline:
                 out["systems"][name]["diff_micro_ci"] = _ci(samples[:, 0] - boot[baseline][:, 0])
                 out["systems"][name]["diff_macro_ci"] = _ci(samples[:, 1] - boot[baseline][:, 1])
+    for peer in peers:
+        if peer not in boot:
+            continue
+        for name, samples in boot.items():
+            if name != peer:
+                out["systems"][name].setdefault("diff_vs", {})[peer] = {
+                    "micro_ci": _ci(samples[:, 0] - boot[peer][:, 0]),
+                    "macro_ci": _ci(samples[:, 1] - boot[peer][:, 1]),
+                }
     return out
 
 
@@ -465,7 +541,9 @@ def evaluate_external(
                     ).reshape(len(keep), len(findings))
                     for name in structurers
                 }
-                runs[f"{rule}/{mode}"] = score_labels(pred, true, findings, baseline, resamples)
+                runs[f"{rule}/{mode}"] = score_labels(
+                    pred, true, findings, baseline, resamples, peers=[PEER] if baseline else []
+                )
         certainty = {
             name: certainty_agreement([tuples[(name, section_rules[0])][k] for k in keep], true, findings)
             for name in structurers
@@ -492,6 +570,9 @@ KEYWORDS: dict[str, tuple[str, ...]] = {
     "opacity": (r"\bopacit(?:y|ies)\b",),
 }
 """The baseline's keywords (regular expressions): each finding's own name."""
+
+PEER = "CheXpert phrases+NegEx"
+"""The published labeler's phrases: the second system every other one is compared with."""
 
 CHEXPERT_PHRASE_FILES: dict[str, str] = {
     "pneumonia": "pneumonia",
@@ -592,14 +673,16 @@ def render_external(result: dict, how: str) -> str:
             "",
         ]
         for run, sc in sres["runs"].items():
+            peer = any(s.get("diff_vs") for s in sc["systems"].values())
             lines += [
                 f"**{run}** (macro over: {', '.join(sc['macro_findings']) or 'none'})",
                 "",
                 "| system | micro P | micro R | micro F1 [95 % CI] | macro F1 [95 % CI] | "
                 "Δ micro F1 vs baseline [CI] | Δ macro F1 [CI] | "
+                + ("Δ micro F1 vs CheXpert phrases [CI] | " if peer else "")
                 + " | ".join(f"{f} P / R / F1 [F1 CI]" for f in sc["findings"])
                 + " |",
-                "|---" * (6 + len(sc["findings"])) + "|---|",
+                "|---" * (6 + bool(peer) + len(sc["findings"])) + "|---|",
             ]
             for name, s in sc["systems"].items():
                 dm = s.get("diff_micro_ci")
@@ -613,6 +696,9 @@ def render_external(result: dict, how: str) -> str:
                     f"[{dm[0]:+.3f}, {dm[1]:+.3f}]" if dm else "-",
                     f"[{dM[0]:+.3f}, {dM[1]:+.3f}]" if dM else "-",
                 ]
+                if peer:
+                    dp = s.get("diff_vs", {}).get(PEER)
+                    cells.append(f"[{dp['micro_ci'][0]:+.3f}, {dp['micro_ci'][1]:+.3f}]" if dp else "-")
                 cells += [
                     f"{v['precision']:.2f} / {v['recall']:.2f} / {v['f1']:.2f} "
                     f"[{v['f1_ci'][0]:.2f}, {v['f1_ci'][1]:.2f}]"
@@ -667,7 +753,7 @@ def external_structurers(
 
     systems: dict[str, Callable] = {"rules": default_structurer(), "keyword+NegEx": PhraseNegExStructurer(KEYWORDS)}
     if chexpert_phrases:
-        systems["CheXpert phrases+NegEx"] = chexpert_structurer(Path(chexpert_phrases))
+        systems[PEER] = chexpert_structurer(Path(chexpert_phrases))
     if llm_model:
         from monailabel_xflow.ils.report_llm import structurer_from_name
 
@@ -676,21 +762,31 @@ def external_structurers(
 
 
 def _external(args) -> tuple[str, dict]:
-    """``--cmc2007``: the markdown report and the result of :func:`evaluate_external`."""
-    reports = read_cmc2007(Path(args.cmc2007))
+    """``--cmc2007`` / ``--openi``: the markdown report and the result of :func:`evaluate_external`."""
+    source = Path(args.cmc2007 or args.openi)
+    reports = read_cmc2007(source) if args.cmc2007 else read_openi_csv(source)
     splits = [x.strip() for x in args.splits.split(",") if x.strip()]
     if not splits or set(splits) - {"dev", "held-out", "all"}:
         raise SystemExit(f"--splits: a comma-separated list of dev, held-out, all; got {args.splits!r}")
     systems = external_structurers(args.chexpert_phrases, args.llm_model, args.llm_max_new_tokens)
     result = evaluate_external(reports, systems, resamples=args.resamples, splits=splits)
-    digest = hashlib.sha256(Path(args.cmc2007).read_bytes()).hexdigest()
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    what = (
+        f"CMC 2007 chest radiograph reports: {len(reports)} of `{source.name}` (sha256 {digest[:16]}...), "
+        f"labels = the coders' majority ICD-9-CM codes (486 pneumonia, 518.0 atelectasis, 511.9 effusion)"
+        if args.cmc2007
+        else f"Indiana University / Open-i chest radiograph reports: {len(reports)} of `{source.name}` (sha256 "
+        f"{digest[:16]}...), labels = the manual MeSH headings ("
+        + "; ".join(f"{f}: {' / '.join(hs)}" for f, hs in OPENI_MESH.items())
+        + ")"
+    )
     how = (
         f"# Report structuring against external labels\n\nGenerated by `python -m monailabel_xflow.ils.report_eval "
-        f"--cmc2007 ...`; read with `reports/ils/structuring.md` (source, licence, split, what the labels mean). "
-        f"CMC 2007 chest radiograph reports: {len(reports)} of `{Path(args.cmc2007).name}` (sha256 {digest[:16]}...), "
-        f"labels = the coders' majority ICD-9-CM codes (486 pneumonia, 518.0 atelectasis, 511.9 effusion); "
+        f"--{'cmc2007' if args.cmc2007 else 'openi'} ...`; read with `reports/ils/structuring.md` (source, licence, "
+        f"split, what the labels mean). {what}; "
         f"{args.resamples} bootstrap resamples of the reports (95 % percentile intervals; the Δ columns are paired "
-        f"differences to keyword+NegEx). Run names: section rule / certainty mode."
+        f"differences to keyword+NegEx and, where it ran, to the CheXpert phrases). Run names: section rule / "
+        f"certainty mode."
     )
     return render_external(result, how), result
 
@@ -702,11 +798,16 @@ def main(argv: list[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--phantoms", help="folder written by `xflow phantom`")
     src.add_argument("--handwritten", help="JSON of hand-written reports with their tuples")
-    src.add_argument("--cmc2007", help="the CMC 2007 challenge's 2007ChallengeTrainData.xml (external labels)")
+    src.add_argument(
+        "--cmc2007",
+        help="the CMC 2007 challenge's 2007ChallengeTrainData.xml (external labels; in the repository: "
+        "tests/data/cmc2007/2007ChallengeTrainData.xml)",
+    )
+    src.add_argument("--openi", metavar="CSV", help="Indiana University / Open-i reports CSV with manual MeSH labels")
     ap.add_argument(
         "--chexpert-phrases",
         metavar="DIR",
-        help="with --cmc2007: a chexpert-labeler checkout; its phrases become the peer system",
+        help="with --cmc2007 / --openi: a chexpert-labeler checkout; its phrases become the peer system",
     )
     ap.add_argument("--llm-model", metavar="PATH", help="with --cmc2007: also score the LLM structurer (local model)")
     ap.add_argument(
@@ -724,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", help="markdown report to write (a JSON with the errors goes beside it)")
     args = ap.parse_args(argv)
-    if args.cmc2007:
+    if args.cmc2007 or args.openi:
         text, result = _external(args)
     else:
         if args.phantoms:

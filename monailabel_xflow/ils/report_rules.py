@@ -9,11 +9,16 @@ they can be argued with):
 
 * **Finding synonyms** map to :data:`~monailabel_xflow.vocabulary.FINDINGS`: "pleural effusion",
   "pleural fluid", "layering fluid" -> effusion; "pulmonary edema", "interstitial edema",
-  "fluid overload" -> edema; "airspace disease", "infiltrate", "airspace density",
+  "fluid / volume overload", "(congestive) heart failure", "CHF", "Kerley B lines",
+  "indistinct pulmonary vasculature" -> edema (the CheXpert labeler's mention list and the
+  Fleischner glossary; soft-tissue, subcutaneous, chest-wall, bowel-wall edema and anasarca are
+  not); "airspace disease", "infiltrate", "airspace density",
   "retrocardiac density", "haziness" -> opacity; "enlarged heart", "cardiac enlargement", "the
   heart (size) is (mildly) enlarged", "heart size mildly enlarged", "enlarged cardiomediastinal
   silhouette", "borderline heart size" (tentative) -> cardiomegaly; "infection", "infectious
-  process", "aspiration" -> pneumonia (as the CheXpert labeler does); "collapse" -> atelectasis.
+  process", "aspiration", "pneumonic / infectious infiltrate", "superimposed infection",
+  "aspiration pneumonitis" -> pneumonia (as the CheXpert labeler does; viral, urinary or upper
+  respiratory infection, foreign-body or needle aspiration and bare "pneumonitis" are not); "collapse" -> atelectasis.
   Kept out, as entities of their own with no finding type: bare "fluid" and "density", "bone /
   soft tissue density", "interstitial markings", "pericardial effusion", "(prior) granulomatous
   infection". **"Vascular congestion" is not edema** here (the CheXpert labeler
@@ -28,7 +33,10 @@ they can be argued with):
   "question ...", "favored", "would be (consistent with)" are tentative; "consistent with",
   "compatible with", "in keeping with", "represents", "reflects", "due to" are definitive.
   **Alternatives** ("atelectasis or pneumonia", "atelectasis versus pneumonia") are both
-  tentative: the report commits to neither. A tentative finding stays a present tuple; what a
+  tentative: the report commits to neither. Every tentative tuple is graded
+  (:data:`HEDGE_GRADES`: probable / possible / alternative), and per finding
+  :data:`TENTATIVE_COUNTS_AS` says which grades still name the finding in a report-level label.
+  A tentative finding stays a present tuple; what a
   tentative tuple means downstream is MIMIC-ILS §C.1: its positive prompt names an *opacity*,
   not the finding (:mod:`~monailabel_xflow.ils.pairs`).
 * A hedge between an opacity and its predicted type makes the tuple tentative only when the
@@ -75,6 +83,17 @@ FINDING_PHRASES: dict[str, tuple[str, ...]] = {
         "infectious process",
         "aspiration",
         "pneumonic consolidation",
+        "pneumonic infiltrate",
+        "pneumonic infiltrates",
+        "infectious infiltrate",
+        "infectious infiltrates",
+        "infectious consolidation",
+        "superinfection",
+        "superimposed infection",
+        "aspiration pneumonitis",
+        "multifocal pneumonia",
+        "lobar pneumonia",
+        "round pneumonia",
     ),
     "atelectasis": (
         "atelectasis",
@@ -137,7 +156,33 @@ FINDING_PHRASES: dict[str, tuple[str, ...]] = {
         "alveolar edema",
         "interstitial pulmonary edema",
         "pulmonary interstitial edema",
+        "pulmonary oedema",
+        "interstitial pulmonary oedema",
+        "airspace edema",
+        "air space edema",
+        "alveolar pulmonary edema",
+        "perihilar edema",
+        "hydrostatic edema",
+        "hydrostatic pulmonary edema",
+        "cardiogenic edema",
+        "cardiogenic pulmonary edema",
+        "noncardiogenic pulmonary edema",
+        "non-cardiogenic pulmonary edema",
         "fluid overload",
+        "volume overload",
+        "congestive heart failure",
+        "congestive failure",
+        "heart failure",
+        "chf",
+        "kerley b lines",
+        "kerley b-lines",
+        "kerley lines",
+        "vascular indistinctness",
+        "indistinct pulmonary vasculature",
+        "indistinct vasculature",
+        "indistinctness of the pulmonary vasculature",
+        "indistinctness of the pulmonary vessels",
+        "perihilar indistinctness",
     ),
     "effusion": (
         "effusion",
@@ -257,6 +302,44 @@ OTHER_FINDINGS: tuple[str, ...] = (
     "breast density",
     "nipple density",
     "calcified density",
+    # edema that is not pulmonary edema (the labelers' "unmention" idea; our own list)
+    "soft tissue edema",
+    "subcutaneous edema",
+    "chest wall edema",
+    "body wall edema",
+    "anasarca",
+    "mucosal edema",
+    "airway edema",
+    "laryngeal edema",
+    "bowel wall edema",
+    "gallbladder wall edema",
+    "periportal edema",
+    "marrow edema",
+    "bone marrow edema",
+    "scalp edema",
+    "pedal edema",
+    "extremity edema",
+    # infection / aspiration that is not pneumonia
+    "viral infection",
+    "viral infections",
+    "upper respiratory infection",
+    "upper respiratory tract infection",
+    "urinary tract infection",
+    "sinus infection",
+    "ear infection",
+    "soft tissue infection",
+    "wound infection",
+    "line infection",
+    "foreign body aspiration",
+    "aspirated foreign body",
+    "needle aspiration",
+    "fine needle aspiration",
+    "aspiration precautions",
+    "aspiration risk",
+    "risk of aspiration",
+    "pneumonitis",
+    "radiation pneumonitis",
+    "hypersensitivity pneumonitis",
 )
 """Findings outside the seven: extracted with ``finding=None`` (they still occupy locations)."""
 
@@ -484,6 +567,19 @@ CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
             "would favor",
             "would be consistent with",
             "would be most consistent with",
+            "with or without",
+            "less likely",
+            "unsure whether",
+            "uncertain whether",
+            "unclear whether",
+            "unclear if",
+            "can be seen with",
+            "can be seen in",
+            "may be seen with",
+            "may be seen in",
+            "could be seen with",
+            "cannot be differentiated from",
+            "cannot be distinguished from",
         )
     ],
     *[
@@ -507,6 +603,15 @@ CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
             "?",
             "is favored",
             "are favored",
+            "cannot be completely excluded",
+            "cannot be entirely excluded",
+            "not completely excluded",
+            "not entirely excluded",
+            "cannot be completely ruled out",
+            "in the appropriate clinical setting",
+            "in the right clinical setting",
+            "is less likely",
+            "are less likely",
         )
     ],
     *[("POSSIBLE_EXISTENCE", "BIDIRECTIONAL", s) for s in ("is favored over", "favored over", "are favored over")],
@@ -528,6 +633,7 @@ CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
             "recommend",
             "recommended",
             "follow-up for",
+            "unless",
         )
     ],
     # scope ends
@@ -553,6 +659,11 @@ CONTEXT_RULES: tuple[tuple[str, str, str], ...] = (
 )
 """Radiology ConText modifiers (a tuned set, not medspaCy's general clinical defaults, which
 e.g. negate "evaluate for")."""
+
+CONTEXT_MAX_SCOPE: dict[str, int] = {"unless": 8}
+"""Modifiers whose scope ends after this many tokens (default: the sentence, or 6 tokens for a
+bidirectional one): "Unless there is clinical information supporting pneumonia such as fever
+and cough, I favor atelectasis." conditions the pneumonia, not the atelectasis."""
 
 TENTATIVE_LINKS: tuple[str, ...] = (
     "likely",
@@ -641,6 +752,124 @@ TYPE_LINKS: tuple[str, ...] = (
 ALTERNATIVE_WORDS: tuple[str, ...] = ("or", "versus", "vs", "and/or", "/")
 """A word between two present findings that offers them as alternatives ("atelectasis or
 pneumonia", "atelectasis versus pneumonia"): both are tentative, neither is definite."""
+
+# --- hedging per finding ---------------------------------------------------------------------
+
+HEDGE_GRADES: tuple[str, ...] = ("probable", "possible", "alternative")
+"""How strongly a tentative mention is hedged, strongest first (what
+:attr:`~monailabel_xflow.data.mimic_ils.ReportedFinding.hedge` holds): ``"probable"`` (the
+radiologist's best reading, about 75 % in the certainty lexicon of Panicek & Hricak, AJR 2016),
+``"possible"`` (about 50 % or less: "may", "possible", "cannot exclude", "less likely") and
+``"alternative"`` (offered beside another finding: "atelectasis versus pneumonia", "atelectasis or
+pneumonia", a differential). A mention with several hedges takes the weakest."""
+
+PROBABLE_HEDGES: frozenset[str] = frozenset(
+    {
+        "probable",
+        "probably",
+        "likely",
+        "most likely",
+        "is likely",
+        "are likely",
+        "presumed",
+        "presumably",
+        "favor",
+        "favored",
+        "favoring",
+        "would favor",
+        "is favored",
+        "are favored",
+        "favored over",
+        "is favored over",
+        "are favored over",
+        "favored to be",
+        "suspicious for",
+        "suspicious",
+        "concerning for",
+        "concerning",
+        "concern for",
+        "worrisome for",
+        "worrisome",
+        "suggestive of",
+        "suggestive",
+        "suggest",
+        "suggests",
+        "suggesting",
+        "would be consistent with",
+        "would be most consistent with",
+        "suspected",
+        "is suspected",
+        "are suspected",
+        "suspect",
+    }
+)
+"""Hedge cues (ConText literals and link words) graded ``"probable"``: the MSK lexicon's
+"probably / suspicious for" tier (Panicek & Hricak 2016); "likely" is not an uncertainty cue at
+all for the CheXpert labeler (its uncertainty patterns name "possible", "probable", "suspicious",
+"may", "versus", "cannot exclude", "less likely", but not "likely"), which we keep one step
+weaker: tentative, graded probable. Every other tentative cue is ``"possible"``, except
+:data:`ALTERNATIVE_HEDGES`."""
+
+ALTERNATIVE_HEDGES: frozenset[str] = frozenset(
+    {
+        "versus",
+        "vs",
+        "either",
+        "may represent either",
+        "or",
+        "and/or",
+        "/",
+        "differential includes",
+        "differential diagnosis includes",
+        "differential diagnosis would include",
+        "differential considerations include",
+        "differential considerations",
+        "differential diagnosis",
+        "differential",
+        "with or without",
+        "cannot be differentiated from",
+        "cannot be distinguished from",
+        "unsure whether",
+        "uncertain whether",
+        "unclear whether",
+    }
+)
+"""Hedge cues that offer a finding as one of several (graded ``"alternative"``)."""
+
+TENTATIVE_COUNTS_AS: dict[str, frozenset[str]] = {
+    "atelectasis": frozenset({"probable"}),
+    "effusion": frozenset({"probable"}),
+    "pneumonia": frozenset(),
+    "edema": frozenset(),
+    "consolidation": frozenset(),
+    "cardiomegaly": frozenset(),
+    "opacity": frozenset(HEDGE_GRADES),
+}
+"""Per finding, the hedge grades under which a tentative mention still names the finding in a
+report-level label (``report_eval.report_labels`` mode ``"per-finding"``); a tentative lung
+finding outside its grades names only ``opacity`` (MIMIC-ILS §C.1), a tentative cardiomegaly or
+effusion nothing. Why, finding by finding:
+
+* **pneumonia**: no hedge counts. Pneumonia is a clinical diagnosis the radiograph can only
+  support; a hedged or differential pneumonia is an opacity. CMC dev half, reports whose only
+  pneumonia mention is tentative, coded / all: probable ("likely represents pneumonia",
+  "suggestive of pneumonia") 1 / 9, possible 1 / 3, alternatives 3 / 9; the ICD-9-CM
+  outpatient guideline codes no "probable / suspected / questionable" diagnosis.
+* **edema**: no hedge counts (the CheXpert labeler marks "possible / may represent / cannot
+  exclude edema" uncertain; hedged edema on a radiograph is mostly vascular congestion or a
+  technique question). No CMC labels: a literature choice.
+* **atelectasis** and **effusion**: a probable-grade hedge counts ("likely atelectasis", "probable
+  small left effusion"). Both are descriptive radiographic signs, so the hedge is about the
+  reader's confidence in what is seen, not about a diagnosis; the CheXpert labeler reads "likely"
+  as positive, and the CheXpert authors found uncertain atelectasis best treated as positive
+  (U-Ones, Irvin et al. 2019). "Possible" atelectasis and "atelectasis versus pneumonia" do not
+  count: the CheXpert labeler marks both uncertain, and the CMC dev half codes them 1 time in 10
+  (probable atelectasis: 1 in 4; too few to decide on, so the literature decides).
+* **consolidation**, **cardiomegaly**: no hedge counts ("borderline heart size" is not
+  cardiomegaly; a hedged consolidation is an opacity).
+* **opacity**: every grade (a hedged "questionable opacity" is still a reported opacity under
+  MIMIC-ILS §C.1).
+"""
 
 PREDICTED_TYPES: dict[str, tuple[str, ...]] = {
     "opacity": ("pneumonia", "atelectasis", "edema", "consolidation", "effusion"),
