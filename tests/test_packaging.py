@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import monailabel_xflow
+from sources import package_files
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "monailabel_xflow"
@@ -33,9 +34,16 @@ def setup_cfg() -> configparser.ConfigParser:
 
 
 def tracked(folder: Path) -> list[Path]:
-    """Files git tracks under ``folder`` (what a clone and the sdist hold)."""
+    """Files git tracks under ``folder`` (what a clone and the sdist hold); a tracked link to a
+    folder of the repository (``monailabel_xflow/transforms``) stands for the files under it."""
     out = subprocess.run(["git", "ls-files", "-z", str(folder)], cwd=REPO, capture_output=True, check=True).stdout
-    return [REPO / p for p in out.decode().split("\0") if p]
+    files = []
+    for path in (REPO / p for p in out.decode().split("\0") if p):
+        if path.is_symlink() and path.is_dir():
+            files += [path / f.relative_to(path.resolve()) for f in tracked(path.resolve())]
+        else:
+            files.append(path)
+    return files
 
 
 # --- one version --------------------------------------------------------------------------------
@@ -80,7 +88,7 @@ def test_classifiers_name_only_the_tested_python():
 def test_every_folder_of_python_files_is_a_package_and_found():
     from setuptools import find_packages
 
-    folders = {p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    folders = {p.parent for p in package_files()}
     missing_init = sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").is_file())
     assert missing_init == []  # find: would silently leave such a folder out of the wheel
     expected = {".".join(f.relative_to(REPO).parts) for f in folders}
@@ -121,7 +129,7 @@ def test_the_folders_read_through_path_file_are_package_data():
     # Every module that finds files next to its own source is listed here once what it reads is
     # package data; a path above the package (e.g. a repository folder) would be site-packages
     # once installed, so such a module must take its folder from an option or a user data dir.
-    reads = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if "Path(__file__)" in p.read_text()}
+    reads = {p.relative_to(PACKAGE).as_posix() for p in package_files() if "Path(__file__)" in p.read_text()}
     assert reads == {"workflow/model_config.py"}, "Path(__file__) reads to check: " + ", ".join(sorted(reads))
 
 
