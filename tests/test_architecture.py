@@ -7,9 +7,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from sources import package_files
 
 import monailabel_xflow
-from sources import package_files
 
 PACKAGE = Path(monailabel_xflow.__file__).parent
 

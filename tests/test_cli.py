@@ -5,8 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from monailabel_xflow.cli import main
 from sources import package_files
+
+from monailabel_xflow.cli import main
 
 
 def test_package_import_is_cheap():

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sources import package_files
 
 import monailabel_xflow
-from sources import package_files
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "monailabel_xflow"
@@ -68,7 +68,7 @@ def test_xflow_version_prints_it(capsys):
     assert done.value.code == 0 and capsys.readouterr().out == f"xflow {monailabel_xflow.__version__}\n"
 
 
-def test_the_app_reports_the_package_version(tmp_path, monkeypatch):
+def test_the_app_reports_the_package_version(tmp_path, monkeypatch, monailabel_settings):
     from monailabel_xflow.app.xflow_app import XFlowApp
 
     monkeypatch.setenv("XFLOW_NO_DEMO", "1")  # the version, not the weights, is under test
