@@ -133,6 +133,75 @@ def test_the_folders_read_through_path_file_are_package_data():
     assert reads == {"workflow/model_config.py"}, "Path(__file__) reads to check: " + ", ".join(sorted(reads))
 
 
+# --- the design card's layout --------------------------------------------------------------------
+
+
+def test_the_transforms_live_at_the_top_level_and_the_package_links_to_them():
+    """``transforms/`` is the source of ``monailabel_xflow.transforms`` (docs/architecture.md,
+    "Where the files are"): git holds a relative link, so a clone, the editable install, mypy and
+    the wheel all see one package."""
+    import os
+
+    link = PACKAGE / "transforms"
+    assert link.is_symlink() and os.readlink(link) == "../transforms"
+    staged = subprocess.run(
+        ["git", "ls-files", "-s", "monailabel_xflow/transforms"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert staged[0] == "120000"  # a symbolic link in git, not a copy
+    import monailabel_xflow.transforms.loading as loading
+
+    assert Path(loading.__file__).resolve() == REPO / "transforms" / "loading.py"
+    assert {p.name for p in tracked(REPO / "transforms")} >= {"__init__.py", "loading.py", "labels.py"}
+
+
+def test_package_files_walks_into_the_linked_transforms_as_pkgutil_does():
+    walked = set()
+    for path in package_files():
+        parts = path.relative_to(REPO).with_suffix("").parts
+        walked.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    imported = {m.name for m in pkgutil.walk_packages(monailabel_xflow.__path__, "monailabel_xflow.")}
+    assert walked == imported | {"monailabel_xflow"}
+    assert "monailabel_xflow.transforms.labels" in walked
+    assert not any("transforms" in p.parts for p in PACKAGE.rglob("*.py"))  # why package_files exists
+
+
+def test_monai_label_finds_the_packaged_app_in_apps_xflow(tmp_path):
+    """``apps/xflow/main.py`` is what upstream's loader expects (a direct ``MONAILabelApp``
+    subclass in the module), and ``xflow serve --workspace apps/xflow`` would serve it as it is."""
+    import shutil
+
+    from monailabel.utils.others.class_utils import get_class_of_subclass_from_file
+
+    from monailabel_xflow.app.xflow_app import XFlowApp
+    from monailabel_xflow.commands.serve import prepare_workspace
+
+    app = REPO / "apps" / "xflow"
+    assert get_class_of_subclass_from_file("main", str(app / "main.py"), "MONAILabelApp") is XFlowApp
+    assert "monailabel start_server --app apps/xflow" in (app / "README.md").read_text()
+    copy = tmp_path / "xflow"
+    shutil.copytree(app, copy)
+    assert prepare_workspace(copy) == copy.resolve()
+    assert (copy / "main.py").read_text() == (app / "main.py").read_text()  # never rewritten
+
+
+def test_the_app_sets_only_the_settings_left_at_monai_labels_defaults(tmp_path, monailabel_settings):
+    from monailabel_xflow.app import server_defaults
+
+    settings = monailabel_settings
+    set_now = server_defaults.apply(tmp_path / "app")
+    assert settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY == 10 and set_now["MONAI_LABEL_DICOMWEB_CACHE_EXPIRY"] == 10
+    assert str(tmp_path / "app" / "cache" / "sessions") == settings.MONAI_LABEL_SESSION_PATH
+    assert str(tmp_path / "app" / "cache" / "dicomweb") == settings.MONAI_LABEL_DICOMWEB_CACHE_PATH
+    assert "*.tif" not in settings.MONAI_LABEL_DATASTORE_FILE_EXT and "*.dcm" in settings.MONAI_LABEL_DATASTORE_FILE_EXT
+    # a value the user set (anything but MONAI Label's default) wins, even once exported by start_server
+    fields = type(settings).model_fields
+    current = {key: field.default for key, field in fields.items()}
+    current.update(MONAI_LABEL_DICOMWEB_CACHE_EXPIRY=60, MONAI_LABEL_DATASTORE_CACHE_PATH="/srv/cache")
+    wanted = server_defaults.defaults(tmp_path, current)
+    assert "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY" not in wanted and "MONAI_LABEL_DICOMWEB_CACHE_PATH" not in wanted
+    assert set(wanted) == {"MONAI_LABEL_SESSION_PATH", "MONAI_LABEL_DATASTORE_FILE_EXT"}
+
+
 # --- the app from a workspace -------------------------------------------------------------------
 
 
