@@ -113,15 +113,16 @@ def test_upstream_server_writes_into_the_app_folder_with_the_apps_settings(both)
     assert (both.app / "main.py").read_text() == (REPO / "apps" / "xflow" / "main.py").read_text()  # never rewritten
 
 
-def answered(url: str, slicer_info: dict, finding: str):
+def answered(url: str, slicer_info: dict, finding: str, tmp: Path):
     from monailabel.client import MONAILabelClient
 
     info_copy = json.loads(json.dumps(slicer_info))
     pick(info_copy, "xflow", "finding", finding)
-    return module_infer(MONAILabelClient(url), "xflow", IMAGE, module_params(info_copy, "infer", "xflow"))
+    client = MONAILabelClient(url, tmpdir=str(tmp))
+    return module_infer(client, "xflow", IMAGE, module_params(info_copy, "infer", "xflow"))
 
 
-VOLATILE = re.compile(r"time|second|latenc|duration|elapsed|^created$|^file$|^label$")
+VOLATILE = re.compile(r"time|timing|second|latenc|duration|elapsed|^created$|^file$|^label$")
 """Keys of an answer that differ from run to run (timings, when a trace was written, the server's
 temporary files)."""
 
@@ -147,8 +148,8 @@ def differences(a, b, path: str = "") -> list[str]:
 def test_slicer_auto_segmentation_is_answered_the_same(both):
     """3D Slicer's exact request (the module's options, a finding picked, NRRD uint8)."""
     slicer_info = info(both.upstream)
-    up_file, up = answered(both.upstream, slicer_info, "effusion")
-    ref_file, ref = answered(both.serve, slicer_info, "effusion")
+    up_file, up = answered(both.upstream, slicer_info, "effusion", both.tmp)
+    ref_file, ref = answered(both.serve, slicer_info, "effusion", both.tmp)
     assert differences(comparable(up), comparable(ref)) == [] and up["label_names"] == {"effusion": 1}
     shape = np.asarray(label_io.read_label(ref_file, None)).shape
     np.testing.assert_array_equal(label_io.read_label(up_file, shape), label_io.read_label(ref_file, shape))
