@@ -199,7 +199,12 @@ def test_the_app_sets_only_the_settings_left_at_monai_labels_defaults(tmp_path, 
     current.update(MONAI_LABEL_DICOMWEB_CACHE_EXPIRY=60, MONAI_LABEL_DATASTORE_CACHE_PATH="/srv/cache")
     wanted = server_defaults.defaults(tmp_path, current)
     assert "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY" not in wanted and "MONAI_LABEL_DICOMWEB_CACHE_PATH" not in wanted
-    assert set(wanted) == {"MONAI_LABEL_SESSION_PATH", "MONAI_LABEL_DATASTORE_FILE_EXT"}
+    assert set(wanted) == {
+        "MONAI_LABEL_SESSION_PATH",
+        "MONAI_LABEL_DATASTORE_FILE_EXT",
+        "MONAI_LABEL_DICOMWEB_SEARCH_FILTER",
+    }
+    assert settings.MONAI_LABEL_DICOMWEB_SEARCH_FILTER == {"Modality": "CR,DX"}
 
 
 # --- the app from a workspace -------------------------------------------------------------------

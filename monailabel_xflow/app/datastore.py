@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app import layout
+from monailabel_xflow.app import layout, server_defaults
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.data.seg import (
@@ -49,7 +49,7 @@ from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
+DEFAULT_SEARCH_FILTER: dict[str, str] = dict(server_defaults.SEARCH_FILTER)
 
 
 MAX_STORED_NAME_BYTES = 255

@@ -1,12 +1,14 @@
 """MONAI Label settings the XFlow app sets for itself, whichever command starts the server.
 
 MONAI Label reads its settings (``monailabel.config.settings``) from the environment once, when it
-is imported. Four of upstream's defaults do not suit a radiograph server, so :class:`XFlowApp
+is imported. Five of upstream's defaults do not suit a radiograph server, so :class:`XFlowApp
 <monailabel_xflow.app.xflow_app.XFlowApp>` sets them when it is created (:func:`apply`), each only
 where it is still at MONAI Label's default (a value set in the environment wins): upstream's own
 ``monailabel start_server --app apps/xflow``, ``xflow serve`` and MONAI Label's scoring / train
 subprocesses (which create the app again) all serve the same app.
 
+* ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` = :data:`SEARCH_FILTER` (CR/DX series are the images;
+  upstream lists CT, and ``{}`` would list SEG label series as images);
 * ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` = 10 s: upstream's 7200 s hides new series and labels for
   two hours;
 * ``MONAI_LABEL_DATASTORE_FILE_EXT`` = :data:`FILE_EXTENSIONS`, the files a studies folder lists:
@@ -16,7 +18,7 @@ subprocesses (which create the app again) all serve the same app.
   ``<app folder>/cache/sessions``: beside the server's ``logs/`` and ``model/``, instead of the
   user's ``~/.cache/monailabel``.
 
-The CR/DX series filter is the DICOMweb datastore's own default
+``--conf dicomweb_search_filter`` still overrides the filter
 (:func:`monailabel_xflow.app.datastore.search_filter`).
 """
 
@@ -29,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
+"""The DICOMweb series that are images: radiographs."""
 
 CACHE_EXPIRY_S = 10
 """Seconds a DICOMweb listing (series, SEG labels) is reused before the PACS is asked again."""
@@ -53,6 +58,7 @@ def defaults(app_dir: str | os.PathLike, current: Mapping[str, Any] | None = Non
     now = settings.model_dump() if current is None else current
     folder = Path(app_dir).expanduser().resolve()
     wanted: dict[str, Any] = {
+        "MONAI_LABEL_DICOMWEB_SEARCH_FILTER": dict(SEARCH_FILTER),
         "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY": CACHE_EXPIRY_S,
         "MONAI_LABEL_DATASTORE_FILE_EXT": list(FILE_EXTENSIONS),
         "MONAI_LABEL_SESSION_PATH": str(folder / "cache" / "sessions"),
