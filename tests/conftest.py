@@ -66,3 +66,14 @@ def tiny_models(tiny_vlm, tiny_sam3):
         return write_models_yaml(folder)
 
     return make
+
+
+@pytest.fixture
+def monailabel_settings(monkeypatch):
+    """MONAI Label's ``settings``, restored after the test: the app sets some when it is created
+    (``monailabel_xflow/app/server_defaults.py``), which would otherwise outlive the test."""
+    from monailabel.config import settings
+
+    for key in type(settings).model_fields:
+        monkeypatch.setattr(settings, key, getattr(settings, key))
+    return settings

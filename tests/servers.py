@@ -153,11 +153,9 @@ def write_models_yaml(folder: Path) -> Path:
 
 
 def monailabel_env(tmp: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The serve command's environment plus test isolation: caches and sessions in ``tmp``, no
+    """This process's environment plus test isolation: caches and sessions in ``tmp``, no
     automatic scoring after every request (tests run it explicitly), no XFLOW_* leaking in."""
-    from monailabel_xflow.commands.serve import server_env
-
-    env = {k: v for k, v in server_env().items() if not k.startswith("XFLOW_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XFLOW_")}
     env.update(
         {
             "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(tmp / "dicomweb-cache"),

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from sources import package_files
 
 import monailabel_xflow
 
@@ -43,7 +44,7 @@ LAYERS = {
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in package_files(root=PACKAGE):
         parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -235,7 +236,7 @@ def test_label_files_are_written_and_read_in_one_module():
     """Label I/O has one owner (docs/architecture.md "Owners"): only ``transforms/labels.py`` writes or
     reads label files with nibabel / pynrrd, and no ``app/`` module imports them at all."""
     users = set()
-    for path in PACKAGE.rglob("*.py"):
+    for path in package_files(root=PACKAGE):
         text = path.read_text()
         if "import nrrd" in text or ("import nibabel" in text and "app/" in path.as_posix()):
             users.add(path.relative_to(PACKAGE).as_posix())

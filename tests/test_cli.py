@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sources import package_files
+
 from monailabel_xflow.cli import main
 
 
@@ -71,7 +73,7 @@ def test_every_parser_lives_in_commands():
 
     root = Path(monailabel_xflow.__file__).parent
     builders = set()
-    for path in root.rglob("*.py"):
+    for path in package_files(root=root):
         rel = path.relative_to(root).as_posix()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr == "ArgumentParser":

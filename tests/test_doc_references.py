@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from sources import package_files
 
 REPO = Path(__file__).resolve().parents[1]
 REF = re.compile(r"(?<![\w/.-])monailabel_xflow(?:\.[A-Za-z_]\w*)+(?![\w-])")
@@ -27,7 +28,7 @@ KNOWN_STALE: dict[tuple[str, str], str] = {}
 def _files() -> list[Path]:
     out = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "benchmarks" / "README.md"]
     out += sorted((REPO / "docs").glob("*.md")) + sorted((REPO / "reports").rglob("*.md"))
-    out += sorted((REPO / "monailabel_xflow").rglob("*.py")) + sorted((REPO / "benchmarks").glob("*.py"))
+    out += package_files() + sorted((REPO / "benchmarks").glob("*.py"))
     out += sorted((REPO / "tests").glob("*.py"))
     return [p for p in out if p.is_file() and p.name != Path(__file__).name]  # this file names stale ones
 

@@ -124,6 +124,8 @@ def pacs(tmp_path_factory):
                     "effusion",
                     "--cache",
                     str(tmp / "pre-cache"),
+                    "--workspace",
+                    str(tmp / "pre-workspace"),
                 ]
             )
             == 0

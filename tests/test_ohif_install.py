@@ -58,3 +58,44 @@ def test_an_installed_viewer_is_kept_and_its_config_is_ours(tmp_path):
     assert '"defaultMode": "bitmap"' in config and "window.location.origin + '/dicom-web'" in config
     with pytest.raises(ValueError, match="seg_encoding"):
         ohif.app_config("png")
+
+
+def test_the_default_folder_is_the_checkouts_ohif_then_the_per_user_one(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from monailabel_xflow import commands
+
+    repo = Path(__file__).resolve().parents[1]
+    assert commands.checkout_root() == repo  # the tests run from the checkout
+    assert ohif.default_dir({}) == repo / ".ohif"  # where `make ohif` installs it
+    assert ohif.default_dir({"XFLOW_OHIF_DIR": str(tmp_path / "mine")}) == tmp_path / "mine"
+    monkeypatch.setattr(ohif, "checkout_root", lambda: None)  # as from an installed wheel
+    assert ohif.default_dir({"XDG_DATA_HOME": str(tmp_path)}) == tmp_path / "monailabel-xflow" / "ohif"
+
+
+def test_xflow_ohif_from_another_folder_finds_the_viewer_make_ohif_installed(tmp_path):
+    """README step 4 word for word (no XFLOW_OHIF_DIR, run outside the checkout): it serves the
+    checkout's ``.ohif/`` when ``make ohif`` installed it there, and otherwise says it looked there."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "XFLOW_OHIF_DIR"}
+    cmd = [sys.executable, "-m", "monailabel_xflow.cli", "ohif", "--studies", "http://127.0.0.1:9/dicom-web"]
+    proc = subprocess.Popen(
+        [*cmd, "--port", "0"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        first = proc.stdout.readline()  # "OHIF 3.13.2 at http://..." once serving; "" when it exits
+        if not first:
+            assert proc.wait(timeout=60) == 2
+            assert f"no OHIF {ohif.OHIF_VERSION} at {repo / '.ohif' / ohif.OHIF_VERSION / 'dist'}" in proc.stderr.read()
+        else:
+            assert first.startswith(f"OHIF {ohif.OHIF_VERSION} at http://127.0.0.1:")
+            assert (ohif.dist_dir(repo / ".ohif") / "index.html").is_file()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)

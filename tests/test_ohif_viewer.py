@@ -275,24 +275,25 @@ def _as_ohif_would_store(seg: pydicom.Dataset, label: np.ndarray) -> pydicom.Dat
     return out
 
 
-def test_preannotate_stores_segs_for_every_series_and_resumes(pacs, capsys, monkeypatch):
+def test_preannotate_stores_segs_for_every_series_and_resumes(pacs, capsys, monkeypatch, monailabel_settings):
     from monailabel_xflow.cli import main
 
     for key in [k for k in os.environ if k.startswith("XFLOW_")]:
         monkeypatch.delenv(key)  # the demo model, as the server uses
-    argv = [
-        "preannotate",
-        "--studies",
-        f"{pacs.orthanc}/dicom-web",
-        "--finding",
-        "edema",
-        "--no-revise",
-        "--cache",
-        str(pacs.tmp / "pre-cache"),
-    ]
+    workspace = pacs.tmp / "pre-workspace"  # $XFLOW_WORKSPACE first, as xflow serve reads it
+    monkeypatch.setenv("XFLOW_WORKSPACE", str(workspace))
+    for key in ("MONAI_LABEL_DICOMWEB_CACHE_PATH", "MONAI_LABEL_DATASTORE_CACHE_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    argv = ["preannotate", "--studies", f"{pacs.orthanc}/dicom-web", "--finding", "edema", "--no-revise"]
     t0 = time.perf_counter()
     assert main(argv) == 0
     t1 = time.perf_counter()
+    # the series went to the workspace's cache, as the server's would (one folder per series)
+    cached = {p.name for p in (workspace / "cache" / "dicomweb").rglob("*") if p.is_dir()}
+    assert set(pacs.series.values()) <= cached
+    assert "written by `xflow serve`" in (workspace / "main.py").read_text()
+    monkeypatch.delenv("XFLOW_WORKSPACE")
+    argv += ["--workspace", str(workspace)]
     first = capsys.readouterr()
     summary = json.loads(first.out)
     assert {d["image"] for d in summary["done"]} == set(pacs.series.values()) and not summary["failed"]
@@ -308,7 +309,7 @@ def test_preannotate_stores_segs_for_every_series_and_resumes(pacs, capsys, monk
     assert len(segs_in_pacs(pacs)) == len(segs)  # nothing stored twice
     with capsys.disabled():
         print(f"\npreannotate: first run {t1 - t0:.1f} s, resumed run {t2 - t1:.1f} s")
-    shutil.rmtree(pacs.tmp / "pre-cache", ignore_errors=True)
+    shutil.rmtree(workspace, ignore_errors=True)
 
 
 def test_rosalia_store_seg_puts_its_answer_into_the_study_as_a_rosalia_seg(pacs):

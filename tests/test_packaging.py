@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sources import package_files
 
 import monailabel_xflow
 
@@ -33,9 +34,16 @@ def setup_cfg() -> configparser.ConfigParser:
 
 
 def tracked(folder: Path) -> list[Path]:
-    """Files git tracks under ``folder`` (what a clone and the sdist hold)."""
+    """Files git tracks under ``folder`` (what a clone and the sdist hold); a tracked link to a
+    folder of the repository (``monailabel_xflow/transforms``) stands for the files under it."""
     out = subprocess.run(["git", "ls-files", "-z", str(folder)], cwd=REPO, capture_output=True, check=True).stdout
-    return [REPO / p for p in out.decode().split("\0") if p]
+    files = []
+    for path in (REPO / p for p in out.decode().split("\0") if p):
+        if path.is_symlink() and path.is_dir():
+            files += [path / f.relative_to(path.resolve()) for f in tracked(path.resolve())]
+        else:
+            files.append(path)
+    return files
 
 
 # --- one version --------------------------------------------------------------------------------
@@ -60,7 +68,7 @@ def test_xflow_version_prints_it(capsys):
     assert done.value.code == 0 and capsys.readouterr().out == f"xflow {monailabel_xflow.__version__}\n"
 
 
-def test_the_app_reports_the_package_version(tmp_path, monkeypatch):
+def test_the_app_reports_the_package_version(tmp_path, monkeypatch, monailabel_settings):
     from monailabel_xflow.app.xflow_app import XFlowApp
 
     monkeypatch.setenv("XFLOW_NO_DEMO", "1")  # the version, not the weights, is under test
@@ -80,7 +88,7 @@ def test_classifiers_name_only_the_tested_python():
 def test_every_folder_of_python_files_is_a_package_and_found():
     from setuptools import find_packages
 
-    folders = {p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    folders = {p.parent for p in package_files()}
     missing_init = sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").is_file())
     assert missing_init == []  # find: would silently leave such a folder out of the wheel
     expected = {".".join(f.relative_to(REPO).parts) for f in folders}
@@ -121,8 +129,82 @@ def test_the_folders_read_through_path_file_are_package_data():
     # Every module that finds files next to its own source is listed here once what it reads is
     # package data; a path above the package (e.g. a repository folder) would be site-packages
     # once installed, so such a module must take its folder from an option or a user data dir.
-    reads = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if "Path(__file__)" in p.read_text()}
+    reads = {p.relative_to(PACKAGE).as_posix() for p in package_files() if "Path(__file__)" in p.read_text()}
     assert reads == {"workflow/model_config.py"}, "Path(__file__) reads to check: " + ", ".join(sorted(reads))
+
+
+# --- the design card's layout --------------------------------------------------------------------
+
+
+def test_the_transforms_live_at_the_top_level_and_the_package_links_to_them():
+    """``transforms/`` is the source of ``monailabel_xflow.transforms`` (docs/architecture.md,
+    "Where the files are"): git holds a relative link, so a clone, the editable install, mypy and
+    the wheel all see one package."""
+    import os
+
+    link = PACKAGE / "transforms"
+    assert link.is_symlink() and os.readlink(link) == "../transforms"
+    staged = subprocess.run(
+        ["git", "ls-files", "-s", "monailabel_xflow/transforms"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert staged[0] == "120000"  # a symbolic link in git, not a copy
+    import monailabel_xflow.transforms.loading as loading
+
+    assert Path(loading.__file__).resolve() == REPO / "transforms" / "loading.py"
+    assert {p.name for p in tracked(REPO / "transforms")} >= {"__init__.py", "loading.py", "labels.py"}
+
+
+def test_package_files_walks_into_the_linked_transforms_as_pkgutil_does():
+    walked = set()
+    for path in package_files():
+        parts = path.relative_to(REPO).with_suffix("").parts
+        walked.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    imported = {m.name for m in pkgutil.walk_packages(monailabel_xflow.__path__, "monailabel_xflow.")}
+    assert walked == imported | {"monailabel_xflow"}
+    assert "monailabel_xflow.transforms.labels" in walked
+    assert not any("transforms" in p.parts for p in PACKAGE.rglob("*.py"))  # why package_files exists
+
+
+def test_monai_label_finds_the_packaged_app_in_apps_xflow(tmp_path):
+    """``apps/xflow/main.py`` is what upstream's loader expects (a direct ``MONAILabelApp``
+    subclass in the module), and ``xflow serve --workspace apps/xflow`` would serve it as it is."""
+    import shutil
+
+    from monailabel.utils.others.class_utils import get_class_of_subclass_from_file
+
+    from monailabel_xflow.app.xflow_app import XFlowApp
+    from monailabel_xflow.commands.serve import prepare_workspace
+
+    app = REPO / "apps" / "xflow"
+    assert get_class_of_subclass_from_file("main", str(app / "main.py"), "MONAILabelApp") is XFlowApp
+    assert "monailabel start_server --app apps/xflow" in (app / "README.md").read_text()
+    copy = tmp_path / "xflow"
+    shutil.copytree(app, copy)
+    assert prepare_workspace(copy) == copy.resolve()
+    assert (copy / "main.py").read_text() == (app / "main.py").read_text()  # never rewritten
+
+
+def test_the_app_sets_only_the_settings_left_at_monai_labels_defaults(tmp_path, monailabel_settings):
+    from monailabel_xflow.app import server_defaults
+
+    settings = monailabel_settings
+    set_now = server_defaults.apply(tmp_path / "app")
+    assert settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY == 10 and set_now["MONAI_LABEL_DICOMWEB_CACHE_EXPIRY"] == 10
+    assert str(tmp_path / "app" / "cache" / "sessions") == settings.MONAI_LABEL_SESSION_PATH
+    assert str(tmp_path / "app" / "cache" / "dicomweb") == settings.MONAI_LABEL_DICOMWEB_CACHE_PATH
+    assert "*.tif" not in settings.MONAI_LABEL_DATASTORE_FILE_EXT and "*.dcm" in settings.MONAI_LABEL_DATASTORE_FILE_EXT
+    # a value the user set (anything but MONAI Label's default) wins, even once exported by start_server
+    fields = type(settings).model_fields
+    current = {key: field.default for key, field in fields.items()}
+    current.update(MONAI_LABEL_DICOMWEB_CACHE_EXPIRY=60, MONAI_LABEL_DATASTORE_CACHE_PATH="/srv/cache")
+    wanted = server_defaults.defaults(tmp_path, current)
+    assert "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY" not in wanted and "MONAI_LABEL_DICOMWEB_CACHE_PATH" not in wanted
+    assert set(wanted) == {
+        "MONAI_LABEL_SESSION_PATH",
+        "MONAI_LABEL_DATASTORE_FILE_EXT",
+        "MONAI_LABEL_DICOMWEB_SEARCH_FILTER",
+    }
+    assert settings.MONAI_LABEL_DICOMWEB_SEARCH_FILTER == {"Modality": "CR,DX"}
 
 
 # --- the app from a workspace -------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 from pydicom.uid import generate_uid
 
 from monailabel_xflow.app.errors import LabelError
-from monailabel_xflow.data.seg import PLANE_ORIENTATION, read_seg, write_seg
+from monailabel_xflow.data.seg import PLANE_ORIENTATION, long_string, read_seg, write_seg
 from monailabel_xflow.vocabulary import CATEGORY, FINDING_CODES, FINDINGS, NO_FINDING, label_value
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # highdicom on single-component names
@@ -59,6 +59,37 @@ def test_segments_are_numbered_1_to_n_with_codes_and_viewer_geometry(source):
     assert seg.StudyInstanceUID == source.StudyInstanceUID and seg.SeriesDescription.startswith("XFlow: pneumonia")
     # the lossy source: the SEG says so, with the ratio measured from the file
     assert seg.LossyImageCompression == "01" and float(seg.LossyImageCompressionRatio) >= 1
+
+
+def test_the_series_description_of_all_findings_ends_at_a_word_within_64_characters(source):
+    """All seven findings name more than DICOM's LO allows (64 characters): the description ends
+    after the last whole finding name that fits, with "...", never inside a word."""
+    full = "XFlow: " + ", ".join(FINDINGS)
+    assert len(full) > 64
+    seg = write_seg(np.zeros((1024, 700), np.uint8), source, findings=list(FINDINGS))
+    text = str(seg.SeriesDescription)
+    assert len(text) <= 64 and text.endswith("...") and text != full[:64]
+    kept = text.removesuffix("...")
+    assert full.startswith(kept) and full[len(kept)] == ","  # cut after a whole finding name
+    assert kept.removeprefix("XFlow: ").split(", ") == list(FINDINGS[: kept.count(",") + 1])
+    assert str(seg.ContentDescription) == "XFlow findings"
+    assert str(write_seg(np.zeros((1024, 700), np.uint8), source, findings=["edema"]).SeriesDescription) == (
+        "XFlow: edema"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("short", "short"),
+        ("a" * 64, "a" * 64),
+        ("word " * 13 + "end", "word " * 11 + "word..."),  # 68 characters: the 12 words that fit
+        ("x" * 70, "x" * 61 + "..."),  # one word longer than the limit: cut inside it
+        ("back\\slash", "back/slash"),  # LO's value separator
+    ],
+)
+def test_long_string_cuts_at_a_word_boundary(text, expected):
+    assert long_string(text) == expected and len(long_string(text)) <= 64
 
 
 def test_round_trip_through_a_file_is_pixel_identical(source, tmp_path):

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app import layout
+from monailabel_xflow.app import layout, server_defaults
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.data.seg import (
@@ -49,7 +49,7 @@ from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SEARCH_FILTER: dict[str, str] = {"Modality": "CR,DX"}
+DEFAULT_SEARCH_FILTER: dict[str, str] = dict(server_defaults.SEARCH_FILTER)
 
 
 MAX_STORED_NAME_BYTES = 255
@@ -251,6 +251,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
 
     _seg_index: tuple[float, dict[str, str]] | None  # (monotonic time, image id -> SEG series)
+    _series_index: tuple[float, list[str]] | None  # (monotonic time, series the filter lists)
 
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
@@ -262,6 +263,23 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
     def remove_image(self, image_id: str) -> None:
         """Refused (405): deleting a series is the PACS's business, not the labeling server's."""
         raise NotAllowedError("images live in the PACS: delete a series there, not through DELETE /datastore/image")
+
+    def list_images(self) -> list[str]:
+        """The PACS's series under the filter, reused for ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` s as
+        set when asked: upstream's cache fixes its expiry when MONAI Label is imported, before the
+        app sets its own (:mod:`~monailabel_xflow.app.server_defaults`)."""
+        import time
+
+        import pydicom
+        from monailabel.config import settings
+
+        cached = getattr(self, "_series_index", None)
+        if cached is not None and time.monotonic() - cached[0] < float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY):
+            return list(cached[1])
+        found = self._client.search_for_series(search_filters=self._search_filter)
+        series = [str(pydicom.Dataset.from_json(row).SeriesInstanceUID) for row in found]
+        self._series_index = (time.monotonic(), series)
+        return list(series)
 
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first

@@ -1,8 +1,11 @@
 """The MONAI Label app: :class:`XFlowApp`, what the server instantiates, and the checks around it.
 
-MONAI Label loads an app from a folder's ``main.py`` and writes into that folder, so the app lives
-in the package and the folder is a workspace whose ``main.py`` only imports :class:`XFlowApp`
-(written by :mod:`monailabel_xflow.commands.serve`). ``--conf`` keys: ``models_file`` (``models``
+MONAI Label loads an app from a folder's ``main.py`` and writes into that folder; the app lives in
+the package, and both folders that serve it only import :class:`XFlowApp` in their ``main.py``:
+the repository's ``apps/xflow/`` (upstream's ``monailabel start_server --app apps/xflow``) and the
+workspace :mod:`monailabel_xflow.commands.serve` writes (``xflow serve``, from a wheel too). The
+app sets the MONAI Label settings it needs itself (:mod:`monailabel_xflow.app.server_defaults`), so
+both commands serve the same app. ``--conf`` keys: ``models_file`` (``models``
 is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspace>/model``),
 ``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option).
 """
@@ -29,10 +32,12 @@ class XFlowApp(MONAILabelApp):
     a DICOMweb URL."""
 
     def __init__(self, app_dir: str, studies: str, conf: Mapping[str, str]):
+        from monailabel_xflow.app import server_defaults
         from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
         from monailabel_xflow.app.guard import install as install_guard
         from monailabel_xflow.app.slicer import install as install_slicer_samples
 
+        server_defaults.apply(app_dir)  # DICOMweb cache expiry, cache and session folders
         conf = app_conf(conf)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
         self.xflow = XFlowConfig()

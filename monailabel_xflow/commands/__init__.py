@@ -16,3 +16,13 @@ def user_folder(name: str, variable: str, environ: Mapping[str, str] | None = No
         return Path(env[variable]).expanduser()
     data = Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share").expanduser()
     return data / "monailabel-xflow" / name
+
+
+def checkout_root() -> Path | None:
+    """The source checkout the package runs from (``make setup``'s editable install, or a clone on
+    ``PYTHONPATH``): the folder above ``monailabel_xflow/`` when it holds the project's
+    ``setup.cfg`` and ``Makefile``; None for an installed wheel (site-packages holds neither)."""
+    import monailabel_xflow
+
+    root = Path(monailabel_xflow.__file__).resolve().parent.parent
+    return root if (root / "setup.cfg").is_file() and (root / "Makefile").is_file() else None

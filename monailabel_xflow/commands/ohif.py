@@ -47,10 +47,11 @@ import tarfile
 import tempfile
 import threading
 import urllib.parse
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from monailabel_xflow.commands import user_folder
+from monailabel_xflow.commands import checkout_root, user_folder
 
 OHIF_PACKAGE = "@ohif/app"
 OHIF_VERSION = "3.13.2"
@@ -61,11 +62,16 @@ DEFAULT_PORT = 3000
 CHUNK = 1 << 16
 
 
-def default_dir() -> Path:
-    """Where ``--install`` puts the viewer and serving looks for it: ``$XFLOW_OHIF_DIR`` (the
-    Makefile sets the checkout's git-ignored ``.ohif/``), else ``$XDG_DATA_HOME/monailabel-xflow/ohif``
+def default_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``--install`` puts the viewer and serving looks for it: ``$XFLOW_OHIF_DIR``, else, when
+    the package runs from a source checkout, the checkout's git-ignored ``.ohif/`` (where ``make
+    ohif`` installs it, whatever the current folder), else ``$XDG_DATA_HOME/monailabel-xflow/ohif``
     (``~/.local/share/...``): a per-user folder, never inside the installed package."""
-    return user_folder("ohif", "XFLOW_OHIF_DIR")
+    env = os.environ if environ is None else environ
+    checkout = checkout_root()
+    if not env.get("XFLOW_OHIF_DIR") and checkout is not None:
+        return checkout / ".ohif"
+    return user_folder("ohif", "XFLOW_OHIF_DIR", env)
 
 
 def dist_dir(root: Path | None = None) -> Path:
@@ -86,7 +92,8 @@ def register(subparsers) -> None:
         "--dir",
         type=Path,
         default=None,
-        help="where the viewer is installed (default: $XFLOW_OHIF_DIR, else ~/.local/share/monailabel-xflow/ohif)",
+        help="where the viewer is installed (default: $XFLOW_OHIF_DIR, else the checkout's .ohif/ when run from "
+        "a checkout, else ~/.local/share/monailabel-xflow/ohif)",
     )
     parser.add_argument(
         "--seg-encoding",

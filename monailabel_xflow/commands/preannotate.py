@@ -3,13 +3,20 @@
 Usage::
 
     xflow preannotate --studies http://HOST:PORT/dicom-web [--finding F ...] [--location L]
-                      [--models CONFIG] [--limit N] [--cache DIR] [--no-revise] [--max-clicks N]
+                      [--models CONFIG] [--workspace DIR] [--limit N] [--cache DIR] [--no-revise]
+                      [--max-clicks N]
 
 For every CR/DX series the DICOMweb datastore lists (the same series filter as ``xflow serve``),
 XFlow answers the chosen findings (default: all seven, chest level) and the label map goes back
 into the image's study as one SEG (:mod:`monailabel_xflow.data.seg`: one segment per finding
 asked, empty when absent), marked ``ContentLabel XFLOW_AUTO`` so that OHIF shows it and the
 datastore does not mistake it for a reviewed label.
+
+The **workspace** is ``xflow serve``'s (``--workspace DIR``, else ``$XFLOW_WORKSPACE``, else
+``~/.local/share/monailabel-xflow/workspace``): the series are downloaded into its
+``cache/dicomweb`` (unless ``--cache`` or MONAI Label's cache variables say otherwise), and a
+segmenter fine-tuned by the server's train task in its ``model/`` is the one used, so a batch run
+answers as the server would.
 
 **Resumable**: a series that already holds an ``XFLOW_AUTO`` SEG covering the findings asked is
 skipped, so an interrupted run continues where it stopped; ``--force`` redoes them. A series
@@ -48,8 +55,13 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--location", default="", help="a lung or zone to restrict the question to")
     parser.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* or the demo model")
+    parser.add_argument(
+        "--workspace",
+        help="the server's workspace, as for xflow serve: its DICOMweb cache and fine-tuned segmenter (default "
+        "$XFLOW_WORKSPACE, else ~/.local/share/monailabel-xflow/workspace)",
+    )
     parser.add_argument("--limit", type=int, default=0, help="stop after N series (0 = all)")
-    parser.add_argument("--cache", help="download cache folder (default: MONAI Label's DICOMweb cache)")
+    parser.add_argument("--cache", help="download cache folder (default: the workspace's cache/dicomweb)")
     parser.add_argument("--max-clicks", type=int, default=None, help="Stage 2 click budget (default: the models')")
     parser.add_argument("--no-revise", action="store_true", help="Stage 1 masks only (faster)")
     parser.add_argument("--force", action="store_true", help="redo series that already hold XFlow's SEG")
@@ -67,9 +79,11 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         print("xflow preannotate: --limit must be >= 0", file=sys.stderr)
         return 2
+    from monailabel_xflow.app import server_defaults
     from monailabel_xflow.app.datastore import make_dicomweb_datastore
     from monailabel_xflow.app.infer import XFlowInferTask
     from monailabel_xflow.app.runtime import XFlowRuntime
+    from monailabel_xflow.commands.serve import WorkspaceError, default_workspace, prepare_workspace
     from monailabel_xflow.task_options import instructions_from_request
 
     request = {
@@ -84,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
     except (InstructionError, ValueError) as exc:
         print(f"xflow preannotate: {exc}", file=sys.stderr)
         return 2
+    try:
+        workspace = prepare_workspace(args.workspace or default_workspace())
+    except (WorkspaceError, OSError) as exc:
+        print(f"xflow preannotate: {exc}", file=sys.stderr)
+        return 2
+    server_defaults.apply(workspace)  # the cache folder the server uses
     store = make_dicomweb_datastore(args.studies, cache_path=args.cache)
     done_before = store.preannotated()
     series = store.list_images()
@@ -98,7 +118,9 @@ def run(args: argparse.Namespace) -> int:
         "failed": {},
     }
     if todo:  # load the models only when there is work (a resumed, finished run returns at once)
-        runtime = XFlowRuntime({"models": args.models} if args.models else {}, preload=False)
+        runtime = XFlowRuntime(
+            {"models": args.models} if args.models else {}, preload=False, model_dir=workspace / "model"
+        )
         try:
             runtime.get()
         except Exception as exc:  # ModelsNotConfiguredError / ModelConfigError: say it, exit 2

@@ -17,28 +17,26 @@ sessions (``cache/``). ``--app DIR`` serves another MONAI Label app folder inste
 behaviour: it writes into that folder).
 
 Runs ``python -m monailabel.main start_server --app WORKSPACE --studies STUDIES --host H --port P
---conf K V ...`` with this interpreter (not the ``monailabel`` shell launcher, which splits JSON
-arguments on spaces and prepends a parent folder to PYTHONPATH) and an environment
-that suits radiographs:
+--conf K V ...`` with this interpreter (not the ``monailabel`` shell launcher, which splits
+arguments on spaces, runs whichever ``python`` is first on PATH and prepends a parent folder to
+PYTHONPATH). It is the same server as upstream's own ``monailabel start_server --app apps/xflow``
+from a checkout (the repository's ``apps/xflow/main.py`` imports the same class): the app sets
+the MONAI Label settings it needs itself (:mod:`monailabel_xflow.app.server_defaults`: DICOMweb
+cache expiry, cache and session folders in the app folder; variables already set win), and its
+datastores default to CR/DX series and add ``*.dcm`` / ``*.jpeg`` files.
 
-* ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER={"Modality":"CR,DX"}`` (the PACS' CR/DX series are the
-  images; upstream lists CT; ``{}`` would list SEG label series as images);
-* ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY=10`` (seconds; upstream's 7200 hides new series and
-  labels for two hours);
-* ``MONAI_LABEL_DATASTORE_FILE_EXT`` adds ``*.dcm`` and ``*.jpeg`` to the folder extensions.
-
-Variables already set in the environment win. ``--models CONFIG`` is ``--conf models_file CONFIG``.
-``--conf`` keys the app reads: :mod:`monailabel_xflow.app.xflow_app`. The server keeps the
-foreground; Ctrl-C stops it. ``--dry-run`` prepares the workspace and prints the environment and
-the command (which then starts the same server by hand). Exit status: the server's; 2 when the
-app folder, the workspace or the studies folder is unusable.
+``--models CONFIG`` is ``--conf models_file CONFIG``. ``--conf`` keys the app reads:
+:mod:`monailabel_xflow.app.xflow_app`. The server keeps the foreground; Ctrl-C stops it.
+``--dry-run`` prepares the workspace and prints the command (which then starts the same server by
+hand). Exit status: the server's; 2 when the app folder, the workspace or the studies folder is
+unusable.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -48,8 +46,9 @@ from monailabel_xflow.commands import user_folder
 from monailabel_xflow.errors import InputError
 
 POINTER_IMPORT = "from monailabel_xflow.app.xflow_app import XFlowApp"
+POINTER_MARK = "(written by `xflow serve`)"
 WORKSPACE_MAIN = (
-    '"""XFlow workspace for MONAI Label (written by `xflow serve`): the app is in the installed package."""\n'
+    f'"""XFlow workspace for MONAI Label {POINTER_MARK}: the app is in the installed package."""\n'
     f"{POINTER_IMPORT}  # noqa: F401\n"
 )
 """The ``main.py`` of a workspace: MONAI Label finds :class:`XFlowApp` in it."""
@@ -67,6 +66,9 @@ def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
 
 def prepare_workspace(folder: str | os.PathLike) -> Path:
     """Create ``folder`` (absolute) with the :data:`WORKSPACE_MAIN` pointer; returns it.
+
+    A pointer of another version is rewritten; a folder whose own ``main.py`` serves the packaged
+    app (the repository's ``apps/xflow/``) is used as it is, its ``main.py`` never rewritten.
 
     Raises:
         WorkspaceError: ``folder`` is a file, is inside the package or site-packages, or holds a
@@ -97,25 +99,9 @@ def prepare_workspace(folder: str | os.PathLike) -> Path:
             "or choose another --workspace)"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    if current != WORKSPACE_MAIN:  # new, or written by another version
+    if current is None or (POINTER_MARK in current and current != WORKSPACE_MAIN):  # new, or another version's
         main.write_text(WORKSPACE_MAIN)
     return folder
-
-
-def workspace_env(folder: Path) -> dict[str, str]:
-    """Caches and sessions inside the workspace (defaults; variables already set win)."""
-    return {
-        "MONAI_LABEL_DICOMWEB_CACHE_PATH": str(folder / "cache" / "dicomweb"),
-        "MONAI_LABEL_SESSION_PATH": str(folder / "cache" / "sessions"),
-    }
-
-
-SERVER_ENV: dict[str, str] = {
-    "MONAI_LABEL_DICOMWEB_SEARCH_FILTER": json.dumps({"Modality": "CR,DX"}),
-    "MONAI_LABEL_DICOMWEB_CACHE_EXPIRY": "10",
-    "MONAI_LABEL_DATASTORE_FILE_EXT": json.dumps(["*.nii.gz", "*.nii", "*.nrrd", "*.png", "*.jpg", "*.jpeg", "*.dcm"]),
-}
-"""Environment defaults for a radiograph server (an existing variable wins)."""
 
 
 def register(subparsers) -> None:
@@ -145,7 +131,7 @@ def register(subparsers) -> None:
         metavar=("KEY", "VALUE"),
         help="app configuration, repeatable (models_file, model_dir, dicomweb_search_filter, store_seg)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print the command and environment, start nothing")
+    parser.add_argument("--dry-run", action="store_true", help="prepare the workspace, print the command")
     parser.set_defaults(func=run)
 
 
@@ -172,20 +158,11 @@ def server_command(
     return cmd
 
 
-def server_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default ``os.environ``) with :data:`SERVER_ENV` filled in where unset."""
-    env = dict(os.environ if base is None else base)
-    for key, value in SERVER_ENV.items():
-        env.setdefault(key, value)
-    return env
-
-
 def run(args: argparse.Namespace) -> int:
     studies = str(args.studies)
     if not studies.startswith(("http://", "https://")) and not Path(studies).is_dir():
         print(f"xflow serve: studies folder {studies} does not exist", file=sys.stderr)
         return 2
-    extra_env: dict[str, str] = {}
     if args.app:
         app = Path(args.app)
         if not (app / "main.py").is_file():
@@ -197,22 +174,18 @@ def run(args: argparse.Namespace) -> int:
         except (WorkspaceError, OSError) as exc:
             print(f"xflow serve: {exc}", file=sys.stderr)
             return 2
-        extra_env = workspace_env(app)
     conf = [tuple(c) for c in args.conf]
     if args.models:
         conf = [c for c in conf if c[0] != "models_file"] + [("models_file", str(Path(args.models).resolve()))]
     cmd = server_command(str(app), studies, args.host, args.port, conf)
-    env = server_env({**extra_env, **os.environ})
     if args.dry_run:
-        for key in [*SERVER_ENV, *extra_env]:
-            print(f"{key}={env[key]}")
-        print(" ".join(cmd))
+        print(shlex.join(cmd))
         return 0
     print(
         f"xflow serve: http://{args.host}:{args.port}/ (studies {studies}; {'app' if args.app else 'workspace'} {app})",
         file=sys.stderr,
     )
     try:
-        return subprocess.call(cmd, env=env)
+        return subprocess.call(cmd)
     except KeyboardInterrupt:
         return 0

@@ -74,6 +74,31 @@ def concept(code: Coded) -> Any:
     return CodedConcept(value=code.value, scheme_designator=code.scheme, meaning=code.meaning)
 
 
+LO_MAX_CHARS = 64
+"""DICOM's Long String (LO) limit, e.g. SeriesDescription and ContentDescription (PS3.5 6.2)."""
+
+
+def long_string(text: str, limit: int = LO_MAX_CHARS) -> str:
+    """``text`` as a DICOM LO value: unchanged when it fits in ``limit`` characters, else cut at the
+    last word boundary that leaves room for an ASCII ``...`` (in every character set), trailing
+    commas and spaces dropped: ``"XFlow: cardiomegaly, ..., consolidation..."``; a single word
+    longer than the limit is cut inside it. Backslashes (LO's value separator) become ``/``.
+
+    Raises:
+        ValueError: ``limit`` is below 4 (no room for a character and the ellipsis).
+    """
+    if limit < 4:
+        raise ValueError(f"limit must be >= 4, got {limit}")
+    text = " ".join(text.replace("\\", "/").split())
+    if len(text) <= limit:
+        return text
+    room = limit - 3
+    head = text[:room]
+    if text[room] != " ":  # the cut falls inside a word: end at the word before it
+        head = head.rpartition(" ")[0] or head
+    return head.rstrip(" ,;:") + "..."
+
+
 def dicom_lab(rgb: tuple[int, int, int]) -> list[int]:
     """An sRGB colour as DICOM's RecommendedDisplayCIELabValue (CIELab, D65, scaled to 0..65535)."""
     from highdicom.color import CIELabColor
@@ -140,7 +165,8 @@ def write_seg(
         out: where to save the SEG; None only returns it.
         findings: findings asked for; each becomes a segment even when absent (empty frame).
         algorithm / version: recorded in every segment's Algorithm Identification.
-        description: SeriesDescription (default ``"XFlow: <findings>"``).
+        description: SeriesDescription (default ``"XFlow: <findings>"``), cut to DICOM's 64
+            characters at a word boundary with ``...`` (:func:`long_string`).
         masks: ``{finding: bool (H, W)}``, each finding's full mask (overlaps kept); a finding
             given here is written from its mask instead of from ``label_hw`` (where a later
             finding may have painted over it).
@@ -190,9 +216,9 @@ def write_seg(
         manufacturer_model_name=algorithm,
         software_versions=_package_version(),
         device_serial_number="0",
-        series_description=(description or f"{algorithm}: {', '.join(names) or NO_FINDING}")[:64],
+        series_description=long_string(description or f"{algorithm}: {', '.join(names) or NO_FINDING}"),
         content_label="XFLOW",
-        content_description=f"{algorithm} findings"[:64],
+        content_description=long_string(f"{algorithm} findings"),
         omit_empty_frames=False,
     )
     _add_viewer_geometry(seg)
