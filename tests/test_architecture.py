@@ -33,10 +33,11 @@ LAYERS = {
     "rosalia": 8,  # the baseline (model, predictor, its training)
     "eval": 9,
     "ils": 9,
-    "app": 10,  # MONAI Label tasks
-    "commands": 11,
-    "cli": 11,
-    "testing": 12,  # test doubles: nothing in the package imports them
+    "serving": 10,  # what any server of XFlow needs: the ASGI guard, the answering pipeline
+    "app": 11,  # MONAI Label tasks
+    "commands": 12,
+    "cli": 12,
+    "testing": 13,  # test doubles: nothing in the package imports them
 }
 """Rank of each top-level module or subpackage; a module may import only ranks <= its own."""
 
@@ -141,8 +142,8 @@ def test_the_graph_sees_function_level_imports():
     """A function-level import is an edge: the checks above would miss half the cycles otherwise
     (four of the cycles this test was written against went through one)."""
     graph = import_graph()
-    # app.runtime loads the segmenter only when a model is first used, inside a function
-    assert "monailabel_xflow.segmenter.loading" in graph["monailabel_xflow.app.runtime"]
+    # workflow.runtime loads the segmenter only when a model is first used, inside a function
+    assert "monailabel_xflow.segmenter.loading" in graph["monailabel_xflow.workflow.runtime"]
 
 
 def test_the_app_borrows_no_private_names():

@@ -36,9 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import RequestError, http_errors
-from monailabel_xflow.app.runtime import XFlowRuntime
 from monailabel_xflow.app.task import MonaiInferTask
 from monailabel_xflow.instructions import from_choices
 from monailabel_xflow.parameters import as_bool
@@ -50,8 +48,10 @@ from monailabel_xflow.task_options import (
     label_keyed_clicks,
     result_format,
 )
+from monailabel_xflow.transforms import labels as label_io
 from monailabel_xflow.transforms.labels import present_label_names, read_label, write_label
 from monailabel_xflow.vocabulary import label_value
+from monailabel_xflow.workflow.runtime import XFlowRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class XFlowReviseTask(MonaiInferTask):
         t0 = time.perf_counter()
         data.update(label_keyed_clicks(data))
         extension, dtype = result_format(data)
-        image, ref = layout.load_image(data.get("image"), data.get("image_id"))
+        image, ref = label_io.load_image(data.get("image"), data.get("image_id"))
         previous_label = read_label(data["label"], ref.shape) if data.get("label") else None
         finding, instruction = finding_from_request(data, previous_label)
         value = label_value(finding)

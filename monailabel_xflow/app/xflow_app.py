@@ -4,7 +4,8 @@ MONAI Label loads an app from a folder's ``main.py`` and writes into that folder
 in the package and the folder is a workspace whose ``main.py`` only imports :class:`XFlowApp`
 (written by :mod:`monailabel_xflow.commands.serve`). ``--conf`` keys: ``models_file`` (``models``
 is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspace>/model``),
-``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option).
+``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option),
+``allow_unsupported_monailabel`` (start on a MONAI Label outside :data:`.wraps.SUPPORTED`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from monailabel.interfaces.app import MONAILabelApp
 
 from monailabel_xflow import __version__
 from monailabel_xflow.app.errors import ImageNotFoundError, RequestError, http_errors
-from monailabel_xflow.app.runtime import XFlowRuntime
+from monailabel_xflow.workflow.runtime import XFlowRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,9 @@ class XFlowApp(MONAILabelApp):
         from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
         from monailabel_xflow.app.guard import install as install_guard
         from monailabel_xflow.app.slicer import install as install_slicer_samples
+        from monailabel_xflow.app.wraps import check_monailabel
 
+        check_monailabel(conf)  # before anything: the replaced upstream functions are version-bound
         conf = app_conf(conf)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
         self.xflow = XFlowConfig()

@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from monailabel_xflow.app.datastore import make_dicomweb_datastore
     from monailabel_xflow.app.infer import XFlowInferTask
-    from monailabel_xflow.app.runtime import XFlowRuntime
     from monailabel_xflow.task_options import instructions_from_request
+    from monailabel_xflow.workflow.runtime import XFlowRuntime
 
     request = {
         "finding": args.finding or ["all findings"],
