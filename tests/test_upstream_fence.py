@@ -35,9 +35,9 @@ def _names(fn):
 def recorded(monkeypatch):
     """``{layer: {target: replacement}}`` as guard.install and slicer.install hand them to
     wraps.install, recorded instead of installed (MONAI Label's modules stay untouched)."""
+    import monailabel.app  # noqa: F401  (slicer.install acts in the server process only)
     from fastapi import FastAPI
 
-    import monailabel.app  # noqa: F401  (slicer.install acts in the server process only)
     from monailabel_xflow.app import guard, slicer
 
     found: dict[str, dict] = {}
