@@ -135,6 +135,8 @@ class RosaliaRuntime:
         from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_NAME
         from monailabel_xflow.workflow.model_config import ModelConfigError
 
+        if self.path is None:  # get() loads only a configured ROSALIA
+            raise ModelsNotConfiguredError(HOW_TO_CONFIGURE_ROSALIA)
         identity = {"rosalia": ROSALIA_DEMO_NAME if self.is_demo else str(self.path)}
         logger.info("loading ROSALIA %s", self.describe())
         try:
