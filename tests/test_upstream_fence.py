@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import sys
 
 import pytest
@@ -149,3 +150,29 @@ def test_the_override_starts_it_anyway_with_a_warning(monkeypatch, tmp_path, cap
     monkeypatch.setenv("XFLOW_NO_DEMO", "1")  # the start, not the weights, is under test
     app = XFlowApp(str(tmp_path / "workspace"), str(tmp_path), {wraps.OVERRIDE_CONF: "true"})
     assert app.info()["name"] == "XFlow"
+
+
+def test_the_real_server_exits_naming_the_range_on_another_monailabel(tmp_path):
+    """``python -m monailabel.main start_server`` with the XFlow app, MONAI Label's metadata faked
+    to 0.9.1 (a dist-info first on the path): the server exits, its output names the range and
+    the override; it never serves."""
+    from servers import REPO, ServerProcess, free_port, monailabel_env
+
+    from monailabel_xflow.commands.serve import prepare_workspace, server_command
+
+    fake = tmp_path / "fake-metadata" / "monailabel-0.9.1.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: monailabel\nVersion: 0.9.1\n")
+    env = monailabel_env(tmp_path, {"XFLOW_NO_DEMO": "1"})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(fake.parent), env.get("PYTHONPATH", "")) if p)
+    workspace = prepare_workspace(tmp_path / "workspace")
+    cmd = server_command(str(workspace), str(tmp_path), "127.0.0.1", free_port(), [], python=sys.executable)
+    proc = ServerProcess(cmd, tmp_path / "monailabel.log", env=env, cwd=REPO)
+    try:
+        code = proc.proc.wait(300)
+    finally:
+        proc.stop()
+    out = proc.log.read_text(errors="replace")
+    assert code != 0, out[-3000:]
+    assert "MONAI Label 0.9.1 is installed" in out and ">=0.8.5,<0.8.6" in out
+    assert "XFLOW_ALLOW_UNSUPPORTED_MONAILABEL=1" in out
