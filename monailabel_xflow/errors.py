@@ -88,3 +88,21 @@ class UnsafeIdError(BadRequestError, RequestError):
 
 class RequestTooLargeError(TooLargeError, RequestError):
     """A request body or parameter over its documented size limit."""
+
+
+class ImageNotFoundError(NotFoundError):
+    """An image id the datastore does not hold (or a file that is gone)."""
+
+
+class UploadError(BadRequestError):
+    """An uploaded file whose name or content is not accepted
+    (:func:`monailabel_xflow.transforms.uploads.store_upload`)."""
+
+
+class ModelsNotConfiguredError(UnavailableError):
+    """No weights are configured for a served model; the message says how to configure them."""
+
+
+class ModelUnavailableError(UnavailableError):
+    """Loading a served model failed recently; its runtime waits before it tries again
+    (:class:`monailabel_xflow.workflow.runtime.LazyModel`)."""

@@ -365,3 +365,16 @@ def batch_infer_params(request: Mapping[str, Any]) -> None:
             )
     as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000)
     as_int(request.get("max_workers"), "max_workers", 0, 16)
+
+
+def validate_task_request(method: str, request: Mapping[str, Any]) -> None:
+    """Parse a ``train`` / ``scoring`` / ``batch_infer`` request as its task will (the app does so
+    before MONAI Label starts the task's subprocess, where a bad value would only fail later, in
+    the log); any other method: nothing to check.
+
+    Raises:
+        RequestError, UnsafeIdError: as the task itself would.
+    """
+    check = {"train": train_params, "scoring": scoring_params, "batch_infer": batch_infer_params}.get(method)
+    if check is not None:
+        check(request)

@@ -15,7 +15,6 @@ import pytest
 from PIL import Image
 
 from monailabel_xflow import rle
-from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import LabelError, RequestError, http_errors, status_of
 from monailabel_xflow.geometry import Click, box_from_text, box_to_text, mask_to_box, pixel_to_point
 from monailabel_xflow.instructions import Instruction, InstructionError
@@ -156,7 +155,7 @@ def test_revise_converts_client_clicks_and_keeps_other_findings(png, tmp_path):
     previous = np.zeros((H, W), np.uint8)
     previous[EFFUSION_GT] = 7
     previous[EDEMA_GT] = 6
-    ref = layout.load_image(str(png))[1]
+    ref = label_io.load_image(str(png))[1]
     prev_file = label_io.write_label(previous, ref, str(tmp_path))
     # clicks as Slicer sends them: [i = column, j = row, k = 0]
     label_file, params = revise_task(seg)(
@@ -212,7 +211,7 @@ def test_revise_needs_a_finding_and_something_to_start_from(png):
 
 
 def test_read_label_refuses_wrong_size_and_values(png, tmp_path):
-    ref = layout.load_image(str(png))[1]
+    ref = label_io.load_image(str(png))[1]
     good = label_io.write_label(np.full((H, W), 3, np.uint8), ref, str(tmp_path))
     assert label_io.read_label(good, (H, W)).shape == (H, W)
     with pytest.raises(LabelError, match="320 x 256"):
@@ -258,7 +257,7 @@ def test_error_mapping_is_one_table():
 def test_uncertainty_formula(png):
     from monailabel_xflow.eval.uncertainty import image_uncertainty
 
-    image = layout.load_image(str(png))[0]
+    image = label_io.load_image(str(png))[0]
     box = box_of(EFFUSION_GT)
     far = Click(True, *pixel_to_point(120, 300, (H, W)))
     policy = ScriptedPolicy(
@@ -372,7 +371,7 @@ def test_serve_dry_run_prints_the_command(tmp_path, capsys):
 
 
 def test_findings_order_matches_label_values():
-    from monailabel_xflow.app.task import LABELS
+    from monailabel_xflow.serving.answering import LABELS
 
     assert list(LABELS) == list(FINDINGS) and list(LABELS.values()) == list(range(1, 8))
 
@@ -411,8 +410,8 @@ def test_revise_auto_lets_the_revision_policy_click(png):
 
 def test_runtime_without_or_with_a_broken_configuration_still_answers(tmp_path):
     from monailabel_xflow.app.errors import ModelsNotConfiguredError
-    from monailabel_xflow.app.runtime import XFlowRuntime
     from monailabel_xflow.workflow.model_config import DEMO_NOTICE, ModelConfigError
+    from monailabel_xflow.workflow.runtime import XFlowRuntime
 
     demo = XFlowRuntime({}, environ={}, preload=False)  # nothing configured: the committed demo
     assert demo.status()["source"] == "demo" and demo.status()["demo"] == DEMO_NOTICE
@@ -484,7 +483,7 @@ def test_store_seg_hands_the_tasks_masks_to_the_datastore_without_reading_files_
     def no_reading(*args, **kwargs):
         raise AssertionError("store_result_seg read a file back")
 
-    monkeypatch.setattr(layout, "load_image", no_reading)
+    monkeypatch.setattr(label_io, "load_image", no_reading)
     monkeypatch.setattr(label_io, "read_label", no_reading)
     calls = []
 
@@ -508,7 +507,7 @@ def test_a_label_file_is_written_once_with_the_answer_in_its_header(tmp_path, mo
 
     image = tmp_path / "cxr.nii.gz"
     save_nifti_2d(np.random.default_rng(0).uniform(0, 1, (H, W)).astype(np.float32), image, spacing=(0.5, 0.25))
-    ref = layout.load_image(str(image))[1]
+    ref = label_io.load_image(str(image))[1]
     saves = []
     real_save = nib.save
     monkeypatch.setattr(nib, "save", lambda img, path: (saves.append(path), real_save(img, path)))

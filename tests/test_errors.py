@@ -43,7 +43,8 @@ def test_every_error_class_of_the_package_is_in_the_tree():
 def test_every_error_class_has_a_documented_meaning():
     """Each class is an input error (4xx), an availability error (503) or, deliberately, neither."""
     plain = sorted(c.__qualname__ for c in package_exceptions() if http_status(c.__new__(c)) is None)
-    assert plain == ["EvaluationError", "XFlowError"], plain
+    # an unsupported MONAI Label: the app cannot run at all (it refuses to start), no answer's status
+    assert plain == ["EvaluationError", "UnsupportedMonaiLabelError", "XFlowError"], plain
 
 
 @pytest.mark.parametrize(

@@ -209,8 +209,8 @@ class FakeFlow:
 
 
 def scoring(monkeypatch, flow):
-    from monailabel_xflow.app import layout
     from monailabel_xflow.app.scoring import XFlowUncertaintyScoring
+    from monailabel_xflow.transforms import labels as layout
 
     monkeypatch.setattr(layout, "load_image", lambda uri, image_id=None: (np.zeros((8, 8), np.float32), None))
     return XFlowUncertaintyScoring(StubRuntime(flow))
@@ -254,8 +254,8 @@ def test_scoring_is_bounded_incremental_and_reports_unknown_ids(monkeypatch, tmp
 def test_a_failed_model_load_backs_off_and_answers_503(monkeypatch, tmp_path):
     import time
 
-    from monailabel_xflow.app import runtime as rt
     from monailabel_xflow.app.errors import ModelUnavailableError
+    from monailabel_xflow.workflow import runtime as rt
     from monailabel_xflow.workflow.xflow import XFlow
 
     calls = []
@@ -272,16 +272,55 @@ def test_a_failed_model_load_backs_off_and_answers_503(monkeypatch, tmp_path):
         with pytest.raises(ModelUnavailableError, match="next attempt in"):
             runtime.get()
     assert len(calls) == 1 and status_of(ModelUnavailableError("x")) == 503
-    runtime._retry_at = 0.0  # the back-off has passed: one more attempt, then a longer wait
+    runtime.model.retry_at = 0.0  # the back-off has passed: one more attempt, then a longer wait
     with pytest.raises(ModelUnavailableError):
         runtime.get()
-    assert len(calls) == 2 and runtime._retry_at - time.monotonic() > rt.LOAD_BACKOFF_S * 1.5
+    assert len(calls) == 2 and runtime.model.retry_at - time.monotonic() > rt.LOAD_BACKOFF_S * 1.5
+
+
+def test_a_failed_rosalia_load_backs_off_as_xflow_does(monkeypatch, tmp_path):
+    """ROSALIA's runtime is the same lazy model as XFlow's: a broken folder is read once, then
+    503 for the back-off (doubling), not a reload per request; /info says why."""
+    from monailabel_xflow.app.errors import ModelUnavailableError
+    from monailabel_xflow.rosalia.predictor import RosaliaPredictor
+    from monailabel_xflow.rosalia.runtime import RosaliaRuntime
+    from monailabel_xflow.workflow import runtime as rt
+    from monailabel_xflow.workflow.model_config import ModelConfigError
+
+    now = [1000.0]
+    calls = []
+    real = RosaliaPredictor.from_pretrained
+
+    def counted(path, **kwargs):
+        calls.append(path)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(RosaliaPredictor, "from_pretrained", staticmethod(counted))
+    monkeypatch.setattr(rt.time, "monotonic", lambda: now[0])
+    broken = tmp_path / "rosalia"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    runtime = RosaliaRuntime({}, environ={"XFLOW_ROSALIA": str(broken)}, preload=False)
+    assert runtime.status()["configured"] and not runtime.status()["loaded"]
+    with pytest.raises(ModelConfigError, match="cannot be loaded") as first:
+        runtime.get()
+    assert status_of(first.value) == 503
+    for _ in range(5):  # inside the back-off: 503 with the reason, no second read of the folder
+        with pytest.raises(ModelUnavailableError, match="ROSALIA weights failed to load .*next attempt in 30 s"):
+            runtime.get()
+    assert len(calls) == 1 and "cannot be loaded" in runtime.status()["error"]
+    now[0] += rt.LOAD_BACKOFF_S + 1  # the back-off has passed: one more attempt, then twice as long
+    with pytest.raises(ModelConfigError):
+        runtime.get()
+    assert len(calls) == 2 and runtime.model.retry_at - now[0] == 2 * rt.LOAD_BACKOFF_S
+    with pytest.raises(ModelUnavailableError, match="next attempt in 60 s"):
+        runtime.get()
 
 
 def test_background_task_processes_are_recognised(monkeypatch):
     import sys
 
-    from monailabel_xflow.app import runtime as rt
+    from monailabel_xflow.app import scoring as rt
 
     assert rt.background_task() is None  # pytest is not a MONAI Label task subprocess
     main = SimpleNamespace(__spec__=SimpleNamespace(name="monailabel.interfaces.utils.app"))

@@ -463,9 +463,9 @@ def test_a_malformed_seg_is_skipped_with_its_reason_and_the_others_still_train(p
     train task trains on the labels it has."""
     from dicomweb_client import DICOMwebClient
 
-    from monailabel_xflow.app.runtime import XFlowRuntime
     from monailabel_xflow.app.train import XFlowSegmenterTrainTask
     from monailabel_xflow.data.seg import write_seg
+    from monailabel_xflow.workflow.runtime import XFlowRuntime
 
     truth = np.zeros((512, 512), np.uint8)
     truth[pacs.phantoms["dx"].lesions[0].mask] = 7

@@ -101,8 +101,8 @@ def a_datastore(pacs, name: str):
 
 
 def test_a_saved_label_round_trips_through_orthanc_pixel_identical_on_a_non_square_image(pacs):
-    from monailabel_xflow.app import layout
     from monailabel_xflow.data.seg import read_seg
+    from monailabel_xflow.transforms import labels as layout
     from monailabel_xflow.vocabulary import FINDING_CODES
 
     label = np.zeros((1024, 700), np.uint8)

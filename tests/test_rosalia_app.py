@@ -18,7 +18,7 @@ from PIL import Image
 from servers import monailabel_server
 
 from monailabel_xflow.app.errors import ModelsNotConfiguredError
-from monailabel_xflow.app.rosalia import RosaliaRuntime
+from monailabel_xflow.rosalia.runtime import RosaliaRuntime
 from monailabel_xflow.rosalia.weights import ROSALIA_DEMO_DIR, ROSALIA_DEMO_NAME
 
 pytestmark = pytest.mark.timeout(900)

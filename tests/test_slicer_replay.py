@@ -513,7 +513,7 @@ def test_save_label_then_train_reports_progress_and_outcome(slicer):
 def test_progress_is_published_as_monai_label_trainers_do(tmp_path):
     """TrainProgress writes what monitorTraining reads: the bar at step/total while running
     (no ``total_time``), the best metric kept from the previous run until measured."""
-    from monailabel_xflow.app.train import TrainProgress
+    from monailabel_xflow.training.promotion import TrainProgress
 
     path = tmp_path / "train_stats.json"
     path.write_text(json.dumps({"best_metric": 0.42}))

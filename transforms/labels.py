@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from monailabel_xflow.errors import InputError
+from monailabel_xflow.errors import ImageNotFoundError, InputError
 from monailabel_xflow.vocabulary import FINDINGS, label_value
 
 MAX_LABEL_VALUE = len(FINDINGS)
@@ -58,6 +58,31 @@ class ImageRef:
     @property
     def label_suffix(self) -> str:
         return ".png" if self.format in ("PNG", "JPEG") else ".nii.gz"
+
+
+def load_image(path: str | os.PathLike | None, image_id: str | None = None) -> tuple[np.ndarray, ImageRef]:
+    """The radiograph a label is for, and what that label must match: ``(image, ref)``,
+    ``float32 (H, W)`` in ``[0, 1]`` (:func:`.loading.load_cxr`, the one transpose) and its
+    :class:`ImageRef`. ``path`` is the file a datastore resolved (``""`` for an unknown id); a
+    NIfTI cached from a DICOMweb series is refused as the series' lateral view would be
+    (:func:`.loading.refuse_lateral_series`).
+
+    Raises:
+        ImageNotFoundError: no file (unknown image id).
+        CXRLoadError: not a loadable frontal radiograph, or a DICOM series folder.
+    """
+    from monailabel_xflow.transforms.loading import CXRLoadError, load_cxr, refuse_lateral_series
+
+    if not path or not os.path.exists(path):
+        raise ImageNotFoundError(f"unknown image {image_id or path!r}: the datastore has no such image")
+    if os.path.isdir(path):
+        raise CXRLoadError(path, "a DICOM series folder; the app needs MONAI_LABEL_DICOMWEB_CONVERT_TO_NIFTI=true")
+    image, meta = load_cxr(path)
+    refuse_lateral_series(path)
+    ref = ImageRef(
+        str(path), (int(image.shape[0]), int(image.shape[1])), str(meta["format"]), meta.get("spacing"), meta
+    )
+    return image, ref
 
 
 # --- label maps from masks ------------------------------------------------------------------

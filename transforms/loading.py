@@ -131,7 +131,7 @@ PathLike = str | os.PathLike
 
 
 UPLOAD_PREFIX = "xflow-upload-"
-"""Name prefix of the server's temporary upload files (``app.guard.receive_upload``)."""
+"""Name prefix of the server's temporary upload files (:func:`.uploads.store_upload`)."""
 
 
 def shown_name(path: PathLike, what: str = "file", whole: bool = False) -> str:
@@ -659,6 +659,24 @@ def refuse_lateral(ds: Any, path: PathLike) -> None:
             f"lateral view (ViewPosition {view}); XFlow reads frontal "
             "views (pass allow_lateral=True / --allow-lateral to load it)",
         )
+
+
+def refuse_lateral_series(path: PathLike) -> None:
+    """:func:`refuse_lateral` for a NIfTI that MONAI Label's DICOMweb datastore cached from a series:
+    the NIfTI lost the DICOM tags, its series folder (the same name without ``.nii.gz``) still
+    has them. Any other file: nothing to check.
+
+    Raises:
+        CXRLoadError: the series is a lateral view.
+    """
+    series_dir = Path(str(path)[: -len(".nii.gz")]) if str(path).endswith(".nii.gz") else None
+    if series_dir is None or not series_dir.is_dir():
+        return
+    first = next(iter(sorted(series_dir.glob("*.dcm"))), None)
+    if first is not None:
+        import pydicom
+
+        refuse_lateral(pydicom.dcmread(str(first), stop_before_pixels=True), path)
 
 
 def _read_dicom(path: Path, allow_lateral: bool) -> tuple[np.ndarray, dict[str, Any]]:

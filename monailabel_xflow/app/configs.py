@@ -12,11 +12,12 @@ from monailabel.tasks.activelearning.random import Random
 from monailabel_xflow.app.infer import XFlowInferTask
 from monailabel_xflow.app.requests import store_seg_default
 from monailabel_xflow.app.revise import XFlowReviseTask
-from monailabel_xflow.app.rosalia import RosaliaInferTask, RosaliaRuntime
-from monailabel_xflow.app.runtime import XFlowRuntime
-from monailabel_xflow.app.scoring import XFlowUncertaintyScoring
+from monailabel_xflow.app.rosalia import RosaliaInferTask
+from monailabel_xflow.app.scoring import XFlowUncertaintyScoring, lower_priority_if_background
 from monailabel_xflow.app.strategy import XFlowUncertaintyStrategy
 from monailabel_xflow.app.train import XFlowSegmenterTrainTask
+from monailabel_xflow.rosalia.runtime import RosaliaRuntime
+from monailabel_xflow.workflow.runtime import XFlowRuntime
 
 
 class XFlowConfig(TaskConfig):
@@ -24,6 +25,7 @@ class XFlowConfig(TaskConfig):
 
     def init(self, name: str, model_dir: str, conf: dict[str, str], planner: Any, **kwargs):
         super().init(name, model_dir, conf, planner, **kwargs)
+        lower_priority_if_background()  # before loading models in a scoring/train subprocess
         self.runtime = XFlowRuntime(conf, model_dir=model_dir)
 
     def infer(self) -> dict[str, Any]:

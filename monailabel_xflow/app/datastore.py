@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app import layout, server_defaults
+from monailabel_xflow.app import server_defaults
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.data.seg import (
@@ -44,7 +44,9 @@ from monailabel_xflow.data.seg import (
 )
 from monailabel_xflow.errors import ConflictError, NotAllowedError
 from monailabel_xflow.parameters import check_id, check_info_size
+from monailabel_xflow.transforms import labels as label_io
 from monailabel_xflow.transforms.labels import paint, read_label, write_label
+from monailabel_xflow.transforms.uploads import content_suffix
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
@@ -81,20 +83,6 @@ def stored_name(datastore: Any, item_id: str, suffix: str) -> str:
     return name
 
 
-def stored_suffix(path: str, formats: tuple[str, ...], what: str) -> str:
-    """The suffix a file is stored under: the one its content shows.
-
-    Raises:
-        CXRLoadError: content none of ``formats``.
-    """
-    from monailabel_xflow.transforms.loading import CANONICAL_SUFFIX, CXRLoadError, sniff_format
-
-    fmt = sniff_format(path)
-    if fmt not in formats:
-        raise CXRLoadError(path, f"{what} is not {', '.join(formats)} by its content")
-    return CANONICAL_SUFFIX[fmt]
-
-
 def unlink_inside(path: str, folder: str) -> bool:
     """Remove the directory entry ``path`` of ``folder`` itself: a file, or a symbolic link (its
     target stays). Never a directory, never anything outside ``folder``. Returns whether removed."""
@@ -115,7 +103,7 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
     uri = datastore.get_image_uri(image_id)
     if not uri or not os.path.exists(uri):
         raise ImageNotFoundError(f"unknown image {image_id!r}: cannot save a label for it")
-    _, ref = layout.load_image(uri, image_id)
+    _, ref = label_io.load_image(uri, image_id)
     read_label(label_filename, ref.shape)
 
 
@@ -143,7 +131,7 @@ class XFlowLocalDatastore(LocalDatastore):
         with http_errors("add image"):
             check_id(image_id, "image")
             load_cxr(image_filename)
-            name = stored_name(self, image_id, stored_suffix(image_filename, IMAGE_FORMATS, "image"))
+            name = stored_name(self, image_id, content_suffix(image_filename, IMAGE_FORMATS, "image"))
             ext = name[len(image_id) :]
             info = dict(image_info or {})
             check_info_size(info, "image info")
@@ -199,7 +187,7 @@ class XFlowLocalDatastore(LocalDatastore):
                     "bytes, not starting with '.'"
                 )
             _check_label_for(self, image_id, label_filename)
-            suffix = stored_suffix(label_filename, LABEL_FORMATS, "label")
+            suffix = content_suffix(label_filename, LABEL_FORMATS, "label")
             stored_name(self, image_id, suffix)
             if not label_filename.endswith(suffix):
                 raise ConflictError(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
@@ -311,7 +299,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
             if image_id not in self.list_images():
                 raise ImageNotFoundError(f"unknown image {image_id!r}: no such CR/DX series in the PACS")
             uri = self.get_image_uri(image_id)
-            _, ref = layout.load_image(uri, image_id)
+            _, ref = label_io.load_image(uri, image_id)
             label = read_label(label_filename, ref.shape)
             if label_tag != DefaultLabelTag.FINAL:
                 return LocalDatastore.save_label(self, image_id, label_filename, label_tag, label_info)
@@ -481,7 +469,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
         seg_files = sorted(Path(label_dir).glob("*.dcm"))
         if not seg_files:
             return ""
-        _, ref = layout.load_image(self.get_image_uri(image_id), image_id)
+        _, ref = label_io.load_image(self.get_image_uri(image_id), image_id)
         label = read_seg(pydicom.dcmread(str(seg_files[0])), ref.shape)
         tmp = write_label(label, ref)
         try:

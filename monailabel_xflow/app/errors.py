@@ -15,15 +15,19 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from monailabel_xflow.errors import (  # noqa: F401  (RequestError, UnsafeIdError, RequestTooLargeError: re-exported)
+from monailabel_xflow.errors import (  # noqa: F401  (the request and model errors: re-exported for the app)
     BadRequestError,
+    ImageNotFoundError,
     InputError,
+    ModelsNotConfiguredError,
+    ModelUnavailableError,
     NotFoundError,
     RequestError,
     RequestTooLargeError,
     TooLargeError,
     UnavailableError,
     UnsafeIdError,
+    UploadError,
     http_status,
 )
 from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
@@ -31,24 +35,8 @@ from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a labe
 logger = logging.getLogger(__name__)
 
 
-class ImageNotFoundError(NotFoundError):
-    """An image id the datastore does not hold."""
-
-
 class SessionNotFoundError(NotFoundError):
     """A session id the server does not hold (never created, removed, or expired)."""
-
-
-class UploadError(BadRequestError):
-    """An uploaded file whose name or content is not accepted (see :mod:`.guard`)."""
-
-
-class ModelsNotConfiguredError(UnavailableError):
-    """The app was started without XFlow weights; the message says how to configure them."""
-
-
-class ModelUnavailableError(UnavailableError):
-    """Loading the models failed recently; the runtime waits before it tries again."""
 
 
 def status_of(exc: BaseException) -> int | None:

@@ -4,16 +4,16 @@ MONAI Label has no hook for request validation: its infer route copies the clien
 over the request (so ``{"image": "/any/path"}`` would read any file), it has no body limit, and
 anything unexpected is a bare 500. Here, in the server process:
 
-* :class:`GuardMiddleware`, every request: the body limit (413), id-valued query parameters and
-  the session segment checked (400), closed routes (:func:`refusal`), no absolute paths in JSON
-  answers (:func:`without_paths`), ``X-Content-Type-Options: nosniff``;
+* :class:`~monailabel_xflow.serving.asgi.GuardMiddleware`, every request: the body limit (413),
+  id-valued query parameters and the session segment checked (400), MONAI Label's closed routes
+  (:func:`refusal`), no absolute paths in JSON answers, ``X-Content-Type-Options: nosniff``;
 * ``POST /infer/{model}`` (:func:`guarded_run_inference`): ``params`` may not set reserved keys,
   the image is an id, an upload or a live session's; only there may an image be a server path
   (:func:`upload_paths_allowed`);
 * uploads (:func:`receive_upload`): the content decides the type and stored suffix, never the
   client's file name; the temporary file is removed whatever happens;
 * train / scoring / batch infer: validated before MONAI Label starts a subprocess
-  (:func:`validate_task_request`, 422 now rather than a log line later), bounded queues
+  (:func:`~monailabel_xflow.task_options.validate_task_request`, 422 now, not a log line later), bounded queues
   (:func:`guarded_async_run`), a stop cancels what is queued (:func:`guarded_stop`);
 * errors of the package's tree, malformed JSON fields and MONAI Label's own errors are 4xx.
 """
@@ -25,13 +25,10 @@ import contextvars
 import json
 import logging
 import os
-import re
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl
 
 from monailabel_xflow.app.errors import (
     RequestError,
@@ -42,7 +39,8 @@ from monailabel_xflow.app.errors import (
     http_errors,
 )
 from monailabel_xflow.app.requests import max_body_bytes, parse_params
-from monailabel_xflow.app.wraps import upstream, wrap
+from monailabel_xflow.app.wraps import install as install_patches
+from monailabel_xflow.app.wraps import upstream
 from monailabel_xflow.parameters import (
     MAX_PARAMS_BYTES,
     as_int,
@@ -51,14 +49,16 @@ from monailabel_xflow.parameters import (
     client_info,
     parse_json_object,
 )
-from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS, UPLOAD_PREFIX
+from monailabel_xflow.serving.asgi import GuardMiddleware
+from monailabel_xflow.task_options import validate_task_request
+from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS
+from monailabel_xflow.transforms.uploads import store_upload
 
 logger = logging.getLogger(__name__)
 
 LAYER = "guard"
 """The guard's name in :mod:`.wraps` (its markers)."""
 
-ID_QUERY_KEYS = ("image", "id", "label", "tag", "session_id")
 MAX_UPLOAD_NAME_CHARS = 255
 _UPLOADS = contextvars.ContextVar("xflow_upload_paths_allowed", default=False)
 
@@ -89,45 +89,20 @@ def _check_upload_name(upload: Any, field: str) -> str:
 
 
 def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
-    """Copy one multipart upload to a new temporary file named by what its **content** is
-    (:func:`~monailabel_xflow.transforms.loading.sniff_format`), never by the client's file name.
-    The caller removes the file; on any refusal here it is already gone.
-
-    Returns:
-        The temporary file's path, ending in the format's canonical suffix.
+    """One multipart upload as a temporary file named by what its **content** is
+    (:func:`~monailabel_xflow.transforms.uploads.store_upload`); the caller removes it.
 
     Raises:
         RequestError: a file name over 255 bytes or holding NUL (422).
         UploadError: OHIF ``.bin`` scribbles, or content that is none of ``formats`` (400).
     """
-    import shutil
-
-    from monailabel_xflow.transforms.loading import CANONICAL_SUFFIX, sniff_format
-
     name = _check_upload_name(upload, field)
     if name.lower().endswith(".bin"):
         raise UploadError(
             f"{field}: binary scribbles (.bin) are not read by the XFlow tasks; send clicks as "
             "foreground/background points and a previous label as PNG, NIfTI or NRRD"
         )
-    fd, raw = tempfile.mkstemp(prefix=UPLOAD_PREFIX)
-    final = raw
-    try:
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(upload.file, out, 1 << 20)
-        fmt = sniff_format(raw) if os.path.getsize(raw) else None
-        if fmt not in formats:
-            kinds = ", ".join(sorted({CANONICAL_SUFFIX[f] for f in formats}))
-            raise UploadError(
-                f"cannot load uploaded {field}: unreadable as {kinds} by its content (the file name does not decide)"
-            )
-        final = raw + CANONICAL_SUFFIX[fmt]
-        os.rename(raw, final)
-        return final
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(final)
-        raise
+    return store_upload(upload.file, formats, field)
 
 
 def _remove(paths: list[str]) -> None:
@@ -331,20 +306,6 @@ def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=(
     return upstream(endpoint, "create_session", LAYER)(background_tasks, uncompress, expiry, files)
 
 
-def validate_task_request(method: str, request: dict) -> None:
-    """Parse a train / scoring / batch-infer request before MONAI Label starts its subprocess
-    (where a bad value would only fail later, in the log).
-
-    Raises:
-        RequestError, UnsafeIdError: as the task itself would.
-    """
-    from monailabel_xflow.task_options import batch_infer_params, scoring_params, train_params
-
-    check = {"train": train_params, "scoring": scoring_params, "batch_infer": batch_infer_params}.get(method)
-    if check is not None:
-        check(request)
-
-
 _TASK_LOCK = threading.Lock()
 ONE_AT_A_TIME = ("train", "batch_infer")
 """Background tasks of which at most one is running or queued: a second request is refused (429)."""
@@ -415,23 +376,7 @@ def _skipping_stopped(upstream):
     return task_func
 
 
-# --- ASGI middleware ----------------------------------------------------------------------------
-
-
-async def _send_json(send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+# --- the server's closed routes (the ASGI guard: monailabel_xflow.serving.asgi) -----------------
 
 
 def _auth_enabled() -> bool:
@@ -446,11 +391,10 @@ def _dicomweb_studies() -> bool:
     return str(settings.MONAI_LABEL_STUDIES or "").startswith(("http://", "https://"))
 
 
-def refusal(method: str, path: str, query: bytes) -> tuple[int, str] | None:
-    """``(status, detail)`` when a request is refused before any endpoint runs, else None."""
+def refusal(method: str, path: str, query: bytes = b"") -> tuple[int, str] | None:
+    """``(status, detail)`` when MONAI Label's route is closed or its session id unsafe, else None
+    (:class:`~monailabel_xflow.serving.asgi.GuardMiddleware` checks paths and query ids itself)."""
     segments = path.split("/")
-    if any(s == ".." for s in segments) or "\x00" in path:
-        return 400, "invalid path"
     if segments[1:2] == ["model"] and method in ("PUT", "DELETE", "POST"):
         return (
             405,
@@ -472,112 +416,7 @@ def refusal(method: str, path: str, query: bytes) -> tuple[int, str] | None:
             check_id(segments[2], "session")
         except UnsafeIdError as exc:
             return 400, str(exc)
-    try:
-        pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True, strict_parsing=False)
-    except ValueError:
-        return 400, "malformed query string"
-    for key, value in pairs:
-        if key in ID_QUERY_KEYS and value != "":
-            what = {"id": "image", "tag": "label tag", "session_id": "session"}.get(key, key)
-            try:
-                check_id(value, what)
-            except UnsafeIdError as exc:
-                return 400, str(exc)
     return None
-
-
-_ABS_PATH = re.compile(r"(?<![\w.:/~-])/(?:[^\s/'\"<>|:]+/)+([^\s/'\"<>|:]*)")
-MAX_SCRUBBED_BYTES = 8 << 20
-
-
-def without_paths(value: Any) -> Any:
-    """``value`` (a JSON answer) with every absolute path, whole or inside text, cut to its base
-    name: a server never tells a client where its files live. URLs (``http://host/a/b``) stay."""
-    if isinstance(value, str):
-        return _ABS_PATH.sub(lambda m: m.group(1), value) if "/" in value else value
-    if isinstance(value, list):
-        return [without_paths(v) for v in value]
-    if isinstance(value, dict):
-        return {k: without_paths(v) for k, v in value.items()}
-    return value
-
-
-def _scrubbing_send(send):
-    """A ``send`` that holds a JSON answer back, removes paths (:func:`without_paths`) and sends it
-    whole; every answer gets ``X-Content-Type-Options: nosniff`` (a browser renders what the
-    server says it is, never what the bytes look like)."""
-    state: dict[str, Any] = {"start": None, "body": bytearray()}
-
-    async def wrapped(message):
-        if message["type"] == "http.response.start":
-            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-content-type-options"]
-            headers.append((b"x-content-type-options", b"nosniff"))
-            message = {**message, "headers": headers}
-            ctype = dict((k.lower(), v) for k, v in headers).get(b"content-type", b"")
-            if ctype.startswith(b"application/json"):
-                state["start"] = message
-                return None
-            return await send(message)
-        if message["type"] == "http.response.body" and state["start"] is not None:
-            state["body"] += message.get("body", b"")
-            if message.get("more_body", False) and len(state["body"]) <= MAX_SCRUBBED_BYTES:
-                return None
-            body = bytes(state["body"])
-            if not message.get("more_body", False):
-                with contextlib.suppress(ValueError, RecursionError):
-                    body = json.dumps(without_paths(json.loads(body))).encode()
-            start, state["start"] = state["start"], None
-            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-            if not message.get("more_body", False):
-                headers.append((b"content-length", str(len(body)).encode()))
-            await send({**start, "headers": headers})
-            return await send({**message, "body": body})
-        return await send(message)
-
-    return wrapped
-
-
-class GuardMiddleware:
-    """Pure ASGI middleware: body limit, id checks, refused routes, no paths in JSON answers (see
-    module docstring)."""
-
-    def __init__(self, app, max_body: int | None = None):
-        self.app = app
-        self.max_body = max_body_bytes() if max_body is None else int(max_body)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        refused = refusal(scope.get("method", "GET"), scope.get("path", ""), scope.get("query_string", b""))
-        if refused is not None:
-            logger.warning(
-                "request refused (%d): %s %s: %s", refused[0], scope.get("method"), scope.get("path"), refused[1]
-            )
-            return await _send_json(send, *refused)
-        limit = self.max_body
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None:
-            try:
-                size = int(declared)
-            except ValueError:
-                return await _send_json(send, 400, "malformed Content-Length")
-            if size > limit:
-                logger.warning("request refused (413): %s %s of %d bytes", scope.get("method"), scope.get("path"), size)
-                return await _send_json(send, 413, f"request body of {size} bytes; at most {limit} bytes are accepted")
-        seen = 0
-
-        async def limited_receive():
-            nonlocal seen
-            message = await receive()
-            if message.get("type") == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    from fastapi import HTTPException
-
-                    raise HTTPException(413, f"request body over {limit} bytes")
-            return message
-
-        return await self.app(scope, limited_receive, _scrubbing_send(send))
 
 
 def install(fastapi_app: Any = None) -> bool:
@@ -591,29 +430,27 @@ def install(fastapi_app: Any = None) -> bool:
         if module is None:
             return False
         fastapi_app = module.app
-    from monailabel.endpoints import activelearning as al_endpoint
-    from monailabel.endpoints import datastore as ds_endpoint
-    from monailabel.endpoints import infer as endpoint
-    from monailabel.endpoints import session as session_endpoint
     from monailabel.utils.async_tasks import utils as task_utils
-    from monailabel.utils.async_tasks.task import AsyncTask
 
-    # the routes look these up at call time (app/wraps.py: one marker per layer)
-    for owner, name, replacement in (
-        (endpoint, "run_inference", guarded_run_inference),
-        (session_endpoint, "create_session", guarded_create_session),
-        (ds_endpoint, "download_image", guarded_download_image),
-        (ds_endpoint, "add_image", guarded_add_image),
-        (ds_endpoint, "save_label", guarded_save_label),
-        (ds_endpoint, "update_image_info", guarded_update_image_info),
-        (ds_endpoint, "update_label_info", guarded_update_label_info),
-        (ds_endpoint, "download_dataset", guarded_download_dataset),
-        (al_endpoint, "sample", guarded_sample),
-        (task_utils, "_task_func", _skipping_stopped(task_utils._task_func)),
-    ):
-        wrap(owner, name, LAYER, replacement)
-    wrap(AsyncTask, "run", LAYER, guarded_async_run, static=True)
-    wrap(AsyncTask, "stop", LAYER, guarded_stop, static=True)
+    # the routes look these up at call time; every target is listed in app/wraps.py
+    ds, tasks = "monailabel.endpoints.datastore", "monailabel.utils.async_tasks"
+    install_patches(
+        LAYER,
+        {
+            "monailabel.endpoints.infer.run_inference": guarded_run_inference,
+            "monailabel.endpoints.session.create_session": guarded_create_session,
+            f"{ds}.download_image": guarded_download_image,
+            f"{ds}.add_image": guarded_add_image,
+            f"{ds}.save_label": guarded_save_label,
+            f"{ds}.update_image_info": guarded_update_image_info,
+            f"{ds}.update_label_info": guarded_update_label_info,
+            f"{ds}.download_dataset": guarded_download_dataset,
+            "monailabel.endpoints.activelearning.sample": guarded_sample,
+            f"{tasks}.utils._task_func": _skipping_stopped(task_utils._task_func),
+            f"{tasks}.task.AsyncTask.run": guarded_async_run,
+            f"{tasks}.task.AsyncTask.stop": guarded_stop,
+        },
+    )
     if getattr(fastapi_app.state, "xflow_guard", False):
         return True
     from monailabel.interfaces.exception import MONAILabelException
@@ -625,7 +462,7 @@ def install(fastapi_app: Any = None) -> bool:
     # exception stays a logged 500
     for cls in (XFlowError, json.JSONDecodeError, MONAILabelException):
         fastapi_app.add_exception_handler(cls, error_response)
-    fastapi_app.user_middleware.insert(0, Middleware(GuardMiddleware))
+    fastapi_app.user_middleware.insert(0, Middleware(GuardMiddleware, max_body=max_body_bytes(), refuse=refusal))
     fastapi_app.middleware_stack = fastapi_app.build_middleware_stack()  # already built at start-up
     fastapi_app.state.xflow_guard = True
     logger.info("XFlow guard installed: body limit %d bytes, ids checked, infer params confined", max_body_bytes())

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app.runtime import XFlowRuntime
 from monailabel_xflow.app.task import AnswerTask
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.parameters import as_bool, check_work
@@ -30,6 +29,7 @@ from monailabel_xflow.task_options import (
     as_max_clicks,
     unpicked,
 )
+from monailabel_xflow.workflow.runtime import XFlowRuntime
 
 
 class XFlowInferTask(AnswerTask):

@@ -7,31 +7,66 @@ For every image without a ``final`` label, XFlow answers the scoring instruction
 :func:`~monailabel_xflow.task_options.scoring_params`. An image already scored for the same file
 (size, mtime), instruction, click budget and models is skipped (``cached``). The scoring
 subprocess lowers its CPU priority before loading models
-(:func:`~monailabel_xflow.app.runtime.lower_priority_if_background`).
+(:func:`lower_priority_if_background`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from monailabel_xflow.app import layout
-from monailabel_xflow.app.runtime import XFlowRuntime, lower_priority_if_background
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.eval.uncertainty import image_uncertainty
 from monailabel_xflow.task_options import scoring_params
+from monailabel_xflow.transforms import labels as label_io
+from monailabel_xflow.workflow.runtime import XFlowRuntime
 
 logger = logging.getLogger(__name__)
 
 INFO_KEY = "xflow_uncertainty"
 
+BACKGROUND_NICE = 10
+"""CPU niceness MONAI Label's background task processes (scoring, training, batch infer) give
+themselves, so that they never compete with the server's interactive requests."""
+
+
+def background_task() -> str | None:
+    """The method (``"scoring"``, ``"train"``, ``"batch_infer"`` ...) when this process is one of
+    MONAI Label's background task subprocesses (``python -m monailabel.interfaces.utils.app -m
+    METHOD``), else None."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) != "monailabel.interfaces.utils.app":
+        return None
+    argv = list(sys.argv)
+    for flag in ("-m", "--method"):
+        if flag in argv[:-1]:
+            return argv[argv.index(flag) + 1]
+    return None
+
+
+def lower_priority_if_background() -> None:
+    """In a background task subprocess, lower its CPU priority once (see :data:`BACKGROUND_NICE`)."""
+    global _NICED
+    if _NICED or background_task() is None:
+        return
+    _NICED = True
+    try:
+        os.nice(BACKGROUND_NICE)
+        logger.info("background %s task: CPU niceness +%d (interactive first)", background_task(), BACKGROUND_NICE)
+    except OSError:
+        pass
+
+
+_NICED = False
+
 
 def _score_key(path: str, instruction: str, budget: int, models: str) -> str:
     """What a cached score depends on: the file (size, mtime), the question and the models."""
     import hashlib
-    import os
 
     st = os.stat(path)
     text = f"{st.st_size}:{st.st_mtime_ns}:{instruction}:{budget}:{models}"
@@ -89,7 +124,7 @@ class XFlowUncertaintyScoring(ScoringMethod):
                 if info.get(f"{INFO_KEY}_key") == key and isinstance(info.get(INFO_KEY), (int, float)):
                     cached.append(image_id)
                     continue
-                image, _ = layout.load_image(uri, image_id)
+                image, _ = label_io.load_image(uri, image_id)
                 results = xflow.run_all(image, max_clicks=budget, instructions=instructions)
             except (InputError, ImageNotFoundException, OSError) as exc:  # unreadable or vanished: skip, keep scoring
                 failed[image_id] = str(exc)[:300]

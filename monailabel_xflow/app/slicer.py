@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from monailabel_xflow.app.wraps import upstream, wrap
+from monailabel_xflow.app.wraps import install as install_patches
+from monailabel_xflow.app.wraps import upstream
 
 logger = logging.getLogger(__name__)
 
@@ -66,15 +67,16 @@ def install() -> bool:
     if sys.modules.get("monailabel.app") is None:
         return False
     from monailabel.endpoints import activelearning as endpoint
-    from monailabel.utils.async_tasks.task import AsyncTask
 
     def sample(strategy: str, params: dict | None = None, user: str | None = None) -> dict[str, Any]:
         return single_file_sample(upstream(endpoint, "sample", LAYER)(strategy, params, user))
 
     # each wraps whatever serves the name now (the guard's), under a marker of its own (app/wraps.py)
-    if wrap(endpoint, "sample", LAYER, sample):  # api_sample looks it up at call time
+    target = "monailabel.endpoints.activelearning.sample"  # api_sample looks it up at call time
+    if target in install_patches(
+        LAYER, {target: sample, "monailabel.utils.async_tasks.task.AsyncTask.stop": stop_with_details}
+    ):
         logger.info("next-sample answers name one file (Slicer reads numbered names as a series otherwise)")
-    wrap(AsyncTask, "stop", LAYER, stop_with_details, static=True)
     return True
 
 

@@ -1,95 +1,26 @@
-"""The one answering infer task, parse -> load -> answer -> paint/write, that ``xflow`` and ``rosalia`` fill in.
+"""The one answering infer task that ``xflow`` and ``rosalia`` fill in: MONAI Label's ``InferTask``
+around :func:`monailabel_xflow.serving.answering.answer_request` (parse -> load -> answer ->
+paint/write; the request keys and the output are documented there).
 
 A subclass names itself (``name``, ``algorithm``), adds its options (:meth:`AnswerTask.options`)
-and answers the parsed instructions on the loaded image (:meth:`AnswerTask.answer`); the request
-is parsed once (:class:`~monailabel_xflow.task_options.AnswerRequest`), the label map painted and
-written once with the answer in its header (:mod:`monailabel_xflow.transforms.labels`).
-
-Request keys (the request's ``params`` merged over the task's config):
-
-``instruction`` (str)
-    Free text; when non-empty it wins over the pickers.
-``finding`` (str or list of str) / ``location`` (str)
-    Pickers: a finding or ``"all findings"`` (a list asks several); a lung or zone, empty =
-    chest level. With neither text nor finding, all seven findings are asked at chest level.
-``overlay`` (bool)
-    Also return ``overlay_png_base64`` (the image with the label tinted over it).
-``trace`` (bool, default true)
-    Include each instruction's trace (``traces``).
-``store_seg`` (bool; default ``--conf store_seg``, else false)
-    Also store the answer as a DICOM SEG in the image's study (DICOMweb only; every finding
-    asked a segment, absent ones empty); the params carry ``seg_series``. The datastore does not
-    count such SEGs as labels.
-``label_values`` (``"answer"`` or ``"findings"``)
-    ``answer``: this answer's findings only, 1..N in FINDINGS order (3D Slicer imports value v
-    into the v-th of ``label_names`` and clears only segments named there, so the others
-    survive); ``findings``: fixed values 1..7. Offered ``answer`` first because Slicer sends an
-    option list's first entry; the list itself (OHIF) or nothing gives ``findings``.
-``result_extension`` / ``result_dtype``
-    The label file's format (OHIF: ``.nrrd`` / ``uint8``); default the image's own label format.
-
-Output: one label map; where findings overlap the later in FINDINGS order wins
-(``overlap_pixels`` counts those pixels); no finding at all is an all-zero map with ``empty:
-true``. Params: ``answer`` (one sentence per instruction, joined), ``findings`` (one record per
-instruction), ``label_names``, ``traces``, ``latencies``.
+and answers the parsed instructions on the loaded image (:meth:`AnswerTask.answer`).
 """
 
 from __future__ import annotations
 
-import base64
-import logging
-import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.app import layout
 from monailabel_xflow.app.errors import http_errors
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.rendering import label_overlay_png
+from monailabel_xflow.serving.answering import LABELS, answer_request
 from monailabel_xflow.task_options import AnswerRequest
-from monailabel_xflow.transforms.labels import finding_masks, paint, write_label
-from monailabel_xflow.vocabulary import FINDINGS, label_value
-
-logger = logging.getLogger(__name__)
-
-LABELS: dict[str, int] = {f: label_value(f) for f in FINDINGS}
-
 
 MonaiInferTask: Any = upstream_class("monailabel.interfaces.tasks.infer_v2.InferTask")
 """MONAI Label's ``InferTask`` (v2), the base of every infer task of the app."""
-
-
-class Answer(Protocol):
-    """One answered instruction (XFlow's ``XFlowResult``, ROSALIA's ``RosaliaResult``)."""
-
-    instruction: Instruction
-    present: bool
-    mask: np.ndarray  # bool (H, W) in the image's pixel grid
-    answer: str  # the canonical MIMIC-ILS answer ("" for a present basic instruction)
-
-    @property
-    def message(self) -> str: ...  # the readable sentence
-
-
-def finding_record(res: Answer, values: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """One instruction's record in the result params; ``label_value`` is its value in the label map."""
-    ins = res.instruction
-    pixels = int(np.count_nonzero(res.mask))
-    return {
-        "finding": ins.finding,
-        "instruction": ins.text,
-        "level": ins.level,
-        "location": ins.location,
-        "label_value": (values or LABELS)[ins.finding],
-        "present": bool(res.present),
-        "pixels": pixels,
-        "empty": pixels == 0,
-        "answer": res.answer,
-        "message": res.message,
-    }
 
 
 class AnswerTask(MonaiInferTask):
@@ -119,7 +50,8 @@ class AnswerTask(MonaiInferTask):
         return {}
 
     def answer(self, image: np.ndarray, instructions: Sequence[Instruction], options: Mapping[str, Any]) -> list[Any]:
-        """One :class:`Answer` per instruction on ``image`` (``float32 (H, W)`` in ``[0, 1]``)."""
+        """One :class:`~monailabel_xflow.serving.answering.Answer` per instruction on ``image``
+        (``float32 (H, W)`` in ``[0, 1]``)."""
         raise NotImplementedError
 
     def trace(self, result: Any) -> dict[str, Any]:
@@ -128,51 +60,5 @@ class AnswerTask(MonaiInferTask):
 
     def run(self, data: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
         """Answer one request (already merged over :meth:`config`): ``(label file, result params)``."""
-        t0 = time.perf_counter()
-        request = AnswerRequest.parse(data)
-        options = self.options(data, request)
-        image, ref = layout.load_image(data.get("image"), data.get("image_id"))
-        t_pre = time.perf_counter()
-        results = self.answer(image, request.instructions, options)
-        t_model = time.perf_counter()
-
-        pairs = [(r.instruction.finding, r.mask) for r in results]
-        names = request.label_names
-        label, overlap = paint(pairs, ref.shape, names)
-        answer = " ".join(r.message for r in results)
-        label_file = write_label(label, ref, extension=request.extension, dtype=request.dtype, answer=answer)
-        params: dict[str, Any] = {
-            "answer": answer,
-            "findings": [finding_record(r, names) for r in results],
-            "empty": not bool(label.any()),
-            "overlap_pixels": overlap,
-            "label_names": names,
-            "models": self.runtime.describe(),
-        }
-        if request.trace:
-            params["traces"] = [self.trace(r) for r in results]
-        if request.store_seg:  # stored by the app, which holds the datastore (app.xflow_app.store_result_seg)
-            findings = list(dict.fromkeys(i.finding for i in request.instructions))
-            params["store_seg"] = {
-                "findings": findings,
-                "algorithm": self.algorithm,
-                "masks": finding_masks(pairs, ref.shape),
-            }
-        if request.overlay:
-            params["overlay_png_base64"] = base64.b64encode(label_overlay_png(image, label)).decode("ascii")
-        t_end = time.perf_counter()
-        params["latencies"] = {
-            "pre": round(t_pre - t0, 4),
-            "infer": round(t_model - t_pre, 4),
-            "post": round(t_end - t_model, 4),
-            "total": round(t_end - t0, 4),
-        }
-        logger.info(
-            "%s: %s -> %s (%.3f s; models %.3f s)",
-            self.name,
-            [i.text for i in request.instructions],
-            answer,
-            t_end - t0,
-            t_model - t_pre,
-        )
-        return label_file, params
+        describe = self.runtime.describe()
+        return answer_request(data, self.answer, self.trace, self.options, describe, self.algorithm, self.name)

@@ -8,10 +8,11 @@ below the serving one's, else it goes to ``xflow_segmenter.rejected/``; ``train_
 says which and why.
 
 Progress uses the keys MONAI Label's trainers publish and 3D Slicer reads (``epoch`` /
-``total_epochs`` count optimiser steps, rewritten after every step by :class:`TrainProgress`;
-``best_metric`` is the serving segmenter's held-out mean IoU). Parameters are checked by
+``total_epochs`` count optimiser steps, rewritten after every step by
+:class:`~monailabel_xflow.training.promotion.TrainProgress`; ``best_metric`` is the serving
+segmenter's held-out mean IoU). Parameters are checked by
 :func:`~monailabel_xflow.task_options.train_params`, also before the subprocess starts. The serving
-app picks promoted weights up at the next request (:meth:`~monailabel_xflow.app.runtime.XFlowRuntime.get`).
+app picks promoted weights up at the next request (:meth:`~monailabel_xflow.workflow.runtime.XFlowRuntime.get`).
 """
 
 from __future__ import annotations
@@ -19,75 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.task_options import TRAIN_DEFAULTS, train_params
-from monailabel_xflow.training.promotion import finetune_from_labels
+from monailabel_xflow.training.promotion import STATS_FILE, TrainProgress, finetune_from_labels
+from monailabel_xflow.workflow.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
 
 logger = logging.getLogger(__name__)
-
-
-STATS_FILE = "train_stats.json"
-
-
-class TrainProgress:
-    """Publishes a run's progress in ``train_stats.json`` (rewritten atomically) under MONAI Label's
-    keys; ``total`` optimiser steps are published as ``total_epochs``."""
-
-    def __init__(self, path: str | os.PathLike, total: int):
-        import datetime
-
-        self._timedelta = datetime.timedelta
-        self.path = Path(path)
-        self.total = int(total)
-        self.start = time.time()
-        previous = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        self.best_metric = float(previous.get("best_metric") or 0.0)
-
-    def _elapsed(self) -> str:
-        return str(self._timedelta(seconds=int(time.time() - self.start)))
-
-    def _write(self, stats: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(stats, indent=1))
-        os.replace(tmp, self.path)  # the server reads it while training runs: never half a file
-
-    def step(self, step: int, total: int | None = None, loss: float | None = None) -> None:
-        """Publish ``step`` of ``total`` optimiser steps done (running: ``current_time``)."""
-        self.total = int(total or self.total)
-        self._write(
-            {
-                "epoch": int(step),
-                "total_epochs": self.total,
-                "best_metric": self.best_metric,
-                "start_ts": int(self.start),
-                "current_time": self._elapsed(),
-                "loss": None if loss is None else float(loss),
-            }
-        )
-
-    def done(self, stats: Mapping[str, Any]) -> dict[str, Any]:
-        """Publish the outcome: ``stats`` plus ``epoch = total_epochs``, ``total_time`` and
-        ``best_metric`` (held-out IoU of the segmenter serving now; unchanged when not measured)."""
-        serving = stats.get("heldout_iou_candidate") if stats.get("promoted") else stats.get("heldout_iou_current")
-        if serving is not None:
-            self.best_metric = float(serving)
-        out = {
-            **stats,
-            "epoch": int(stats.get("steps", self.total)),
-            "total_epochs": self.total,
-            "best_metric": self.best_metric,
-            "start_ts": int(self.start),
-            "total_time": self._elapsed(),
-        }
-        self._write(out)
-        return out
 
 
 TrainTask: Any = upstream_class("monailabel.interfaces.tasks.train.TrainTask")
@@ -114,8 +56,8 @@ class XFlowSegmenterTrainTask(TrainTask):
         params = train_params(request)  # validated before anything is read or written
         start = trained_segmenter(self.model_dir) or self.runtime.config.segmenter
         if not start:
-            from monailabel_xflow.app.errors import ModelsNotConfiguredError
-            from monailabel_xflow.app.runtime import HOW_TO_CONFIGURE
+            from monailabel_xflow.errors import ModelsNotConfiguredError
+            from monailabel_xflow.workflow.runtime import HOW_TO_CONFIGURE
 
             raise ModelsNotConfiguredError(HOW_TO_CONFIGURE)
         if start == self.runtime.config.segmenter:

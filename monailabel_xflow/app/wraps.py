@@ -1,17 +1,260 @@
-"""What the app takes from MONAI Label: its base classes (:func:`upstream_class`) and the one registry
-of the app's wraps of its functions.
+"""The fence around MONAI Label: every upstream function the app replaces at run time, why, and the
+MONAI Label versions that was checked against; the version check at start; the one way to wrap.
 
-MONAI Label's routes look their endpoint functions up at call time, so a route changes when its
-function is replaced. Each wrapping layer (:mod:`.guard`, then :mod:`.slicer`) keeps what it wrapped
-under a marker of its own (``_xflow_<layer>_upstream_<name>``), so one layer never hides another's
-and installing twice is a no-op.
+MONAI Label has no hook for request validation, so the app replaces functions of its server
+process: endpoint functions (its routes look them up at call time) and ``AsyncTask``'s static
+methods. Each replacement takes upstream's parameters and calls what it replaced.
+:data:`PATCHES` lists all of them, :data:`RELIED_ON` the upstream internals the app calls or
+subclasses beyond the public task and datastore API, each with upstream's signature
+(:func:`signature_of`). ``tests/test_upstream_fence.py`` pins every one against the installed
+MONAI Label, so an upgrade fails in CI instead of at a user's desk; :func:`install` installs a
+layer's patches and nothing unlisted.
+
+Checked against: MONAI Label 0.8.5 (the pinned version; the tests run against it). The recorded
+signatures are also those of the 0.8.0, 0.8.1, 0.8.3 and 0.8.4 sources and of ``main`` at 058ddfc
+(2025, OHIF 3.11), compared from the sources, not run. The server starts only on
+:data:`SUPPORTED` (:func:`check_monailabel`) unless :data:`OVERRIDE_ENV` or ``--conf``
+:data:`OVERRIDE_CONF` says otherwise.
+
+Each wrapping layer (:mod:`.guard`, then :mod:`.slicer`) keeps what it wrapped under a marker of
+its own (``_xflow_<layer>_upstream_<name>``), so one layer never hides another's and installing
+twice is a no-op.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import Any
+import inspect
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from monailabel_xflow.errors import XFlowError
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED = ("0.8.5", "0.8.6")
+"""MONAI Label versions the app starts on: from the first (inclusive) to the second (exclusive)."""
+OVERRIDE_ENV = "XFLOW_ALLOW_UNSUPPORTED_MONAILABEL"
+OVERRIDE_CONF = "allow_unsupported_monailabel"
+
+
+class Patch(NamedTuple):
+    """One upstream function replaced at run time: ``target`` (dotted path), the app's ``layer``
+    that replaces it, upstream's ``signature`` (:func:`signature_of`) and ``why``."""
+
+    target: str
+    layer: str
+    signature: str
+    why: str
+
+
+_INFER, _DS, _TASKS = "monailabel.endpoints.infer", "monailabel.endpoints.datastore", "monailabel.utils.async_tasks"
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        f"{_INFER}.run_inference",
+        "guard",
+        "(background_tasks, model, image='', session_id='', params=Form, file=File, label=File, output=None)",
+        "client params would name server files; uploads typed by content, sessions checked, dicom_seg refused",
+    ),
+    Patch(
+        "monailabel.endpoints.session.create_session",
+        "guard",
+        "(background_tasks, uncompress=False, expiry=0, files=File)",
+        "archives could unpack outside the session folder; file names and count bounded",
+    ),
+    Patch(f"{_DS}.download_image", "guard", "(image, check_only=False, check_sum=None)", "bad checksum: 500 -> 422"),
+    Patch(
+        f"{_DS}.add_image",
+        "guard",
+        "(background_tasks, image=None, params=Form, file=File, user=None)",
+        "the id checked, the upload typed by content",
+    ),
+    Patch(
+        f"{_DS}.save_label",
+        "guard",
+        "(background_tasks, image, params=Form, tag='final', label=File, user=None)",
+        "ids and tag checked, the upload typed by content",
+    ),
+    Patch(f"{_DS}.update_image_info", "guard", "(image, info=Form, user=None)", "id checked, info bounded"),
+    Patch(f"{_DS}.update_label_info", "guard", "(label, tag, info=Form, user=None)", "ids checked, info bounded"),
+    Patch(f"{_DS}.download_dataset", "guard", "(limit_cases=None)", "no labels: 500 -> 404; the ZIP removed once sent"),
+    Patch(
+        "monailabel.endpoints.activelearning.sample",
+        "guard",
+        "(strategy, params=None, user=None)",
+        "params must be a JSON object; client_id bounded",
+    ),
+    Patch(
+        f"{_TASKS}.utils._task_func", "guard", "(task, method, callback=None)", "a task stopped while queued never runs"
+    ),
+    Patch(
+        f"{_TASKS}.task.AsyncTask.run",
+        "guard",
+        "(method, request=None, params=None, force_sync=False, enqueue=False)",
+        "requests validated before the subprocess; one train / batch infer at a time; CPU batch infer",
+    ),
+    Patch(f"{_TASKS}.task.AsyncTask.stop", "guard", "(method)", "a stop also cancels what is queued"),
+    Patch(
+        "monailabel.endpoints.activelearning.sample",
+        "slicer",
+        "(strategy, params=None, user=None)",
+        "3D Slicer would open numbered file names as one series: one file name per sample",
+    ),
+    Patch(f"{_TASKS}.task.AsyncTask.stop", "slicer", "(method)", "Slicer's Stop reads details[-1]: always a line"),
+)
+"""Every replacement, in install order. Besides these, :func:`~.guard.install` puts its middleware
+first in the server's FastAPI app (``monailabel.app.app``, rebuilt with Starlette's
+``build_middleware_stack``) and adds exception handlers (FastAPI's public API)."""
+
+_LOCAL, _WEB = "monailabel.datastore.local.LocalDatastore", "monailabel.datastore.dicom.DICOMWebDatastore"
+RELIED_ON: dict[str, str] = {
+    f"{_INFER}.send_response": "(datastore, result, output, background_tasks)",
+    f"{_TASKS}.utils.tasks": "(method)",
+    "monailabel.interfaces.utils.app.app_instance": "(app_dir=None, studies=None, conf=None)",
+    "monailabel.utils.sessions.Sessions.get_session": "(self, session_id, update_ts=True, fetch_cache=True)",
+    "monailabel.utils.sessions.Sessions.remove_session": "(self, session_id)",
+    "monailabel.utils.others.generic.file_ext": "(name)",
+    "monailabel.datastore.utils.dicom.dicom_web_upload_dcm": "(input_file, client)",
+    "monailabel.datastore.dicom.DICOMwebClientX": "(url, session=None, qido_url_prefix=None, wado_url_prefix=None, "
+    "stow_url_prefix=None, delete_url_prefix=None, proxies=None, headers=None, callback=None, chunk_size=1000000)",
+    f"{_LOCAL}._to_id": "(self, file)",
+    f"{_LOCAL}._filename": "(self, id, ext)",
+    f"{_LOCAL}._update_datastore_file": "(self, lock=True)",
+    _WEB: "(client, search_filter, cache_path=None, fetch_by_frame=False, convert_to_nifti=True)",
+    f"{_WEB}._dicom_info": "(self, series_id)",
+}
+"""Upstream callables the app calls (private ones included) with their signatures; the methods its
+subclasses override are pinned against upstream's by the fence test directly."""
+
+
+class UnsupportedMonaiLabelError(XFlowError, RuntimeError):
+    """The installed MONAI Label is outside :data:`SUPPORTED` (the server does not start)."""
+
+
+def monailabel_version() -> str:
+    """The installed MONAI Label's version (its distribution metadata)."""
+    from importlib.metadata import version
+
+    return version("monailabel")
+
+
+def is_supported(version: str) -> bool:
+    """Whether ``version`` lies in :data:`SUPPORTED` (pre-releases of the lowest excluded;
+    ``+local`` and ``.postN`` builds count as their release)."""
+    found = re.match(r"(\d+(?:\.\d+)*)(.*)", version.strip())
+    if found is None:
+        return False
+    release, rest = tuple(int(p) for p in found.group(1).split(".")), found.group(2)
+    low, high = (tuple(int(p) for p in v.split(".")) for v in SUPPORTED)
+    return low <= release < high and (not rest or rest.startswith(("+", ".post")))
+
+
+def check_monailabel(conf: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """Refuse to start on a MONAI Label outside :data:`SUPPORTED`, unless overridden
+    (``$XFLOW_ALLOW_UNSUPPORTED_MONAILABEL=1`` or ``--conf allow_unsupported_monailabel true``: a
+    warning is logged instead). Returns the installed version.
+
+    Raises:
+        UnsupportedMonaiLabelError: outside the range and not overridden (the message names the
+            range, the installed version and both overrides).
+        RequestError: an override value that is not a boolean.
+    """
+    from monailabel_xflow.parameters import as_bool
+
+    version = monailabel_version()
+    if is_supported(version):
+        return version
+    env = os.environ if environ is None else environ
+    message = (
+        f"MONAI Label {version} is installed; the XFlow app supports MONAI Label >={SUPPORTED[0]},<{SUPPORTED[1]} "
+        f"(its replaced functions are listed in monailabel_xflow/app/wraps.py). Install monailabel=={SUPPORTED[0]}, "
+        f"or start anyway at your own risk with {OVERRIDE_ENV}=1 or --conf {OVERRIDE_CONF} true"
+    )
+    overridden = as_bool((conf or {}).get(OVERRIDE_CONF, False), f"--conf {OVERRIDE_CONF}") or as_bool(
+        env.get(OVERRIDE_ENV, "") or False, OVERRIDE_ENV
+    )
+    if not overridden:
+        logger.error(message)
+        raise UnsupportedMonaiLabelError(message)
+    logger.warning("%s (overridden: starting anyway)", message)
+    return version
+
+
+class _Shown:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def signature_of(obj: Callable[..., Any]) -> str:
+    """``obj``'s parameters as :data:`PATCHES` records them: names, kinds and plain defaults, a
+    FastAPI marker default (``Form(...)``, ``File(...)``) by its class name, no annotations."""
+    sig = inspect.signature(obj)
+    plain = (str, int, float, bool, type(None))
+    params = [
+        p.replace(
+            annotation=p.empty,
+            default=p.default
+            if p.default is p.empty or isinstance(p.default, plain)
+            else _Shown(type(p.default).__name__),
+        )
+        for p in sig.parameters.values()
+    ]
+    return str(sig.replace(parameters=params, return_annotation=sig.empty))
+
+
+def resolve(target: str) -> tuple[Any, str]:
+    """``(owner, name)`` of a dotted ``target``: the module or class holding the attribute."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:-1]:
+            owner = getattr(owner, part)
+        return owner, parts[-1]
+    raise ImportError(f"cannot import any module of {target!r}")
+
+
+def original(target: str) -> Any:
+    """What MONAI Label itself defines at ``target``, even after layers have wrapped it."""
+    owner, name = resolve(target)
+    for layer in dict.fromkeys(p.layer for p in PATCHES):  # the first layer to wrap holds upstream's
+        if wrapped(owner, name, layer):
+            return upstream(owner, name, layer)
+    return getattr(owner, name)
+
+
+def install(layer: str, replacements: Mapping[str, Callable[..., Any]]) -> list[str]:
+    """Install ``layer``'s entries of :data:`PATCHES`, each by ``replacements[target]`` (once per
+    layer); a signature that differs from the recorded one is logged (the version check decides
+    whether the server starts). Returns the targets installed now.
+
+    Raises:
+        KeyError: ``replacements`` names a target that is not ``layer``'s in :data:`PATCHES`, or
+            misses one (every replacement is listed here, and only those).
+    """
+    patches = [p for p in PATCHES if p.layer == layer]
+    listed = {p.target for p in patches}
+    if set(replacements) != listed:
+        unlisted, missing = sorted(set(replacements) - listed), sorted(listed - set(replacements))
+        raise KeyError(f"{layer}: replacements not listed in PATCHES {unlisted}, listed but not given {missing}")
+    done = []
+    for patch in patches:
+        owner, name = resolve(patch.target)
+        found = signature_of(original(patch.target))
+        if found != patch.signature:
+            logger.warning("%s has changed: %s, wrapped for %s", patch.target, found, patch.signature)
+        static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+        if wrap(owner, name, layer, replacements[patch.target], static=static):
+            done.append(patch.target)
+    return done
 
 
 def upstream_class(path: str) -> Any:
@@ -30,9 +273,9 @@ def _marker(name: str, layer: str) -> str:
 
 
 def wrap(owner: Any, name: str, layer: str, replacement: Callable[..., Any], static: bool = False) -> bool:
-    """Replace ``owner.<name>`` (a MONAI Label module or class attribute) by ``replacement`` for
-    ``layer``, once; ``replacement`` reaches what it wraps with :func:`upstream`. Returns whether it
-    was installed now (False: ``layer`` had wrapped it before)."""
+    """Replace ``owner.<name>`` by ``replacement`` for ``layer``, once; ``replacement`` reaches what
+    it wraps with :func:`upstream`. Returns whether it was installed now (False: ``layer`` had
+    wrapped it before). The app installs through :func:`install`, which allows listed targets only."""
     marker = _marker(name, layer)
     if marker in vars(owner):
         return False

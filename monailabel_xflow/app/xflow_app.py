@@ -7,7 +7,8 @@ workspace :mod:`monailabel_xflow.commands.serve` writes (``xflow serve``, from a
 app sets the MONAI Label settings it needs itself (:mod:`monailabel_xflow.app.server_defaults`), so
 both commands serve the same app. ``--conf`` keys: ``models_file`` (``models``
 is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspace>/model``),
-``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option).
+``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option),
+``allow_unsupported_monailabel`` (start on a MONAI Label outside :data:`.wraps.SUPPORTED`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from monailabel.interfaces.app import MONAILabelApp
 
 from monailabel_xflow import __version__
 from monailabel_xflow.app.errors import ImageNotFoundError, RequestError, http_errors
-from monailabel_xflow.app.runtime import XFlowRuntime
+from monailabel_xflow.workflow.runtime import XFlowRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,9 @@ class XFlowApp(MONAILabelApp):
         from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
         from monailabel_xflow.app.guard import install as install_guard
         from monailabel_xflow.app.slicer import install as install_slicer_samples
+        from monailabel_xflow.app.wraps import check_monailabel
 
+        check_monailabel(conf)  # before anything: the replaced upstream functions are version-bound
         server_defaults.apply(app_dir)  # DICOMweb cache expiry, cache and session folders
         conf = app_conf(conf)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")

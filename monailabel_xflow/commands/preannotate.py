@@ -82,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.app import server_defaults
     from monailabel_xflow.app.datastore import make_dicomweb_datastore
     from monailabel_xflow.app.infer import XFlowInferTask
-    from monailabel_xflow.app.runtime import XFlowRuntime
     from monailabel_xflow.commands.serve import WorkspaceError, default_workspace, prepare_workspace
     from monailabel_xflow.task_options import instructions_from_request
+    from monailabel_xflow.workflow.runtime import XFlowRuntime
 
     request = {
         "finding": args.finding or ["all findings"],

@@ -8,11 +8,14 @@ datastore's final labels; this module decides what it trains on and whether the 
   out, the largest :data:`MAX_PROMPTS_PER_IMAGE` kept (:func:`component_prompts`);
 * every :data:`HOLDOUT_EVERY`-th labeled image is held out of training (:func:`split_heldout`);
 * a candidate is promoted only with finite weights and a held-out mean IoU not below the serving
-  segmenter's on the same labels (:func:`promotion_check`).
+  segmenter's on the same labels (:func:`promotion_check`);
+* a run's progress and outcome go to ``train_stats.json`` (:class:`TrainProgress`), where 3D Slicer
+  and MONAI Label's ``/train`` read them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -217,3 +220,62 @@ def finetune_from_labels(
         destination,
     )
     return stats
+
+
+STATS_FILE = "train_stats.json"
+
+
+class TrainProgress:
+    """Publishes a fine-tuning run's progress in ``train_stats.json`` (rewritten atomically) under
+    the keys MONAI Label's trainers publish and 3D Slicer reads; ``total`` optimiser steps are
+    published as ``total_epochs``, ``best_metric`` is the serving segmenter's held-out mean IoU."""
+
+    def __init__(self, path: str | os.PathLike, total: int):
+        import datetime
+
+        self._timedelta = datetime.timedelta
+        self.path = Path(path)
+        self.total = int(total)
+        self.start = time.time()
+        previous = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.best_metric = float(previous.get("best_metric") or 0.0)
+
+    def _elapsed(self) -> str:
+        return str(self._timedelta(seconds=int(time.time() - self.start)))
+
+    def _write(self, stats: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(stats, indent=1))
+        os.replace(tmp, self.path)  # the server reads it while training runs: never half a file
+
+    def step(self, step: int, total: int | None = None, loss: float | None = None) -> None:
+        """Publish ``step`` of ``total`` optimiser steps done (running: ``current_time``)."""
+        self.total = int(total or self.total)
+        self._write(
+            {
+                "epoch": int(step),
+                "total_epochs": self.total,
+                "best_metric": self.best_metric,
+                "start_ts": int(self.start),
+                "current_time": self._elapsed(),
+                "loss": None if loss is None else float(loss),
+            }
+        )
+
+    def done(self, stats: Mapping[str, Any]) -> dict[str, Any]:
+        """Publish the outcome: ``stats`` plus ``epoch = total_epochs``, ``total_time`` and
+        ``best_metric`` (held-out IoU of the segmenter serving now; unchanged when not measured)."""
+        serving = stats.get("heldout_iou_candidate") if stats.get("promoted") else stats.get("heldout_iou_current")
+        if serving is not None:
+            self.best_metric = float(serving)
+        out = {
+            **stats,
+            "epoch": int(stats.get("steps", self.total)),
+            "total_epochs": self.total,
+            "best_metric": self.best_metric,
+            "start_ts": int(self.start),
+            "total_time": self._elapsed(),
+        }
+        self._write(out)
+        return out
