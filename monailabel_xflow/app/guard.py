@@ -41,7 +41,7 @@ from monailabel_xflow.app.errors import (
     error_response,
     http_errors,
 )
-from monailabel_xflow.app.requests import max_body_bytes, parse_params
+from monailabel_xflow.app.requests import ServerLimits, max_body_bytes, parse_params, server_limits
 from monailabel_xflow.app.wraps import upstream, wrap
 from monailabel_xflow.parameters import (
     MAX_PARAMS_BYTES,
@@ -314,7 +314,8 @@ MAX_SESSION_FILES = 16
 def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=()):
     """MONAI Label's ``create_session`` for plain uploads only: no archives (an archive could
     unpack outside the session folder), at most :data:`MAX_SESSION_FILES` files, each named by
-    a plain file name (upstream joins the client's name to its folder)."""
+    a plain file name (upstream joins the client's name to its folder), at most
+    ``--conf max_sessions`` live sessions (429 beyond)."""
     from monailabel.endpoints import session as endpoint
 
     with http_errors("session"):
@@ -328,21 +329,53 @@ def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=(
             if name:
                 check_id(name, "session file name")
         as_int(expiry, "expiry", 0, 7 * 24 * 3600)
-    return upstream(endpoint, "create_session", LAYER)(background_tasks, uncompress, expiry, files)
+    with _SESSION_LOCK:  # counted and created as one step: concurrent requests cannot overshoot
+        _check_session_room()
+        return upstream(endpoint, "create_session", LAYER)(background_tasks, uncompress, expiry, files)
 
 
-def validate_task_request(method: str, request: dict) -> None:
+def _check_session_room() -> None:
+    """Refuse (429) a new session when ``--conf max_sessions`` are live (expired ones removed first)."""
+    from fastapi import HTTPException
+    from monailabel.interfaces.utils.app import app_instance
+
+    sessions = app_instance().sessions()
+    if sessions is None:
+        return
+    sessions.remove_expired()
+    store = sessions.store_path
+    live = sum(1 for n in os.listdir(store) if os.path.isdir(os.path.join(store, n))) if os.path.isdir(store) else 0
+    limit = (_LIMITS or ServerLimits()).max_sessions
+    if live >= limit:
+        logger.warning("request refused (429): %d live sessions, at most %d", live, limit)
+        raise HTTPException(
+            429,
+            f"{live} sessions are live; at most {limit} (--conf max_sessions): remove one "
+            "(DELETE /session/{id}) or wait until one expires",
+        )
+
+
+_SESSION_LOCK = threading.Lock()
+
+
+def validate_task_request(method: str, request: dict) -> dict[str, Any]:
     """Parse a train / scoring / batch-infer request before MONAI Label starts its subprocess
-    (where a bad value would only fail later, in the log).
+    (where a bad value would only fail later, in the log, or as a 500 in MONAI Label's own code).
+
+    Returns:
+        The converted values (numbers as numbers, ...), to put over the client's params.
 
     Raises:
         RequestError, UnsafeIdError: as the task itself would.
     """
     from monailabel_xflow.task_options import batch_infer_params, scoring_params, train_params
 
-    check = {"train": train_params, "scoring": scoring_params, "batch_infer": batch_infer_params}.get(method)
-    if check is not None:
-        check(request)
+    if method == "batch_infer":
+        import torch
+
+        return batch_infer_params(request, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    check = {"train": train_params, "scoring": scoring_params}.get(method)
+    return dict(check(request)) if check is not None else {}
 
 
 _TASK_LOCK = threading.Lock()
@@ -360,23 +393,21 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
     """``AsyncTask.run`` after :func:`validate_task_request` on the merged request, with bounded
     queues: at most one train and one batch infer running or queued (a second is refused: 429
     naming the task); a scoring request while one is already queued joins it (returns that task)
-    instead of queueing another run. On a server without CUDA a batch infer runs on the CPU
-    (upstream would divide by its zero GPUs); its label tag is plain text (``original`` unless
-    given)."""
+    instead of queueing another run. The converted values go to MONAI Label in place of the
+    client's (:func:`~monailabel_xflow.task_options.batch_infer_params`: on a server without CUDA a
+    batch infer runs on the CPU; its label tag is plain text, ``original`` unless given).
+    ``run_sync=true`` work runs in a worker thread of :class:`GuardMiddleware`, never in the
+    event loop."""
     from monailabel.utils.async_tasks.task import AsyncTask
 
     merged = {**(request or {}), **(params if isinstance(params, dict) else {})}
     with http_errors(method):
         if params is not None and not isinstance(params, dict):
             raise RequestError(f"{method} parameters must be a JSON object")
-        validate_task_request(method, merged)
-    if method == "batch_infer":
-        import torch
-
-        # upstream's default tag is an Enum whose str() names a folder "DefaultLabelTag.ORIGINAL"
-        params = {**(params or {}), "label_tag": str(merged.get("label_tag") or "original")}
-        if not torch.cuda.is_available():
-            params.update({"device": "cpu", "multi_gpu": False})
+        converted = validate_task_request(method, merged)
+    # MONAI Label reads the converted values (upstream's default tag is an Enum whose str() names
+    # a folder "DefaultLabelTag.ORIGINAL"; on a server without CUDA batch infer runs on the CPU)
+    params = {**(params or {}), **converted}
     with _TASK_LOCK:
         pending = _pending(method)
         if method in ONE_AT_A_TIME and pending and not force_sync:
@@ -537,15 +568,44 @@ def _scrubbing_send(send):
     return wrapped
 
 
-class GuardMiddleware:
-    """Pure ASGI middleware: body limit, id checks, refused routes, no paths in JSON answers (see
-    module docstring)."""
+LIGHT_ROUTES = frozenset({"/", "/info", "/info/", "/train", "/train/", "/scoring", "/scoring/", "/batch/infer"})
+"""``GET``/``HEAD`` routes answered in the event loop itself (status reads): everything else runs in
+a worker thread, so no request, ``run_sync`` task or PACS download stops the others."""
 
-    def __init__(self, app, max_body: int | None = None):
+
+def in_event_loop(method: str, path: str) -> bool:
+    """Whether a request is answered in the event loop (:data:`LIGHT_ROUTES`) rather than in a worker."""
+    return method in ("GET", "HEAD") and path in LIGHT_ROUTES
+
+
+def _bridge(fn, loop):
+    """``fn`` (an ASGI ``receive``/``send`` of the server's loop) callable from another thread's loop."""
+    import asyncio
+
+    async def call(*args):
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), loop))
+
+    return call
+
+
+class GuardMiddleware:
+    """Pure ASGI middleware: body limit and body time limit, id checks, refused routes, no paths in
+    JSON answers, every request but :data:`LIGHT_ROUTES` served in a worker thread with an event
+    loop of its own (MONAI Label's routes are ``async`` functions that run their work inline: one
+    inference, ``run_sync`` task or PACS download would otherwise stop every other client, /info/
+    included); see module docstring."""
+
+    def __init__(self, app, max_body: int | None = None, limits: ServerLimits | None = None):
+        import anyio
+
         self.app = app
-        self.max_body = max_body_bytes() if max_body is None else int(max_body)
+        self.limits = limits or _LIMITS or ServerLimits(max_body=max_body_bytes())
+        self.max_body = self.limits.max_body if max_body is None else int(max_body)
+        self.workers = anyio.CapacityLimiter(self.limits.request_threads)
 
     async def __call__(self, scope, receive, send):
+        import asyncio
+
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refused = refusal(scope.get("method", "GET"), scope.get("path", ""), scope.get("query_string", b""))
@@ -565,26 +625,64 @@ class GuardMiddleware:
                 logger.warning("request refused (413): %s %s of %d bytes", scope.get("method"), scope.get("path"), size)
                 return await _send_json(send, 413, f"request body of {size} bytes; at most {limit} bytes are accepted")
         seen = 0
+        loop = asyncio.get_running_loop()
+        timeout = self.limits.body_timeout_s
+        deadline = loop.time() + timeout
 
         async def limited_receive():
             nonlocal seen
-            message = await receive()
+            from fastapi import HTTPException
+
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+            except asyncio.TimeoutError:  # noqa: UP041  (not the built-in TimeoutError before Python 3.11)
+                logger.warning(
+                    "request refused (408): %s %s: body not received in %g s",
+                    scope.get("method"),
+                    scope.get("path"),
+                    timeout,
+                )
+                raise HTTPException(
+                    408, f"request body not received within {timeout:g} s (--conf body_timeout_s)"
+                ) from None
             if message.get("type") == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    from fastapi import HTTPException
-
                     raise HTTPException(413, f"request body over {limit} bytes")
             return message
 
-        return await self.app(scope, limited_receive, _scrubbing_send(send))
+        out = _scrubbing_send(send)
+        if in_event_loop(scope.get("method", "GET"), scope.get("path", "")):
+            return await self.app(scope, limited_receive, out)
+        return await self._in_worker(scope, limited_receive, out, loop)
+
+    async def _in_worker(self, scope, receive, send, loop):
+        """Run the rest of the app for one request in a worker thread (at most
+        ``--conf request_threads`` at once), on a new event loop; ``receive``/``send`` stay the
+        server loop's."""
+        import asyncio
+
+        import anyio
+
+        app, r, s = self.app, _bridge(receive, loop), _bridge(send, loop)
+        await anyio.to_thread.run_sync(lambda: asyncio.run(app(scope, r, s)), limiter=self.workers)
 
 
-def install(fastapi_app: Any = None) -> bool:
+_LIMITS: ServerLimits | None = None
+
+
+def install(fastapi_app: Any = None, conf: Any = None) -> bool:
     """Install the guard in this process's MONAI Label server (idempotent); returns whether it is
     installed. ``fastapi_app`` defaults to ``monailabel.app.app`` when that module is loaded (the
-    server); in other processes (train subprocess, CLI) nothing is installed."""
+    server); in other processes (train subprocess, CLI) nothing is installed. ``conf`` (the app's
+    ``--conf``) sets the bounds (:func:`~monailabel_xflow.app.requests.server_limits`).
+
+    Raises:
+        RequestError: a ``--conf`` bound that is not valid (the server does not start with it).
+    """
     import sys
+
+    global _LIMITS
 
     if fastapi_app is None:
         module = sys.modules.get("monailabel.app")
@@ -616,6 +714,7 @@ def install(fastapi_app: Any = None) -> bool:
     wrap(AsyncTask, "stop", LAYER, guarded_stop, static=True)
     if getattr(fastapi_app.state, "xflow_guard", False):
         return True
+    _LIMITS = server_limits(conf)
     from monailabel.interfaces.exception import MONAILabelException
     from starlette.middleware import Middleware
 
@@ -623,10 +722,17 @@ def install(fastapi_app: Any = None) -> bool:
 
     # the package's error tree, bad JSON in a form field and MONAI Label's own errors; any other
     # exception stays a logged 500
-    for cls in (XFlowError, json.JSONDecodeError, MONAILabelException):
+    for cls in (XFlowError, json.JSONDecodeError, MONAILabelException, OSError):  # OSError: a full disk is 507
         fastapi_app.add_exception_handler(cls, error_response)
     fastapi_app.user_middleware.insert(0, Middleware(GuardMiddleware))
     fastapi_app.middleware_stack = fastapi_app.build_middleware_stack()  # already built at start-up
     fastapi_app.state.xflow_guard = True
-    logger.info("XFlow guard installed: body limit %d bytes, ids checked, infer params confined", max_body_bytes())
+    logger.info(
+        "XFlow guard installed: body limit %d bytes in %g s, %d sessions, %d request threads; ids checked, "
+        "infer params confined",
+        _LIMITS.max_body,
+        _LIMITS.body_timeout_s,
+        _LIMITS.max_sessions,
+        _LIMITS.request_threads,
+    )
     return True

@@ -26,6 +26,7 @@ from typing import Any
 
 from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
 from monailabel_xflow.app.wraps import upstream_class
+from monailabel_xflow.files import atomic_write_json
 from monailabel_xflow.task_options import TRAIN_DEFAULTS, train_params
 from monailabel_xflow.training.promotion import finetune_from_labels
 
@@ -54,9 +55,7 @@ class TrainProgress:
 
     def _write(self, stats: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(stats, indent=1))
-        os.replace(tmp, self.path)  # the server reads it while training runs: never half a file
+        atomic_write_json(self.path, stats, indent=1)  # the server reads it while training runs: never half a file
 
     def step(self, step: int, total: int | None = None, loss: float | None = None) -> None:
         """Publish ``step`` of ``total`` optimiser steps done (running: ``current_time``)."""

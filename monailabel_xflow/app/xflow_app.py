@@ -35,6 +35,7 @@ class XFlowApp(MONAILabelApp):
 
         conf = app_conf(conf)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
+        recover_model_dir(model_dir)
         self.xflow = XFlowConfig()
         self.xflow.init("xflow", model_dir, conf, None)
         logger.info("XFlow models: %s", self.xflow.runtime.describe())
@@ -49,7 +50,7 @@ class XFlowApp(MONAILabelApp):
             description=app_description(self.xflow.runtime),
             version=__version__,
         )
-        install_guard()  # body limit, id checks, infer params confined
+        install_guard(conf=conf)  # body limit and time, sessions, worker threads, ids checked, infer params confined
         install_slicer_samples()  # next sample: one file for Slicer, never a numbered series
 
     def init_datastore(self):
@@ -81,6 +82,17 @@ class XFlowApp(MONAILabelApp):
 
     def infer(self, request, datastore=None):
         return checked_infer(self, super().infer, request, datastore)
+
+
+def recover_model_dir(model_dir: str) -> None:
+    """In the server (never a task subprocess, which may be training into it): undo what a kill
+    left in ``model_dir`` (:func:`~monailabel_xflow.files.recover_folder`), each step logged."""
+    from monailabel_xflow.app.runtime import TRAINED_SEGMENTER_DIR, background_task
+    from monailabel_xflow.files import recover_folder
+
+    if background_task() is None and os.path.isdir(model_dir):
+        for line in recover_folder(model_dir, (TRAINED_SEGMENTER_DIR, TRAINED_SEGMENTER_DIR + ".rejected")):
+            logger.warning("model folder %s: %s", model_dir, line)
 
 
 def app_conf(conf: Mapping[str, str] | None) -> dict[str, str]:
