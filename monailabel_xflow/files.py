@@ -133,8 +133,8 @@ def remove_temps(folder: PathLike, recursive: bool = True) -> list[str]:
     if not root.is_dir():
         return removed
     walker = os.walk(root) if recursive else [(str(root), [], os.listdir(root))]
-    for base, _dirs, names in walker:
-        for name in names:
+    for base, dirs, names in walker:
+        for name in [*names, *dirs]:
             if is_temp(name):
                 path = os.path.join(base, name)
                 with contextlib.suppress(OSError):
@@ -144,6 +144,7 @@ def remove_temps(folder: PathLike, recursive: bool = True) -> list[str]:
                     elif os.path.isdir(path):
                         shutil.rmtree(path)
                         removed.append(path)
+        dirs[:] = [d for d in dirs if not is_temp(d)]
     return removed
 
 
