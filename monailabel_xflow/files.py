@@ -125,6 +125,34 @@ def atomic_copy(src: PathLike, dest: PathLike) -> Path:
         return _write_via_temp(dest, lambda out: shutil.copyfileobj(source, out, 1 << 20))
 
 
+@contextlib.contextmanager
+def staged_copy(src: PathLike, dest: PathLike) -> Iterator[Path]:
+    """Copy ``src`` beside ``dest`` under a temporary name (fsync-ed), run the block (e.g. write the
+    index that will name ``dest``), then rename it over ``dest``; if the block raises, ``dest`` is
+    untouched and the copy removed. So a full disk met by the copy or by the block changes nothing.
+
+    Yields:
+        The temporary copy's path.
+
+    Raises:
+        StorageFullError: the disk is full (nothing changed).
+    """
+    target = Path(dest)
+    tmp = temp_name(target)
+    try:
+        with full_disk_named(target.name), open(src, "rb") as source, open(tmp, "wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        yield tmp
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def remove_temps(folder: PathLike, recursive: bool = True) -> list[str]:
     """Remove the temporary files a kill left in ``folder`` (names with :data:`TEMP_MARK`), never
     following a link to a folder. Returns the removed paths."""

@@ -44,7 +44,7 @@ from monailabel_xflow.data.seg import (
     xflow_answers,
 )
 from monailabel_xflow.errors import ConflictError, NotAllowedError
-from monailabel_xflow.files import atomic_copy, atomic_write_json, remove_temps, set_aside_damaged
+from monailabel_xflow.files import atomic_write_json, remove_temps, set_aside_damaged, staged_copy
 from monailabel_xflow.parameters import check_id, check_info_size
 from monailabel_xflow.transforms.labels import paint, read_label, write_label
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
@@ -176,8 +176,10 @@ class DurableIndex:
             write()
 
     def _store_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
-        """MONAI Label's ``save_label`` with the file copied whole (:func:`~monailabel_xflow.files.atomic_copy`)
-        before the index names it; a label of the same tag under another suffix is removed after."""
+        """MONAI Label's ``save_label``, crash- and full-disk-safe: the file is copied beside its place
+        (:func:`~monailabel_xflow.files.staged_copy`), the index written, then the copy renamed into
+        place; a failure at any step leaves the previous label and index as they were. A label of the
+        same tag under another suffix is removed after."""
         import time
 
         from filelock import FileLock
@@ -192,11 +194,18 @@ class DurableIndex:
         with FileLock(self._lock_file):
             os.makedirs(folder, exist_ok=True)
             previous = obj.labels.get(label_tag)
-            atomic_copy(label_filename, os.path.join(folder, name))
             info = dict(label_info or {})
             info.update({"ts": int(time.time()), "name": name})
-            obj.labels[label_tag] = DataModel(info=info, ext=ext)
-            self._update_datastore_file(lock=False)
+            with staged_copy(label_filename, os.path.join(folder, name)):  # a full disk changes nothing
+                obj.labels[label_tag] = DataModel(info=info, ext=ext)
+                try:
+                    self._update_datastore_file(lock=False)
+                except BaseException:
+                    if previous is None:
+                        obj.labels.pop(label_tag, None)
+                    else:
+                        obj.labels[label_tag] = previous
+                    raise
             if previous is not None and previous.ext != ext:
                 unlink_inside(os.path.join(folder, self._filename(image_id, previous.ext)), folder)
         logger.info("saved label %s of %s (%s)", label_tag, image_id, name)
@@ -267,12 +276,19 @@ class XFlowLocalDatastore(DurableIndex, LocalDatastore):
                     raise ConflictError(
                         f"image {image_id!r}: the studies folder already holds {name!r} that is not this image"
                     )
+                info.update({"ts": int(time.time()), "name": name})
+                with staged_copy(image_filename, dest):  # a full disk changes nothing
+                    self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=info, ext=ext))
+                    try:
+                        self._update_datastore_file(lock=False)
+                    except BaseException:
+                        if old is None:
+                            self._datastore.objects.pop(image_id, None)
+                        else:
+                            self._datastore.objects[image_id] = old
+                        raise
                 if old is not None and old.image.ext != ext:
                     unlink_inside(os.path.join(folder, self._filename(image_id, old.image.ext)), folder)
-                atomic_copy(image_filename, dest)
-                info.update({"ts": int(time.time()), "name": name})
-                self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=info, ext=ext))
-                self._update_datastore_file(lock=False)
             logger.info("added image %s as %s", image_id, name)
             return image_id
 
