@@ -10,9 +10,11 @@ a train run (``POST /train/xflow``) whenever none runs and labels exist.
 
 Printed: errors (any answer but 200, or a connection failure; target 0), saves acknowledged and
 kept (every image's label on disk is one of the label files acknowledged for it), click round trip
-p50/p95 and ``/info/`` p50/p99 with one annotator and with eight, the ratios eight / one, and the
-server's resident memory (its process group: the server and its task subprocesses) at the start
-and end of the eight-annotator phase.
+p50/p95 and ``/info/`` p50/p99 with one annotator and with eight, the ratios eight / one, the
+resident memory of the server with its task subprocesses at the start and end of the
+eight-annotator phase, and of the server process alone sampled through the phase (at its
+quarters, its maximum, its growth overall and over the second half: growth that levels off is
+warm-up, growth that does not is a leak).
 
 Usage: ``nice -n 10 .venv/bin/python benchmarks/bench_load.py [--minutes 10] [--single-minutes 2]
 [--annotators 8] [--images 8]``
@@ -43,10 +45,12 @@ from radiographs import copy_nih_pngs  # noqa: E402
 from servers import build_tiny_models, monailabel_server  # noqa: E402
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and its children (the task subprocesses), in MB."""
+def rss_mb(pid: int, children: bool = True) -> float:
+    """Resident memory of ``pid`` (and its children, the task subprocesses), in MB."""
     total = 0
     pids = [pid]
+    if not children:
+        return _rss_kb(pid) / 1024.0
     for child in Path("/proc").iterdir():
         if child.name.isdigit():
             try:
@@ -56,13 +60,18 @@ def rss_mb(pid: int) -> float:
             except (OSError, IndexError, ValueError):
                 pass
     for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
+        total += _rss_kb(p)
     return total / 1024.0
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 class Stats:
@@ -164,10 +173,18 @@ def background(url: str, stop: threading.Event, stats: Stats, counts: dict[str, 
         time.sleep(max(0.0, 0.5 - (time.perf_counter() - start)))
 
 
-def phase(url, sizes, annotators: int, seconds: float, seed: int) -> tuple[Stats, dict[str, int]]:
+def sample_rss(pid: int, stop: threading.Event, samples: list[float], every: float) -> None:
+    """The server process's own resident memory (MB) every ``every`` seconds."""
+    while not stop.wait(every):
+        samples.append(rss_mb(pid, children=False))
+
+
+def phase(url, sizes, annotators: int, seconds: float, seed: int, pid: int = 0, rss: list[float] | None = None):
     stats, stop = Stats(), threading.Event()
     counts = {"scoring": 0, "train": 0}
     threads = [threading.Thread(target=background, args=(url, stop, stats, counts))]
+    if rss is not None:
+        threads.append(threading.Thread(target=sample_rss, args=(pid, stop, rss, max(1.0, seconds / 20))))
     threads += [
         threading.Thread(target=annotator, args=(url, f"annotator{i}", sizes, stop, stats, seed + i))
         for i in range(annotators)
@@ -211,8 +228,12 @@ def main() -> int:
             warm.raise_for_status()
             one, _ = phase(server.url, sizes, 1, 60 * args.single_minutes, seed=1)
             rss_start = rss_mb(server.proc.pid)
-            many, counts = phase(server.url, sizes, args.annotators, 60 * args.minutes, seed=100)
+            own = [rss_mb(server.proc.pid, children=False)]
+            many, counts = phase(
+                server.url, sizes, args.annotators, 60 * args.minutes, seed=100, pid=server.proc.pid, rss=own
+            )
             rss_end = rss_mb(server.proc.pid)
+            own.append(rss_mb(server.proc.pid, children=False))
             kept, lost = 0, []
             for image in {**one.saves, **many.saves}:
                 all_acked = one.saves.get(image, set()) | many.saves.get(image, set())
@@ -247,6 +268,10 @@ def main() -> int:
             "rss_mb_start": round(rss_start, 0),
             "rss_mb_end": round(rss_end, 0),
             "rss_growth_pct": round(100 * (rss_end - rss_start) / rss_start, 1),
+            "server_rss_mb_quarters": [round(own[min(len(own) - 1, len(own) * q // 4)], 0) for q in range(5)],
+            "server_rss_mb_max": round(max(own), 0),
+            "server_rss_growth_pct": round(100 * (own[-1] - own[0]) / own[0], 1),
+            "server_rss_growth_second_half_pct": round(100 * (own[-1] - own[len(own) // 2]) / own[len(own) // 2], 1),
             "server_alive_after": alive,
         }
     finally:

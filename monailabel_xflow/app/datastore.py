@@ -377,6 +377,36 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
         """Refused (405): deleting a series is the PACS's business, not the labeling server's."""
         raise NotAllowedError("images live in the PACS: delete a series there, not through DELETE /datastore/image")
 
+    def datalist(self, full_path: bool = True) -> list[dict[str, Any]]:
+        """MONAI Label's ``datalist()`` (every image with its label, cached from the PACS).
+
+        Raises:
+            PACSUnavailableError: the PACS did not answer (503, naming it); retry when it is back.
+        """
+        from monailabel_xflow.data.pacs import pacs_failure
+
+        try:
+            return list(super().datalist(full_path))
+        except Exception as exc:
+            failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def status(self) -> dict[str, Any]:
+        """MONAI Label's counts for ``/info/``; when the PACS does not answer, ``/info/`` still does:
+        the counts are None and ``pacs`` says why (logged as a warning)."""
+        from monailabel_xflow.data.pacs import pacs_failure
+
+        try:
+            return dict(super().status())
+        except Exception as exc:
+            failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+            if failure is None:
+                raise
+            logger.warning("datastore status: %s", failure)
+            return {"total": None, "completed": None, "label_tags": {}, "pacs": str(failure)}
+
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first
         time, which loses the way back to the DICOM tags, e.g. the lateral-view check). The id is a

@@ -83,11 +83,12 @@ def http_errors(what: str = "") -> Iterator[None]:
     """
     try:
         yield
-    except Exception as exc:
+    except Exception as caught:
         from fastapi import HTTPException
 
-        if isinstance(exc, HTTPException):
+        if isinstance(caught, HTTPException):
             raise
+        exc = as_pacs_error(caught)
         status = status_of(exc)
         if status is None:
             raise
@@ -96,7 +97,20 @@ def http_errors(what: str = "") -> Iterator[None]:
             prefix = f"{what}: " if what else ""
             detail = f"{prefix}no space left on the server's disk; nothing was stored (free space and retry)"
         logger.warning("request refused (%d): %s", status, detail)
-        raise HTTPException(status_code=status, detail=detail) from exc
+        raise HTTPException(status_code=status, detail=detail) from caught
+
+
+def as_pacs_error(exc: BaseException) -> BaseException:
+    """``exc``, or the PACS (``--studies``, a DICOMweb URL) not answering as a 503 naming it
+    (:func:`~monailabel_xflow.data.pacs.pacs_failure`)."""
+    from monailabel.config import settings
+
+    from monailabel_xflow.data.pacs import pacs_failure
+
+    studies = str(settings.MONAI_LABEL_STUDIES or "")
+    if not studies.startswith(("http://", "https://")):
+        return exc
+    return pacs_failure(exc, studies) or exc
 
 
 async def error_response(request: Any, exc: BaseException) -> Any:
@@ -108,6 +122,7 @@ async def error_response(request: Any, exc: BaseException) -> Any:
     from fastapi.responses import JSONResponse
     from monailabel.interfaces.exception import MONAILabelException
 
+    exc = as_pacs_error(exc)
     status = status_of(exc)
     if status is None and isinstance(exc, (json.JSONDecodeError, MONAILabelException)):
         status = 422

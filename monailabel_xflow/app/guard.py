@@ -722,7 +722,8 @@ def install(fastapi_app: Any = None, conf: Any = None) -> bool:
 
     # the package's error tree, bad JSON in a form field and MONAI Label's own errors; any other
     # exception stays a logged 500
-    for cls in (XFlowError, json.JSONDecodeError, MONAILabelException, OSError):  # OSError: a full disk is 507
+    # OSError: a full disk is 507, the PACS not answering (requests' errors are OSErrors) 503
+    for cls in (XFlowError, json.JSONDecodeError, MONAILabelException, OSError):
         fastapi_app.add_exception_handler(cls, error_response)
     fastapi_app.user_middleware.insert(0, Middleware(GuardMiddleware))
     fastapi_app.middleware_stack = fastapi_app.build_middleware_stack()  # already built at start-up
