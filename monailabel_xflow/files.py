@@ -201,7 +201,7 @@ def set_aside_damaged(path: PathLike, validate: Callable[[str], Any]) -> str | N
 
 def fsync_tree(folder: PathLike) -> None:
     """``fsync`` every file and folder under ``folder`` (before it is renamed into service)."""
-    for base, _dirs, names in os.walk(folder):
+    for base, _dirs, names in os.walk(str(folder)):
         for name in names:
             path = os.path.join(base, name)
             if os.path.isfile(path) and not os.path.islink(path):

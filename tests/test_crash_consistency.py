@@ -110,13 +110,21 @@ def sha(data: bytes) -> str:
 
 
 class LabelClient:
-    """Saves labels in a loop until stopped; remembers the last acknowledged and the in-flight
-    content of each image."""
+    """Saves labels in a loop until stopped; keeps, per image, what may be on disk: the last
+    acknowledged content plus every content sent after it and not acknowledged (in flight at the
+    kill, or timed out on the client while the server went on), carried over across restarts."""
 
-    def __init__(self, url: str, images: dict[str, tuple[int, int]], rng: random.Random, acked: dict[str, str]):
+    def __init__(
+        self,
+        url: str,
+        images: dict[str, tuple[int, int]],
+        rng: random.Random,
+        acked: dict[str, str],
+        possible: dict[str, set[str]],
+    ):
         self.url, self.images, self.rng = url, images, rng
         self.acked = acked
-        self.inflight: dict[str, str] = {}
+        self.possible = possible
         self.stop = threading.Event()
         self.saves = 0
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -129,23 +137,23 @@ class LabelClient:
             y, x = self.rng.randrange(0, h - 60), self.rng.randrange(0, w - 60)
             label[y : y + 50, x : x + 50] = self.rng.randrange(1, 8)
             data = png_bytes(label)
-            self.inflight[image] = sha(data)
+            self.possible.setdefault(image, set()).add(sha(data))
             try:
                 r = requests.put(
                     f"{self.url}/datastore/label",
                     params={"image": image, "tag": "final"},
                     files={"label": ("l.png", data)},
-                    timeout=60,
+                    timeout=300,
                 )
             except requests.RequestException:
                 return  # the server was killed
             if r.status_code == 200:
                 self.acked[image] = sha(data)
+                self.possible[image] = {sha(data)}
                 self.saves += 1
-            self.inflight.pop(image, None)
 
 
-def check_after_restart(url: str, studies: Path, model_dir: Path, acked: dict[str, str], inflight: dict[str, str]):
+def check_after_restart(url: str, studies: Path, model_dir: Path, acked: dict[str, str], possible: dict[str, set[str]]):
     listing = requests.get(f"{url}/datastore/", params={"output": "all"}, timeout=60)
     assert listing.status_code == 200, listing.text
     objects = listing.json()["objects"]
@@ -156,7 +164,7 @@ def check_after_restart(url: str, studies: Path, model_dir: Path, acked: dict[st
     for image, digest in acked.items():
         path = studies / "labels" / "final" / f"{image}.png"
         got = sha(path.read_bytes())
-        assert got in (digest, inflight.get(image)), f"label of {image} is neither the acknowledged one nor the next"
+        assert got in possible[image] | {digest}, f"label of {image} is neither the acknowledged one nor a later one"
         assert "final" in objects[image]["labels"]
         r = requests.get(f"{url}/datastore/label", params={"label": image, "tag": "final"}, timeout=60)
         assert r.status_code == 200 and sha(r.content) == got
@@ -180,18 +188,18 @@ def run_server_kills(tmp: Path, cxr_samples, tiny_models, kills: int, seed: int 
     images = {WIDE: (400, 512), SQUARE: (384, 384)}
     model_dir = tmp / "server" / "model"
     acked: dict[str, str] = {}
-    inflight: dict[str, str] = {}
+    possible: dict[str, set[str]] = {}
     modes = ["label", "scoring", "train"]
     stats = {"kills": 0, "saves": 0, "by_mode": {m: 0 for m in modes}, "restart_s": []}
     conf = {"models": str(models), "model_dir": str(model_dir)}
     for cycle in range(kills + 1):
         with monailabel_server(studies, tmp / "server", conf=conf) as server:
             stats["restart_s"].append(round(server.start_seconds, 1))
-            check_after_restart(server.url, studies, model_dir, acked, inflight)
+            check_after_restart(server.url, studies, model_dir, acked, possible)
             if cycle == kills:
                 break
             mode = modes[cycle % len(modes)]
-            client = LabelClient(server.url, images, rng, acked)
+            client = LabelClient(server.url, images, rng, acked, possible)
             if mode == "label":
                 client.thread.start()
                 time.sleep(rng.uniform(0.3, 4.0))
@@ -212,7 +220,6 @@ def run_server_kills(tmp: Path, cxr_samples, tiny_models, kills: int, seed: int 
             client.stop.set()
             if client.thread.ident:
                 client.thread.join(60)
-            inflight = dict(client.inflight)
             stats["kills"] += 1
             stats["saves"] += client.saves
             stats["by_mode"][mode] += 1

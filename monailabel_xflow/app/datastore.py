@@ -135,6 +135,16 @@ class DurableIndex:
     modified one."""
 
     _xflow_recovered: str | None = None
+    # MONAI Label's LocalDatastore provides these (declared for the type checker only)
+    _datastore: Any
+    _datastore_path: str
+    _datastore_config_path: str
+    _lock_file: str
+    _ignore_event_config: bool
+    _config_ts: float
+    _to_id: Any
+    _filename: Any
+    _on_modify_event: Any
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
