@@ -15,7 +15,9 @@ base                        HTTP    meaning
 :class:`TooLargeError`      413     a body or parameter over its documented limit
 :class:`ConflictError`      409     a change that conflicts with what a store holds
 :class:`NotAllowedError`    405     an operation this store does not offer
-:class:`UnavailableError`   503     the models are not configured or cannot be loaded now
+:class:`UnavailableError`   503     the models are not configured or cannot be loaded now,
+                                    or the PACS does not answer (:class:`PACSUnavailableError`)
+:class:`StorageFullError`   507     no space left on the server's disk; nothing changed
 ==========================  ======  ===================================================
 
 A plain :class:`XFlowError` (neither input nor availability) is a failure of the package itself.
@@ -55,7 +57,11 @@ class NotAllowedError(InputError):
 
 
 class UnavailableError(XFlowError, RuntimeError):
-    """Models not configured or not loadable right now (HTTP 503)."""
+    """Models not configured or not loadable right now, or the PACS not answering (HTTP 503)."""
+
+
+class StorageFullError(XFlowError, OSError):
+    """No space left on the server's disk for a write; nothing was changed (HTTP 507)."""
 
 
 HTTP_STATUS: dict[type[XFlowError], int] = {
@@ -66,6 +72,7 @@ HTTP_STATUS: dict[type[XFlowError], int] = {
     NotAllowedError: 405,
     InputError: 422,
     UnavailableError: 503,
+    StorageFullError: 507,
 }
 """HTTP status of each base; an error takes the status of the first base in its MRO listed here."""
 
@@ -106,3 +113,8 @@ class ModelsNotConfiguredError(UnavailableError):
 class ModelUnavailableError(UnavailableError):
     """Loading a served model failed recently; its runtime waits before it tries again
     (:class:`monailabel_xflow.workflow.runtime.LazyModel`)."""
+
+
+class PACSUnavailableError(UnavailableError):
+    """The DICOMweb PACS did not answer (stopped, unreachable, or an error of its own); the
+    message names the PACS's URL (HTTP 503)."""

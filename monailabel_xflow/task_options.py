@@ -11,6 +11,7 @@ and the clicks in XFlow's coordinates, and the train, scoring and batch-infer re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -344,37 +345,106 @@ def scoring_params(request: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def batch_infer_params(request: Mapping[str, Any]) -> None:
-    """Check a batch-infer request: ``images`` (``all``, ``labeled``, ``unlabeled`` or a list of
-    ids), ``label_tag``, ``max_batch_size`` (0..100000), ``max_workers`` (0..16).
+BATCH_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""The ``logging`` levels a batch-infer request may ask for."""
+
+
+def _gpu_list(value: Any, cuda_devices: int) -> str:
+    """``gpus``: ``"all"`` or device numbers (an int, a list, or comma text), each one a CUDA device
+    this server has; returned as MONAI Label reads it (``"all"`` or ``"0,1"``)."""
+    if value is None or value == "" or value == "all":
+        return "all"
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    if cuda_devices <= 0:
+        raise RequestError(
+            f"gpus {short(value)}: this server has no CUDA device (batch infer runs on the CPU); leave gpus unset"
+        )
+    if len(items) > cuda_devices:
+        raise RequestError(f"gpus names {len(items)} devices; this server has {cuda_devices}")
+    ids = [as_int(v, "gpus", 0, cuda_devices - 1) for v in items]
+    if any(v is None for v in ids):
+        raise RequestError("gpus holds an empty item")
+    return ",".join(str(v) for v in dict.fromkeys(ids))
+
+
+def batch_infer_params(request: Mapping[str, Any], cuda_devices: int = 0) -> dict[str, Any]:
+    """A batch-infer request's values, checked and converted to what MONAI Label's batch task
+    reads (it compares and splits them unchecked: ``max_batch_size: "1"`` or ``gpus: 5`` would be
+    a 500 there): ``images`` (``all``, ``labeled``, ``unlabeled`` or a list of ids), ``label_tag``
+    (default ``original``), ``max_batch_size`` (0..100000, 0 = all), ``max_workers`` (0..16),
+    ``save_label`` (boolean, default true), ``logging`` (:data:`BATCH_LOG_LEVELS`), ``multi_gpu``
+    (boolean), ``gpus`` (:func:`_gpu_list`), ``device`` (``cpu``, ``cuda`` or ``cuda:N``; ``cpu``
+    on a server without CUDA).
+
+    Args:
+        request: the merged request (MONAI Label's defaults, the task config, the client's params).
+        cuda_devices: CUDA devices of this server (``torch.cuda.device_count()``).
+
+    Returns:
+        The converted values (the caller puts them over the client's params).
 
     Raises:
-        RequestError, UnsafeIdError: a bad value; ``label_tag`` ``final`` (a model's answer never
-            replaces a person's label).
+        RequestError, UnsafeIdError: a bad value, with its reason; ``label_tag`` ``final`` (a
+            model's answer never replaces a person's label).
     """
-    if not isinstance(request.get("images", "all"), str):
-        as_id_list(request.get("images"), "images")
-    elif request.get("images", "all") not in ("all", "labeled", "unlabeled"):
-        raise RequestError("images must be 'all', 'labeled', 'unlabeled' or a list of image ids")
-    if request.get("label_tag"):
-        check_id(request.get("label_tag"), "label tag")
-        if request.get("label_tag") == "final":
-            raise RequestError(
-                "batch infer saves the model's answers; label_tag 'final' is a person's label "
-                "and is never written by a model (use 'original', the default, or another tag)"
-            )
-    as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000)
-    as_int(request.get("max_workers"), "max_workers", 0, 16)
+    images = request.get("images", "all")
+    images = getattr(images, "value", images)
+    if images is None or isinstance(images, str):
+        images = images or "all"
+        if images not in ("all", "labeled", "unlabeled"):
+            raise RequestError("images must be 'all', 'labeled', 'unlabeled' or a list of image ids")
+    else:
+        images = as_id_list(images, "images")
+    tag = request.get("label_tag")
+    tag = str(getattr(tag, "value", tag) or "original")
+    check_id(tag, "label tag")
+    if tag == "final":
+        raise RequestError(
+            "batch infer saves the model's answers; label_tag 'final' is a person's label "
+            "and is never written by a model (use 'original', the default, or another tag)"
+        )
+    level = as_choice(str(request.get("logging") or "WARNING").upper(), "logging", BATCH_LOG_LEVELS, "WARNING")
+    device = str(request.get("device") or "cuda")
+    if not re.fullmatch(r"cpu|cuda(:\d{1,2})?", device):
+        raise RequestError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {short(device)}")
+    if device.startswith("cuda:") and int(device[5:]) >= max(cuda_devices, 1):
+        raise RequestError(f"device {device}: this server has {cuda_devices} CUDA device(s)")
+    multi_gpu = as_bool(request.get("multi_gpu", True), "multi_gpu")
+    gpus = _gpu_list(request.get("gpus"), cuda_devices)
+    if cuda_devices <= 0:
+        device, multi_gpu = "cpu", False
+    return {
+        "images": images,
+        "label_tag": tag,
+        "max_batch_size": as_int(request.get("max_batch_size"), "max_batch_size", 0, 100_000, 0),
+        "max_workers": as_int(request.get("max_workers"), "max_workers", 0, 16, 1),
+        "save_label": as_bool(request.get("save_label", True), "save_label"),
+        "logging": level,
+        "multi_gpu": multi_gpu,
+        "gpus": gpus,
+        "device": device,
+    }
 
 
-def validate_task_request(method: str, request: Mapping[str, Any]) -> None:
+def validate_task_request(method: str, request: Mapping[str, Any]) -> dict[str, Any]:
     """Parse a ``train`` / ``scoring`` / ``batch_infer`` request as its task will (the app does so
     before MONAI Label starts the task's subprocess, where a bad value would only fail later, in
-    the log); any other method: nothing to check.
+    the log, or as a 500 in MONAI Label's own code); any other method: nothing to check.
+
+    Returns:
+        The converted values (numbers as numbers, ...), to put over the client's params.
 
     Raises:
         RequestError, UnsafeIdError: as the task itself would.
     """
-    check = {"train": train_params, "scoring": scoring_params, "batch_infer": batch_infer_params}.get(method)
-    if check is not None:
-        check(request)
+    if method == "batch_infer":
+        import torch
+
+        return batch_infer_params(request, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    check = {"train": train_params, "scoring": scoring_params}.get(method)
+    return dict(check(request)) if check is not None else {}

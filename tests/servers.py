@@ -215,13 +215,14 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def orthanc_server(tmp: Path, timeout: float = 60.0) -> Iterator[str]:
+def orthanc_server(tmp: Path, timeout: float = 60.0, port: int | None = None) -> Iterator[str]:
     """Start Orthanc with its DICOMweb plugin on loopback; yields its base URL
-    (``http://127.0.0.1:PORT``; DICOMweb at ``/dicom-web``)."""
+    (``http://127.0.0.1:PORT``; DICOMweb at ``/dicom-web``). ``port`` and ``tmp`` again restart
+    the same PACS (its storage is in ``tmp``) where clients expect it."""
     binary = orthanc_binary()
     if binary is None:
         raise RuntimeError(f"Orthanc or its DICOMweb plugin is not installed ({ORTHANC_APT})")
-    port = free_port()
+    port = port or free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     config = {
         "Name": "xflow-test",

@@ -23,6 +23,7 @@ LAYERS = {
     "weights": 0,
     "errors": 0,
     "parameters": 0,  # request values parsed and bounded (ids, numbers, JSON objects)
+    "files": 0,  # crash-safe writes: atomic files, model folder swaps, recovery at start
     "transforms": 1,  # loading one radiograph
     "instructions": 2,  # language -> Instruction
     "data": 3,  # phantoms, the MIMIC-ILS format, dataset readers

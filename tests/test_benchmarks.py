@@ -38,6 +38,7 @@ FIGURES = {
     ],
     "bench_ils.py": [r"(?m)^all\s+([\d.]+)\s+[\d.]+$", r"everything above: ([\d.]+) h on one core"],
     "bench_ils_reports.py": [r"= (\d+) reports/s on one core", r"= ([\d.]+) reports/s; rules are"],
+    "bench_load.py": [r'"click_p95_ratio_many_vs_one": ([\d.]+)', r'"info_p99_ratio_many_vs_one": ([\d.]+)'],
     "bench_metrics.py": [r"([\d.]+) ms/mask", r"10,000 masks: ([\d.]+) s"],
     "bench_oracle.py": [r"-> ([\d.]+) trajectories/s", r"one click decision: ([\d.]+) ms"],
     "bench_phantom.py": [r"= ([\d.]+) images/s on one core", r"export_set .* ([\d.]+) images/s"],
@@ -54,6 +55,7 @@ FIGURES = {
 }
 # Something every run must also print; a failed request or a missing stage shows here.
 ALSO = {
+    "bench_load.py": [r'"errors": 0,', r'"images_lost": \[\]'],
     "bench_server.py": [r'"throughput_1_clients": \{[^}]*"errors": 0,', r'"throughput_8_clients": \{[^}]*"errors": 0,'],
     "bench_policy.py": [r"same text both ways: True"],
     "bench_ils.py": [r"(?m)^structure\s+[\d.]+"],  # medspaCy is a dependency: the report side runs

@@ -76,7 +76,7 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.errors import BadRequestError
+from monailabel_xflow.errors import BadRequestError, InputError
 
 META_KEYS = (
     "filename_or_obj",
@@ -160,6 +160,17 @@ class CXRLoadError(BadRequestError):
         super().__init__(f"cannot load {shown_name(path, 'chest radiograph', whole=True)}: {reason}")
 
 
+class CXRScalingError(InputError):
+    """A file readable as a radiograph whose header asks for values that cannot be pixels (a
+    non-finite NIfTI ``scl_slope``/``scl_inter``): readable but wrong, HTTP 422 (not a
+    :class:`CXRLoadError`, which is 400). Same attributes and message form as :class:`CXRLoadError`."""
+
+    def __init__(self, path: PathLike, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"cannot load {shown_name(path, 'chest radiograph', whole=True)}: {reason}")
+
+
 def load_cxr(path: PathLike, allow_lateral: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """Load a chest radiograph as a display-ready gray image.
 
@@ -180,7 +191,7 @@ def load_cxr(path: PathLike, allow_lateral: bool = False) -> tuple[np.ndarray, d
     fmt = _detect_format(path)
     try:
         values, meta = _READERS[fmt](path, allow_lateral)
-    except CXRLoadError:
+    except (CXRLoadError, CXRScalingError):
         raise
     except Exception as exc:  # any decoder failure is, for the caller, an unreadable file
         raise CXRLoadError(path, f"unreadable {fmt} file ({type(exc).__name__}: {exc})") from exc
@@ -426,6 +437,18 @@ def check_nifti_header(path: PathLike, what: str = "image") -> None:
             pos += esize
     if not 0 < bitpix <= 64:
         raise CXRLoadError(path, f"{what}: NIfTI of {bitpix} bits per voxel; at most 64")
+    import math
+
+    if head[344:348] == b"n+1\0":
+        slope, inter = struct.unpack(endian + "ff", head[112:120])
+    else:
+        slope, inter = struct.unpack(endian + "dd", head[176:192])
+    if math.isinf(slope) or (slope not in (0.0,) and not math.isnan(slope) and not math.isfinite(inter)):
+        raise CXRScalingError(
+            path,
+            f"{what}: NIfTI intensity scaling scl_slope={slope!r}, scl_inter={inter!r} is not finite "
+            "(every pixel would be infinite or undefined)",
+        )
 
 
 def open_nifti(path: PathLike, what: str = "image"):

@@ -31,6 +31,7 @@ import numpy as np
 
 from monailabel_xflow.app import server_defaults
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
+from monailabel_xflow.app.scoring import background_task
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.data.seg import (
     LABEL_CONTENT_LABEL,
@@ -43,6 +44,7 @@ from monailabel_xflow.data.seg import (
     xflow_answers,
 )
 from monailabel_xflow.errors import ConflictError, NotAllowedError
+from monailabel_xflow.files import atomic_write_json, remove_temps, set_aside_damaged, staged_copy
 from monailabel_xflow.parameters import check_id, check_info_size
 from monailabel_xflow.transforms import labels as label_io
 from monailabel_xflow.transforms.labels import paint, read_label, write_label
@@ -111,7 +113,130 @@ LocalDatastore: Any = upstream_class("monailabel.datastore.local.LocalDatastore"
 DICOMWebDatastore: Any = upstream_class("monailabel.datastore.dicom.DICOMWebDatastore")
 
 
-class XFlowLocalDatastore(LocalDatastore):
+class DurableIndex:
+    """MONAI Label's local index made crash-safe (mixed into both datastores, before MONAI Label's
+    class): the index ``datastore_v2.json`` and every copied file are written whole or not at all
+    (:mod:`monailabel_xflow.files`); a damaged index found at start is set aside and rebuilt from
+    the files on disk (a warning says what); temporary files a kill left are removed at start;
+    deletes change the index at once (not after a file-watcher event); the index moved into place
+    by another process (the scoring or train subprocess) is reloaded as upstream reloads a
+    modified one."""
+
+    _xflow_recovered: str | None = None
+    # MONAI Label's LocalDatastore provides these (declared for the type checker only)
+    _datastore: Any
+    _datastore_path: str
+    _datastore_config_path: str
+    _lock_file: str
+    _ignore_event_config: bool
+    _config_ts: float
+    _to_id: Any
+    _filename: Any
+    _on_modify_event: Any
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self._xflow_recovered:
+            labels = sum(len(o.labels) for o in self._datastore.objects.values())
+            logger.warning(
+                "datastore index: %s; rebuilt from the files on disk: %d images, %d labels (their "
+                "client info and scores are gone; scoring runs again)",
+                self._xflow_recovered,
+                len(self._datastore.objects),
+                labels,
+            )
+        handler = getattr(self, "_handler", None)
+        if handler is not None:  # an atomic write is a move: reload as upstream does on a modification
+            handler.on_moved = lambda event: self._on_modify_event(_Moved(event.dest_path))
+
+    def _init_from_datastore_file(self, throw_exception: bool = False) -> None:
+        if throw_exception and not getattr(self, "_xflow_index_checked", False):
+            self._xflow_index_checked = True
+            model = upstream_class("monailabel.datastore.local.LocalDatastoreModel")
+            if background_task() is None:  # a task subprocess never removes what the server may be writing
+                for path in remove_temps(self._datastore_path):
+                    logger.warning("removed %s, a temporary file left by an interrupted write", path)
+            self._xflow_recovered = set_aside_damaged(self._datastore_config_path, model.model_validate_json)
+        return super()._init_from_datastore_file(throw_exception)  # type: ignore[misc]
+
+    def _update_datastore_file(self, lock: bool = True) -> None:
+        from filelock import FileLock
+
+        def write() -> None:
+            self._ignore_event_config = True
+            atomic_write_json(self._datastore_config_path, self._datastore.model_dump(exclude={"base_path"}))
+            self._config_ts = os.stat(self._datastore_config_path).st_mtime
+
+        if lock:
+            with FileLock(self._lock_file):
+                write()
+        else:
+            write()
+
+    def _store_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
+        """MONAI Label's ``save_label``, crash- and full-disk-safe: the file is copied beside its place
+        (:func:`~monailabel_xflow.files.staged_copy`), the index written, then the copy renamed into
+        place; a failure at any step leaves the previous label and index as they were. A label of the
+        same tag under another suffix is removed after."""
+        import time
+
+        from filelock import FileLock
+        from monailabel.datastore.local import DataModel
+
+        obj = self._datastore.objects.get(image_id)
+        if obj is None:
+            raise ImageNotFoundError(f"unknown image {image_id!r}: cannot save a label for it")
+        _, ext = self._to_id(os.path.basename(label_filename))
+        folder = self._datastore.label_path(label_tag)
+        name = self._filename(image_id, ext)
+        with FileLock(self._lock_file):
+            os.makedirs(folder, exist_ok=True)
+            previous = obj.labels.get(label_tag)
+            info = dict(label_info or {})
+            info.update({"ts": int(time.time()), "name": name})
+            with staged_copy(label_filename, os.path.join(folder, name)):  # a full disk changes nothing
+                obj.labels[label_tag] = DataModel(info=info, ext=ext)
+                try:
+                    self._update_datastore_file(lock=False)
+                except BaseException:
+                    if previous is None:
+                        obj.labels.pop(label_tag, None)
+                    else:
+                        obj.labels[label_tag] = previous
+                    raise
+            if previous is not None and previous.ext != ext:
+                unlink_inside(os.path.join(folder, self._filename(image_id, previous.ext)), folder)
+        logger.info("saved label %s of %s (%s)", label_tag, image_id, name)
+        return image_id
+
+    def _forget(self, image_id: str, tags: list[str] | None) -> bool:
+        """Unlink the labels ``tags`` of ``image_id`` (all and the image itself when None) and drop
+        them from the index, under the index's lock. Returns whether the index held them."""
+        from filelock import FileLock
+
+        with FileLock(self._lock_file):
+            obj = self._datastore.objects.get(image_id)
+            if obj is None:
+                return False
+            for tag in list(obj.labels) if tags is None else tags:
+                label = obj.labels.pop(tag, None)
+                if label is not None:
+                    folder = self._datastore.label_path(tag)
+                    unlink_inside(os.path.join(folder, self._filename(image_id, label.ext)), folder)
+            if tags is None:
+                folder = self._datastore.image_path()
+                unlink_inside(os.path.join(folder, self._filename(image_id, obj.image.ext)), folder)
+                self._datastore.objects.pop(image_id, None)
+            self._update_datastore_file(lock=False)
+        return True
+
+
+class _Moved:
+    def __init__(self, path: str):
+        self.src_path = path
+
+
+class XFlowLocalDatastore(DurableIndex, LocalDatastore):
     """``LocalDatastore`` that validates uploads first (see module docstring); every id and tag
     is a plain name (:func:`~monailabel_xflow.parameters.check_id`), so no request can make
     it read or write outside its folder."""
@@ -119,8 +244,8 @@ class XFlowLocalDatastore(LocalDatastore):
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         """Store a loadable radiograph as ``<id><suffix of its content>`` (see module docstring).
 
-        Raises (as HTTP): 400 not loadable or an unsafe id, 409 the id has labels, 413/422 info."""
-        import shutil
+        Raises (as HTTP): 400 not loadable or an unsafe id, 409 the id has labels, 413/422 info,
+            507 disk full (nothing changed)."""
         import time
 
         from filelock import FileLock
@@ -149,30 +274,33 @@ class XFlowLocalDatastore(LocalDatastore):
                     raise ConflictError(
                         f"image {image_id!r}: the studies folder already holds {name!r} that is not this image"
                     )
-                if old is not None:
-                    unlink_inside(os.path.join(folder, self._filename(image_id, old.image.ext)), folder)
-                shutil.copyfile(image_filename, dest)
                 info.update({"ts": int(time.time()), "name": name})
-                self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=info, ext=ext))
-                self._update_datastore_file(lock=False)
+                with staged_copy(image_filename, dest):  # a full disk changes nothing
+                    self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=info, ext=ext))
+                    try:
+                        self._update_datastore_file(lock=False)
+                    except BaseException:
+                        if old is None:
+                            self._datastore.objects.pop(image_id, None)
+                        else:
+                            self._datastore.objects[image_id] = old
+                        raise
+                if old is not None and old.image.ext != ext:
+                    unlink_inside(os.path.join(folder, self._filename(image_id, old.image.ext)), folder)
             logger.info("added image %s as %s", image_id, name)
             return image_id
 
     def remove_image(self, image_id: str) -> None:
-        """Remove the image's labels and its own directory entry (a link, never its target)."""
+        """Remove the image's labels and its own directory entry (a link, never its target), and
+        the image from the index at once."""
         from monailabel_xflow.app.errors import ImageNotFoundError
 
         with http_errors("remove image"):
             check_id(image_id, "image")
-            obj = self._datastore.objects.get(image_id)
-            if obj is None:
+            if image_id not in self._datastore.objects:
                 raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
-            for tag in list(obj.labels):
-                self.remove_label(image_id, tag)
-            folder = self._datastore.image_path()
-            unlink_inside(os.path.join(folder, self._filename(image_id, obj.image.ext)), folder)
-            if not self._auto_reload:
-                self.refresh()
+            if not self._forget(image_id, None):
+                raise ImageNotFoundError(f"unknown image {image_id!r}: the datastore has no such image")
 
     def save_label(self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any]) -> str:
         from monailabel_xflow.app.errors import RequestError
@@ -191,18 +319,14 @@ class XFlowLocalDatastore(LocalDatastore):
             stored_name(self, image_id, suffix)
             if not label_filename.endswith(suffix):
                 raise ConflictError(f"label file {os.path.basename(label_filename)!r} does not end in {suffix!r}")
-            return super().save_label(image_id, label_filename, label_tag, label_info)
+            return self._store_label(image_id, label_filename, label_tag, label_info)
 
     def remove_label(self, label_id: str, label_tag: str) -> None:
-        """Unlink the label's own entry in ``labels/<tag>/`` (a link, never its target)."""
+        """Unlink the label's own entry in ``labels/<tag>/`` (a link, never its target) and drop it
+        from the index at once."""
         check_id(label_id, "label")
         check_id(label_tag, "label tag")
-        label = self._datastore.label(label_id, label_tag)
-        if label is not None:
-            folder = self._datastore.label_path(label_tag)
-            unlink_inside(os.path.join(folder, self._filename(label_id, label.ext)), folder)
-        if not self._auto_reload:
-            self.refresh()
+        self._forget(label_id, [label_tag])
 
     def update_image_info(self, image_id: str, info: dict[str, Any]) -> None:
         from monailabel_xflow.app.errors import ImageNotFoundError
@@ -235,7 +359,7 @@ class XFlowLocalDatastore(LocalDatastore):
 # --- DICOM SEG ------------------------------------------------------------------------------
 
 
-class XFlowDICOMwebDatastore(DICOMWebDatastore):
+class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
 
     _seg_index: tuple[float, dict[str, str]] | None  # (monotonic time, image id -> SEG series)
@@ -268,6 +392,36 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
         series = [str(pydicom.Dataset.from_json(row).SeriesInstanceUID) for row in found]
         self._series_index = (time.monotonic(), series)
         return list(series)
+
+    def datalist(self, full_path: bool = True) -> list[dict[str, Any]]:
+        """MONAI Label's ``datalist()`` (every image with its label, cached from the PACS).
+
+        Raises:
+            PACSUnavailableError: the PACS did not answer (503, naming it); retry when it is back.
+        """
+        from monailabel_xflow.data.pacs import pacs_failure
+
+        try:
+            return list(super().datalist(full_path))
+        except Exception as exc:
+            failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def status(self) -> dict[str, Any]:
+        """MONAI Label's counts for ``/info/``; when the PACS does not answer, ``/info/`` still does:
+        the counts are None and ``pacs`` says why (logged as a warning)."""
+        from monailabel_xflow.data.pacs import pacs_failure
+
+        try:
+            return dict(super().status())
+        except Exception as exc:
+            failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+            if failure is None:
+                raise
+            logger.warning("datastore status: %s", failure)
+            return {"total": None, "completed": None, "label_tags": {}, "pacs": str(failure)}
 
     def get_image_uri(self, image_id: str) -> str:
         """The cached NIfTI beside its series folder (upstream returns a temporary copy the first
@@ -302,7 +456,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
             _, ref = label_io.load_image(uri, image_id)
             label = read_label(label_filename, ref.shape)
             if label_tag != DefaultLabelTag.FINAL:
-                return LocalDatastore.save_label(self, image_id, label_filename, label_tag, label_info)
+                return self._store_label(image_id, label_filename, label_tag, label_info)
             return self._save_final(image_id, label, label_filename, label_info)
 
     def _save_final(self, image_id: str, label: np.ndarray, label_filename: str, label_info: dict[str, Any]) -> str:
@@ -321,7 +475,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
             }
         )
         logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
-        return LocalDatastore.save_label(self, image_id, label_filename, DefaultLabelTag.FINAL, label_info)
+        return self._store_label(image_id, label_filename, DefaultLabelTag.FINAL, label_info)
 
     def store_seg(
         self,
@@ -464,7 +618,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
         import pydicom
 
         label_dir = os.path.join(self._datastore.label_path(label_tag), label_id)
-        if not os.path.isdir(label_dir) or not os.listdir(label_dir):
+        if not os.path.isdir(label_dir) or not any(Path(label_dir).glob("*.dcm")):
             fetch_seg_series(self._client, label_id, label_dir)  # as stored: no PACS transcoding
         seg_files = sorted(Path(label_dir).glob("*.dcm"))
         if not seg_files:
@@ -478,7 +632,7 @@ class XFlowDICOMwebDatastore(DICOMWebDatastore):
                 "SeriesInstanceUID": label_id,
                 "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING],
             }
-            LocalDatastore.save_label(self, image_id, tmp, DefaultLabelTag.FINAL, info)
+            self._store_label(image_id, tmp, DefaultLabelTag.FINAL, info)
         finally:
             os.unlink(tmp)
         logger.info("label of %s from SEG %s: %s", image_id, label_id, info["findings"])

@@ -4,7 +4,8 @@ MONAI Label 0.8.5 installs no exception handler: anything a task raises is a bar
 datastores run inside :func:`http_errors`, which re-raises every error of the package's tree
 (:mod:`monailabel_xflow.errors`) as ``HTTPException`` with its message as ``detail`` and the status
 of its base (:func:`status_of`: 400 bad request, 404 not found, 405 not allowed, 409 conflict,
-413 too large, 422 input, 503 unavailable); :func:`error_response`, the server's exception handler,
+413 too large, 422 input, 503 unavailable or the PACS not answering, 507 disk full: any
+``OSError`` of a full disk counts, whoever raised it); :func:`error_response`, the server's exception handler,
 answers the same for errors that escape. Anything else stays a 500 (a bug, not bad input).
 """
 
@@ -28,6 +29,7 @@ from monailabel_xflow.errors import (  # noqa: F401  (the request and model erro
     UnavailableError,
     UnsafeIdError,
     UploadError,
+    XFlowError,
     http_status,
 )
 from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
@@ -41,8 +43,13 @@ class SessionNotFoundError(NotFoundError):
 
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of an error: by base class for the package's tree, 404 for MONAI Label's
-    unknown image; None for anything else (not a documented input error)."""
+    unknown image, 507 for a full disk (``ENOSPC``/``EDQUOT``, whoever raised it); None for
+    anything else (not a documented input error)."""
+    from monailabel_xflow.files import storage_full
+
     status = http_status(exc)
+    if status is None and storage_full(exc):
+        return 507
     if status is None and type(exc).__name__ == "ImageNotFoundException":
         from monailabel.interfaces.exception import ImageNotFoundException
 
@@ -64,17 +71,34 @@ def http_errors(what: str = "") -> Iterator[None]:
     """
     try:
         yield
-    except Exception as exc:
+    except Exception as caught:
         from fastapi import HTTPException
 
-        if isinstance(exc, HTTPException):
+        if isinstance(caught, HTTPException):
             raise
+        exc = as_pacs_error(caught)
         status = status_of(exc)
         if status is None:
             raise
         detail = f"{what}: {_message(exc)}" if what else _message(exc)
+        if status == 507 and not isinstance(exc, XFlowError):
+            prefix = f"{what}: " if what else ""
+            detail = f"{prefix}no space left on the server's disk; nothing was stored (free space and retry)"
         logger.warning("request refused (%d): %s", status, detail)
-        raise HTTPException(status_code=status, detail=detail) from exc
+        raise HTTPException(status_code=status, detail=detail) from caught
+
+
+def as_pacs_error(exc: BaseException) -> BaseException:
+    """``exc``, or the PACS (``--studies``, a DICOMweb URL) not answering as a 503 naming it
+    (:func:`~monailabel_xflow.data.pacs.pacs_failure`)."""
+    from monailabel.config import settings
+
+    from monailabel_xflow.data.pacs import pacs_failure
+
+    studies = str(settings.MONAI_LABEL_STUDIES or "")
+    if not studies.startswith(("http://", "https://")):
+        return exc
+    return pacs_failure(exc, studies) or exc
 
 
 async def error_response(request: Any, exc: BaseException) -> Any:
@@ -86,6 +110,7 @@ async def error_response(request: Any, exc: BaseException) -> Any:
     from fastapi.responses import JSONResponse
     from monailabel.interfaces.exception import MONAILabelException
 
+    exc = as_pacs_error(exc)
     status = status_of(exc)
     if status is None and isinstance(exc, (json.JSONDecodeError, MONAILabelException)):
         status = 422
@@ -93,5 +118,7 @@ async def error_response(request: Any, exc: BaseException) -> Any:
         logger.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server log"}, status_code=500)
     detail = f"a form field is not valid JSON ({exc})" if isinstance(exc, json.JSONDecodeError) else _message(exc)
+    if status == 507 and not isinstance(exc, XFlowError):
+        detail = "no space left on the server's disk; nothing was stored (free space and retry)"
     logger.warning("request refused (%d): %s", status, detail)
     return JSONResponse({"detail": detail}, status_code=status)

@@ -38,7 +38,7 @@ from monailabel_xflow.app.errors import (
     error_response,
     http_errors,
 )
-from monailabel_xflow.app.requests import max_body_bytes, parse_params
+from monailabel_xflow.app.requests import ServerLimits, parse_params, server_limits
 from monailabel_xflow.app.wraps import install as install_patches
 from monailabel_xflow.app.wraps import upstream
 from monailabel_xflow.parameters import (
@@ -289,7 +289,8 @@ MAX_SESSION_FILES = 16
 def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=()):
     """MONAI Label's ``create_session`` for plain uploads only: no archives (an archive could
     unpack outside the session folder), at most :data:`MAX_SESSION_FILES` files, each named by
-    a plain file name (upstream joins the client's name to its folder)."""
+    a plain file name (upstream joins the client's name to its folder), at most
+    ``--conf max_sessions`` live sessions (429 beyond)."""
     from monailabel.endpoints import session as endpoint
 
     with http_errors("session"):
@@ -303,7 +304,33 @@ def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=(
             if name:
                 check_id(name, "session file name")
         as_int(expiry, "expiry", 0, 7 * 24 * 3600)
-    return upstream(endpoint, "create_session", LAYER)(background_tasks, uncompress, expiry, files)
+    with _SESSION_LOCK:  # counted and created as one step: concurrent requests cannot overshoot
+        _check_session_room()
+        return upstream(endpoint, "create_session", LAYER)(background_tasks, uncompress, expiry, files)
+
+
+def _check_session_room() -> None:
+    """Refuse (429) a new session when ``--conf max_sessions`` are live (expired ones removed first)."""
+    from fastapi import HTTPException
+    from monailabel.interfaces.utils.app import app_instance
+
+    sessions = app_instance().sessions()
+    if sessions is None:
+        return
+    sessions.remove_expired()
+    store = sessions.store_path
+    live = sum(1 for n in os.listdir(store) if os.path.isdir(os.path.join(store, n))) if os.path.isdir(store) else 0
+    limit = (_LIMITS or ServerLimits()).max_sessions
+    if live >= limit:
+        logger.warning("request refused (429): %d live sessions, at most %d", live, limit)
+        raise HTTPException(
+            429,
+            f"{live} sessions are live; at most {limit} (--conf max_sessions): remove one "
+            "(DELETE /session/{id}) or wait until one expires",
+        )
+
+
+_SESSION_LOCK = threading.Lock()
 
 
 _TASK_LOCK = threading.Lock()
@@ -321,23 +348,21 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
     """``AsyncTask.run`` after :func:`validate_task_request` on the merged request, with bounded
     queues: at most one train and one batch infer running or queued (a second is refused: 429
     naming the task); a scoring request while one is already queued joins it (returns that task)
-    instead of queueing another run. On a server without CUDA a batch infer runs on the CPU
-    (upstream would divide by its zero GPUs); its label tag is plain text (``original`` unless
-    given)."""
+    instead of queueing another run. The converted values go to MONAI Label in place of the
+    client's (:func:`~monailabel_xflow.task_options.batch_infer_params`: on a server without CUDA a
+    batch infer runs on the CPU; its label tag is plain text, ``original`` unless given).
+    ``run_sync=true`` work runs in a worker thread of :class:`GuardMiddleware`, never in the
+    event loop."""
     from monailabel.utils.async_tasks.task import AsyncTask
 
     merged = {**(request or {}), **(params if isinstance(params, dict) else {})}
     with http_errors(method):
         if params is not None and not isinstance(params, dict):
             raise RequestError(f"{method} parameters must be a JSON object")
-        validate_task_request(method, merged)
-    if method == "batch_infer":
-        import torch
-
-        # upstream's default tag is an Enum whose str() names a folder "DefaultLabelTag.ORIGINAL"
-        params = {**(params or {}), "label_tag": str(merged.get("label_tag") or "original")}
-        if not torch.cuda.is_available():
-            params.update({"device": "cpu", "multi_gpu": False})
+        converted = validate_task_request(method, merged)
+    # MONAI Label reads the converted values (upstream's default tag is an Enum whose str() names
+    # a folder "DefaultLabelTag.ORIGINAL"; on a server without CUDA batch infer runs on the CPU)
+    params = {**(params or {}), **converted}
     with _TASK_LOCK:
         pending = _pending(method)
         if method in ONE_AT_A_TIME and pending and not force_sync:
@@ -419,11 +444,31 @@ def refusal(method: str, path: str, query: bytes = b"") -> tuple[int, str] | Non
     return None
 
 
-def install(fastapi_app: Any = None) -> bool:
+LIGHT_ROUTES = frozenset({"/", "/info", "/info/", "/train", "/train/", "/scoring", "/scoring/", "/batch/infer"})
+"""``GET``/``HEAD`` routes answered in the event loop itself (status reads): everything else runs in
+a worker thread, so no request, ``run_sync`` task or PACS download stops the others."""
+
+
+def in_event_loop(method: str, path: str) -> bool:
+    """Whether a request is answered in the event loop (:data:`LIGHT_ROUTES`) rather than in a worker."""
+    return method in ("GET", "HEAD") and path in LIGHT_ROUTES
+
+
+_LIMITS: ServerLimits | None = None
+
+
+def install(fastapi_app: Any = None, conf: Any = None) -> bool:
     """Install the guard in this process's MONAI Label server (idempotent); returns whether it is
     installed. ``fastapi_app`` defaults to ``monailabel.app.app`` when that module is loaded (the
-    server); in other processes (train subprocess, CLI) nothing is installed."""
+    server); in other processes (train subprocess, CLI) nothing is installed. ``conf`` (the app's
+    ``--conf``) sets the bounds (:func:`~monailabel_xflow.app.requests.server_limits`).
+
+    Raises:
+        RequestError: a ``--conf`` bound that is not valid (the server does not start with it).
+    """
     import sys
+
+    global _LIMITS
 
     if fastapi_app is None:
         module = sys.modules.get("monailabel.app")
@@ -453,6 +498,7 @@ def install(fastapi_app: Any = None) -> bool:
     )
     if getattr(fastapi_app.state, "xflow_guard", False):
         return True
+    _LIMITS = server_limits(conf)
     from monailabel.interfaces.exception import MONAILabelException
     from starlette.middleware import Middleware
 
@@ -460,10 +506,28 @@ def install(fastapi_app: Any = None) -> bool:
 
     # the package's error tree, bad JSON in a form field and MONAI Label's own errors; any other
     # exception stays a logged 500
-    for cls in (XFlowError, json.JSONDecodeError, MONAILabelException):
+    # OSError: a full disk is 507, the PACS not answering (requests' errors are OSErrors) 503
+    for cls in (XFlowError, json.JSONDecodeError, MONAILabelException, OSError):
         fastapi_app.add_exception_handler(cls, error_response)
-    fastapi_app.user_middleware.insert(0, Middleware(GuardMiddleware, max_body=max_body_bytes(), refuse=refusal))
+    fastapi_app.user_middleware.insert(
+        0,
+        Middleware(
+            GuardMiddleware,
+            max_body=_LIMITS.max_body,
+            refuse=refusal,
+            body_timeout_s=_LIMITS.body_timeout_s,
+            request_threads=_LIMITS.request_threads,
+            inline=in_event_loop,
+        ),
+    )
     fastapi_app.middleware_stack = fastapi_app.build_middleware_stack()  # already built at start-up
     fastapi_app.state.xflow_guard = True
-    logger.info("XFlow guard installed: body limit %d bytes, ids checked, infer params confined", max_body_bytes())
+    logger.info(
+        "XFlow guard installed: body limit %d bytes in %g s, %d sessions, %d request threads; ids checked, "
+        "infer params confined",
+        _LIMITS.max_body,
+        _LIMITS.body_timeout_s,
+        _LIMITS.max_sessions,
+        _LIMITS.request_threads,
+    )
     return True

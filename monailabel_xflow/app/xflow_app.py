@@ -43,6 +43,7 @@ class XFlowApp(MONAILabelApp):
         server_defaults.apply(app_dir)  # DICOMweb cache expiry, cache and session folders
         conf = app_conf(conf)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
+        recover_model_dir(model_dir)
         self.xflow = XFlowConfig()
         self.xflow.init("xflow", model_dir, conf, None)
         logger.info("XFlow models: %s", self.xflow.runtime.describe())
@@ -57,7 +58,7 @@ class XFlowApp(MONAILabelApp):
             description=app_description(self.xflow.runtime),
             version=__version__,
         )
-        install_guard()  # body limit, id checks, infer params confined
+        install_guard(conf=conf)  # body limit and time, sessions, worker threads, ids checked, infer params confined
         install_slicer_samples()  # next sample: one file for Slicer, never a numbered series
 
     def init_datastore(self):
@@ -89,6 +90,18 @@ class XFlowApp(MONAILabelApp):
 
     def infer(self, request, datastore=None):
         return checked_infer(self, super().infer, request, datastore)
+
+
+def recover_model_dir(model_dir: str) -> None:
+    """In the server (never a task subprocess, which may be training into it): undo what a kill
+    left in ``model_dir`` (:func:`~monailabel_xflow.files.recover_folder`), each step logged."""
+    from monailabel_xflow.app.scoring import background_task
+    from monailabel_xflow.files import recover_folder
+    from monailabel_xflow.workflow.runtime import TRAINED_SEGMENTER_DIR
+
+    if background_task() is None and os.path.isdir(model_dir):
+        for line in recover_folder(model_dir, (TRAINED_SEGMENTER_DIR, TRAINED_SEGMENTER_DIR + ".rejected")):
+            logger.warning("model folder %s: %s", model_dir, line)
 
 
 def app_conf(conf: Mapping[str, str] | None) -> dict[str, str]:

@@ -22,8 +22,10 @@ answers as the server would.
 skipped, so an interrupted run continues where it stopped; ``--force`` redoes them. A series
 XFlow cannot read (a lateral view, a corrupt file) is reported and skipped; the others go on.
 Progress goes to stderr (tqdm), one JSON summary to stdout (``done``, ``skipped``, ``failed``
-with reasons, ``seconds``). Exit status 0 when nothing failed, 1 when some series failed, 2 for
-bad arguments or an unusable model configuration.
+with reasons, ``seconds``). A PACS that stops answering (no connection, timeout, HTTP 5xx) stops
+the run at once with a message naming it (``stopped`` in the summary; the same command resumes
+later without duplicate SEGs). Exit status 0 when nothing failed, 1 when some series failed, 2 for
+bad arguments or an unusable model configuration, 3 when the PACS did not answer.
 """
 
 from __future__ import annotations
@@ -104,9 +106,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"xflow preannotate: {exc}", file=sys.stderr)
         return 2
     server_defaults.apply(workspace)  # the cache folder the server uses
-    store = make_dicomweb_datastore(args.studies, cache_path=args.cache)
-    done_before = store.preannotated()
-    series = store.list_images()
+    from monailabel_xflow.data.pacs import pacs_failure
+
+    try:
+        store = make_dicomweb_datastore(args.studies, cache_path=args.cache)
+        done_before = store.preannotated()
+        series = store.list_images()
+    except Exception as exc:
+        failure = pacs_failure(exc, args.studies)
+        if failure is None:
+            raise
+        print(f"xflow preannotate: {failure}", file=sys.stderr)
+        return 3
     todo = [s for s in series if args.force or not set(findings) <= done_before.get(s, set())]
     if args.limit:
         todo = todo[: args.limit]
@@ -131,14 +142,19 @@ def run(args: argparse.Namespace) -> int:
     for image_id in tqdm(todo, desc="pre-annotating", unit="series", file=sys.stderr):
         try:
             seg_series = preannotate_one(store, task, image_id, request, findings)
-        except Exception as exc:  # one unreadable series must not stop the batch
+        except Exception as exc:  # one unreadable series must not stop the batch; a PACS that went away does
+            failure = pacs_failure(exc, args.studies)
+            if failure is not None:
+                summary["stopped"] = f"{failure}; run the same command again to resume (stored series are skipped)"
+                print(f"xflow preannotate: {summary['stopped']}", file=sys.stderr)
+                break
             logger.warning("series %s: %s", image_id, exc)
             summary["failed"][image_id] = f"{type(exc).__name__}: {getattr(exc, 'detail', None) or exc}"
             continue
         summary["done"].append({"image": image_id, "seg_series": seg_series})
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     print(json.dumps(summary, indent=1))
-    return 1 if summary["failed"] else 0
+    return 3 if "stopped" in summary else 1 if summary["failed"] else 0
 
 
 def preannotate_one(store, task, image_id: str, request: dict, findings: list[str]) -> str:

@@ -38,6 +38,7 @@ order (later wins), as the ``xflow`` task paints its label maps. Anything else i
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 from collections.abc import Container, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from monailabel_xflow.files import atomic_write
 from monailabel_xflow.rendering import FINDING_COLOURS
 from monailabel_xflow.transforms.labels import LabelError
 from monailabel_xflow.vocabulary import (
@@ -462,7 +464,9 @@ def fetch_seg_series(client: Any, series_uid: str, folder: str | Path) -> list[P
         str(found[0].StudyInstanceUID), series_uid, media_types=(("application/dicom", "*"),)
     ):
         files.append(folder / f"{ds.SOPInstanceUID}.dcm")
-        ds.save_as(str(files[-1]), write_like_original=False)
+        buf = io.BytesIO()
+        ds.save_as(buf, write_like_original=False)
+        atomic_write(files[-1], buf.getvalue())  # a kill never leaves half an instance in the cache
     return files
 
 

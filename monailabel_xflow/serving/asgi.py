@@ -6,7 +6,9 @@ limit, and answers that name no server path and are never sniffed.
 not a plain id (:func:`path_refusal`, :func:`query_refusal`) is answered ``{"detail": ...}`` with its status before any
 endpoint runs; a body over the limit is a 413 (declared or counted); every JSON answer has its
 absolute paths cut to base names (:func:`without_paths`), every answer gets
-``X-Content-Type-Options: nosniff``.
+``X-Content-Type-Options: nosniff``. A body slower than ``body_timeout_s`` is a 408; requests not
+answered inline run in bounded worker threads, each on an event loop of its own (an ASGI app whose
+``async`` endpoints do their work inline would otherwise serve one client at a time).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ async def send_json(send: Callable[[dict], Any], status: int, detail: str) -> No
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                (b"x-content-type-options", b"nosniff"),
             ],
         }
     )
@@ -129,14 +132,36 @@ class GuardMiddleware:
         max_body: the request body limit in bytes.
         refuse: ``(method, path, query) -> (status, detail) | None``, the server's own refusals
             (its closed routes), asked after :func:`path_refusal`, before :func:`query_refusal`.
+        body_timeout_s: seconds a client has to send a request's whole body, from the request's
+            start; a slower body is answered 408.
+        request_threads: requests served at once in worker threads (more wait their turn).
+        inline: ``(method, path) -> bool``, the requests answered in the event loop itself (cheap
+            status reads); every other one runs in a worker thread with an event loop of its own,
+            so that one slow endpoint (an inference, a PACS download) never stops the others.
+            Default: none inline.
     """
 
-    def __init__(self, app: Any, max_body: int, refuse: Callable[[str, str, bytes], Refusal | None] | None = None):
+    def __init__(
+        self,
+        app: Any,
+        max_body: int,
+        refuse: Callable[[str, str, bytes], Refusal | None] | None = None,
+        body_timeout_s: float = 120.0,
+        request_threads: int = 8,
+        inline: Callable[[str, str], bool] | None = None,
+    ):
+        import anyio
+
         self.app = app
         self.max_body = int(max_body)
         self.refuse = refuse
+        self.body_timeout_s = float(body_timeout_s)
+        self.inline = inline
+        self.workers = anyio.CapacityLimiter(int(request_threads))
 
     async def __call__(self, scope, receive, send):
+        import asyncio
+
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         method, path, query = scope.get("method", "GET"), scope.get("path", ""), scope.get("query_string", b"")
@@ -155,16 +180,48 @@ class GuardMiddleware:
                 logger.warning("request refused (413): %s %s of %d bytes", method, path, size)
                 return await send_json(send, 413, f"request body of {size} bytes; at most {limit} bytes are accepted")
         seen = 0
+        loop = asyncio.get_running_loop()
+        timeout = self.body_timeout_s
+        deadline = loop.time() + timeout
 
         async def limited_receive():
             nonlocal seen
-            message = await receive()
+            from fastapi import HTTPException
+
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+            except asyncio.TimeoutError:  # noqa: UP041  (not the built-in TimeoutError before Python 3.11)
+                logger.warning("request refused (408): %s %s: body not received in %g s", method, path, timeout)
+                raise HTTPException(
+                    408, f"request body not received within {timeout:g} s (--conf body_timeout_s)"
+                ) from None
             if message.get("type") == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    from fastapi import HTTPException
-
                     raise HTTPException(413, f"request body over {limit} bytes")
             return message
 
-        return await self.app(scope, limited_receive, scrubbing_send(send))
+        out = scrubbing_send(send)
+        if self.inline is not None and self.inline(method, path):
+            return await self.app(scope, limited_receive, out)
+        return await self._in_worker(scope, limited_receive, out, loop)
+
+    async def _in_worker(self, scope, receive, send, loop):
+        """Run the rest of the app for one request in a worker thread (at most ``request_threads``
+        at once), on a new event loop; ``receive``/``send`` stay the server loop's."""
+        import asyncio
+
+        import anyio
+
+        app, r, s = self.app, _bridge(receive, loop), _bridge(send, loop)
+        await anyio.to_thread.run_sync(lambda: asyncio.run(app(scope, r, s)), limiter=self.workers)
+
+
+def _bridge(fn, loop):
+    """``fn`` (an ASGI ``receive``/``send`` of the server's loop) callable from another thread's loop."""
+    import asyncio
+
+    async def call(*args):
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), loop))
+
+    return call

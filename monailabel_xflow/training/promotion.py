@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.errors import InputError
+from monailabel_xflow.files import atomic_write_json, swap_dir, temp_name
 from monailabel_xflow.geometry import connected_components, mask_to_box
 from monailabel_xflow.metrics import SPECK_FRACTION, mask_iou
 
@@ -142,9 +143,10 @@ def finetune_from_labels(
         pairs: ``[{"image": path, "label": path}]`` (``datastore.datalist()``); labels are label
             maps of the image's size (values 0..7).
         segmenter: the weights to start from (folder, hub id or ``.pt``; see ``load_tracker_model``).
-        output_dir: where a promoted model is saved (``save_pretrained``), replaced in one
-            rename so a serving app never reads half a checkpoint; a rejected one goes to
-            ``<output_dir>.rejected``.
+        output_dir: where a promoted model is saved (``save_pretrained``), trained in a
+            temporary folder beside it and put in place by :func:`~monailabel_xflow.files.swap_dir`
+            (fsync-ed, renamed), so a serving app never reads half a checkpoint, even after a
+            kill; a rejected one goes to ``<output_dir>.rejected``.
         steps: optimiser steps; ``batch``: prompts per step (gradient accumulation).
         lr: AdamW learning rate of the decoder (the encoder gets the trainer's 0.6x).
         seed: prompt sampling and initialisation seed.
@@ -184,17 +186,15 @@ def finetune_from_labels(
     output_dir = Path(output_dir)
     if on_step is not None:
         on_step(0, int(steps), None)
-    tmp = output_dir.with_name(output_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False, on_step=on_step)
-    check = promotion_check(segmenter, tmp, [(image, prompts) for _, image, prompts in held])
-    destination = output_dir if check["promoted"] else output_dir.with_name(output_dir.name + ".rejected")
-    old = destination.with_name(destination.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if destination.exists():
-        destination.rename(old)
-    tmp.rename(destination)  # one rename: a serving app never reads half a checkpoint
-    shutil.rmtree(old, ignore_errors=True)
+    tmp = temp_name(output_dir)  # a folder no reader looks at; removed at the next start if a kill leaves it
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result = finetune_segmenter(str(segmenter), samples, tmp, cfg, progress=False, on_step=on_step)
+        check = promotion_check(segmenter, tmp, [(image, prompts) for _, image, prompts in held])
+        destination = output_dir if check["promoted"] else output_dir.with_name(output_dir.name + ".rejected")
+        swap_dir(tmp, destination)  # whole: a serving app reads the old model or the new one, never half
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     losses = [float(v) for v in result["losses"]]
     stats = {
         "images": len(train),
@@ -245,9 +245,7 @@ class TrainProgress:
 
     def _write(self, stats: Mapping[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(stats, indent=1))
-        os.replace(tmp, self.path)  # the server reads it while training runs: never half a file
+        atomic_write_json(self.path, stats, indent=1)  # the server reads it while training runs: never half a file
 
     def step(self, step: int, total: int | None = None, loss: float | None = None) -> None:
         """Publish ``step`` of ``total`` optimiser steps done (running: ``current_time``)."""

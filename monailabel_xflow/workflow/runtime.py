@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from monailabel_xflow.errors import ModelsNotConfiguredError, ModelUnavailableError, http_status
+from monailabel_xflow.files import serving_dir
 
 logger = logging.getLogger(__name__)
 
@@ -113,11 +114,12 @@ TRAINED_SEGMENTER_DIR = "xflow_segmenter"
 
 
 def trained_segmenter(model_dir: str | os.PathLike | None) -> str | None:
-    """The fine-tuned segmenter folder in ``model_dir`` if training has written one."""
+    """The fine-tuned segmenter folder in ``model_dir`` if training has written one (the previous
+    one while a promotion's swap is between its renames: :func:`~monailabel_xflow.files.serving_dir`)."""
     if not model_dir:
         return None
-    path = Path(model_dir) / TRAINED_SEGMENTER_DIR
-    return str(path) if (path / "config.json").is_file() else None
+    path = serving_dir(Path(model_dir) / TRAINED_SEGMENTER_DIR)  # the previous one while a swap is half done
+    return str(path) if path is not None and (path / "config.json").is_file() else None
 
 
 class XFlowRuntime:
