@@ -12,7 +12,8 @@ A folder that must change as a whole (a trained model) is replaced by :func:`swa
 :func:`recover_dir` puts the previous one back if a kill fell between its two renames.
 
 A damaged JSON file found at start (:func:`set_aside_damaged`) is moved aside, never deleted, and
-the caller rebuilds it from the files on disk.
+the caller rebuilds it from the files on disk. A delete removes one folder entry itself, never a
+link's target, a directory or anything outside the folder (:func:`unlink_inside`).
 
 A full disk (``ENOSPC``/``EDQUOT``) is raised as :class:`~monailabel_xflow.errors.StorageFullError`
 (HTTP 507) with the target named; the target is untouched.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import time
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from monailabel_xflow.errors import StorageFullError
+
+logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
 
@@ -282,3 +286,18 @@ def recover_folder(folder: PathLike, swapped: tuple[str, ...] = ()) -> list[str]
         if line:
             done.append(line)
     return done
+
+
+def unlink_inside(path: PathLike, folder: PathLike) -> bool:
+    """Remove the directory entry ``path`` of ``folder`` itself: a file, or a symbolic link (its
+    target stays). Never a directory, never anything outside ``folder``. Returns whether removed."""
+    entry = os.path.abspath(path)
+    if os.path.dirname(entry) != os.path.abspath(folder):
+        logger.warning("refusing to delete %s: not an entry of %s", entry, folder)
+        return False
+    if os.path.islink(entry) or os.path.isfile(entry):
+        os.unlink(entry)
+        return True
+    if os.path.isdir(entry):
+        logger.warning("refusing to delete %s: a directory", entry)
+    return False

@@ -9,7 +9,7 @@ HTTP 422, unless said). Numbers are finite, integers integral (``3``, ``3.0``, `
 
 Limits: :data:`MAX_ID_CHARS` (256), :data:`MAX_PARAMS_BYTES` (64 KiB, 413 above),
 :data:`MAX_WORK_STEPS` (findings x (1 + clicks) per infer request); the body limit is
-:func:`monailabel_xflow.app.requests.max_body_bytes`, the pixel limit ``loading.MAX_PIXELS``.
+:func:`monailabel_xflow.serving.limits.max_body_bytes`, the pixel limit ``loading.MAX_PIXELS``.
 """
 
 from __future__ import annotations

@@ -309,7 +309,7 @@ def test_strategy_picks_most_uncertain_unlabeled_else_random():
 def test_seg_round_trip_for_a_cr_without_image_position(cxr_samples, tmp_path, kind):
     import pydicom
 
-    from monailabel_xflow.app.datastore import read_seg, write_seg
+    from monailabel_xflow.data.seg import read_seg, write_seg
     from monailabel_xflow.vocabulary import NO_FINDING
 
     source = cxr_samples / "dicom" / "cr.dcm"

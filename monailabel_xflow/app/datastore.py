@@ -9,11 +9,13 @@ the server's keys (:func:`~monailabel_xflow.parameters.check_client_info`).
 
 :class:`XFlowDICOMwebDatastore` (``--studies http://.../dicom-web``): images are the PACS's
 (``PUT``/``DELETE`` 405); start-up never downloads dcmqi (:func:`make_dicomweb_datastore`); series
-filter ``{"Modality": "CR,DX"}`` unless configured (:func:`search_filter`); a final label is stored
-as a DICOM SEG (:mod:`monailabel_xflow.data.seg`), the models' answers as SEGs marked
-``XFLOW_AUTO`` that do not count as labels (:meth:`~XFlowDICOMwebDatastore.store_seg`); an image's
-label is its newest label SEG, whoever wrote it, read without dcmqi; an unreadable SEG is skipped
-with its reason (:attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the next newest counts.
+filter ``{"Modality": "CR,DX"}`` unless configured (:func:`search_filter`). The PACS side (listings,
+which SEG is an image's label, SEGs stored and read without dcmqi) is
+:class:`~monailabel_xflow.data.pacs.PACS`: a final label is stored as a DICOM SEG, the models'
+answers as SEGs marked ``XFLOW_AUTO`` that do not count as labels
+(:meth:`~XFlowDICOMwebDatastore.store_seg`); an image's label is its newest label SEG, whoever
+wrote it; an unreadable SEG is skipped with its reason
+(:attr:`~XFlowDICOMwebDatastore.unreadable_labels`) and the next newest counts.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,23 +34,14 @@ from monailabel_xflow.app import server_defaults
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.scoring import background_task
 from monailabel_xflow.app.wraps import upstream_class
-from monailabel_xflow.data.seg import (
-    LABEL_CONTENT_LABEL,
-    PREANNOTATION_CONTENT_LABEL,
-    fetch_seg_series,
-    newest_label_segs,
-    read_seg,
-    seg_series_metadata,
-    write_seg,
-    xflow_answers,
-)
+from monailabel_xflow.data.pacs import PACS, label_findings
+from monailabel_xflow.data.seg import LABEL_CONTENT_LABEL, PREANNOTATION_CONTENT_LABEL, read_seg
 from monailabel_xflow.errors import ConflictError, NotAllowedError
-from monailabel_xflow.files import atomic_write_json, remove_temps, set_aside_damaged, staged_copy
+from monailabel_xflow.files import atomic_write_json, remove_temps, set_aside_damaged, staged_copy, unlink_inside
 from monailabel_xflow.parameters import check_id, check_info_size
 from monailabel_xflow.transforms import labels as label_io
-from monailabel_xflow.transforms.labels import paint, read_label, write_label
+from monailabel_xflow.transforms.labels import read_label, write_label
 from monailabel_xflow.transforms.uploads import content_suffix
-from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
 
@@ -85,21 +77,6 @@ def stored_name(datastore: Any, item_id: str, suffix: str) -> str:
     return name
 
 
-def unlink_inside(path: str, folder: str) -> bool:
-    """Remove the directory entry ``path`` of ``folder`` itself: a file, or a symbolic link (its
-    target stays). Never a directory, never anything outside ``folder``. Returns whether removed."""
-    entry = os.path.abspath(path)
-    if os.path.dirname(entry) != os.path.abspath(folder):
-        logger.warning("refusing to delete %s: not an entry of %s", entry, folder)
-        return False
-    if os.path.islink(entry) or os.path.isfile(entry):
-        os.unlink(entry)
-        return True
-    if os.path.isdir(entry):
-        logger.warning("refusing to delete %s: a directory", entry)
-    return False
-
-
 def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None:
     """Refuse a label for an unknown image, or one that does not fit the image."""
     uri = datastore.get_image_uri(image_id)
@@ -107,6 +84,15 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
         raise ImageNotFoundError(f"unknown image {image_id!r}: cannot save a label for it")
     _, ref = label_io.load_image(uri, image_id)
     read_label(label_filename, ref.shape)
+
+
+def cache_expiry_s() -> float:
+    """Seconds a DICOMweb listing is reused: ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` as set when asked
+    (upstream's own cache fixes its expiry when MONAI Label is imported, before the app sets its
+    own, :mod:`~monailabel_xflow.app.server_defaults`)."""
+    from monailabel.config import settings
+
+    return float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY)
 
 
 LocalDatastore: Any = upstream_class("monailabel.datastore.local.LocalDatastore")
@@ -362,8 +348,14 @@ class XFlowLocalDatastore(DurableIndex, LocalDatastore):
 class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
     """DICOMweb datastore for CR/DX radiographs (see module docstring)."""
 
-    _seg_index: tuple[float, dict[str, str]] | None  # (monotonic time, image id -> SEG series)
-    _series_index: tuple[float, list[str]] | None  # (monotonic time, series the filter lists)
+    _xflow_pacs: PACS | None = None
+
+    @property
+    def pacs(self) -> PACS:
+        """The PACS behind the datastore (:class:`~monailabel_xflow.data.pacs.PACS`: listings, SEGs)."""
+        if self._xflow_pacs is None:
+            self._xflow_pacs = PACS(self._client, self._search_filter)
+        return self._xflow_pacs
 
     def add_image(self, image_id: str, image_filename: str, image_info: dict[str, Any]) -> str:
         """Refused (405): the PACS is the source of images (store them there with DICOMweb STOW);
@@ -377,21 +369,8 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
         raise NotAllowedError("images live in the PACS: delete a series there, not through DELETE /datastore/image")
 
     def list_images(self) -> list[str]:
-        """The PACS's series under the filter, reused for ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` s as
-        set when asked: upstream's cache fixes its expiry when MONAI Label is imported, before the
-        app sets its own (:mod:`~monailabel_xflow.app.server_defaults`)."""
-        import time
-
-        import pydicom
-        from monailabel.config import settings
-
-        cached = getattr(self, "_series_index", None)
-        if cached is not None and time.monotonic() - cached[0] < float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY):
-            return list(cached[1])
-        found = self._client.search_for_series(search_filters=self._search_filter)
-        series = [str(pydicom.Dataset.from_json(row).SeriesInstanceUID) for row in found]
-        self._series_index = (time.monotonic(), series)
-        return list(series)
+        """The PACS's series under the filter, reused for :func:`cache_expiry_s`."""
+        return self.pacs.images(cache_expiry_s())
 
     def datalist(self, full_path: bool = True) -> list[dict[str, Any]]:
         """MONAI Label's ``datalist()`` (every image with its label, cached from the PACS).
@@ -399,12 +378,10 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
         Raises:
             PACSUnavailableError: the PACS did not answer (503, naming it); retry when it is back.
         """
-        from monailabel_xflow.data.pacs import pacs_failure
-
         try:
             return list(super().datalist(full_path))
         except Exception as exc:
-            failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+            failure = self.pacs.failure(exc)
             if failure is None:
                 raise
             raise failure from exc
@@ -412,12 +389,10 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
     def status(self) -> dict[str, Any]:
         """MONAI Label's counts for ``/info/``; when the PACS does not answer, ``/info/`` still does:
         the counts are None and ``pacs`` says why (logged as a warning)."""
-        from monailabel_xflow.data.pacs import pacs_failure
-
         try:
             return dict(super().status())
         except Exception as exc:
-            failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+            failure = self.pacs.failure(exc)
             if failure is None:
                 raise
             logger.warning("datastore status: %s", failure)
@@ -471,7 +446,7 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
                 "Modality": "SEG",
                 "PatientID": info.get("PatientID"),
                 "StudyInstanceUID": info.get("StudyInstanceUID"),
-                "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING],
+                "findings": label_findings(label),
             }
         )
         logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
@@ -487,73 +462,34 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
         algorithm: str = "XFlow",
         masks: Mapping[str, np.ndarray] | None = None,
     ) -> str:
-        """Store an ``(H, W)`` label map of an image as a DICOM SEG in its study (DICOMweb STOW).
-
-        Args:
-            image_id: the image's SeriesInstanceUID.
-            label: ``uint8 (H, W)`` label map (0..7); None: painted from ``masks`` (a later finding wins).
-            findings: findings asked for (each a segment, empty when absent).
-            content_label: :data:`PREANNOTATION_CONTENT_LABEL` or :data:`LABEL_CONTENT_LABEL`.
-            description: SeriesDescription (default ``"<algorithm>: <findings>"``).
-            algorithm: ``"XFlow"`` or ``"ROSALIA"`` (ManufacturerModelName, segments' algorithm).
-            masks: ``{finding: bool (H, W)}``, each finding's full mask, overlaps kept.
-
-        Returns:
-            The new SEG's SeriesInstanceUID.
-        """
-        from monailabel.datastore.utils.dicom import dicom_web_upload_dcm
-
-        if label is None:
-            if not masks:
-                raise ValueError("store_seg needs a label map or the findings' masks")
-            label, _ = paint(masks.items(), next(iter(masks.values())).shape)
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "seg.dcm"
-            seg = write_seg(
-                label,
-                self._series_file(image_id),
-                findings=findings,
-                description=description,
-                algorithm=algorithm,
-                masks=masks,
-            )
-            seg.ContentLabel = content_label
-            seg.save_as(str(out))
-            series_uid = dicom_web_upload_dcm(str(out), self._client)
-        self._seg_index = None  # list the new SEG now, not after MONAI_LABEL_DICOMWEB_CACHE_EXPIRY
+        """Store a label map of the image ``image_id`` (its SeriesInstanceUID) as a DICOM SEG in its
+        study (:meth:`~monailabel_xflow.data.pacs.PACS.store_seg`: the arguments, the new SEG's
+        SeriesInstanceUID returned); labels are listed again at the next request."""
+        series_uid = self.pacs.store_seg(
+            label,
+            self._series_file(image_id),
+            findings=findings,
+            content_label=content_label,
+            description=description,
+            algorithm=algorithm,
+            masks=masks,
+        )
         clear = getattr(self.get_labeled_images, "cache_clear", None)
         if clear is not None:
             clear()
-        return str(series_uid)
+        return series_uid
 
     # --- which SEG is an image's label ---------------------------------------------------------
-
-    def _seg_series(self):
-        """Every SEG series of the PACS: ``(row, metadata)`` pairs (metadata None if unreadable)."""
-        import pydicom
-
-        for found in self._client.search_for_series(search_filters={"Modality": "SEG"}):
-            row = pydicom.Dataset.from_json(found)
-            yield row, seg_series_metadata(self._client, str(row.StudyInstanceUID), str(row.SeriesInstanceUID))
 
     def preannotated(self) -> dict[str, set[str]]:
         """XFlow's stored answers in the PACS (:func:`~monailabel_xflow.data.seg.xflow_answers`), for
         ``xflow preannotate`` to resume."""
-        return xflow_answers(meta for _, meta in self._seg_series())
+        return self.pacs.answers()
 
     def label_series(self) -> dict[str, str]:
         """Each image's label SEG (:func:`~monailabel_xflow.data.seg.newest_label_segs`, readable ones
         only), cached for ``MONAI_LABEL_DICOMWEB_CACHE_EXPIRY`` s; storing a SEG clears the cache."""
-        import time
-
-        from monailabel.config import settings
-
-        cached = getattr(self, "_seg_index", None)
-        if cached is not None and time.monotonic() - cached[0] < float(settings.MONAI_LABEL_DICOMWEB_CACHE_EXPIRY):
-            return dict(cached[1])
-        index = newest_label_segs(self._seg_series(), set(self.list_images()), self.unreadable_labels)
-        self._seg_index = (time.monotonic(), index)
-        return dict(index)
+        return self.pacs.labels(cache_expiry_s())
 
     def get_labeled_images(self, label_tag: str | None = None, labels: list[str] | None = None) -> list[str]:
         return sorted(self.label_series())
@@ -589,16 +525,14 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
                     reason = f"{type(exc).__name__}: {getattr(exc, 'detail', None) or exc}"
                     self.unreadable_labels[seg_series] = reason
                     logger.warning("label SEG %s of image %s skipped: %s", seg_series, image_id, reason)
-                    self._seg_index = None
+                    self.pacs.forget_labels()
                     seg_series = self.label_series().get(image_id)  # the next newest label SEG, if any
 
     @property
     def unreadable_labels(self) -> dict[str, str]:
         """``{SEG SeriesInstanceUID: why it could not be read}``: label SEGs skipped by
         ``datalist()`` (logged as warnings); the image's next newest label SEG counts instead."""
-        if not hasattr(self, "_unreadable_labels"):
-            self._unreadable_labels: dict[str, str] = {}
-        return self._unreadable_labels
+        return self.pacs.unreadable
 
     def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
         """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.data.seg.read_seg`
@@ -615,22 +549,17 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
         info = self._cached_label_info(image_id)
         if os.path.exists(cached) and info.get("SeriesInstanceUID") in (label_id, None):
             return cached
-        import pydicom
-
-        label_dir = os.path.join(self._datastore.label_path(label_tag), label_id)
-        if not os.path.isdir(label_dir) or not any(Path(label_dir).glob("*.dcm")):
-            fetch_seg_series(self._client, label_id, label_dir)  # as stored: no PACS transcoding
-        seg_files = sorted(Path(label_dir).glob("*.dcm"))
-        if not seg_files:
+        seg = self.pacs.fetch_seg(label_id, os.path.join(self._datastore.label_path(label_tag), label_id))
+        if seg is None:
             return ""
         _, ref = label_io.load_image(self.get_image_uri(image_id), image_id)
-        label = read_seg(pydicom.dcmread(str(seg_files[0])), ref.shape)
+        label = read_seg(seg, ref.shape)
         tmp = write_label(label, ref)
         try:
             info = {
                 **self._dicom_info(label_id),
                 "SeriesInstanceUID": label_id,
-                "findings": [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING],
+                "findings": label_findings(label),
             }
             self._store_label(image_id, tmp, DefaultLabelTag.FINAL, info)
         finally:

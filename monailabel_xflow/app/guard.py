@@ -10,8 +10,8 @@ anything unexpected is a bare 500. Here, in the server process:
 * ``POST /infer/{model}`` (:func:`guarded_run_inference`): ``params`` may not set reserved keys,
   the image is an id, an upload or a live session's; only there may an image be a server path
   (:func:`upload_paths_allowed`);
-* uploads (:func:`receive_upload`): the content decides the type and stored suffix, never the
-  client's file name; the temporary file is removed whatever happens;
+* uploads (:func:`~monailabel_xflow.serving.uploads.receive_upload`): the content decides the type and
+  stored suffix, never the client's file name; the temporary file is removed whatever happens;
 * train / scoring / batch infer: validated before MONAI Label starts a subprocess
   (:func:`~monailabel_xflow.task_options.validate_task_request`, 422 now, not a log line later), bounded queues
   (:func:`guarded_async_run`), a stop cancels what is queued (:func:`guarded_stop`);
@@ -34,11 +34,10 @@ from monailabel_xflow.app.errors import (
     RequestError,
     SessionNotFoundError,
     UnsafeIdError,
-    UploadError,
     error_response,
     http_errors,
 )
-from monailabel_xflow.app.requests import ServerLimits, parse_params, server_limits
+from monailabel_xflow.app.requests import parse_params
 from monailabel_xflow.app.wraps import install as install_patches
 from monailabel_xflow.app.wraps import upstream
 from monailabel_xflow.parameters import (
@@ -50,16 +49,16 @@ from monailabel_xflow.parameters import (
     parse_json_object,
 )
 from monailabel_xflow.serving.asgi import GuardMiddleware
+from monailabel_xflow.serving.limits import ServerLimits, server_limits
+from monailabel_xflow.serving.uploads import check_upload_name, receive_upload
 from monailabel_xflow.task_options import validate_task_request
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS
-from monailabel_xflow.transforms.uploads import store_upload
 
 logger = logging.getLogger(__name__)
 
 LAYER = "guard"
 """The guard's name in :mod:`.wraps` (its markers)."""
 
-MAX_UPLOAD_NAME_CHARS = 255
 _UPLOADS = contextvars.ContextVar("xflow_upload_paths_allowed", default=False)
 
 
@@ -76,33 +75,6 @@ def _allow_uploads() -> Iterator[None]:
         yield
     finally:
         _UPLOADS.reset(token)
-
-
-def _check_upload_name(upload: Any, field: str) -> str:
-    name = getattr(upload, "filename", None) or ""
-    if len(name.encode("utf-8", "surrogatepass")) > MAX_UPLOAD_NAME_CHARS or "\x00" in name:
-        raise RequestError(f"uploaded {field} file name is over {MAX_UPLOAD_NAME_CHARS} bytes or holds NUL")
-    return name
-
-
-# --- the one upload path ------------------------------------------------------------------------
-
-
-def receive_upload(upload: Any, field: str, formats: tuple[str, ...]) -> str:
-    """One multipart upload as a temporary file named by what its **content** is
-    (:func:`~monailabel_xflow.transforms.uploads.store_upload`); the caller removes it.
-
-    Raises:
-        RequestError: a file name over 255 bytes or holding NUL (422).
-        UploadError: OHIF ``.bin`` scribbles, or content that is none of ``formats`` (400).
-    """
-    name = _check_upload_name(upload, field)
-    if name.lower().endswith(".bin"):
-        raise UploadError(
-            f"{field}: binary scribbles (.bin) are not read by the XFlow tasks; send clicks as "
-            "foreground/background points and a previous label as PNG, NIfTI or NRRD"
-        )
-    return store_upload(upload.file, formats, field)
 
 
 def _remove(paths: list[str]) -> None:
@@ -141,8 +113,8 @@ def guarded_run_inference(
     background_tasks, model, image="", session_id="", params="{}", file=None, label=None, output=None
 ):
     """MONAI Label's ``run_inference`` with the checks of the module docstring: uploads through
-    :func:`receive_upload` (removed whatever happens), sessions checked, ``output=dicom_seg``
-    refused (the ``store_seg`` option stores results as DICOM SEG)."""
+    :func:`~monailabel_xflow.serving.uploads.receive_upload` (removed whatever happens), sessions
+    checked, ``output=dicom_seg`` refused (the ``store_seg`` option stores results as DICOM SEG)."""
     from monailabel.endpoints import infer as endpoint
     from monailabel.interfaces.utils.app import app_instance
 
@@ -184,15 +156,15 @@ def guarded_run_inference(
 
 def guarded_add_image(background_tasks, image=None, params="{}", file=None, user=None):
     """``PUT /datastore/image``: the id is ``image`` or the upload's name without suffixes (a plain
-    id either way); the file goes through :func:`receive_upload` and is stored under the suffix
-    its content shows."""
+    id either way); the file goes through :func:`~monailabel_xflow.serving.uploads.receive_upload` and
+    is stored under the suffix its content shows."""
     from monailabel.interfaces.utils.app import app_instance
 
     temps: list[str] = []
     try:
         with http_errors("add image"):
             save_params = client_info(params, "params", MAX_PARAMS_BYTES, user)
-            name = _check_upload_name(file, "image")
+            name = check_upload_name(file, "image")
             image_id = check_id(image or _upload_stem(name), "image")
             temps.append(receive_upload(file, "image", IMAGE_FORMATS))
             return {"image": app_instance().datastore().add_image(image_id, temps[-1], save_params)}
@@ -201,7 +173,8 @@ def guarded_add_image(background_tasks, image=None, params="{}", file=None, user
 
 
 def guarded_save_label(background_tasks, image, params="{}", tag="final", label=None, user=None):
-    """``PUT /datastore/label`` through :func:`receive_upload` (stored under its content's suffix)."""
+    """``PUT /datastore/label`` through :func:`~monailabel_xflow.serving.uploads.receive_upload` (stored
+    under its content's suffix)."""
     from monailabel.interfaces.utils.app import app_instance
 
     temps: list[str] = []
@@ -299,7 +272,7 @@ def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=(
         if len(files) > MAX_SESSION_FILES:
             raise RequestError(f"{len(files)} files in one session; at most {MAX_SESSION_FILES}")
         for upload in files:
-            _check_upload_name(upload, "session")
+            check_upload_name(upload, "session")
             name = getattr(upload, "filename", "") or ""
             if name:
                 check_id(name, "session file name")
@@ -461,7 +434,7 @@ def install(fastapi_app: Any = None, conf: Any = None) -> bool:
     """Install the guard in this process's MONAI Label server (idempotent); returns whether it is
     installed. ``fastapi_app`` defaults to ``monailabel.app.app`` when that module is loaded (the
     server); in other processes (train subprocess, CLI) nothing is installed. ``conf`` (the app's
-    ``--conf``) sets the bounds (:func:`~monailabel_xflow.app.requests.server_limits`).
+    ``--conf``) sets the bounds (:func:`~monailabel_xflow.serving.limits.server_limits`).
 
     Raises:
         RequestError: a ``--conf`` bound that is not valid (the server does not start with it).
