@@ -1,10 +1,11 @@
-"""The one registry of wraps of MONAI Label's functions (app/wraps.py): layers stack, never share a marker."""
+"""The one way to wrap MONAI Label's functions (serving/patching.py; app/wraps.py lists them): layers stack,
+never share a marker."""
 
 from __future__ import annotations
 
 import types
 
-from monailabel_xflow.app.wraps import upstream, wrap, wrapped
+from monailabel_xflow.serving.patching import upstream, wrap, wrapped
 
 
 def test_two_layers_stack_and_each_reaches_what_it_wrapped():

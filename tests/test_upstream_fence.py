@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from monailabel_xflow.app import wraps
-from monailabel_xflow.app.wraps import PATCHES, RELIED_ON, original, signature_of
+from monailabel_xflow.app.wraps import PATCHES, RELIED_ON, original
+from monailabel_xflow.serving.patching import signature_of
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=[f"{p.layer}:{p.target}" for p in PATCHES])

@@ -180,20 +180,33 @@ class DurableIndex:
             previous = obj.labels.get(label_tag)
             info = dict(label_info or {})
             info.update({"ts": int(time.time()), "name": name})
-            with staged_copy(label_filename, os.path.join(folder, name)):  # a full disk changes nothing
-                obj.labels[label_tag] = DataModel(info=info, ext=ext)
-                try:
-                    self._update_datastore_file(lock=False)
-                except BaseException:
-                    if previous is None:
-                        obj.labels.pop(label_tag, None)
-                    else:
-                        obj.labels[label_tag] = previous
-                    raise
-            if previous is not None and previous.ext != ext:
-                unlink_inside(os.path.join(folder, self._filename(image_id, previous.ext)), folder)
+            stale = self._filename(image_id, previous.ext) if previous is not None else None
+            self._put(
+                label_filename, os.path.join(folder, name), obj.labels, label_tag, DataModel(info=info, ext=ext), stale
+            )
         logger.info("saved label %s of %s (%s)", label_tag, image_id, name)
         return image_id
+
+    def _put(self, src: str, dest: str, entries: dict[str, Any], key: str, value: Any, stale: str | None) -> None:
+        """Copy ``src`` to ``dest`` and set ``entries[key] = value`` in the index as one step (the
+        index's lock held by the caller): the copy is staged beside ``dest``
+        (:func:`~monailabel_xflow.files.staged_copy`), the index written, then the copy renamed into
+        place; a failure at any step (a full disk) leaves both as they were. ``stale``, the entry's
+        previous file name in ``dest``'s folder, is removed after when it is not ``dest``'s."""
+        previous = entries.get(key)
+        with staged_copy(src, dest):
+            entries[key] = value
+            try:
+                self._update_datastore_file(lock=False)
+            except BaseException:
+                if previous is None:
+                    entries.pop(key, None)
+                else:
+                    entries[key] = previous
+                raise
+        folder = os.path.dirname(dest)
+        if stale and stale != os.path.basename(dest):
+            unlink_inside(os.path.join(folder, stale), folder)
 
     def _forget(self, image_id: str, tags: list[str] | None) -> bool:
         """Unlink the labels ``tags`` of ``image_id`` (all and the image itself when None) and drop
@@ -261,18 +274,9 @@ class XFlowLocalDatastore(DurableIndex, LocalDatastore):
                         f"image {image_id!r}: the studies folder already holds {name!r} that is not this image"
                     )
                 info.update({"ts": int(time.time()), "name": name})
-                with staged_copy(image_filename, dest):  # a full disk changes nothing
-                    self._datastore.objects[image_id] = ImageLabelModel(image=DataModel(info=info, ext=ext))
-                    try:
-                        self._update_datastore_file(lock=False)
-                    except BaseException:
-                        if old is None:
-                            self._datastore.objects.pop(image_id, None)
-                        else:
-                            self._datastore.objects[image_id] = old
-                        raise
-                if old is not None and old.image.ext != ext:
-                    unlink_inside(os.path.join(folder, self._filename(image_id, old.image.ext)), folder)
+                entry = ImageLabelModel(image=DataModel(info=info, ext=ext))
+                stale = self._filename(image_id, old.image.ext) if old is not None else None
+                self._put(image_filename, dest, self._datastore.objects, image_id, entry, stale)
             logger.info("added image %s as %s", image_id, name)
             return image_id
 
@@ -514,19 +518,12 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
                 self._datastore.objects[image_id].labels.pop(DefaultLabelTag.FINAL, None)
         if stale:
             self._update_datastore_file()
-        seg_series: str | None
-        for image_id, seg_series in current.items():
-            while seg_series:
-                try:
-                    self.get_image_uri(image_id)
-                    self.get_label_uri(seg_series, DefaultLabelTag.FINAL, image_id=image_id)
-                    break
-                except Exception as exc:  # noqa: BLE001  (one bad SEG must not stop datalist() for all)
-                    reason = f"{type(exc).__name__}: {getattr(exc, 'detail', None) or exc}"
-                    self.unreadable_labels[seg_series] = reason
-                    logger.warning("label SEG %s of image %s skipped: %s", seg_series, image_id, reason)
-                    self.pacs.forget_labels()
-                    seg_series = self.label_series().get(image_id)  # the next newest label SEG, if any
+
+        def read(image_id: str, seg_series: str) -> None:
+            self.get_image_uri(image_id)
+            self.get_label_uri(seg_series, DefaultLabelTag.FINAL, image_id=image_id)
+
+        self.pacs.read_labels(current, read, cache_expiry_s())  # an unreadable SEG: the next newest
 
     @property
     def unreadable_labels(self) -> dict[str, str]:

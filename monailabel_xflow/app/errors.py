@@ -5,8 +5,9 @@ datastores run inside :func:`http_errors`, which re-raises every error of the pa
 (:mod:`monailabel_xflow.errors`) as ``HTTPException`` with its message as ``detail`` and the status
 of its base (:func:`status_of`: 400 bad request, 404 not found, 405 not allowed, 409 conflict,
 413 too large, 422 input, 503 unavailable or the PACS not answering, 507 disk full: any
-``OSError`` of a full disk counts, whoever raised it); :func:`error_response`, the server's exception handler,
-answers the same for errors that escape. Anything else stays a 500 (a bug, not bad input).
+``OSError`` of a full disk counts, whoever raised it: :mod:`monailabel_xflow.serving.errors`);
+:func:`error_response`, the server's exception handler, answers the same for errors that escape.
+Anything else stays a 500 (a bug, not bad input).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from monailabel_xflow.errors import (  # noqa: F401  (the request and model erro
     XFlowError,
     http_status,
 )
+from monailabel_xflow.serving.errors import answer_detail, answer_status
 from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
 
 logger = logging.getLogger(__name__)
@@ -42,24 +44,15 @@ class SessionNotFoundError(NotFoundError):
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status of an error: by base class for the package's tree, 404 for MONAI Label's
-    unknown image, 507 for a full disk (``ENOSPC``/``EDQUOT``, whoever raised it); None for
-    anything else (not a documented input error)."""
-    from monailabel_xflow.files import storage_full
-
-    status = http_status(exc)
-    if status is None and storage_full(exc):
-        return 507
+    """The HTTP status of an error (:func:`~monailabel_xflow.serving.errors.answer_status`: by base
+    class for the package's tree, 507 for a full disk), 404 for MONAI Label's unknown image; None
+    for anything else (not a documented input error)."""
+    status = answer_status(exc)
     if status is None and type(exc).__name__ == "ImageNotFoundException":
         from monailabel.interfaces.exception import ImageNotFoundException
 
         status = 404 if isinstance(exc, ImageNotFoundException) else None
     return status
-
-
-def _message(exc: BaseException) -> str:
-    msg = getattr(exc, "msg", None)  # MONAILabelException keeps its text in .msg
-    return str(msg if isinstance(msg, str) else exc)
 
 
 @contextlib.contextmanager
@@ -80,10 +73,7 @@ def http_errors(what: str = "") -> Iterator[None]:
         status = status_of(exc)
         if status is None:
             raise
-        detail = f"{what}: {_message(exc)}" if what else _message(exc)
-        if status == 507 and not isinstance(exc, XFlowError):
-            prefix = f"{what}: " if what else ""
-            detail = f"{prefix}no space left on the server's disk; nothing was stored (free space and retry)"
+        detail = answer_detail(exc, status, what)
         logger.warning("request refused (%d): %s", status, detail)
         raise HTTPException(status_code=status, detail=detail) from caught
 
@@ -117,8 +107,7 @@ async def error_response(request: Any, exc: BaseException) -> Any:
     if status is None:  # registered for a base class but not a documented input error: a bug
         logger.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
         return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server log"}, status_code=500)
-    detail = f"a form field is not valid JSON ({exc})" if isinstance(exc, json.JSONDecodeError) else _message(exc)
-    if status == 507 and not isinstance(exc, XFlowError):
-        detail = "no space left on the server's disk; nothing was stored (free space and retry)"
+    json_error = isinstance(exc, json.JSONDecodeError)
+    detail = f"a form field is not valid JSON ({exc})" if json_error else answer_detail(exc, status)
     logger.warning("request refused (%d): %s", status, detail)
     return JSONResponse({"detail": detail}, status_code=status)

@@ -39,7 +39,6 @@ from monailabel_xflow.app.errors import (
 )
 from monailabel_xflow.app.requests import parse_params
 from monailabel_xflow.app.wraps import install as install_patches
-from monailabel_xflow.app.wraps import upstream
 from monailabel_xflow.parameters import (
     MAX_PARAMS_BYTES,
     as_int,
@@ -50,6 +49,7 @@ from monailabel_xflow.parameters import (
 )
 from monailabel_xflow.serving.asgi import GuardMiddleware
 from monailabel_xflow.serving.limits import ServerLimits, server_limits
+from monailabel_xflow.serving.patching import upstream
 from monailabel_xflow.serving.uploads import check_upload_name, receive_upload
 from monailabel_xflow.task_options import validate_task_request
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS

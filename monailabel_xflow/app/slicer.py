@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from monailabel_xflow.app.wraps import install as install_patches
-from monailabel_xflow.app.wraps import upstream
+from monailabel_xflow.serving.patching import upstream
 from monailabel_xflow.serving.slicer import single_file_sample
 
 logger = logging.getLogger(__name__)

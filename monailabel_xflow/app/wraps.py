@@ -17,8 +17,8 @@ signatures are also those of the 0.8.0, 0.8.1, 0.8.3 and 0.8.4 sources and of ``
 :data:`OVERRIDE_CONF` says otherwise.
 
 Each wrapping layer (:mod:`.guard`, then :mod:`.slicer`) keeps what it wrapped under a marker of
-its own (``_xflow_<layer>_upstream_<name>``), so one layer never hides another's and installing
-twice is a no-op.
+its own (:mod:`monailabel_xflow.serving.patching`), so one layer never hides another's and
+installing twice is a no-op.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import importlib
 import inspect
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from monailabel_xflow.errors import XFlowError
+from monailabel_xflow.serving.patching import in_range, resolve, signature_of, upstream, wrap, wrapped
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,6 @@ RELIED_ON: dict[str, str] = {
     "monailabel.utils.sessions.Sessions.get_session": "(self, session_id, update_ts=True, fetch_cache=True)",
     "monailabel.utils.sessions.Sessions.remove_session": "(self, session_id)",
     "monailabel.utils.others.generic.file_ext": "(name)",
-    "monailabel.datastore.utils.dicom.dicom_web_upload_dcm": "(input_file, client)",
     "monailabel.datastore.dicom.DICOMwebClientX": "(url, session=None, qido_url_prefix=None, wado_url_prefix=None, "
     "stow_url_prefix=None, delete_url_prefix=None, proxies=None, headers=None, callback=None, chunk_size=1000000)",
     f"{_LOCAL}._to_id": "(self, file)",
@@ -142,14 +141,8 @@ def monailabel_version() -> str:
 
 
 def is_supported(version: str) -> bool:
-    """Whether ``version`` lies in :data:`SUPPORTED` (pre-releases of the lowest excluded;
-    ``+local`` and ``.postN`` builds count as their release)."""
-    found = re.match(r"(\d+(?:\.\d+)*)(.*)", version.strip())
-    if found is None:
-        return False
-    release, rest = tuple(int(p) for p in found.group(1).split(".")), found.group(2)
-    low, high = (tuple(int(p) for p in v.split(".")) for v in SUPPORTED)
-    return low <= release < high and (not rest or rest.startswith(("+", ".post")))
+    """Whether ``version`` lies in :data:`SUPPORTED` (:func:`~monailabel_xflow.serving.patching.in_range`)."""
+    return in_range(version, SUPPORTED)
 
 
 def check_monailabel(conf: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -181,45 +174,6 @@ def check_monailabel(conf: Mapping[str, Any] | None = None, environ: Mapping[str
         raise UnsupportedMonaiLabelError(message)
     logger.warning("%s (overridden: starting anyway)", message)
     return version
-
-
-class _Shown:
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def signature_of(obj: Callable[..., Any]) -> str:
-    """``obj``'s parameters as :data:`PATCHES` records them: names, kinds and plain defaults, a
-    FastAPI marker default (``Form(...)``, ``File(...)``) by its class name, no annotations."""
-    sig = inspect.signature(obj)
-    plain = (str, int, float, bool, type(None))
-    params = [
-        p.replace(
-            annotation=p.empty,
-            default=p.default
-            if p.default is p.empty or isinstance(p.default, plain)
-            else _Shown(type(p.default).__name__),
-        )
-        for p in sig.parameters.values()
-    ]
-    return str(sig.replace(parameters=params, return_annotation=sig.empty))
-
-
-def resolve(target: str) -> tuple[Any, str]:
-    """``(owner, name)`` of a dotted ``target``: the module or class holding the attribute."""
-    parts = target.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            owner: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for part in parts[cut:-1]:
-            owner = getattr(owner, part)
-        return owner, parts[-1]
-    raise ImportError(f"cannot import any module of {target!r}")
 
 
 def original(target: str) -> Any:
@@ -262,39 +216,3 @@ def upstream_class(path: str) -> Any:
     no type information)."""
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
-
-
-INSTALLED: list[tuple[str, str, str]] = []
-"""``(owner, name, layer)`` of every wrap installed in this process, in order."""
-
-
-def _marker(name: str, layer: str) -> str:
-    return f"_xflow_{layer}_upstream_{name}"
-
-
-def wrap(owner: Any, name: str, layer: str, replacement: Callable[..., Any], static: bool = False) -> bool:
-    """Replace ``owner.<name>`` by ``replacement`` for ``layer``, once; ``replacement`` reaches what
-    it wraps with :func:`upstream`. Returns whether it was installed now (False: ``layer`` had
-    wrapped it before). The app installs through :func:`install`, which allows listed targets only."""
-    marker = _marker(name, layer)
-    if marker in vars(owner):
-        return False
-    current = getattr(owner, name)
-    setattr(owner, marker, staticmethod(current) if static else current)
-    setattr(owner, name, staticmethod(replacement) if static else replacement)
-    INSTALLED.append((getattr(owner, "__name__", repr(owner)), name, layer))
-    return True
-
-
-def upstream(owner: Any, name: str, layer: str) -> Callable[..., Any]:
-    """What ``layer``'s wrap of ``owner.<name>`` wraps (MONAI Label's function or an earlier layer's).
-
-    Raises:
-        AttributeError: ``layer`` has not wrapped it.
-    """
-    return getattr(owner, _marker(name, layer))
-
-
-def wrapped(owner: Any, name: str, layer: str) -> bool:
-    """Whether ``layer`` has wrapped ``owner.<name>``."""
-    return _marker(name, layer) in vars(owner)

@@ -16,9 +16,10 @@ PACS's URL and says that the request can be retried; any other error is left alo
 from __future__ import annotations
 
 import io
+import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +36,8 @@ from monailabel_xflow.data.seg import (
 )
 from monailabel_xflow.errors import PACSUnavailableError
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
+
+logger = logging.getLogger(__name__)
 
 
 def pacs_origin(url: str) -> str:
@@ -138,6 +141,24 @@ class PACS:
     def forget_labels(self) -> None:
         """List the label SEGs again at the next :meth:`labels`."""
         self._labels = None
+
+    def read_labels(self, labels: Mapping[str, str], read: Callable[[str, str], Any], expiry_s: float) -> None:
+        """Call ``read(image, SEG series)`` for each of ``labels`` (as :meth:`labels` lists them); a
+        SEG that ``read`` fails on is recorded in :attr:`unreadable` with the reason (logged as a
+        warning) and the image's next newest label SEG is read instead: one bad SEG never stops the
+        others."""
+        for image_id, first in labels.items():
+            seg_series: str | None = first
+            while seg_series:
+                try:
+                    read(image_id, seg_series)
+                    break
+                except Exception as exc:  # noqa: BLE001  (one bad SEG must not stop the others)
+                    reason = f"{type(exc).__name__}: {getattr(exc, 'detail', None) or exc}"
+                    self.unreadable[seg_series] = reason
+                    logger.warning("label SEG %s of image %s skipped: %s", seg_series, image_id, reason)
+                    self.forget_labels()
+                    seg_series = self.labels(expiry_s).get(image_id)  # the next newest label SEG, if any
 
     def store_seg(
         self,
