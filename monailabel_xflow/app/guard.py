@@ -33,7 +33,6 @@ from typing import Any
 from monailabel_xflow.app.errors import (
     RequestError,
     SessionNotFoundError,
-    UnsafeIdError,
     error_response,
     http_errors,
 )
@@ -50,7 +49,8 @@ from monailabel_xflow.parameters import (
 from monailabel_xflow.serving.asgi import GuardMiddleware
 from monailabel_xflow.serving.limits import ServerLimits, server_limits
 from monailabel_xflow.serving.patching import upstream
-from monailabel_xflow.serving.uploads import check_upload_name, receive_upload
+from monailabel_xflow.serving.routes import cancel_queued, closed_route, in_event_loop, queue_answer
+from monailabel_xflow.serving.uploads import check_session_uploads, check_upload_name, receiving, remove_files
 from monailabel_xflow.task_options import validate_task_request
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS
 
@@ -75,12 +75,6 @@ def _allow_uploads() -> Iterator[None]:
         yield
     finally:
         _UPLOADS.reset(token)
-
-
-def _remove(paths: list[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
 
 
 def _upload_stem(filename: str) -> str:
@@ -113,45 +107,39 @@ def guarded_run_inference(
     background_tasks, model, image="", session_id="", params="{}", file=None, label=None, output=None
 ):
     """MONAI Label's ``run_inference`` with the checks of the module docstring: uploads through
-    :func:`~monailabel_xflow.serving.uploads.receive_upload` (removed whatever happens), sessions
+    :func:`~monailabel_xflow.serving.uploads.receiving` (removed whatever happens), sessions
     checked, ``output=dicom_seg`` refused (the ``store_seg`` option stores results as DICOM SEG)."""
     from monailabel.endpoints import infer as endpoint
     from monailabel.interfaces.utils.app import app_instance
 
-    temps: list[str] = []
-    try:
-        with http_errors("infer"):
-            p = parse_params(params)
-            if str(getattr(output, "value", output) or "") == "dicom_seg":
-                raise RequestError(
-                    "output=dicom_seg is not served (it needs dcmqi and a DICOM series on the "
-                    "server); ask output=image, json or all, or set store_seg to store the result "
-                    "as a DICOM SEG in the PACS"
-                )
-            session = _open_session(session_id) if session_id else None
-            if session is None and not file:
-                if not image:
-                    raise RequestError("give an image id (`?image=ID`), upload a `file`, or give a `session_id`")
-                check_id(image, "image")
-            request = {"model": model, "image": image}
-            if file is not None:
-                temps.append(receive_upload(file, "image", IMAGE_FORMATS))
-                request["image"] = temps[-1]
-            if label is not None:
-                temps.append(receive_upload(label, "label", LABEL_FORMATS))
-                request["label"] = temps[-1]
-            instance = app_instance()
-            request.update(instance.info().get("config", {}).get("infer", {}))
-            request.update(p)
-            if session is not None:
-                request["image"] = session.image
-                request["session"] = session.to_json()
-            logger.info("Infer Request: %s", request)  # as upstream logs it (the log is closed to clients)
-            with _allow_uploads():
-                result = instance.infer(request)
-            return endpoint.send_response(instance.datastore(), result, output, background_tasks)
-    finally:
-        _remove(temps)
+    with receiving() as receive, http_errors("infer"):
+        p = parse_params(params)
+        if str(getattr(output, "value", output) or "") == "dicom_seg":
+            raise RequestError(
+                "output=dicom_seg is not served (it needs dcmqi and a DICOM series on the "
+                "server); ask output=image, json or all, or set store_seg to store the result "
+                "as a DICOM SEG in the PACS"
+            )
+        session = _open_session(session_id) if session_id else None
+        if session is None and not file:
+            if not image:
+                raise RequestError("give an image id (`?image=ID`), upload a `file`, or give a `session_id`")
+            check_id(image, "image")
+        request = {"model": model, "image": image}
+        if file is not None:
+            request["image"] = receive(file, "image", IMAGE_FORMATS)
+        if label is not None:
+            request["label"] = receive(label, "label", LABEL_FORMATS)
+        instance = app_instance()
+        request.update(instance.info().get("config", {}).get("infer", {}))
+        request.update(p)
+        if session is not None:
+            request["image"] = session.image
+            request["session"] = session.to_json()
+        logger.info("Infer Request: %s", request)  # as upstream logs it (the log is closed to clients)
+        with _allow_uploads():
+            result = instance.infer(request)
+        return endpoint.send_response(instance.datastore(), result, output, background_tasks)
 
 
 def guarded_add_image(background_tasks, image=None, params="{}", file=None, user=None):
@@ -160,16 +148,11 @@ def guarded_add_image(background_tasks, image=None, params="{}", file=None, user
     is stored under the suffix its content shows."""
     from monailabel.interfaces.utils.app import app_instance
 
-    temps: list[str] = []
-    try:
-        with http_errors("add image"):
-            save_params = client_info(params, "params", MAX_PARAMS_BYTES, user)
-            name = check_upload_name(file, "image")
-            image_id = check_id(image or _upload_stem(name), "image")
-            temps.append(receive_upload(file, "image", IMAGE_FORMATS))
-            return {"image": app_instance().datastore().add_image(image_id, temps[-1], save_params)}
-    finally:
-        _remove(temps)
+    with receiving() as receive, http_errors("add image"):
+        save_params = client_info(params, "params", MAX_PARAMS_BYTES, user)
+        image_id = check_id(image or _upload_stem(check_upload_name(file, "image")), "image")
+        uploaded = receive(file, "image", IMAGE_FORMATS)
+        return {"image": app_instance().datastore().add_image(image_id, uploaded, save_params)}
 
 
 def guarded_save_label(background_tasks, image, params="{}", tag="final", label=None, user=None):
@@ -177,20 +160,16 @@ def guarded_save_label(background_tasks, image, params="{}", tag="final", label=
     under its content's suffix)."""
     from monailabel.interfaces.utils.app import app_instance
 
-    temps: list[str] = []
-    try:
-        with http_errors("save label"):
-            save_params = parse_json_object(params, "params")
-            tag = check_id(tag or "final", "label tag")
-            check_id(image, "image")
-            temps.append(receive_upload(label, "label", LABEL_FORMATS))
-            instance = app_instance()
-            label_id = instance.datastore().save_label(image, temps[-1], tag, save_params)
-            res = instance.on_save_label(image, label_id) or {}
-            res.update({"image": image, "label": label_id})
-            return res
-    finally:
-        _remove(temps)
+    with receiving() as receive, http_errors("save label"):
+        save_params = parse_json_object(params, "params")
+        tag = check_id(tag or "final", "label tag")
+        check_id(image, "image")
+        uploaded = receive(label, "label", LABEL_FORMATS)
+        instance = app_instance()
+        label_id = instance.datastore().save_label(image, uploaded, tag, save_params)
+        res = instance.on_save_label(image, label_id) or {}
+        res.update({"image": image, "label": label_id})
+        return res
 
 
 def guarded_update_image_info(image, info="{}", user=None):
@@ -237,7 +216,7 @@ def guarded_download_dataset(limit_cases=None):
             raise ImageNotFoundError("no image has a final label yet: nothing to put in a dataset archive")
         path = store.get_dataset_archive(limit_cases)
     return FileResponse(
-        path, media_type="application/zip", filename="dataset.zip", background=BackgroundTask(_remove, [path])
+        path, media_type="application/zip", filename="dataset.zip", background=BackgroundTask(remove_files, [path])
     )
 
 
@@ -256,27 +235,15 @@ def guarded_sample(strategy, params=None, user=None):
     return upstream(endpoint, "sample", LAYER)(strategy, params, user)
 
 
-MAX_SESSION_FILES = 16
-
-
 def guarded_create_session(background_tasks, uncompress=False, expiry=0, files=()):
-    """MONAI Label's ``create_session`` for plain uploads only: no archives (an archive could
-    unpack outside the session folder), at most :data:`MAX_SESSION_FILES` files, each named by
-    a plain file name (upstream joins the client's name to its folder), at most
-    ``--conf max_sessions`` live sessions (429 beyond)."""
+    """MONAI Label's ``create_session`` for plain uploads only
+    (:func:`~monailabel_xflow.serving.uploads.check_session_uploads`: no archives, bounded, plain
+    file names, as upstream joins the client's name to its folder), at most ``--conf max_sessions``
+    live sessions (429 beyond)."""
     from monailabel.endpoints import session as endpoint
 
     with http_errors("session"):
-        if uncompress:
-            raise RequestError("compressed session uploads are not accepted: upload the image file(s)")
-        if len(files) > MAX_SESSION_FILES:
-            raise RequestError(f"{len(files)} files in one session; at most {MAX_SESSION_FILES}")
-        for upload in files:
-            check_upload_name(upload, "session")
-            name = getattr(upload, "filename", "") or ""
-            if name:
-                check_id(name, "session file name")
-        as_int(expiry, "expiry", 0, 7 * 24 * 3600)
+        check_session_uploads(files, uncompress, expiry)
     with _SESSION_LOCK:  # counted and created as one step: concurrent requests cannot overshoot
         _check_session_room()
         return upstream(endpoint, "create_session", LAYER)(background_tasks, uncompress, expiry, files)
@@ -307,8 +274,6 @@ _SESSION_LOCK = threading.Lock()
 
 
 _TASK_LOCK = threading.Lock()
-ONE_AT_A_TIME = ("train", "batch_infer")
-"""Background tasks of which at most one is running or queued: a second request is refused (429)."""
 
 
 def _pending(method: str) -> list[dict]:
@@ -319,11 +284,12 @@ def _pending(method: str) -> list[dict]:
 
 def guarded_async_run(method, request=None, params=None, force_sync=False, enqueue=False):
     """``AsyncTask.run`` after :func:`validate_task_request` on the merged request, with bounded
-    queues: at most one train and one batch infer running or queued (a second is refused: 429
-    naming the task); a scoring request while one is already queued joins it (returns that task)
-    instead of queueing another run. The converted values go to MONAI Label in place of the
-    client's (:func:`~monailabel_xflow.task_options.batch_infer_params`: on a server without CUDA a
-    batch infer runs on the CPU; its label tag is plain text, ``original`` unless given).
+    queues (:func:`~monailabel_xflow.serving.routes.queue_answer`): at most one train and one batch
+    infer running or queued (a second is refused: 429 naming the task); a scoring request while one
+    is already queued joins it (returns that task) instead of queueing another run. The converted
+    values go to MONAI Label in place of the client's
+    (:func:`~monailabel_xflow.task_options.batch_infer_params`: on a server without CUDA a batch
+    infer runs on the CPU; its label tag is plain text, ``original`` unless given).
     ``run_sync=true`` work runs in a worker thread of :class:`GuardMiddleware`, never in the
     event loop."""
     from monailabel.utils.async_tasks.task import AsyncTask
@@ -337,17 +303,11 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
     # a folder "DefaultLabelTag.ORIGINAL"; on a server without CUDA batch infer runs on the CPU)
     params = {**(params or {}), **converted}
     with _TASK_LOCK:
-        pending = _pending(method)
-        if method in ONE_AT_A_TIME and pending and not force_sync:
-            task = pending[0]
-            return None, (
-                f"a {method} task ({task['id']}, {task['status'].lower()}) is already running or queued; "
-                f"wait for it or stop it (DELETE {'/train/' if method == 'train' else '/batch/infer'})"
-            )
-        queued = [t for t in pending if t.get("status") == "SUBMITTED"]
-        if method == "scoring" and queued and not force_sync:
-            logger.info("scoring request joins the queued scoring task %s", queued[0]["id"])
-            return queued[0], None
+        answer = queue_answer(method, _pending(method), force_sync)
+        if answer is not None:
+            if answer[0] is not None:
+                logger.info("%s request joins the queued %s task %s", method, method, answer[0]["id"])
+            return answer
         return upstream(AsyncTask, "run", LAYER)(method, request, params, force_sync, enqueue)
 
 
@@ -357,10 +317,7 @@ def guarded_stop(method):
     from monailabel.utils.async_tasks.task import AsyncTask
 
     with _TASK_LOCK:
-        for task in _pending(method):
-            if task.get("status") == "SUBMITTED":
-                task["status"] = "STOPPED"
-                task["end_ts"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        cancel_queued(_pending(method))
         return upstream(AsyncTask, "stop", LAYER)(method)
 
 
@@ -391,40 +348,9 @@ def _dicomweb_studies() -> bool:
 
 def refusal(method: str, path: str, query: bytes = b"") -> tuple[int, str] | None:
     """``(status, detail)`` when MONAI Label's route is closed or its session id unsafe, else None
-    (:class:`~monailabel_xflow.serving.asgi.GuardMiddleware` checks paths and query ids itself)."""
-    segments = path.split("/")
-    if segments[1:2] == ["model"] and method in ("PUT", "DELETE", "POST"):
-        return (
-            405,
-            "model files are not replaced over HTTP: the xflow train task and the models configuration change them",
-        )
-    if segments[1:3] in (["infer", "wsi"], ["infer", "wsi_v2"]):
-        return 404, "whole-slide inference is not served by the XFlow app"
-    if segments[1:2] == ["logs"] and not _auth_enabled():
-        return 403, (
-            "the server log is served only behind MONAI Label's authentication "
-            "(MONAI_LABEL_AUTH_ENABLE=true, admin role); read it on the server host"
-        )
-    if segments[1:2] == ["proxy"] and not _dicomweb_studies():
-        return 404, "the DICOMweb proxy serves a DICOMweb datastore only; this server's studies are a folder"
-    if segments[1:] in (["train"], ["train", ""]) and method == "POST":
-        return 405, "the all-models train route is deprecated: POST /train/xflow"
-    if segments[1:2] == ["session"] and len(segments) > 2 and segments[2]:
-        try:
-            check_id(segments[2], "session")
-        except UnsafeIdError as exc:
-            return 400, str(exc)
-    return None
-
-
-LIGHT_ROUTES = frozenset({"/", "/info", "/info/", "/train", "/train/", "/scoring", "/scoring/", "/batch/infer"})
-"""``GET``/``HEAD`` routes answered in the event loop itself (status reads): everything else runs in
-a worker thread, so no request, ``run_sync`` task or PACS download stops the others."""
-
-
-def in_event_loop(method: str, path: str) -> bool:
-    """Whether a request is answered in the event loop (:data:`LIGHT_ROUTES`) rather than in a worker."""
-    return method in ("GET", "HEAD") and path in LIGHT_ROUTES
+    (:func:`~monailabel_xflow.serving.routes.closed_route` with MONAI Label's settings;
+    :class:`~monailabel_xflow.serving.asgi.GuardMiddleware` checks paths and query ids itself)."""
+    return closed_route(method, path, _auth_enabled, _dicomweb_studies)
 
 
 _LIMITS: ServerLimits | None = None
