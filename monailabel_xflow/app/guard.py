@@ -9,7 +9,7 @@ anything unexpected is a bare 500. Here, in the server process:
   (:func:`refusal`), no absolute paths in JSON answers, ``X-Content-Type-Options: nosniff``;
 * ``POST /infer/{model}`` (:func:`guarded_run_inference`): ``params`` may not set reserved keys,
   the image is an id, an upload or a live session's; only there may an image be a server path
-  (:func:`upload_paths_allowed`);
+  (:func:`~monailabel_xflow.serving.uploads.upload_paths_allowed`);
 * uploads (:func:`~monailabel_xflow.serving.uploads.receive_upload`): the content decides the type and
   stored suffix, never the client's file name; the temporary file is removed whatever happens;
 * train / scoring / batch infer: validated before MONAI Label starts a subprocess
@@ -21,13 +21,11 @@ anything unexpected is a bare 500. Here, in the server process:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from monailabel_xflow.app.errors import (
@@ -50,7 +48,14 @@ from monailabel_xflow.serving.asgi import GuardMiddleware
 from monailabel_xflow.serving.limits import ServerLimits, server_limits
 from monailabel_xflow.serving.patching import upstream
 from monailabel_xflow.serving.routes import cancel_queued, closed_route, in_event_loop, queue_answer
-from monailabel_xflow.serving.uploads import check_session_uploads, check_upload_name, receiving, remove_files
+from monailabel_xflow.serving.uploads import (
+    allowing_upload_paths,
+    check_session_uploads,
+    check_upload_name,
+    receiving,
+    remove_files,
+    upload_paths_allowed,  # noqa: F401  (app/xflow_app.py reads it here)
+)
 from monailabel_xflow.task_options import validate_task_request
 from monailabel_xflow.transforms.loading import IMAGE_FORMATS, LABEL_FORMATS
 
@@ -58,23 +63,6 @@ logger = logging.getLogger(__name__)
 
 LAYER = "guard"
 """The guard's name in :mod:`.wraps` (its markers)."""
-
-_UPLOADS = contextvars.ContextVar("xflow_upload_paths_allowed", default=False)
-
-
-def upload_paths_allowed() -> bool:
-    """True inside :func:`guarded_run_inference`, whose ``image``/``label`` paths are the server's
-    own temporary uploads or session files (client params cannot set them there)."""
-    return _UPLOADS.get()
-
-
-@contextlib.contextmanager
-def _allow_uploads() -> Iterator[None]:
-    token = _UPLOADS.set(True)
-    try:
-        yield
-    finally:
-        _UPLOADS.reset(token)
 
 
 def _upload_stem(filename: str) -> str:
@@ -137,7 +125,7 @@ def guarded_run_inference(
             request["image"] = session.image
             request["session"] = session.to_json()
         logger.info("Infer Request: %s", request)  # as upstream logs it (the log is closed to clients)
-        with _allow_uploads():
+        with allowing_upload_paths():
             result = instance.infer(request)
         return endpoint.send_response(instance.datastore(), result, output, background_tasks)
 

@@ -2,12 +2,14 @@
 deciding its type and stored suffix (never the client's file name), OHIF's ``.bin`` scribbles
 refused with a reason (:func:`receive_upload`); the temporary files of a request are removed
 whatever happens (:func:`receiving`). A session's uploads are checked before any is stored
-(:func:`check_session_uploads`).
+(:func:`check_session_uploads`). Only inside :func:`allowing_upload_paths` (the infer route, after
+it put the uploads there) may a request's image be a server path (:func:`upload_paths_allowed`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -94,3 +96,22 @@ def check_session_uploads(files: Sequence[Any], uncompress: Any = False, expiry:
         if name:
             check_id(name, "session file name")
     as_int(expiry, "expiry", 0, 7 * 24 * 3600)
+
+
+_UPLOADS = contextvars.ContextVar("xflow_upload_paths_allowed", default=False)
+
+
+def upload_paths_allowed() -> bool:
+    """True inside :func:`allowing_upload_paths`: the request's ``image``/``label`` paths are the
+    server's own temporary uploads or session files (client params cannot set them there)."""
+    return _UPLOADS.get()
+
+
+@contextlib.contextmanager
+def allowing_upload_paths() -> Iterator[None]:
+    """The block in which :func:`upload_paths_allowed` is true (this context only)."""
+    token = _UPLOADS.set(True)
+    try:
+        yield
+    finally:
+        _UPLOADS.reset(token)
