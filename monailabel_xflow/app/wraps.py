@@ -6,9 +6,9 @@ process: endpoint functions (its routes look them up at call time) and ``AsyncTa
 methods. Each replacement takes upstream's parameters and calls what it replaced.
 :data:`PATCHES` lists all of them, :data:`RELIED_ON` the upstream internals the app calls or
 subclasses beyond the public task and datastore API, each with upstream's signature
-(:func:`signature_of`). ``tests/test_upstream_fence.py`` pins every one against the installed
-MONAI Label, so an upgrade fails in CI instead of at a user's desk; :func:`install` installs a
-layer's patches and nothing unlisted.
+(:func:`~monailabel_xflow.serving.patching.signature_of`). ``tests/test_upstream_fence.py`` pins
+every one against the installed MONAI Label, so an upgrade fails in CI instead of at a user's desk;
+:func:`install` installs a layer's patches and nothing unlisted.
 
 Checked against: MONAI Label 0.8.5 (the pinned version; the tests run against it). The recorded
 signatures are also those of the 0.8.0, 0.8.1, 0.8.3 and 0.8.4 sources and of ``main`` at 058ddfc
@@ -24,14 +24,13 @@ installing twice is a no-op.
 from __future__ import annotations
 
 import importlib
-import inspect
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from monailabel_xflow.errors import XFlowError
-from monailabel_xflow.serving.patching import in_range, resolve, signature_of, upstream, wrap, wrapped
+from monailabel_xflow.serving.patching import Patch, in_range, install_listed, original_of
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +38,6 @@ SUPPORTED = ("0.8.5", "0.8.6")
 """MONAI Label versions the app starts on: from the first (inclusive) to the second (exclusive)."""
 OVERRIDE_ENV = "XFLOW_ALLOW_UNSUPPORTED_MONAILABEL"
 OVERRIDE_CONF = "allow_unsupported_monailabel"
-
-
-class Patch(NamedTuple):
-    """One upstream function replaced at run time: ``target`` (dotted path), the app's ``layer``
-    that replaces it, upstream's ``signature`` (:func:`signature_of`) and ``why``."""
-
-    target: str
-    layer: str
-    signature: str
-    why: str
 
 
 _INFER, _DS, _TASKS = "monailabel.endpoints.infer", "monailabel.endpoints.datastore", "monailabel.utils.async_tasks"
@@ -178,37 +167,19 @@ def check_monailabel(conf: Mapping[str, Any] | None = None, environ: Mapping[str
 
 def original(target: str) -> Any:
     """What MONAI Label itself defines at ``target``, even after layers have wrapped it."""
-    owner, name = resolve(target)
-    for layer in dict.fromkeys(p.layer for p in PATCHES):  # the first layer to wrap holds upstream's
-        if wrapped(owner, name, layer):
-            return upstream(owner, name, layer)
-    return getattr(owner, name)
+    return original_of(PATCHES, target)
 
 
 def install(layer: str, replacements: Mapping[str, Callable[..., Any]]) -> list[str]:
-    """Install ``layer``'s entries of :data:`PATCHES`, each by ``replacements[target]`` (once per
-    layer); a signature that differs from the recorded one is logged (the version check decides
-    whether the server starts). Returns the targets installed now.
+    """Install ``layer``'s entries of :data:`PATCHES` and nothing unlisted
+    (:func:`~monailabel_xflow.serving.patching.install_listed`: a changed signature is logged, the
+    version check decides whether the server starts). Returns the targets installed now.
 
     Raises:
         KeyError: ``replacements`` names a target that is not ``layer``'s in :data:`PATCHES`, or
             misses one (every replacement is listed here, and only those).
     """
-    patches = [p for p in PATCHES if p.layer == layer]
-    listed = {p.target for p in patches}
-    if set(replacements) != listed:
-        unlisted, missing = sorted(set(replacements) - listed), sorted(listed - set(replacements))
-        raise KeyError(f"{layer}: replacements not listed in PATCHES {unlisted}, listed but not given {missing}")
-    done = []
-    for patch in patches:
-        owner, name = resolve(patch.target)
-        found = signature_of(original(patch.target))
-        if found != patch.signature:
-            logger.warning("%s has changed: %s, wrapped for %s", patch.target, found, patch.signature)
-        static = isinstance(inspect.getattr_static(owner, name), staticmethod)
-        if wrap(owner, name, layer, replacements[patch.target], static=static):
-            done.append(patch.target)
-    return done
+    return install_listed(PATCHES, layer, replacements)
 
 
 def upstream_class(path: str) -> Any:

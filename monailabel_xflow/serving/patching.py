@@ -4,18 +4,33 @@ A *layer* (a name such as ``"guard"``) replaces ``owner.<name>`` (a module or cl
 :func:`resolve` finds it from a dotted path) with :func:`wrap`, keeping what it replaced under a
 marker of its own (``_xflow_<layer>_upstream_<name>``): the replacement reaches it with
 :func:`upstream`, one layer never hides another's, and wrapping twice is a no-op. Which functions
-may be replaced, and why, is the adapter's business (the MONAI Label app lists them in
-:mod:`monailabel_xflow.app.wraps`); :func:`signature_of` renders a signature to pin, and
-:func:`in_range` checks a framework's version against the range its replacements were checked on.
+may be replaced, and why, is the adapter's business (a list of :class:`Patch`; the MONAI Label app's
+is :mod:`monailabel_xflow.app.wraps`): :func:`install_listed` installs a layer's listed patches and
+nothing else, :func:`original_of` finds the framework's own function under every layer,
+:func:`signature_of` renders a signature to pin, and :func:`in_range` checks a framework's version
+against the range its replacements were checked on.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+logger = logging.getLogger(__name__)
+
+
+class Patch(NamedTuple):
+    """One framework function replaced at run time: ``target`` (dotted path), the ``layer`` that
+    replaces it, the framework's ``signature`` (:func:`signature_of`) and ``why``."""
+
+    target: str
+    layer: str
+    signature: str
+    why: str
 
 
 def in_range(version: str, supported: tuple[str, str]) -> bool:
@@ -104,3 +119,39 @@ def upstream(owner: Any, name: str, layer: str) -> Callable[..., Any]:
 def wrapped(owner: Any, name: str, layer: str) -> bool:
     """Whether ``layer`` has wrapped ``owner.<name>``."""
     return _marker(name, layer) in vars(owner)
+
+
+def original_of(patches: Sequence[Patch], target: str) -> Any:
+    """What the framework itself defines at ``target``, even after the layers of ``patches`` have
+    wrapped it (the first layer to wrap holds the framework's)."""
+    owner, name = resolve(target)
+    for layer in dict.fromkeys(p.layer for p in patches):
+        if wrapped(owner, name, layer):
+            return upstream(owner, name, layer)
+    return getattr(owner, name)
+
+
+def install_listed(patches: Sequence[Patch], layer: str, replacements: Mapping[str, Callable[..., Any]]) -> list[str]:
+    """Install ``layer``'s entries of ``patches``, each by ``replacements[target]`` (once per
+    layer); a signature that differs from the recorded one is logged. Returns the targets
+    installed now.
+
+    Raises:
+        KeyError: ``replacements`` names a target that is not ``layer``'s in ``patches``, or misses
+            one (every replacement is listed, and only those).
+    """
+    mine = [p for p in patches if p.layer == layer]
+    listed = {p.target for p in mine}
+    if set(replacements) != listed:
+        unlisted, missing = sorted(set(replacements) - listed), sorted(listed - set(replacements))
+        raise KeyError(f"{layer}: replacements not listed in PATCHES {unlisted}, listed but not given {missing}")
+    done = []
+    for patch in mine:
+        owner, name = resolve(patch.target)
+        found = signature_of(original_of(patches, patch.target))
+        if found != patch.signature:
+            logger.warning("%s has changed: %s, wrapped for %s", patch.target, found, patch.signature)
+        static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+        if wrap(owner, name, layer, replacements[patch.target], static=static):
+            done.append(patch.target)
+    return done
