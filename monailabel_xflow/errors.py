@@ -101,6 +101,10 @@ class ImageNotFoundError(NotFoundError):
     """An image id the datastore does not hold (or a file that is gone)."""
 
 
+class SessionNotFoundError(NotFoundError):
+    """A session id the server does not hold (never created, removed, or expired)."""
+
+
 class UploadError(BadRequestError):
     """An uploaded file whose name or content is not accepted
     (:func:`monailabel_xflow.transforms.uploads.store_upload`)."""

@@ -34,7 +34,7 @@ from monailabel_xflow.app import server_defaults
 from monailabel_xflow.app.errors import ImageNotFoundError, http_errors
 from monailabel_xflow.app.scoring import background_task
 from monailabel_xflow.app.wraps import upstream_class
-from monailabel_xflow.data.pacs import PACS, label_findings
+from monailabel_xflow.data.pacs import PACS, label_findings, radiograph_file, seg_label_info
 from monailabel_xflow.data.seg import LABEL_CONTENT_LABEL, PREANNOTATION_CONTENT_LABEL, read_seg
 from monailabel_xflow.errors import ConflictError, NotAllowedError
 from monailabel_xflow.files import atomic_write_json, remove_temps, set_aside_damaged, staged_copy, unlink_inside
@@ -415,11 +415,7 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
 
     def _series_file(self, image_id: str) -> Path:
         self.get_image_uri(image_id)  # downloads the series into the cache if needed
-        folder = Path(self._datastore.image_path()) / image_id
-        files = sorted(folder.glob("*.dcm")) or sorted(p for p in folder.iterdir() if p.is_file())
-        if len(files) != 1:
-            raise ImageNotFoundError(f"series {image_id!r} holds {len(files)} instances; a radiograph has one")
-        return files[0]
+        return radiograph_file(Path(self._datastore.image_path()) / image_id, image_id)
 
     def save_label(
         self, image_id: str, label_filename: str, label_tag: str, label_info: dict[str, Any], label_id: str = ""
@@ -442,17 +438,7 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
         from monailabel.interfaces.datastore import DefaultLabelTag
 
         series_uid = self.store_seg(image_id, label, content_label=LABEL_CONTENT_LABEL)
-        info = self.get_image_info(image_id)
-        label_info = dict(label_info or {})
-        label_info.update(
-            {
-                "SeriesInstanceUID": series_uid,
-                "Modality": "SEG",
-                "PatientID": info.get("PatientID"),
-                "StudyInstanceUID": info.get("StudyInstanceUID"),
-                "findings": label_findings(label),
-            }
-        )
+        label_info = {**(label_info or {}), **seg_label_info(series_uid, self.get_image_info(image_id), label)}
         logger.info("saved SEG %s for %s (%s)", series_uid, image_id, label_info["findings"])
         return self._store_label(image_id, label_filename, DefaultLabelTag.FINAL, label_info)
 

@@ -18,29 +18,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from monailabel_xflow.errors import (  # noqa: F401  (the request and model errors: re-exported for the app)
-    BadRequestError,
     ImageNotFoundError,
-    InputError,
     ModelsNotConfiguredError,
     ModelUnavailableError,
-    NotFoundError,
     RequestError,
     RequestTooLargeError,
-    TooLargeError,
-    UnavailableError,
+    SessionNotFoundError,
     UnsafeIdError,
-    UploadError,
-    XFlowError,
-    http_status,
 )
 from monailabel_xflow.serving.errors import answer_detail, answer_status
 from monailabel_xflow.transforms.labels import LabelError  # noqa: F401  (a label file that does not fit: 422)
 
 logger = logging.getLogger(__name__)
-
-
-class SessionNotFoundError(NotFoundError):
-    """A session id the server does not hold (never created, removed, or expired)."""
 
 
 def status_of(exc: BaseException) -> int | None:

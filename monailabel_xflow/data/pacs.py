@@ -34,7 +34,7 @@ from monailabel_xflow.data.seg import (
     write_seg,
     xflow_answers,
 )
-from monailabel_xflow.errors import PACSUnavailableError
+from monailabel_xflow.errors import ImageNotFoundError, PACSUnavailableError
 from monailabel_xflow.vocabulary import FINDINGS, NO_FINDING
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,32 @@ def label_findings(label: np.ndarray) -> list[str]:
     """The findings an ``(H, W)`` label map of :mod:`~monailabel_xflow.vocabulary`'s values holds,
     ``[NO_FINDING]`` when none (the ``findings`` of a stored label's info)."""
     return [FINDINGS[v - 1] for v in np.unique(label) if v] or [NO_FINDING]
+
+
+def seg_label_info(series_uid: str, image_info: Mapping[str, Any], label: np.ndarray) -> dict[str, Any]:
+    """The info kept with a final label stored as the SEG ``series_uid`` of an image (whose DICOM
+    tags are ``image_info``): the SEG's series and modality, the image's patient and study, and the
+    findings the label map holds (:func:`label_findings`)."""
+    return {
+        "SeriesInstanceUID": series_uid,
+        "Modality": "SEG",
+        "PatientID": image_info.get("PatientID"),
+        "StudyInstanceUID": image_info.get("StudyInstanceUID"),
+        "findings": label_findings(label),
+    }
+
+
+def radiograph_file(folder: Path, series_uid: str) -> Path:
+    """The one instance file of a radiograph's series downloaded into ``folder`` (``*.dcm``, else
+    any file).
+
+    Raises:
+        ImageNotFoundError: the folder holds none or more than one (a radiograph has one).
+    """
+    files = sorted(folder.glob("*.dcm")) or sorted(p for p in folder.iterdir() if p.is_file())
+    if len(files) != 1:
+        raise ImageNotFoundError(f"series {series_uid!r} holds {len(files)} instances; a radiograph has one")
+    return files[0]
 
 
 class PACS:
