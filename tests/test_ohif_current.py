@@ -478,7 +478,7 @@ def test_a_malformed_seg_is_skipped_with_its_reason_and_the_others_still_train(p
 
     store = a_datastore(pacs, "cache-malformed")
     assert store.label_series()[pacs.series["dx"]] == str(broken.SeriesInstanceUID)  # the newest, at first
-    with caplog.at_level(logging.WARNING, logger="monailabel_xflow.app.datastore"):
+    with caplog.at_level(logging.WARNING, logger="monailabel_xflow.data.pacs"):
         pairs = {os.path.basename(p["image"]).removesuffix(".nii.gz"): p["label"] for p in store.datalist()}
     reason = store.unreadable_labels[str(broken.SeriesInstanceUID)]
     assert "Segment Identification" in reason
