@@ -90,3 +90,81 @@ def weights_tag(name_or_path: str | Path) -> str:
         weights = files[0] if files else path
     stat = weights.stat()
     return f"{path.resolve()}@{stat.st_size}:{stat.st_mtime_ns}"
+
+
+FINGERPRINT_FULL_BYTES = 1 << 22
+"""Tensors up to 4 MiB are hashed whole by :func:`weights_fingerprint`; larger ones by a strided
+sample of about this many bytes plus their shape and dtype."""
+
+_fingerprints: dict[int, tuple[object, str]] = {}
+
+
+def weights_fingerprint(module: torch.nn.Module) -> str:
+    """A 32-hex-digit fingerprint of a module's loaded weights (parameters and buffers).
+
+    Every tensor's name, shape and dtype enter it; tensors up to :data:`FINGERPRINT_FULL_BYTES`
+    are hashed whole (LoRA adapters, F_seg's fine-tuned decoder layers), larger ones by a strided
+    sample of that size (a trained copy of a large tensor differs all over, so the sample sees it).
+    Hashing stays well under a second for a full-size SAM3 on CPU. Computed once per module
+    object (while it lives); weights changed in place afterwards are not seen.
+    """
+    import hashlib
+    import weakref
+
+    import torch
+
+    remembered = _fingerprints.get(id(module))
+    if remembered is not None and remembered[0]() is module:  # type: ignore[operator]
+        return remembered[1]
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, tensor in sorted(module.state_dict(keep_vars=False).items()):
+            flat = tensor.detach().reshape(-1)
+            digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
+            if flat.numel() == 0:
+                continue
+            raw = flat.contiguous().view(torch.uint8)
+            if raw.numel() > FINGERPRINT_FULL_BYTES:
+                words = raw[: raw.numel() // 4 * 4].view(torch.int32)
+                step = max(1, words.numel() // (FINGERPRINT_FULL_BYTES // 4))
+                raw = words[::step].contiguous().view(torch.uint8)
+            digest.update(raw.cpu().numpy().tobytes())
+    value = digest.hexdigest()[:32]
+    _fingerprints[id(module)] = (weakref.ref(module), value)
+    return value
+
+
+ENCODE_PRECISIONS = ("auto", "float32", "bfloat16")
+"""How F_seg's image encoder runs (``encode_precision``): ``float32``; ``bfloat16`` (autocast:
+weights stay float32, matrix products in bfloat16); ``auto``: bfloat16 on a CPU with bfloat16
+matrix units (AMX or AVX512-BF16, :func:`cpu_has_bf16`), float32 elsewhere (a CUDA model already
+runs in bfloat16)."""
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 matrix instructions (``amx_bf16`` or ``avx512_bf16`` in
+    ``/proc/cpuinfo``); False where that cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"amx_bf16", "avx512_bf16"})
+    except OSError:
+        return False
+    return False
+
+
+def resolve_encode_precision(value: str | None, device: torch.device) -> str:
+    """``float32`` or ``bfloat16``: what ``encode_precision`` (:data:`ENCODE_PRECISIONS`, None =
+    ``auto``) means on ``device``.
+
+    Raises:
+        ValueError: a value not in :data:`ENCODE_PRECISIONS`.
+    """
+    choice = "auto" if value in (None, "") else str(value).strip().lower()
+    if choice not in ENCODE_PRECISIONS:
+        raise ValueError(f"encode_precision must be one of {', '.join(ENCODE_PRECISIONS)}, got {value!r}")
+    if choice != "auto":
+        return choice
+    return "bfloat16" if device.type == "cpu" and cpu_has_bf16() else "float32"
