@@ -87,7 +87,7 @@ def demo_agreement(images: list[Path], device: str) -> dict[str, tuple[float, fl
             seg.set_image(image)
             masks[v] = seg.predict(boxes).masks
         for v in ious:
-            ious[v] += [iou(a, b) for a, b in zip(masks["float32"], masks[v]) if a.any() or b.any()]
+            ious[v] += [iou(a, b) for a, b in zip(masks["float32"], masks[v], strict=True) if a.any() or b.any()]
     return {v: (min(x) if x else 1.0, float(np.mean(x)) if x else 1.0, len(x)) for v, x in ious.items()}
 
 
@@ -111,7 +111,7 @@ def sam_full(size: str, device: str, image: np.ndarray) -> dict[str, tuple[float
         if ref_emb is None:
             ref_emb, ref_masks = emb, masks
         err = float((emb - ref_emb).norm() / ref_emb.norm().clamp_min(1e-12))
-        out[v] = (seconds, err, float(np.mean([iou(a, b) for a, b in zip(ref_masks, masks)])))
+        out[v] = (seconds, err, float(np.mean([iou(a, b) for a, b in zip(ref_masks, masks, strict=True)])))
         del seg
         if v == "int8":
             torch.cuda.empty_cache() if device.startswith("cuda") else None

@@ -158,7 +158,6 @@ class Sam3Segmenter:
         Raises:
             SegmenterInputError: see :func:`~.base.check_model_image`.
         """
-        import torch
 
         checked = check_model_image(image)  # validate first: bad input fails before anything is cached
         key = f"{self.cache_tag}:{image_key(checked)}"

@@ -344,7 +344,7 @@ class XFlow:
         if traces is None:
             return None
         results = []
-        for instr, trace in zip(instrs, traces):
+        for instr, trace in zip(instrs, traces, strict=True):
             trace.settings["max_clicks"] = budget
             mask = trace.final_mask()
             results.append(
@@ -372,7 +372,7 @@ class XFlow:
             return
         batch = mode == "batch"
         traces = []
-        for k, (instr, text) in enumerate(zip(instrs, texts)):
+        for k, (instr, text) in enumerate(zip(instrs, texts, strict=True)):
             start = time.perf_counter()
             info = {"index": k, "size": len(instrs)} if batch else None
             traces.append(self._complete(image, instr, text, dict(shared), start, budget, False, None, info).trace)
