@@ -4,7 +4,9 @@ MONAI Label loads an app from a folder's ``main.py`` and writes into that folder
 in the package and the folder is a workspace whose ``main.py`` only imports :class:`XFlowApp`
 (written by :mod:`monailabel_xflow.commands.serve`). ``--conf`` keys: ``models_file`` (``models``
 is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspace>/model``),
-``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option).
+``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option),
+``store_mb`` / ``store_dir`` (the workspace store, :func:`~monailabel_xflow.segmenter.store.configure_from_conf`),
+``encode_precision`` (over the models file's), ``prefetch`` (``false``: no work ahead of Next Sample).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ class XFlowApp(MONAILabelApp):
         from monailabel_xflow.app.configs import RosaliaConfig, XFlowConfig
         from monailabel_xflow.app.guard import install as install_guard
         from monailabel_xflow.app.slicer import install as install_slicer_samples
+        from monailabel_xflow.segmenter.store import configure_from_conf
 
         conf = app_conf(conf)
+        configure_from_conf(app_dir, conf)  # the workspace store: before any model runs (scoring subprocess too)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
         self.xflow = XFlowConfig()
         self.xflow.init("xflow", model_dir, conf, None)

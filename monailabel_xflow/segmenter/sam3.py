@@ -42,10 +42,10 @@ from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
 from monailabel_xflow.segmenter.store import ResultStore, default_store, digest, pack, unpack
 from monailabel_xflow.weights import (
     CHECKPOINT_SUFFIXES,
+    check_encode_precision,
     choose_device,
     choose_dtype,
     looks_like_local_path,
-    resolve_encode_precision,
     weights_fingerprint,
 )
 
@@ -94,7 +94,7 @@ class Sam3Segmenter:
     ) -> None:
         self.device = choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
-        self.encode_precision = resolve_encode_precision(encode_precision, self.device)
+        self.encode_precision = check_encode_precision(encode_precision)
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.cache = cache if cache is not None else default_cache()
         self.store = store

@@ -337,3 +337,25 @@ def configure_store(root: str | os.PathLike[str] | None, max_mb: int = DEFAULT_S
 def default_store() -> ResultStore | None:
     """The process's store (None until :func:`configure_store`, e.g. outside the app)."""
     return _default
+
+
+STORE_DIR = "store"
+"""The store's folder in the app's workspace (``--conf store_dir`` moves it)."""
+
+MAX_STORE_MB = 1 << 22  # 4 TiB: a bound on the bound
+
+
+def configure_from_conf(workspace: str | os.PathLike[str], conf: Mapping[str, Any]) -> ResultStore | None:
+    """The app's store from its ``--conf``: ``store_mb`` (default :data:`DEFAULT_STORE_MB`; 0 = off)
+    and ``store_dir`` (default ``<workspace>/store``).
+
+    Raises:
+        RequestError: ``store_mb`` not an integer in ``0..4194304``.
+    """
+    from monailabel_xflow.parameters import as_int
+
+    max_mb = as_int(conf.get("store_mb"), "store_mb", 0, MAX_STORE_MB, DEFAULT_STORE_MB)
+    root = str(conf.get("store_dir") or os.path.join(os.fspath(workspace), STORE_DIR))
+    store = configure_store(root, max_mb)
+    logger.info("workspace store: %s", f"{root} (at most {max_mb} MB)" if store else "off (store_mb 0)")
+    return store

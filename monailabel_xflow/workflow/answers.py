@@ -122,3 +122,15 @@ class AnswerKeys:
 
     def has(self) -> bool:
         return self.store.has(self.namespace, KIND, self.key)
+
+
+def wipe_replaced(old: Any, new: Any, store: ResultStore | None = None) -> int:
+    """Wipe the store's namespace of the segmenter ``old`` when ``new`` (a promoted, trained one)
+    has other weights; returns the bytes freed (0 without a store or a fingerprint)."""
+    store = store if store is not None else default_store()
+    if store is None or not getattr(old, "persist", False):
+        return 0
+    before, after = fingerprint_of(old), fingerprint_of(new)
+    if before is None or before == after:
+        return 0
+    return store.wipe(before)

@@ -28,7 +28,7 @@ Example ``models.yaml``::
     segmenter: ./sam3-cxr                   # Sam3TrackerModel folder, or an official sam3.pt
     device: cpu                             # "cuda", "cuda:1", "cpu"; default: cuda if available
     dtype: bfloat16                         # policy dtype: float32, bfloat16, float16; default per device
-    encode_precision: auto                  # F_seg's image encoder: auto (default), float32, bfloat16
+    encode_precision: float32               # F_seg's image encoder: float32 (default) or bfloat16
     rosalia: ./rosalia                      # optional: the ROSALIA baseline (the app's `rosalia` task)
 
 A value that names an existing path (absolute, relative to the config file, or relative to the
@@ -120,9 +120,9 @@ class ModelConfig:
         dtype: dtype of the policy model, ``"float32"``, ``"bfloat16"`` or ``"float16"``; None
             lets the loader choose (float32 on CPU, bfloat16 on CUDA). The segmenter always
             picks its own.
-        encode_precision: F_seg's image encoder arithmetic (``weights.ENCODE_PRECISIONS``); None
-            is ``auto``: bfloat16 autocast on a CPU with bfloat16 units (2.2x faster at full size,
-            masks agreeing with float32's, ``benchmarks/bench_encode.py``), float32 elsewhere.
+        encode_precision: F_seg's image encoder arithmetic (``weights.ENCODE_PRECISIONS``; None:
+            float32). ``bfloat16`` (autocast) is faster on CPUs with bfloat16 units but its masks
+            drift from float32's (``benchmarks/bench_encode.py``), so it is asked for, not assumed.
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         max_new_tokens: cap on the tokens a policy generates per call (per Stage 2 turn);
             None keeps the policy's default.
@@ -477,7 +477,7 @@ def load_models(config: ModelConfig) -> LoadedModels:
         str(paths["segmenter"]),
         backend=config.segmenter_backend,
         device=config.device,
-        encode_precision=config.encode_precision or "auto",
+        encode_precision=config.encode_precision,
     )
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 

@@ -71,7 +71,7 @@ from monailabel_xflow.policy.base import MAX_CLICKS, RevisionPolicy, Stage1Polic
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
-from monailabel_xflow.workflow.answers import AnswerKeys
+from monailabel_xflow.workflow.answers import AnswerKeys, wipe_replaced
 from monailabel_xflow.workflow.revision import finite_or_none, revise_mask
 from monailabel_xflow.workflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
 
@@ -190,9 +190,13 @@ class XFlow:
         return cls(loaded.stage1, loaded.reviser, loaded.segmenter, max_clicks=cfg.max_clicks, models=loaded.identities)
 
     def replace_segmenter(self, segmenter: PromptableSegmenter) -> None:
-        """Use another F_seg from the next run on (e.g. a fine-tuned one); waits for a run in progress."""
+        """Use another F_seg from the next run on (e.g. a fine-tuned one); waits for a run in progress.
+
+        The workspace store's entries of the replaced weights (embeddings and answers) are wiped
+        (:func:`~.answers.wipe_replaced`)."""
         with self._lock:
-            self.segmenter = segmenter
+            old, self.segmenter = self.segmenter, segmenter
+            wipe_replaced(old, segmenter)
 
     # --- public API -----------------------------------------------------------------------
 
@@ -319,6 +323,21 @@ class XFlow:
         """Compute (or fetch) the image's embedding without waiting for a run in progress (a fork
         of the segmenter, as :meth:`revise` uses): afterwards a click on the image needs no encode."""
         self.segmenter.fork().set_image(check_image(image))
+
+    def prepare(self, image: np.ndarray, *, instructions: Sequence[Instruction] | None = None) -> bool:
+        """Make 3D Slicer's Next Sample auto-run on ``image`` instant: the embedding and the
+        Stage 1 only answers to ``instructions`` (default all findings, as the auto-run asks) are
+        computed unless the workspace store holds them. Without a store only the encode is done
+        (an answer kept nowhere would be wasted work). Returns whether the answers are stored."""
+        image = check_image(image)
+        instrs = list(instructions) if instructions is not None else all_findings()
+        self.encode(image)
+        keys = self._keys(image, instrs, "batch", False, self.max_clicks)
+        if keys is None:
+            return False
+        if not keys.has():
+            self.run_all(image, revise=False, instructions=instrs)
+        return keys.has()
 
     # --- the workspace store ----------------------------------------------------------------
 
