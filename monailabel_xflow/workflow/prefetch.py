@@ -59,16 +59,15 @@ class Prefetcher:
         self._closed = False
 
     def submit(self, name: str, steps: Sequence[Callable[[], object]]) -> Job:
-        """Queue a job, cancelling the one waiting and the one running (unless it is for the same
-        ``name``: then the running one goes on and the new one is dropped as a duplicate)."""
+        """Queue a job, cancelling the one waiting and the one running; a job for the same ``name``
+        already waiting or running is returned instead (no second job for the same image)."""
         job = Job(name, list(steps))
         with self._lock:
             if self._closed:
                 raise RuntimeError("the prefetcher is closed")
-            if self._running is not None and self._running.name == name and not self._running.cancelled.is_set():
-                job.cancelled.set()
-                job.done.set()
-                return self._running
+            for current in (self._pending, self._running):
+                if current is not None and current.name == name and not current.cancelled.is_set():
+                    return current  # the same image again: the job already queued or running goes on
             if self._pending is not None:
                 self._pending.cancelled.set()
                 self._pending.done.set()
