@@ -80,9 +80,9 @@ def timed(fn, *args, **kwargs):
 
 def server_phase(root: Path, device: str) -> dict:
     """Phase 2 and 3, in a fresh process."""
+    from monailabel_xflow.app.layout import load_image
     from monailabel_xflow.geometry import Click
     from monailabel_xflow.segmenter.cache import default_cache
-    from monailabel_xflow.app.layout import load_image
     from monailabel_xflow.segmenter.store import configure_store
 
     flow = build_flow(root, device)
