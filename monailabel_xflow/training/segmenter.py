@@ -288,7 +288,7 @@ def finetune_segmenter(
     torch.manual_seed(cfg.seed)
 
     model = load_tracker_model(model_path)
-    prep = Sam3Segmenter(model, device=accelerator.device, dtype=torch.float32, cache_tag="train")
+    prep = Sam3Segmenter(model, device=accelerator.device, dtype=torch.float32, cache_tag="train", persist=False)
     model.train()
     optimizer = torch.optim.AdamW(param_groups(model, cfg))
     model, optimizer = accelerator.prepare(model, optimizer)
