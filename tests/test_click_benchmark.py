@@ -135,8 +135,11 @@ def test_anchor_masks_follow_their_seeds():
         assert not cb.anchor_mask(method, img, mask_to_box(obj), []).any()  # nothing to grow from
         with_box = cb.anchor_mask(method, img, (0.1, 0.1, 0.9, 0.9), [centre])
         assert mask_iou(with_box, obj) > 0.9
-        no_box = cb.anchor_mask(method, img, None, [centre])
-        assert mask_iou(no_box, obj) > 0.9
+        no_box = cb.anchor_mask(method, img, None, [centre])  # inside a 24 px zoom window
+        assert no_box.any() and (no_box & obj).sum() >= 0.9 * no_box.sum()
+        assert not no_box[:, :30].any() and not no_box[:, 70:].any()
+        wider = cb.anchor_mask(method, img, None, [centre], previous=obj)  # the window follows the mask
+        assert mask_iou(wider, obj) > 0.9
         # a negative click carves: the pixel under it is background
         carved = cb.anchor_mask(method, img, (0.1, 0.1, 0.9, 0.9), [centre, Click(False, 40.5 / 96, 48.5 / 96)])
         assert not carved[48, 40]
@@ -207,6 +210,10 @@ def test_run_resumes_and_guards_its_folder(tmp_path, monkeypatch):
     assert again["rows"].keys() == summary["rows"].keys()
     assert again["rows"]["watershed|box"]["figures"]["iou@2"] == summary["rows"]["watershed|box"]["figures"]["iou@2"]
 
+    # fewer phantoms of the same set: nothing recomputed, only the first phantom summarised
+    fewer = cb.run_click_benchmark(out, None, **{**kwargs, "phantoms": 1})
+    assert len(calls) == 1 and fewer["phantoms"] == 1 and fewer["components"] < n
+
     with pytest.raises(cb.ClickBenchmarkError, match="max_clicks"):
         cb.run_click_benchmark(out, None, **{**kwargs, "max_clicks": 3})
     with pytest.raises(cb.ClickBenchmarkError, match="seed"):
@@ -268,3 +275,19 @@ def test_tiny_sam3_end_to_end_through_the_cli(tmp_path, tiny_sam3, capsys):
     rc = main(["benchmark", "clicks", "--out", str(out), "--phantoms", "1", "--size", "128", "--max-clicks", "2",
                "--methods", "fseg", "--no-progress"])  # fmt: skip
     assert rc == 2 and "segmenter" in capsys.readouterr().err
+
+
+def test_zoom_window_expands_around_clicks_and_mask():
+    from monailabel_xflow.geometry import Click
+
+    shape = (200, 200)
+    assert not cb.zoom_window(shape, [Click(False, 0.5, 0.5)]).any()  # no positive click, no mask
+    w = cb.zoom_window(shape, [Click(True, 0.5025, 0.5025)])  # one click: a quarter of the side
+    rows, cols = np.flatnonzero(w.any(1)), np.flatnonzero(w.any(0))
+    assert 50 <= len(rows) <= 53 and 50 <= len(cols) <= 53 and w[100, 100]
+    mask = np.zeros(shape, bool)
+    mask[20:120, 60:80] = True  # 100 rows tall: 140 rows of window
+    w = cb.zoom_window(shape, [Click(True, 0.35, 0.35)], mask)
+    rows = np.flatnonzero(w.any(1))
+    assert rows[0] == 1 and 138 <= rows[-1] <= 141 and w[mask].all()
+    assert not w[0].any() and not w[:, 0].any()  # the border stays background

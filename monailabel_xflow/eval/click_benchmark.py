@@ -22,9 +22,10 @@ Every lesion component of a set of phantoms is segmented by a simulated user who
 Two prompts: ``box`` (the component's true, tight box at ``k = 0``, then clicks) and ``clicks``
 (no box: ``k = 0`` is the empty mask; the first click, always positive, makes the box the point
 it lies on, which later positive clicks grow, the click tool's rule for a person's clicks without
-a box, :meth:`XFlow.revise <monailabel_xflow.workflow.xflow.XFlow.revise>`; the anchors take the
-image border as background instead of the outside of a box). A seeded algorithm has nothing to
-grow from before its first positive click: its ``k = 0`` answer is the empty mask under either
+a box, :meth:`XFlow.revise <monailabel_xflow.workflow.xflow.XFlow.revise>`; the anchors take
+everything outside RITM's zoom-in window, around the clicks and their current mask, expanded
+1.4x, as background, :func:`zoom_window`). A seeded algorithm has nothing to grow from before
+its first positive click: its ``k = 0`` answer is the empty mask under either
 prompt (so the user's first click on it is the positive one at the component's deepest pixel).
 
 Figures (:func:`summarise`), each with a bootstrap 95 % interval over phantoms
@@ -38,8 +39,9 @@ share of the image). A user who has no admissible click left stops; the IoU stay
 **Protocol**: choices are made on the dev seed (:data:`DEV_SEED`); the test seed
 (:data:`TEST_SEED`, drawn once with ``secrets.randbelow(10**6)`` when this module was written and
 never used for a choice) is scored once, for the report. ``OUT/manifest.json`` records the split,
-seed, phantom count and size, ``K``, the user's settings, the methods and a content hash of F_seg's
-weights; a rerun into an ``OUT`` made otherwise is refused. ``OUT/results.jsonl`` holds one line per
+seed, phantom size, ``K``, the user's settings, the methods and a content hash of F_seg's weights;
+a rerun into an ``OUT`` made otherwise is refused (a rerun may ask for more or fewer phantoms: the
+set's first ``n`` are the same whatever ``n``). ``OUT/results.jsonl`` holds one line per
 (component, method, prompt), appended as soon as it is computed: an interrupted run continues where
 it stopped and never redoes a finished line.
 
@@ -321,6 +323,41 @@ mean IoU@4: scikit-image's default 130 -> 0.46, 2000 -> 0.61, 5000 -> 0.65, 1000
 20000 -> 0.57): phantom lesions differ from lung by little contrast."""
 
 
+ZOOM_EXPAND = 1.4
+"""RITM's Zoom-In expansion of the window around the clicks and the current mask."""
+
+
+def zoom_window(shape: Sequence[int], clicks: Sequence[Click], previous: np.ndarray | None = None) -> np.ndarray:
+    """The window an anchor segments in without a box: RITM's Zoom-In (Sofiiuk et al. 2022).
+
+    The bounding box of the positive clicks and the current mask, expanded by :data:`ZOOM_EXPAND`
+    about its centre, at least a quarter of the image's shorter side, clipped to the image, one
+    pixel in from the border (everything outside is background).
+
+    Returns:
+        ``(H, W)`` bool window.
+    """
+    from monailabel_xflow.geometry import point_to_pixel
+
+    h, w = int(shape[0]), int(shape[1])
+    pts = [point_to_pixel(c.x, c.y, (h, w)) for c in clicks if c.positive]
+    if previous is not None and np.asarray(previous).any():
+        rows, cols = np.flatnonzero(np.asarray(previous).any(1)), np.flatnonzero(np.asarray(previous).any(0))
+        pts += [(int(rows[0]), int(cols[0])), (int(rows[-1]), int(cols[-1]))]
+    window = np.zeros((h, w), bool)
+    if not pts:
+        return window
+    rs, cs = [p[0] for p in pts], [p[1] for p in pts]
+    least = min(h, w) / 4
+    half_r = max((max(rs) - min(rs) + 1) * ZOOM_EXPAND, least) / 2
+    half_c = max((max(cs) - min(cs) + 1) * ZOOM_EXPAND, least) / 2
+    cr, cc = (max(rs) + min(rs)) / 2, (max(cs) + min(cs)) / 2
+    r0, r1 = max(1, int(cr - half_r)), min(h - 1, int(np.ceil(cr + half_r)) + 1)
+    c0, c1 = max(1, int(cc - half_c)), min(w - 1, int(np.ceil(cc + half_c)) + 1)
+    window[r0:r1, c0:c1] = True
+    return window
+
+
 def anchor_mask(
     method: str,
     image: np.ndarray,
@@ -328,16 +365,19 @@ def anchor_mask(
     clicks: Sequence[Click],
     radius: int | None = None,
     beta: float = RANDOM_WALKER_BETA,
+    previous: np.ndarray | None = None,
 ) -> np.ndarray:
     """One classical interactive segmentation from click seeds (see the module docstring).
 
     Args:
         method: ``"random-walker"`` or ``"watershed"``.
         image: ``(H, W)`` float in ``[0, 1]``.
-        box: the normalised box (its outside is background), or None (the image border is).
+        box: the normalised box (its outside is background), or None (outside the
+            :func:`zoom_window` of the clicks and ``previous`` is).
         clicks: the clicks so far; positive ones seed the foreground, negative ones the background.
         radius: seed disk radius in pixels (default: 1 % of the shorter side, at least 1).
         beta: the random walker's edge penalty.
+        previous: the anchor's current mask (widens the zoom window without a box).
 
     Returns:
         ``(H, W)`` bool mask; empty when no positive click seeds the foreground.
@@ -356,15 +396,13 @@ def anchor_mask(
     h, w = image.shape
     radius = radius if radius is not None else max(1, round(min(h, w) / 100))
     pos, neg = _seed_disks((h, w), clicks, radius)
-    if box is not None:
-        inside = box_to_mask(box, (h, w))
-        inside |= pos  # a positive click is never background
-    else:
-        inside = np.ones((h, w), bool)
-        inside[1:-1, 1:-1] = False
-        inside = ~inside  # the one-pixel border is background
     if not pos.any():
         return np.zeros((h, w), bool)
+    if box is not None:
+        inside = box_to_mask(box, (h, w))
+    else:
+        inside = zoom_window((h, w), clicks, previous)
+    inside |= pos  # a positive click is never background
     markers = np.zeros((h, w), np.int32)
     markers[~inside | neg] = 2
     markers[pos] = 1  # positive wins where disks overlap
@@ -389,7 +427,7 @@ def anchor_curve(method: str, image: np.ndarray, gt: np.ndarray, prompt: str, cl
 
     The box grows as in Stage 2 (a positive click outside it); with ``prompt == "clicks"`` the
     first click makes the box the point it lies on, as for F_seg, but the anchor's background is
-    the image border (a point box would leave no unknown pixel).
+    the outside of its :func:`zoom_window` (a point box would leave no unknown pixel).
 
     Returns:
         ``{"ious": [K + 1 floats], "clicks": [[positive, x, y], ...]}``.
@@ -408,7 +446,7 @@ def anchor_curve(method: str, image: np.ndarray, gt: np.ndarray, prompt: str, cl
         clicks.append(click)
         if box is not None:
             box = grow_box(box, click)
-        mask = anchor_mask(method, image, box, clicks)
+        mask = anchor_mask(method, image, box, clicks, previous=mask)
         ious.append(mask_iou(mask, gt))
         if ious[-1] >= 1.0:
             break
@@ -443,12 +481,18 @@ def segmenter_identity(path: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
+UNGUARDED = ("created", "phantoms")
+"""Manifest fields a rerun may change: the set's first ``n`` phantoms are the same whatever ``n``,
+so a rerun may score more of them (or summarise fewer) in the same ``OUT``."""
+
+
 def check_manifest(out: Path, wanted: Mapping[str, Any]) -> dict[str, Any]:
     """Refuse an ``out`` made for another benchmark; return the manifest to write.
 
-    An ``out`` whose manifest differs in any recorded field (split, seed, phantoms, size, K, the
-    user's settings, methods, prompts, F_seg's identity) is refused: its lines were scored on other
-    components or by another model. An ``out`` holding results but no manifest is refused too.
+    An ``out`` whose manifest differs in any recorded field but :data:`UNGUARDED` (split, seed,
+    size, K, the user's settings, methods, prompts, the anchors' settings, F_seg's identity) is
+    refused: its lines were scored on other components or by another model. An ``out`` holding
+    results but no manifest is refused too.
 
     Raises:
         ClickBenchmarkError: naming the fields that differ.
@@ -462,7 +506,7 @@ def check_manifest(out: Path, wanted: Mapping[str, Any]) -> dict[str, Any]:
         have = json.loads(path.read_text())
     except ValueError as err:
         raise ClickBenchmarkError(f"{path} is not readable JSON: {err}") from err
-    differ = sorted(k for k in wanted if k != "created" and have.get(k) != wanted[k])
+    differ = sorted(k for k in wanted if k not in UNGUARDED and have.get(k) != wanted[k])
     if differ:
         detail = ", ".join(f"{k}: {have.get(k)!r} there, {wanted[k]!r} now" for k in differ)
         raise ClickBenchmarkError(f"{out} was made for another click benchmark ({detail}); use another --out")
@@ -575,7 +619,11 @@ def run_click_benchmark(
             "methods": list(methods),
             "prompts": list(prompts),
             "prune": bool(prune),
-            "anchors": {"random_walker_beta": RANDOM_WALKER_BETA, "seed_radius": "1 % of the shorter side"},
+            "anchors": {
+                "random_walker_beta": RANDOM_WALKER_BETA,
+                "seed_radius": "1 % of the shorter side",
+                "clicks_only_window": f"zoom-in x{ZOOM_EXPAND}, at least 1/4 of the shorter side",
+            },
             "segmenter": None if identity is None else {"weights": str(segmenter), "identity": identity},
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
@@ -633,7 +681,7 @@ def run_click_benchmark(
                 len(todo) // max(1, len(components)),
                 time.perf_counter() - start,
             )
-    keys = {(c, m, p) for (c, m, p) in done if m in methods and p in prompts}
+    keys = {(c, m, p) for (c, m, p) in done if m in methods and p in prompts and done[(c, m, p)]["phantom"] < phantoms}
     records = [done[k] for k in sorted(keys)]
     summary = summarise(records, int(max_clicks))
     summary["protocol"] = {k: manifest[k] for k in ("split", "seed", "dev_seed", "test_seed", "phantoms", "size")}
