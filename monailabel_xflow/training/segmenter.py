@@ -459,14 +459,10 @@ def finetune_segmenter(
                 )
                 loss = loss + single_loss
                 if cfg.interactive_rounds > 0:
-                    session, _ = interactive_loss(
-                        model, embeddings, sample, rng, cfg, prep.input_size, target, clicker
-                    )
+                    session, _ = interactive_loss(model, embeddings, sample, rng, cfg, prep.input_size, target, clicker)
                     loss = loss + session
                 if cfg.revision_clicks > 0 and rng.random() < cfg.revision_prob:
-                    loss = loss + _revision_loss(
-                        model, embeddings, sample, rng, cfg, prep.input_size, target, clicker
-                    )
+                    loss = loss + _revision_loss(model, embeddings, sample, rng, cfg, prep.input_size, target, clicker)
                 accelerator.backward(loss)
                 running.append(float(loss.detach()))
                 if accelerator.sync_gradients:
