@@ -233,39 +233,3 @@ def test_interactive_rounds_feed_back_logits_and_supervise_every_round(tiny_sam3
     loss.backward()
     grads = [p.grad for n, p in model.named_parameters() if n.startswith("prompt_encoder.mask_embed.")]
     assert any(g is not None and g.abs().sum() > 0 for g in grads)  # the mask-input pathway learns
-
-
-def test_interactive_training_makes_clicks_count_on_held_out_phantoms(tmp_path):
-    """The committed demo F_seg (trained on box prompts) fine-tuned for the same steps on a
-    handful of phantoms, box prompts only vs SAM's interactive recipe (decoder only, so each
-    image is encoded once): on held-out phantoms' components the simulated user's clicks raise
-    the IoU with the interactive model more than with the box-only one."""
-    from monailabel_xflow.eval.click_benchmark import fseg_curve, make_clicker, phantom_components
-    from monailabel_xflow.segmenter.loading import load_segmenter
-    from monailabel_xflow.workflow.model_config import DEMO_DIR
-
-    train, held = [], []
-    for i in range(6):
-        image, components = phantom_components(5, i, 256)  # seed 5: never the demo's (0) nor dev/test
-        (held if i >= 4 else train).extend(SegSample(image, c.mask) for c in components)
-    assert train and held
-    clicker = make_clicker(3, 25.0)
-
-    def click_gain(weights) -> float:
-        seg = load_segmenter(str(weights), device="cpu")
-        gains = []
-        for s in held:
-            seg.set_image(s.image)
-            ious = fseg_curve(seg, s.mask, "box", clicker)["ious"]
-            gains.append(ious[-1] - ious[0])
-        return float(np.mean(gains))
-
-    common = dict(
-        effective_batch=1, max_steps=100, learning_rate=1e-3, focal_weight=1.0, points_per_prompt=0, freeze_encoder=True
-    )
-    box_only = SegmenterTrainConfig(**common)
-    interactive = SegmenterTrainConfig(**common, interactive_rounds=3)
-    finetune_segmenter(DEMO_DIR / "segmenter", train, tmp_path / "box", box_only, progress=False)
-    finetune_segmenter(DEMO_DIR / "segmenter", train, tmp_path / "inter", interactive, progress=False)
-    box_gain, inter_gain = click_gain(tmp_path / "box"), click_gain(tmp_path / "inter")
-    assert inter_gain > 0.02 and inter_gain > box_gain + 0.03, (box_gain, inter_gain)
