@@ -90,3 +90,79 @@ def weights_tag(name_or_path: str | Path) -> str:
         weights = files[0] if files else path
     stat = weights.stat()
     return f"{path.resolve()}@{stat.st_size}:{stat.st_mtime_ns}"
+
+
+FINGERPRINT_FULL_BYTES = 1 << 22
+"""Tensors up to 4 MiB are hashed whole by :func:`weights_fingerprint`; larger ones by a strided
+sample of about this many bytes plus their shape and dtype."""
+
+_fingerprints: dict[int, tuple[object, str]] = {}
+
+
+def weights_fingerprint(module: torch.nn.Module) -> str:
+    """A 32-hex-digit fingerprint of a module's loaded weights (parameters and buffers).
+
+    Every tensor's name, shape and dtype enter it; tensors up to :data:`FINGERPRINT_FULL_BYTES`
+    are hashed whole (LoRA adapters, F_seg's fine-tuned decoder layers), larger ones by a strided
+    sample of that size (a trained copy of a large tensor differs all over, so the sample sees it).
+    Hashing stays well under a second for a full-size SAM3 on CPU. Computed once per module
+    object (while it lives); weights changed in place afterwards are not seen.
+    """
+    import hashlib
+    import weakref
+
+    import torch
+
+    remembered = _fingerprints.get(id(module))
+    if remembered is not None and remembered[0]() is module:  # type: ignore[operator]
+        return remembered[1]
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, tensor in sorted(module.state_dict(keep_vars=False).items()):
+            flat = tensor.detach().reshape(-1)
+            digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
+            if flat.numel() == 0:
+                continue
+            raw = flat.contiguous().view(torch.uint8)
+            if raw.numel() > FINGERPRINT_FULL_BYTES:
+                words = raw[: raw.numel() // 4 * 4].view(torch.int32)
+                step = max(1, words.numel() // (FINGERPRINT_FULL_BYTES // 4))
+                raw = words[::step].contiguous().view(torch.uint8)
+            digest.update(raw.cpu().numpy().tobytes())
+    value = digest.hexdigest()[:32]
+    _fingerprints[id(module)] = (weakref.ref(module), value)
+    return value
+
+
+ENCODE_PRECISIONS = ("float32", "bfloat16")
+"""How F_seg's image encoder runs (``encode_precision``): ``float32`` (the default) or ``bfloat16``
+(autocast: weights stay float32, matrix products in bfloat16; faster on a CPU with bfloat16 units,
+:func:`cpu_has_bf16`). ``benchmarks/bench_encode.py`` measures both; bfloat16 is not the default
+because the demo weights' masks do not all agree with float32's at IoU >= 0.98 (see
+``benchmarks/README.md``)."""
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 matrix instructions (``amx_bf16`` or ``avx512_bf16`` in
+    ``/proc/cpuinfo``); False where that cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"amx_bf16", "avx512_bf16"})
+    except OSError:
+        return False
+    return False
+
+
+def check_encode_precision(value: str | None) -> str:
+    """``encode_precision`` checked (None: ``float32``).
+
+    Raises:
+        ValueError: a value not in :data:`ENCODE_PRECISIONS`.
+    """
+    choice = "float32" if value in (None, "") else str(value).strip().lower()
+    if choice not in ENCODE_PRECISIONS:
+        raise ValueError(f"encode_precision must be one of {', '.join(ENCODE_PRECISIONS)}, got {value!r}")
+    return choice

@@ -27,6 +27,8 @@ TIMEOUT_S = 600
 FIGURES = {
     # script: patterns whose first group is a figure the script printed (finite, > 0)
     "bench_builders.py": [r"init-sft .* ([\d.]+) attempts/s per core"],
+    "bench_encode.py": [r"bfloat16\s+min IoU ([\d.]+)", r"(?m)^  float32\s+([\d.]+) s"],
+    "bench_store.py": [r"Next Sample to masks\s+([\d.]+)", r"first click\s+([\d.]+)", r"disk per image .*?([\d.]+) MB"],
     "bench_click_path.py": [
         r"before \(main .*?:\s+([\d.e-]+) ms",
         r"after .*?:\s+([\d.e-]+) ms",
@@ -59,6 +61,7 @@ ALSO = {
     "bench_server.py": [r'"throughput_1_clients": \{[^}]*"errors": 0,', r'"throughput_8_clients": \{[^}]*"errors": 0,'],
     "bench_policy.py": [r"same text both ways: True"],
     "bench_ils.py": [r"(?m)^structure\s+[\d.]+"],  # medspaCy is a dependency: the report side runs
+    "bench_store.py": [r"answered from the store: True"],
 }
 
 

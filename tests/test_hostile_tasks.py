@@ -202,6 +202,11 @@ class FakeFlow:
 
     def __init__(self):
         self.runs = 0
+        self.prepared = 0
+
+    def prepare(self, image):  # 3D Slicer's Next Sample auto-run, kept in the workspace store
+        self.prepared += 1
+        return False
 
     def run_all(self, image, max_clicks=None, instructions=()):
         self.runs += 1
@@ -224,6 +229,7 @@ def test_scoring_is_bounded_incremental_and_reports_unknown_ids(monkeypatch, tmp
     store = FakeStore(tmp_path, ["a", "b", "c"])
     first = task({"images": ["a", "nope", "b", "a"], "instruction": "edema"}, store)
     assert first["scored"] == 2 and first["skipped"] == {"nope": "unknown image"} and flow.runs == 2
+    assert flow.prepared == 2  # each scored image also gets the auto-run's answer kept
     again = task({"images": ["a", "b"], "instruction": "edema"}, store)
     assert again["scored"] == 0 and sorted(again["cached"]) == ["a", "b"] and flow.runs == 2  # cached
     import os

@@ -159,3 +159,77 @@ def test_revision_aware_training_is_off_by_default_and_runs_when_asked(tiny_sam3
     a = finetune_segmenter(base, [_ellipse()], tmp_path / "a", plain, progress=False)["losses"]
     b = finetune_segmenter(base, [_ellipse()], tmp_path / "b", aware, progress=False)["losses"]
     assert np.isfinite(b).all() and b[0] > a[0]  # the same first prompt plus a supervised revision turn
+
+
+def test_error_clicks_come_from_the_error_region():
+    from monailabel_xflow.geometry import point_to_pixel
+    from monailabel_xflow.policy.oracle import OracleClicker
+    from monailabel_xflow.training.segmenter import error_click
+
+    gt = _ellipse().mask
+    mask = np.zeros_like(gt)
+    mask[50:90, 40:120] = True  # misses part of gt and covers some of the background
+    rng = np.random.default_rng(0)
+    clicker = OracleClicker()
+    polarities = set()
+    for _ in range(50):
+        c = error_click(mask, gt, rng, clicker, (), oracle_prob=0.0)  # SAM's uniform rule
+        r, col = point_to_pixel(c.x, c.y, gt.shape)
+        assert mask[r, col] != gt[r, col] and c.positive == gt[r, col]
+        polarities.add(c.positive)
+    assert polarities == {True, False}
+    assert error_click(mask, gt, rng, clicker, (), oracle_prob=1.0) == clicker.next_click(mask, gt)
+    assert error_click(gt.copy(), gt, rng, clicker, (), oracle_prob=0.5) is None  # nothing wrong
+
+
+@pytest.mark.parametrize("click_start", [0.0, 1.0])
+def test_interactive_rounds_feed_back_logits_and_supervise_every_round(tiny_sam3, click_start):
+    """SAM's recipe: a first prompt (a box, or one positive click whose point is the box), then
+    one click per round from the error region, every click so far and the previous round's
+    logits as mask input, each round's output supervised (all with gradients)."""
+    import torch
+
+    from monailabel_xflow.policy.oracle import OracleClicker
+    from monailabel_xflow.segmenter.sam3 import Sam3Segmenter, load_tracker_model
+    from monailabel_xflow.training.segmenter import _target_grid, interactive_loss
+
+    model = load_tracker_model(tiny_sam3)
+    prep = Sam3Segmenter(model, device="cpu", dtype=torch.float32, cache_tag="test")
+    sample = _ellipse()
+    embeddings = model.get_image_embeddings(prep.preprocess(sample.image))
+    calls = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        calls.append(
+            {k: v.detach().clone() for k, v in kwargs.items() if k.startswith("input_")}
+            | {"grad": torch.is_grad_enabled()}
+        )
+        return forward(*args, **kwargs)
+
+    model.forward = spy
+    target = _target_grid(sample.mask, (288, 288))
+    cfg = SegmenterTrainConfig(interactive_rounds=3, interactive_click_start=click_start)
+    loss, ious = interactive_loss(
+        model, embeddings, sample, np.random.default_rng(1), cfg, prep.input_size, target, OracleClicker()
+    )
+    assert len(calls) == len(ious) == 4 and all(c["grad"] for c in calls)
+    first = calls[0]
+    assert "input_masks" not in first
+    if click_start:  # one positive click, the box its point
+        assert first["input_points"].shape == (1, 1, 1, 2) and int(first["input_labels"][0, 0, 0]) == 1
+        box = first["input_boxes"][0, 0]
+        assert box[0] == box[2] and box[1] == box[3]
+    else:
+        assert "input_points" not in first
+    start = 1 if click_start else 0
+    for k, c in enumerate(calls[1:], start=1):
+        assert c["input_points"].shape[2] == start + k  # every click so far
+        assert c["input_masks"].shape == (1, 1, 288, 288)  # the previous round's logits
+        before = calls[k - 1].get("input_points")
+        if before is not None:  # the earlier clicks, unchanged and in order
+            assert torch.equal(c["input_points"][0, 0, : before.shape[2]], before[0, 0])
+    assert torch.isfinite(loss) and loss > 0
+    loss.backward()
+    grads = [p.grad for n, p in model.named_parameters() if n.startswith("prompt_encoder.mask_embed.")]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)  # the mask-input pathway learns

@@ -201,6 +201,7 @@ def write_label(
             "xflow_answer": answer.replace("\n", " "),
         }
         nrrd.write(out, np.asarray(nifti.dataobj), header=header, index_order="F")
+        _drop_nrrd_timestamp(out)
         return out
     if answer:
         nifti.header["descrip"] = answer.encode("utf-8")[:79]
@@ -293,3 +294,18 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
             f"1..{MAX_LABEL_VALUE} the findings), got {np.unique(values)[:10].tolist()}"
         )
     return values.astype(np.uint8)
+
+
+def _drop_nrrd_timestamp(path: str) -> None:
+    """Remove pynrrd's ``# on <date>(GMT).`` comment line, so that the same label and answer give
+    the same file, byte for byte (an answer served from the workspace store is the fresh one)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    end = data.find(b"\n\n")  # the header ends at the first empty line
+    head = data[: end if end >= 0 else len(data)]
+    start = head.find(b"\n# on ")
+    if start < 0:
+        return
+    stop = head.find(b"\n", start + 1)
+    with open(path, "wb") as fh:
+        fh.write(data[:start] + data[stop:])

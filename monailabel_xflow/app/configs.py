@@ -16,6 +16,7 @@ from monailabel_xflow.app.rosalia import RosaliaInferTask
 from monailabel_xflow.app.scoring import XFlowUncertaintyScoring, lower_priority_if_background
 from monailabel_xflow.app.strategy import XFlowUncertaintyStrategy
 from monailabel_xflow.app.train import XFlowSegmenterTrainTask
+from monailabel_xflow.parameters import as_bool
 from monailabel_xflow.rosalia.runtime import RosaliaRuntime
 from monailabel_xflow.workflow.runtime import XFlowRuntime
 
@@ -38,7 +39,20 @@ class XFlowConfig(TaskConfig):
         return XFlowSegmenterTrainTask(self.runtime, self.model_dir)
 
     def strategy(self) -> dict[str, Any]:
-        return {f"{self.name}_uncertainty": XFlowUncertaintyStrategy(), "random": Random()}
+        prefetch = self.prefetch if as_bool(self.conf.get("prefetch", True), "prefetch") else None
+        return {f"{self.name}_uncertainty": XFlowUncertaintyStrategy(prefetch=prefetch), "random": Random()}
+
+    def prefetch(self, image_id: str, datastore: Any) -> None:
+        """Work ahead of the annotator on the sample just handed out (:mod:`~monailabel_xflow.workflow.prefetch`)."""
+        if not self.runtime.configured:
+            return
+        from monailabel_xflow.transforms.labels import load_image
+        from monailabel_xflow.workflow.prefetch import Prefetcher, autorun_steps
+
+        if getattr(self, "_prefetcher", None) is None:
+            self._prefetcher = Prefetcher()
+        steps = autorun_steps(self.runtime.get, lambda: load_image(datastore.get_image_uri(image_id), image_id)[0])
+        self._prefetcher.submit(image_id, steps)
 
     def scoring_method(self) -> dict[str, Any]:
         return {f"{self.name}_uncertainty": XFlowUncertaintyScoring(self.runtime)}

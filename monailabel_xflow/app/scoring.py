@@ -7,7 +7,9 @@ For every image without a ``final`` label, XFlow answers the scoring instruction
 :func:`~monailabel_xflow.task_options.scoring_params`. An image already scored for the same file
 (size, mtime), instruction, click budget and models is skipped (``cached``). The scoring
 subprocess lowers its CPU priority before loading models
-(:func:`lower_priority_if_background`).
+(:func:`lower_priority_if_background`). Everything a scoring run
+computes (embeddings, answers) is kept in the workspace store, with the Stage 1 only answers to all
+findings that 3D Slicer's Next Sample auto-runs (``XFlow.prepare``).
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class XFlowUncertaintyScoring(ScoringMethod):
                     continue
                 image, _ = label_io.load_image(uri, image_id)
                 results = xflow.run_all(image, max_clicks=budget, instructions=instructions)
+                xflow.prepare(image)  # 3D Slicer's Next Sample auto-run, kept in the workspace store
             except (InputError, ImageNotFoundException, OSError) as exc:  # unreadable or vanished: skip, keep scoring
                 failed[image_id] = str(exc)[:300]
                 logger.warning("xflow_uncertainty: skipping %s: %s", image_id, exc)

@@ -3,6 +3,7 @@
 Returns ``{"id", "xflow_uncertainty", "fallback": False}`` for the highest ``xflow_uncertainty``
 image info (:class:`~monailabel_xflow.app.scoring.XFlowUncertaintyScoring`) among images without a
 ``final`` label; none scored yet: a random unlabeled image (``"fallback": True``); none left: None.
+The image handed out is passed to ``prefetch`` (the app's: :mod:`monailabel_xflow.workflow.prefetch`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from monailabel_xflow.app.scoring import INFO_KEY
@@ -30,11 +31,21 @@ _Strategy: Any = _base_strategy()  # monailabel ships no type information: the b
 class XFlowUncertaintyStrategy(_Strategy):
     """Most uncertain unlabeled image first (see module docstring)."""
 
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, prefetch: Callable[[str, Any], None] | None = None):
         super().__init__("XFlow uncertainty: most uncertain unlabeled image (random until scored)")
         self._random = random.Random(seed)
+        self.prefetch = prefetch  # called with (image id, datastore) for the sample handed out
 
     def __call__(self, request: Mapping[str, Any], datastore: Any) -> dict[str, Any] | None:
+        choice = self._choose(datastore)
+        if choice is not None and self.prefetch is not None:
+            try:
+                self.prefetch(choice["id"], datastore)
+            except Exception as exc:  # work ahead never fails a hand-out
+                logger.warning("xflow_uncertainty: prefetch of %s not started: %s", choice["id"], exc)
+        return choice
+
+    def _choose(self, datastore: Any) -> dict[str, Any] | None:
         from monailabel.interfaces.datastore import DefaultLabelTag
 
         unlabeled = sorted(datastore.get_unlabeled_images(DefaultLabelTag.FINAL))

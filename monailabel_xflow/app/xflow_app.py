@@ -8,7 +8,9 @@ app sets the MONAI Label settings it needs itself (:mod:`monailabel_xflow.app.se
 both commands serve the same app. ``--conf`` keys: ``models_file`` (``models``
 is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspace>/model``),
 ``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option),
-``allow_unsupported_monailabel`` (start on a MONAI Label outside :data:`.wraps.SUPPORTED`).
+``allow_unsupported_monailabel`` (start on a MONAI Label outside :data:`.wraps.SUPPORTED`),
+``store_mb`` / ``store_dir`` (the workspace store, :func:`~monailabel_xflow.segmenter.store.configure_from_conf`),
+``encode_precision`` (over the models file's), ``prefetch`` (``false``: no work ahead of Next Sample).
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ class XFlowApp(MONAILabelApp):
         from monailabel_xflow.app.guard import install as install_guard
         from monailabel_xflow.app.slicer import install as install_slicer_samples
         from monailabel_xflow.app.wraps import check_monailabel
+        from monailabel_xflow.segmenter.store import configure_from_conf
 
         check_monailabel(conf)  # before anything: the replaced upstream functions are version-bound
         server_defaults.apply(app_dir)  # DICOMweb cache expiry, cache and session folders
         conf = app_conf(conf)
+        configure_from_conf(app_dir, conf)  # the workspace store: before any model runs (scoring subprocess too)
         model_dir = conf.get("model_dir") or os.path.join(app_dir, "model")
         recover_model_dir(model_dir)
         self.xflow = XFlowConfig()

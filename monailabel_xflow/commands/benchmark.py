@@ -1,10 +1,12 @@
-"""``xflow benchmark phantom``: ROSALIA beside XFlow on held-out phantoms (paper Tables 1 and 3).
+"""``xflow benchmark phantom`` (ROSALIA beside XFlow on held-out phantoms, paper Tables 1 and 3) and
+``xflow benchmark clicks`` (click efficiency of F_seg beside classical interactive algorithms).
 
-Choices are made on the dev seed (the default); the report's run is ``--test``, once. Example
-(how ``reports/phantom-benchmark/`` was made)::
+Choices are made on the dev seed (the default); the report's run is ``--test``, once. Examples
+(how ``reports/phantom-benchmark/`` and ``reports/click-efficiency/`` were made)::
 
     xflow benchmark phantom --test --questions 300 --out reports/phantom-benchmark \\
         --rosalia monailabel_xflow/rosalia/demo
+    xflow benchmark clicks --out reports/click-efficiency/dev --phantoms 16
 """
 
 from __future__ import annotations
@@ -68,6 +70,112 @@ def register(subparsers) -> None:
     ph.add_argument("--no-plots", action="store_true", help="skip the PNG plots and the contact sheet")
     ph.add_argument("--no-progress", action="store_true", help="no progress bars")
     ph.set_defaults(func=run)
+    _register_clicks(sub)
+
+
+def _register_clicks(sub) -> None:
+    from monailabel_xflow.eval.click_benchmark import DEV_SEED, MAX_CLICKS, TEST_SEED
+    from monailabel_xflow.policy.oracle import MIN_CLICK_DISTANCE_PX
+
+    cl = sub.add_parser(
+        "clicks",
+        help="click efficiency of F_seg (IoU after k clicks, NoC) beside the random walker and watershed",
+        description="Segment every lesion component of held-out phantoms with a simulated user's clicks "
+        "(OracleClicker.next_click on each method's own mask) and report, as interactive segmentation does, "
+        "the mean IoU after k = 0..K clicks, NoC@80/85/90 (never reached counts as K + 1) and the share of "
+        "components reaching each threshold, with bootstrap 95 % intervals over phantoms, overall, per "
+        "finding and per lesion size, and the curve as curve.png. F_seg is called as Stage 2 calls it (box, "
+        "every click so far, the previous low-res logits); prompts: the true box + clicks, and clicks only. "
+        "Anchors seeded by the same user: scikit-image's random walker and marker watershed. Protocol: make "
+        f"every choice on the dev seed ({DEV_SEED}, default); run --test (seed {TEST_SEED}) once, for the "
+        "report. Resumable: OUT/results.jsonl gets one line per component, method and prompt, and a rerun "
+        "skips finished lines; an OUT made with other settings or another F_seg is refused.",
+    )
+    cl.add_argument("--out", type=Path, required=True, metavar="DIR", help="benchmark folder (resumes if it exists)")
+    cl.add_argument(
+        "--model",
+        default=None,
+        metavar="CONFIG",
+        help="models file whose segmenter (and backend, device) is scored (default: the committed demo)",
+    )
+    cl.add_argument(
+        "--segmenter",
+        default=None,
+        metavar="WEIGHTS",
+        help="F_seg weights to score instead (a Sam3TrackerModel folder, a sam3.pt file or a hub id)",
+    )
+    cl.add_argument("--phantoms", type=int, default=24, help="phantoms (default 24; every lesion component is scored)")
+    cl.add_argument("--size", type=int, default=256, help="phantom side in pixels (default 256, the demo's)")
+    cl.add_argument("--seed", type=int, default=None, help=f"phantom seed on the dev split (default {DEV_SEED})")
+    cl.add_argument("--test", action="store_true", help=f"the test split (seed {TEST_SEED}): the report's run, once")
+    cl.add_argument(
+        "--max-clicks", type=int, default=MAX_CLICKS, help=f"K, clicks per component (default {MAX_CLICKS}, 1-16)"
+    )
+    cl.add_argument(
+        "--min-click-distance",
+        type=float,
+        default=MIN_CLICK_DISTANCE_PX,
+        metavar="PX",
+        help=f"the user's same-polarity click spacing in pixels (default {MIN_CLICK_DISTANCE_PX:g}, the oracle's)",
+    )
+    cl.add_argument("--methods", default=None, metavar="LIST", help="of fseg,random-walker,watershed (default all)")
+    cl.add_argument("--prompts", default=None, metavar="LIST", help="subset of box,clicks (default both)")
+    cl.add_argument("--no-prune", action="store_true", help="keep F_seg's stray components (Stage 2 prunes)")
+    cl.add_argument("--device", default=None, help="F_seg's device (default: the models file's, else CUDA if present)")
+    cl.add_argument("--no-plots", action="store_true", help="skip curve.png")
+    cl.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cl.set_defaults(func=run_clicks)
+
+
+def run_clicks(args: argparse.Namespace) -> int:
+    import logging
+
+    from monailabel_xflow.eval.click_benchmark import (
+        METHODS,
+        PROMPTS,
+        ClickBenchmarkError,
+        render_table,
+        run_click_benchmark,
+    )
+    from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, ModelConfigError
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(METHODS)
+    prompts = [p.strip() for p in args.prompts.split(",") if p.strip()] if args.prompts else list(PROMPTS)
+    backend, device = "transformers", args.device
+    try:
+        if args.segmenter:
+            weights: str | None = args.segmenter
+        elif "fseg" in methods:
+            cfg = ModelConfig.load(args.model or str(DEMO_MODELS_FILE))
+            weights = str(cfg.resolve("segmenter"))
+            backend, device = cfg.segmenter_backend, device or cfg.device
+        else:
+            weights = None
+        summary = run_click_benchmark(
+            args.out,
+            weights,
+            split="test" if args.test else "dev",
+            seed=args.seed,
+            phantoms=args.phantoms,
+            size=args.size,
+            max_clicks=args.max_clicks,
+            min_click_distance_px=args.min_click_distance,
+            methods=methods,
+            prompts=prompts,
+            prune=not args.no_prune,
+            backend=backend,
+            device=device,
+            progress=not args.no_progress,
+            plots=not args.no_plots,
+        )
+    except (ClickBenchmarkError, ModelConfigError, OSError, ValueError) as err:
+        print(f"xflow benchmark clicks: {err}", file=sys.stderr)
+        return 2
+    print(render_table(summary))
+    print(f"summary in {args.out / 'clicks.md'}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

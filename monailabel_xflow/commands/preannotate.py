@@ -5,6 +5,7 @@ Usage::
     xflow preannotate --studies http://HOST:PORT/dicom-web [--finding F ...] [--location L]
                       [--models CONFIG] [--workspace DIR] [--limit N] [--cache DIR] [--no-revise]
                       [--max-clicks N]
+                      [--store WORKSPACE/store [--store-mb MB]]
 
 For every CR/DX series the DICOMweb datastore lists (the same series filter as ``xflow serve``),
 XFlow answers the chosen findings (default: all seven, chest level) and the label map goes back
@@ -17,6 +18,10 @@ The **workspace** is ``xflow serve``'s (``--workspace DIR``, else ``$XFLOW_WORKS
 ``cache/dicomweb`` (unless ``--cache`` or MONAI Label's cache variables say otherwise), and a
 segmenter fine-tuned by the server's train task in its ``model/`` is the one used, so a batch run
 answers as the server would.
+
+With ``--store`` the embeddings and answers it computes go into the server's workspace store
+(:mod:`monailabel_xflow.segmenter.store`), with the Stage 1 only answers 3D Slicer's Next Sample
+auto-runs, so the server answers those series at once.
 
 **Resumable**: a series that already holds an ``XFLOW_AUTO`` SEG covering the findings asked is
 skipped, so an interrupted run continues where it stopped; ``--force`` redoes them. A series
@@ -67,6 +72,12 @@ def register(subparsers) -> None:
     parser.add_argument("--max-clicks", type=int, default=None, help="Stage 2 click budget (default: the models')")
     parser.add_argument("--no-revise", action="store_true", help="Stage 1 masks only (faster)")
     parser.add_argument("--force", action="store_true", help="redo series that already hold XFlow's SEG")
+    parser.add_argument(
+        "--store",
+        help="the server's workspace store to fill (WORKSPACE/store): embeddings and answers computed here are "
+        "then served by `xflow serve` without computing them again (default: none)",
+    )
+    parser.add_argument("--store-mb", type=int, default=None, help="the store's bound in MB (default 8192)")
     parser.set_defaults(func=run)
 
 
@@ -128,6 +139,14 @@ def run(args: argparse.Namespace) -> int:
         "done": [],
         "failed": {},
     }
+    if args.store:
+        from monailabel_xflow.segmenter.store import configure_from_conf
+
+        try:
+            configure_from_conf(args.store, {"store_dir": args.store, "store_mb": args.store_mb})
+        except Exception as exc:  # RequestError (a bad --store-mb), OSError: say it, exit 2
+            print(f"xflow preannotate: --store: {exc}", file=sys.stderr)
+            return 2
     if todo:  # load the models only when there is work (a resumed, finished run returns at once)
         runtime = XFlowRuntime(
             {"models": args.models} if args.models else {}, preload=False, model_dir=workspace / "model"
@@ -164,6 +183,10 @@ def preannotate_one(store, task, image_id: str, request: dict, findings: list[st
     label_file, params = task(
         {**request, "store_seg": True, "image": store.get_image_uri(image_id), "image_id": image_id}
     )
+    if request.get("revise", True):  # Stage 2 ran: also keep what Next Sample auto-runs (Stage 1 only)
+        from monailabel_xflow.transforms.labels import load_image
+
+        task.runtime.get().prepare(load_image(store.get_image_uri(image_id), image_id)[0])
     os.unlink(label_file)
     return store.store_seg(
         image_id,

@@ -25,6 +25,7 @@ def load_segmenter(
     dtype: torch.dtype | None = None,
     cache: EmbeddingCache | None = None,
     config: Any = None,
+    encode_precision: str | None = "float32",
 ) -> PromptableSegmenter:
     """Build F_seg from weights (see :func:`load_tracker_model` for what ``name_or_path`` may be).
 
@@ -34,6 +35,8 @@ def load_segmenter(
             needs the ``sam3`` extra).
         device: defaults to CUDA when available, else CPU.
         dtype, cache, config: passed to :class:`Sam3Segmenter` / :func:`load_tracker_model`.
+        encode_precision: the image encoder's arithmetic (:data:`~monailabel_xflow.weights.ENCODE_PRECISIONS`;
+            the transformers backend only; the official one runs as its package decides).
 
     Raises:
         ValueError: an unknown backend.
@@ -46,4 +49,11 @@ def load_segmenter(
 
         return OfficialSam3Segmenter.load(name_or_path, device=device, cache=cache)
     model = load_tracker_model(name_or_path, config=config)
-    return Sam3Segmenter(model, device=device, dtype=dtype, cache=cache, cache_tag=weights_tag(name_or_path))
+    return Sam3Segmenter(
+        model,
+        device=device,
+        dtype=dtype,
+        cache=cache,
+        cache_tag=weights_tag(name_or_path),
+        encode_precision=encode_precision,
+    )

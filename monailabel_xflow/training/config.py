@@ -48,6 +48,17 @@ class SegmenterTrainConfig:
     revision_clicks: int = 0
     revision_prob: float = 0.5
     revision_box_jitter: float = 0.25  # Stage 1 boxes are looser than the plain prompts' boxes
+    # Interactive training, SAM's recipe (0 = off): every prompt also runs a first prompt (a jittered
+    # box, or with probability interactive_click_start one positive click whose point is the box, the
+    # click tool's rule) and then interactive_rounds click rounds, each click drawn from the current
+    # prediction's error region (the oracle's deepest error pixel with probability interactive_oracle_prob,
+    # else uniformly from the error region as SAM does), the box grown as in Stage 2, the previous
+    # round's low-res logits fed back as mask input; every round's single-mask output is supervised.
+    interactive_rounds: int = 0
+    interactive_click_start: float = 0.5
+    interactive_oracle_prob: float = 0.5
+    interactive_box_jitter: float = 0.1
+    freeze_encoder: bool = False  # train the prompt encoder and mask decoder only; each image encoded once
     max_steps: int = -1  # >0 caps the run (smoke tests, demos)
     checkpoint_every: int = 0  # >0: also save OUT/checkpoint-<step> every this many steps
     seed: int = 0

@@ -21,6 +21,25 @@ deepest point of the larger error, a positive click outside the box grows it
 (:func:`~monailabel_xflow.geometry.grow_box`), and the decoder reruns with the previous logits; the
 turns before the last run without gradients, the last one's single-mask output adds its SAM 2 loss.
 
+Interactive training (``interactive_rounds > 0``; off in the paper's defaults), SAM's recipe
+(Kirillov et al. 2023, §3 and App. A; SAM 2 alike): every prompt also simulates a whole interactive
+session on its sample. The first prompt is a jittered box or, with probability
+``interactive_click_start``, one positive click whose point is the box (the click tool's rule for
+a person's clicks without a box, :meth:`XFlow.revise
+<monailabel_xflow.workflow.xflow.XFlow.revise>`); then ``interactive_rounds`` rounds each add one
+click drawn from the current prediction's error region (:func:`error_click`: the oracle's deepest
+error pixel with probability ``interactive_oracle_prob``, else a pixel drawn uniformly from the
+missed and over-segmented pixels, positive when it is missed), grow the box as Stage 2 does, and
+feed the previous round's single-mask low-resolution logits back as mask input (detached, as SAM
+does). Every round's single-mask output gets the SAM 2 loss, and their mean is added to the
+prompt's loss (:func:`interactive_loss`). The prompts go through :func:`build_prompts
+<monailabel_xflow.segmenter.base.build_prompts>` and :func:`sam3_prompt_kwargs
+<monailabel_xflow.segmenter.sam3.sam3_prompt_kwargs>`, as in inference.
+
+Frozen encoder (``freeze_encoder``; off by default): only the prompt encoder and the mask decoder
+learn, and each image is encoded once, without gradients, and its embedding kept for the run (as
+decoder-only SAM adaptations do; it makes a CPU step a few decoder passes).
+
 Loss resolution: the decoder's low-resolution logits (288 x 288 for the 1008-px input) are
 compared with the ground truth resized to that grid, which keeps a CPU step cheap; the mask is
 upsampled for inference only.
@@ -248,6 +267,109 @@ def _revision_loss(
     return loss
 
 
+def error_click(
+    mask: np.ndarray,
+    gt: np.ndarray,
+    rng: np.random.Generator,
+    clicker: Any,
+    previous: Sequence[Click] = (),
+    oracle_prob: float = 0.5,
+) -> Click | None:
+    """One training click on the current prediction's error region.
+
+    With probability ``oracle_prob`` the oracle's click (``clicker.next_click``: the deepest
+    error pixel, the benchmark's and π_rev's teacher); otherwise, or when the oracle has no
+    admissible pixel, a pixel drawn uniformly from ``gt XOR mask`` (SAM's rule), positive where
+    ``gt`` holds. None when the prediction has no error.
+
+    Args:
+        mask: ``(H, W)`` bool current prediction.
+        gt: ``(H, W)`` bool ground-truth component.
+        rng: the only source of randomness.
+        clicker: an :class:`~monailabel_xflow.policy.oracle.OracleClicker`.
+        previous: clicks so far (the oracle's spacing guard).
+        oracle_prob: share of oracle clicks.
+    """
+    if rng.random() < oracle_prob:
+        click = clicker.next_click(mask, gt, previous)
+        if click is not None:
+            return click
+    error = np.argwhere(mask != gt)
+    if not len(error):
+        return None
+    r, c = error[rng.integers(len(error))]
+    return Click(bool(gt[r, c]), *pixel_to_point(r, c, gt.shape))
+
+
+def interactive_loss(
+    model: Any,
+    embeddings: Any,
+    sample: SegSample,
+    rng: np.random.Generator,
+    cfg: SegmenterTrainConfig,
+    input_size: int,
+    target: torch.Tensor,
+    clicker: Any,
+) -> tuple[torch.Tensor, list[float]]:
+    """The mean SAM 2 loss over one simulated interactive session on ``sample`` (module docstring).
+
+    Args:
+        model: the tracker being trained.
+        embeddings: the sample's image embeddings (with their graph: every round trains the encoder).
+        sample: the image and ground-truth component.
+        rng: prompt and click sampling.
+        cfg: ``interactive_*`` fields and the loss weights.
+        input_size: the model's square input side (prompt scaling).
+        target: ``(h, w)`` ground truth on the logits' grid.
+        clicker: an :class:`~monailabel_xflow.policy.oracle.OracleClicker`.
+
+    Returns:
+        ``(loss, ious)``: the mean over the first prompt and each click round, and each round's
+        IoU on the logits' grid (for logging).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from monailabel_xflow.geometry import grow_box
+
+    gt = np.asarray(sample.mask, bool)
+    device = target.device
+    clicks: list[Click] = []
+    if rng.random() < cfg.interactive_click_start:
+        first = error_click(np.zeros_like(gt), gt, rng, clicker, (), cfg.interactive_oracle_prob)
+        assert first is not None  # gt is not empty
+        box: Box = (first.x, first.y, first.x, first.y)
+        clicks.append(first)
+    else:
+        box, _ = sample_prompt(gt, rng, cfg.interactive_box_jitter, 0)
+    previous: np.ndarray | None = None
+    losses, ious = [], []
+    for round_ in range(cfg.interactive_rounds + 1):
+        prompts = build_prompts([box], [list(clicks)], previous)
+        out = model(
+            image_embeddings=embeddings,
+            multimask_output=False,
+            **sam3_prompt_kwargs(prompts, input_size, device, torch.float32),
+        )
+        low = out.pred_masks[0, 0].float()  # (1, h, w)
+        loss, _ = sam2_loss(low, out.iou_scores[0, 0].float(), target, cfg)
+        losses.append(loss)
+        with torch.no_grad():
+            pred = (low[0] > 0).float()
+            ious.append(float((pred * target).sum() / ((pred + target) > 0).float().sum().clamp(min=1)))
+        if round_ == cfg.interactive_rounds:
+            break
+        detached = low.detach()[None]  # (1, 1, h, w): the next round's mask input
+        previous = detached.cpu().numpy()
+        mask = (F.interpolate(detached, size=gt.shape, mode="bilinear", align_corners=False)[0, 0] > 0).cpu().numpy()
+        click = error_click(mask, gt, rng, clicker, clicks, cfg.interactive_oracle_prob)
+        if click is None:
+            break
+        clicks.append(click)
+        box = grow_box(box, click)
+    return torch.stack(losses).mean(), ious
+
+
 def finetune_segmenter(
     model_path: str | Path,
     samples: Sequence[SegSample],
@@ -279,6 +401,11 @@ def finetune_segmenter(
     cfg = cfg or SegmenterTrainConfig()
     if not samples:
         raise ValueError("no training samples")
+    if not 0 <= cfg.interactive_rounds <= 16:
+        raise ValueError(f"interactive_rounds must lie in 0..16, got {cfg.interactive_rounds}")
+    for name in ("interactive_click_start", "interactive_oracle_prob"):
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ValueError(f"{name} must lie in [0, 1], got {getattr(cfg, name)}")
     from accelerate import PartialState
 
     # The effective batch is counted over all processes, one prompt per micro-step.
@@ -288,8 +415,13 @@ def finetune_segmenter(
     torch.manual_seed(cfg.seed)
 
     model = load_tracker_model(model_path)
-    prep = Sam3Segmenter(model, device=accelerator.device, dtype=torch.float32, cache_tag="train")
+    prep = Sam3Segmenter(model, device=accelerator.device, dtype=torch.float32, cache_tag="train", persist=False)
     model.train()
+    if cfg.freeze_encoder:
+        for name, p in model.named_parameters():
+            if name.startswith("vision_encoder."):
+                p.requires_grad_(False)
+    frozen: dict[int, list[Any]] = {}  # id(image) -> its embeddings, when the encoder is frozen
     optimizer = torch.optim.AdamW(param_groups(model, cfg))
     model, optimizer = accelerator.prepare(model, optimizer)
 
@@ -307,27 +439,33 @@ def finetune_segmenter(
         for i in rng.permutation(len(mine)):
             sample = mine[i]
             box, clicks = sample_prompt(sample.mask, rng, cfg.box_jitter, cfg.points_per_prompt)
-            kwargs: dict[str, Any] = {
-                "pixel_values": prep.preprocess(sample.image),
-                **sam3_prompt_kwargs(build_prompts([box], [clicks]), prep.input_size, accelerator.device),
-            }
+            prompts = sam3_prompt_kwargs(build_prompts([box], [clicks]), prep.input_size, accelerator.device)
+            if cfg.freeze_encoder:
+                if id(sample.image) not in frozen:
+                    with torch.no_grad():
+                        encoder = accelerator.unwrap_model(model).get_image_embeddings
+                        frozen[id(sample.image)] = list(encoder(prep.preprocess(sample.image)))
+                kwargs: dict[str, Any] = {"image_embeddings": frozen[id(sample.image)], **prompts}
+            else:
+                kwargs = {"pixel_values": prep.preprocess(sample.image), **prompts}
             with accelerator.accumulate(model):
                 out = model(multimask_output=True, **kwargs)
+                embeddings = frozen[id(sample.image)] if cfg.freeze_encoder else out.image_embeddings
                 low_res = out.pred_masks[0, 0].float()  # (3, 288, 288) for a 1008-px input
                 target = _target_grid(sample.mask, low_res.shape[-2:]).to(low_res.device)
                 loss, _ = sam2_loss(low_res, out.iou_scores[0, 0].float(), target, cfg)
                 # The single-mask token answers box prompts at inference (as SAM 2 trains them):
                 # supervise it too, on the same image embedding.
-                prompts = {k: v for k, v in kwargs.items() if k != "pixel_values"}
-                single = model(image_embeddings=out.image_embeddings, multimask_output=False, **prompts)
+                single = model(image_embeddings=embeddings, multimask_output=False, **prompts)
                 single_loss, _ = sam2_loss(
                     single.pred_masks[0, 0].float(), single.iou_scores[0, 0].float(), target, cfg
                 )
                 loss = loss + single_loss
+                if cfg.interactive_rounds > 0:
+                    session, _ = interactive_loss(model, embeddings, sample, rng, cfg, prep.input_size, target, clicker)
+                    loss = loss + session
                 if cfg.revision_clicks > 0 and rng.random() < cfg.revision_prob:
-                    loss = loss + _revision_loss(
-                        model, out.image_embeddings, sample, rng, cfg, prep.input_size, target, clicker
-                    )
+                    loss = loss + _revision_loss(model, embeddings, sample, rng, cfg, prep.input_size, target, clicker)
                 accelerator.backward(loss)
                 running.append(float(loss.detach()))
                 if accelerator.sync_gradients:

@@ -28,6 +28,7 @@ Example ``models.yaml``::
     segmenter: ./sam3-cxr                   # Sam3TrackerModel folder, or an official sam3.pt
     device: cpu                             # "cuda", "cuda:1", "cpu"; default: cuda if available
     dtype: bfloat16                         # policy dtype: float32, bfloat16, float16; default per device
+    encode_precision: float32               # F_seg's image encoder: float32 (default) or bfloat16
     rosalia: ./rosalia                      # optional: the ROSALIA baseline (the app's `rosalia` task)
 
 A value that names an existing path (absolute, relative to the config file, or relative to the
@@ -67,7 +68,7 @@ from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, RevisionPolicy, Stage1Policy, check_budget
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
-from monailabel_xflow.weights import is_hub_id, split_hub_id
+from monailabel_xflow.weights import ENCODE_PRECISIONS, is_hub_id, split_hub_id
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,9 @@ class ModelConfig:
         dtype: dtype of the policy model, ``"float32"``, ``"bfloat16"`` or ``"float16"``; None
             lets the loader choose (float32 on CPU, bfloat16 on CUDA). The segmenter always
             picks its own.
+        encode_precision: F_seg's image encoder arithmetic (``weights.ENCODE_PRECISIONS``; None:
+            float32). ``bfloat16`` (autocast) is faster on CPUs with bfloat16 units but its masks
+            drift from float32's (``benchmarks/bench_encode.py``), so it is asked for, not assumed.
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         max_new_tokens: cap on the tokens a policy generates per call (per Stage 2 turn);
             None keeps the policy's default.
@@ -136,6 +140,7 @@ class ModelConfig:
     segmenter_backend: str = "transformers"
     device: str | None = None
     dtype: str | None = None
+    encode_precision: str | None = None
     max_clicks: int = MAX_CLICKS
     max_new_tokens: int | None = None
     rosalia: str | None = None
@@ -146,6 +151,10 @@ class ModelConfig:
             raise ModelConfigError(f"segmenter_backend {self.segmenter_backend!r} is not one of {', '.join(BACKENDS)}")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ModelConfigError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.encode_precision is not None and self.encode_precision not in ENCODE_PRECISIONS:
+            raise ModelConfigError(
+                f"encode_precision {self.encode_precision!r} is not one of {', '.join(ENCODE_PRECISIONS)}"
+            )
         try:
             clicks = check_budget(self.max_clicks)
         except BudgetError as err:
@@ -176,7 +185,7 @@ class ModelConfig:
         if unknown:
             raise ModelConfigError(f"unknown model configuration key(s) {unknown}; known: {', '.join(sorted(known))}")
         values = {k: v for k, v in data.items() if v is not None}
-        for key in _WEIGHT_FIELDS + ("rosalia", "device", "dtype", "segmenter_backend"):
+        for key in _WEIGHT_FIELDS + ("rosalia", "device", "dtype", "segmenter_backend", "encode_precision"):
             if key in values:
                 values[key] = str(values[key])
         if base_dir is not None and "base_dir" not in values:
@@ -287,6 +296,8 @@ class ModelConfig:
             ids["device"] = self.device
         if self.dtype:
             ids["dtype"] = self.dtype
+        if self.encode_precision:
+            ids["encode_precision"] = self.encode_precision
         return ids
 
     def locate(self, value: str) -> tuple[str, Path | None]:
@@ -462,7 +473,12 @@ def load_models(config: ModelConfig) -> LoadedModels:
     if reviser is None:
         logger.warning("no revision policy configured (rev_adapter / rev_model): XFlow runs Stage 1 only")
     logger.info("loading segmenter %s (%s)", paths["segmenter"], config.segmenter_backend)
-    segmenter = load_segmenter(str(paths["segmenter"]), backend=config.segmenter_backend, device=config.device)
+    segmenter = load_segmenter(
+        str(paths["segmenter"]),
+        backend=config.segmenter_backend,
+        device=config.device,
+        encode_precision=config.encode_precision,
+    )
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 
 

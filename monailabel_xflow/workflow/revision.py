@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -129,6 +130,7 @@ def revise_mask(
     iou: float | None = None,
     prune: bool = True,
     observe: bool = True,
+    clicks: Sequence[Click] = (),
 ) -> Revision:
     """Run Stage 2 on one lesion mask: at most ``budget`` clicks, each re-running F_seg.
 
@@ -148,13 +150,22 @@ def revise_mask(
             (the paper's oracle) does not.
         observe: render the observation for the policy (a VLM looks at it; the oracle reads
             the mask itself, so its trajectories skip the rendering).
+        clicks: clicks already made on ``mask`` (they prompted it; default none): each later
+            call passes them first, and they do not count against ``budget`` (the click
+            benchmark's clicks-only prompt starts from a mask its first click made).
 
     Returns:
         The :class:`Revision`.
     """
     from monailabel_xflow.rendering import render_observation
 
-    out = Revision(box=(box[0], box[1], box[2], box[3]), mask=np.asarray(mask, dtype=bool), iou=iou, low_res=low_res)
+    out = Revision(
+        box=(box[0], box[1], box[2], box[3]),
+        mask=np.asarray(mask, dtype=bool),
+        iou=iou,
+        low_res=low_res,
+        clicks=list(clicks),
+    )
     for t in range(1, budget + 1):
         tick = time.perf_counter()
         observation = render_observation(image, out.mask, list(out.clicks)) if observe and image is not None else None

@@ -165,9 +165,12 @@ class XFlowRuntime:
 
         path = self._conf.get("models")
         if path:
-            return f"--conf models_file {path}", ModelConfig.from_file(path)
-        # The environment when it names weights, else the committed demo model (unless disabled).
-        config, src = default_config(self._environ)
+            src, config = f"--conf models_file {path}", ModelConfig.from_file(path)
+        else:
+            # The environment when it names weights, else the committed demo model (unless disabled).
+            config, src = default_config(self._environ)
+        if self._conf.get("encode_precision"):  # --conf encode_precision over the models file's
+            config = config.with_overrides(encode_precision=self._conf["encode_precision"])
         return src, config
 
     @property

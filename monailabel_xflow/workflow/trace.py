@@ -49,8 +49,10 @@ y2]`` as in :mod:`.geometry`; masks are COCO RLE ``{"size": [H, W], "counts": st
       "answer": str,                                  # canonical answer sentence ("" = mask only)
       "warnings": [str],                              # workflow decisions on malformed output
       "timings": {str: float},                        # phase -> seconds (see XFlow.run)
-      "batch": {"index": int, "size": int} | null     # set by XFlow.run_all (shared phases)
-    }
+      "batch": {"index": int, "size": int} | null,    # set by XFlow.run_all (shared phases)
+      "stored": {"key": str, "created": str}          # optional: this answer came from the
+    }                                                 # workspace store (workflow/answers.py), as
+                                                      # computed at `created`; absent: computed now
 
 A reader must reject a ``schema`` it does not know (:class:`TraceError`); new optional keys
 may be added within ``xflow-trace/1``, anything else bumps the version. :func:`json_schema`
@@ -256,6 +258,7 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     batch: dict[str, int] | None = None
+    stored: dict[str, str] | None = None
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     schema: str = SCHEMA
 
@@ -280,6 +283,7 @@ class Trace:
             "warnings": list(self.warnings),
             "timings": {str(k): float(v) for k, v in self.timings.items()},
             "batch": dict(self.batch) if self.batch is not None else None,
+            **({"stored": dict(self.stored)} if self.stored is not None else {}),
         }
 
     @classmethod
@@ -312,6 +316,7 @@ class Trace:
                 warnings=[str(w) for w in d.get("warnings", [])],
                 timings={str(k): float(v) for k, v in d.get("timings", {}).items()},
                 batch=dict(d["batch"]) if d.get("batch") is not None else None,
+                stored={str(k): str(v) for k, v in d["stored"].items()} if d.get("stored") is not None else None,
             )
         except TraceError:
             raise
@@ -468,6 +473,11 @@ def json_schema() -> dict[str, Any]:
                         "properties": {"index": {"type": "integer"}, "size": {"type": "integer"}},
                     },
                 ]
+            },
+            "stored": {
+                "type": "object",
+                "required": ["key", "created"],
+                "properties": {"key": {"type": "string"}, "created": {"type": "string"}},
             },
         },
     }

@@ -72,6 +72,7 @@ from monailabel_xflow.policy.base import MAX_CLICKS, RevisionPolicy, Stage1Polic
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
+from monailabel_xflow.workflow.answers import AnswerKeys, wipe_replaced
 from monailabel_xflow.workflow.revision import finite_or_none, revise_mask
 from monailabel_xflow.workflow.trace import LesionRecord, RevisionStep, Stage1Record, Trace
 
@@ -190,9 +191,13 @@ class XFlow:
         return cls(loaded.stage1, loaded.reviser, loaded.segmenter, max_clicks=cfg.max_clicks, models=loaded.identities)
 
     def replace_segmenter(self, segmenter: PromptableSegmenter) -> None:
-        """Use another F_seg from the next run on (e.g. a fine-tuned one); waits for a run in progress."""
+        """Use another F_seg from the next run on (e.g. a fine-tuned one); waits for a run in progress.
+
+        The workspace store's entries of the replaced weights (embeddings and answers) are wiped
+        (:func:`~.answers.wipe_replaced`)."""
         with self._lock:
-            self.segmenter = segmenter
+            old, self.segmenter = self.segmenter, segmenter
+            wipe_replaced(old, segmenter)
 
     # --- public API -----------------------------------------------------------------------
 
@@ -226,13 +231,22 @@ class XFlow:
         image = check_image(image)
         budget = self.max_clicks if max_clicks is None else check_budget(max_clicks)
         with self._lock:
+            # a run with its own reviser (the oracle) is never stored: its answers are not the models'
+            keys = self._keys(image, [instr], "run", revise, budget) if reviser is None else None
+            stored = self._stored(keys, [instr], budget)
+            if stored is not None:
+                return stored[0]
             timings: dict[str, float] = {}
             start = time.perf_counter()
             with _timed(timings, "segmenter_encode"):
                 self.segmenter.set_image(image)
             with _timed(timings, "stage1"):
                 text = self.stage1.stage1(image, instr)
-            return self._complete(image, instr, text, timings, start, budget, revise, reviser or self.reviser, None)
+            result = self._complete(image, instr, text, timings, start, budget, revise, reviser or self.reviser, None)
+            if keys is not None:
+                keys.save([result.trace])
+                self._keep_stage1_only(image, [instr], [text], "run", budget, revise, timings)
+            return result
 
     def run_all(
         self,
@@ -258,6 +272,10 @@ class XFlow:
         image = check_image(image)
         budget = self.max_clicks if max_clicks is None else check_budget(max_clicks)
         with self._lock:
+            keys = self._keys(image, instrs, "batch", revise, budget)
+            stored = self._stored(keys, instrs, budget)
+            if stored is not None:
+                return stored
             shared: dict[str, float] = {}
             with _timed(shared, "segmenter_encode"):
                 self.segmenter.set_image(image)
@@ -282,7 +300,103 @@ class XFlow:
                         {"index": k, "size": len(instrs)},
                     )
                 )
+            if keys is not None:
+                keys.save([r.trace for r in results])
+                padded = [texts[k] if k < len(texts) else "" for k in range(len(instrs))]
+                self._keep_stage1_only(image, instrs, padded, "batch", budget, revise, shared)
             return results
+
+    def has_answer(
+        self,
+        image: NDArray[np.float32],
+        *,
+        instructions: Sequence[Instruction] | None = None,
+        revise: bool = True,
+        max_clicks: int | None = None,
+    ) -> bool:
+        """Whether :meth:`run_all` with these arguments would be answered from the workspace store."""
+        budget = self.max_clicks if max_clicks is None else check_budget(max_clicks)
+        instrs = list(instructions) if instructions is not None else all_findings()
+        keys = self._keys(check_image(image), instrs, "batch", revise, budget)
+        return keys is not None and keys.has()
+
+    def encode(self, image: NDArray[np.float32]) -> None:
+        """Compute (or fetch) the image's embedding without waiting for a run in progress (a fork
+        of the segmenter, as :meth:`revise` uses): afterwards a click on the image needs no encode."""
+        self.segmenter.fork().set_image(check_image(image))
+
+    def prepare(self, image: NDArray[np.float32], *, instructions: Sequence[Instruction] | None = None) -> bool:
+        """Make 3D Slicer's Next Sample auto-run on ``image`` instant: the embedding and the
+        Stage 1 only answers to ``instructions`` (default all findings, as the auto-run asks) are
+        computed unless the workspace store holds them. Without a store only the encode is done
+        (an answer kept nowhere would be wasted work). Returns whether the answers are stored."""
+        image = check_image(image)
+        instrs = list(instructions) if instructions is not None else all_findings()
+        self.encode(image)
+        keys = self._keys(image, instrs, "batch", False, self.max_clicks)
+        if keys is None:
+            return False
+        if not keys.has():
+            self.run_all(image, revise=False, instructions=instrs)
+        return keys.has()
+
+    # --- the workspace store ----------------------------------------------------------------
+
+    def _keys(
+        self, image: NDArray[np.float32], instrs: Sequence[Instruction], mode: str, revise: bool, budget: int
+    ) -> AnswerKeys | None:
+        """The stored answers' names of a request (:mod:`.answers`), or None when not stored."""
+        return AnswerKeys.of(
+            segmenter=self.segmenter,
+            stage1=self.stage1,
+            reviser=self.reviser,
+            image=image,
+            instructions=instrs,
+            mode=mode,
+            revise=bool(revise and self.reviser is not None),
+            budget=budget,
+            prune=self.prune_revisions,
+        )
+
+    def _stored(self, keys: AnswerKeys | None, instrs: Sequence[Instruction], budget: int) -> list[XFlowResult] | None:
+        """The stored answers of a request, as results (the trace's ``stored`` says so)."""
+        traces = keys.load(len(instrs)) if keys is not None else None
+        if traces is None:
+            return None
+        results = []
+        for instr, trace in zip(instrs, traces, strict=True):
+            trace.settings["max_clicks"] = budget
+            mask = trace.final_mask()
+            results.append(
+                XFlowResult(instruction=instr, present=trace.present, mask=mask, answer=trace.answer, trace=trace)
+            )
+        logger.info("%d answer(s) from the workspace store (%s)", len(results), keys.key if keys else "")
+        return results
+
+    def _keep_stage1_only(
+        self,
+        image: NDArray[np.float32],
+        instrs: Sequence[Instruction],
+        texts: Sequence[str],
+        mode: str,
+        budget: int,
+        revise: bool,
+        shared: dict[str, float],
+    ) -> None:
+        """After a run with Stage 2, also store the Stage 1 only answers of the same request (3D
+        Slicer's Next Sample auto-run asks those): the same texts, the decoder only."""
+        if not (revise and self.reviser is not None):
+            return
+        keys = self._keys(image, instrs, mode, False, budget)
+        if keys is None or keys.has():
+            return
+        batch = mode == "batch"
+        traces = []
+        for k, (instr, text) in enumerate(zip(instrs, texts, strict=True)):
+            start = time.perf_counter()
+            info = {"index": k, "size": len(instrs)} if batch else None
+            traces.append(self._complete(image, instr, text, dict(shared), start, budget, False, None, info).trace)
+        keys.save(traces)
 
     def revise(
         self,
