@@ -14,7 +14,18 @@ Two levels, both with real processes killed by ``SIGKILL`` at seeded random mome
   image, every label acknowledged before the kill is on disk byte for byte (or the one in flight at
   the kill, whole), no temporary file is listed or left, the serving segmenter is whole. The
   default suite runs :data:`QUICK_SERVER_KILLS` cycles; ``-m slow`` runs :data:`FULL_SERVER_KILLS`.
-  A damaged index (truncated, as upstream's in-place write could leave it) is recovered at start.
+  A damaged index (truncated, as upstream's in-place write could leave it) is recovered at start;
+* the server on a PACS (a real Orthanc kept running, ``--studies`` its DICOMweb URL, the test
+  CR/DX series) killed during SEG stores: a client saves ``final`` labels (each stored as a DICOM
+  SEG over STOW, then cached), the server is killed at a random moment, restarted on the same PACS
+  and cache, and checked: it starts, the datastore loads (``output=all`` and ``datalist()``), every
+  acknowledged label is a SEG of its image in the PACS reading back equal (each save one SEG: none
+  lost, none stored twice, the only extra ones sent and not acknowledged), each image's current
+  label (the datastore's newest label SEG) is the last acknowledged one or one sent after it, the
+  server answers ``GET /datastore/label`` with that one (before and after ``datalist()``), no
+  temporary file is in its workspace or cache. :data:`QUICK_SEG_KILLS` in the default suite,
+  :data:`FULL_SEG_KILLS` per seed (two) with ``-m slow``. A SEG stored but not cached (what a kill
+  between the two leaves) is made on purpose once, deterministically.
 """
 
 from __future__ import annotations
