@@ -519,13 +519,29 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
 
     def get_label_uri(self, label_id: str, label_tag: str, image_id: str = "") -> str:
         """Final labels: the SEG series ``label_id`` read with :func:`~monailabel_xflow.data.seg.read_seg`
-        (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache."""
+        (no dcmqi) and cached as ``labels/final/<image>.nii.gz``; a newer SEG replaces the cache.
+        Without ``image_id`` (``GET /datastore/label?label=<image>``), ``label_id`` is an image and
+        its current label SEG is served (the cache may be older: a kill between the SEG store and
+        the cache write, another tool's SEG); the cache alone when the PACS does not answer."""
         from monailabel.interfaces.datastore import DefaultLabelTag
+
+        from monailabel_xflow.data.pacs import pacs_failure
 
         check_id(label_id, "label")
         check_id(label_tag, "label tag")
         if image_id:
             check_id(image_id, "image")
+        if label_tag == DefaultLabelTag.FINAL and not image_id:
+            try:
+                current = self.label_series().get(label_id)
+            except Exception as exc:
+                failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+                if failure is None:
+                    raise
+                logger.warning("label of %s served from the cache: %s", label_id, failure)
+                current = None
+            if current is not None:
+                label_id, image_id = current, label_id
         if label_tag != DefaultLabelTag.FINAL or not image_id:
             return LocalDatastore.get_label_uri(self, label_id, label_tag)
         cached = os.path.join(self._datastore.label_path(DefaultLabelTag.FINAL), f"{image_id}.nii.gz")
