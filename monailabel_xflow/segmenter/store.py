@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from monailabel_xflow.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 MAGIC = b"XFLOWST1"
@@ -60,7 +62,7 @@ DEFAULT_STORE_MB = 8192
 _HEX = re.compile(r"^[0-9a-f]{8,128}$")
 
 
-class StoreError(ValueError):
+class StoreError(InputError):
     """A namespace, kind or key the store refuses (not hex, unknown kind)."""
 
 
