@@ -68,7 +68,16 @@ def tiny_models(tiny_vlm, tiny_sam3):
     return make
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
+def _process_wide_state(monkeypatch):
+    """The workspace store configured by an app created in-process (``XFlowApp``, ``xflow
+    preannotate --store``) is process-wide: restored after every test so none leaks into the next."""
+    from monailabel_xflow.segmenter import store
+
+    monkeypatch.setattr(store, "_default", store._default)
+
+
+@pytest.fixture(autouse=True)
 def monailabel_settings(monkeypatch):
     """MONAI Label's ``settings``, restored after the test: the app sets some when it is created
     (``monailabel_xflow/app/server_defaults.py``), which would otherwise outlive the test."""

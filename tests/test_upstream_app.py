@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(1200)
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = ["phantom_1_00005", "phantom_1_00006", "phantom_1_00007"]
 IMAGE = "phantom_1_00006"
-WRITTEN = ("model", "lib", "logs", "bin", "cache", "__pycache__")
+WRITTEN = ("model", "lib", "logs", "bin", "cache", "store", "__pycache__")
 """What a server writes into its app folder (git-ignored in ``apps/xflow/.gitignore``)."""
 
 
