@@ -525,8 +525,6 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
         the cache write, another tool's SEG); the cache alone when the PACS does not answer."""
         from monailabel.interfaces.datastore import DefaultLabelTag
 
-        from monailabel_xflow.data.pacs import pacs_failure
-
         check_id(label_id, "label")
         check_id(label_tag, "label tag")
         if image_id:
@@ -535,7 +533,7 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
             try:
                 current = self.label_series().get(label_id)
             except Exception as exc:
-                failure = pacs_failure(exc, str(getattr(self._client, "base_url", "") or ""))
+                failure = self.pacs.failure(exc)
                 if failure is None:
                     raise
                 logger.warning("label of %s served from the cache: %s", label_id, failure)
