@@ -79,10 +79,12 @@ def _process_wide_state(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def monailabel_settings(monkeypatch):
-    """MONAI Label's ``settings``, restored after the test: the app sets some when it is created
-    (``monailabel_xflow/app/server_defaults.py``), which would otherwise outlive the test."""
+    """MONAI Label's ``settings`` as a fresh process reads them from the environment, for this test
+    only: the app sets some when it is created in-process (``monailabel_xflow/app/server_defaults.py``),
+    and whatever an earlier test or fixture of any scope left there must not decide this one."""
     from monailabel.config import settings
 
+    fresh = type(settings)()
     for key in type(settings).model_fields:
-        monkeypatch.setattr(settings, key, getattr(settings, key))
+        monkeypatch.setattr(settings, key, getattr(fresh, key))
     return settings
