@@ -317,6 +317,21 @@ def grow_box(box: Sequence[float], click: Click) -> Box:
     return (min(x1, click.x), min(y1, click.y), max(x2, click.x), max(y2, click.y))
 
 
+def clicks_box(clicks: Sequence[Click]) -> Box:
+    """The box of a person's clicks without a box or mask (the click tool's rule): the bounds of
+    the positive clicks, or of all clicks when none is positive (a negative click says "not
+    here", so it does not widen the box). Normalised xyxy, degenerate for a single click.
+
+    Raises:
+        GeometryError: no click.
+    """
+    if not clicks:
+        raise GeometryError("no click to take a box from")
+    inside = [c for c in clicks if c.positive] or list(clicks)
+    xs, ys = [c.x for c in inside], [c.y for c in inside]
+    return make_box(min(xs), min(ys), max(xs), max(ys))
+
+
 def connected_components(mask: NDArray[Any], min_area_px: int = 1) -> list[NDArray[np.bool_]]:
     """Split a ground-truth mask into its 8-connected components.
 

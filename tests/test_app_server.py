@@ -337,8 +337,11 @@ def test_save_label_next_sample_scoring_and_train(app):
     assert stats["steps"] == 3 and stats["images"] == 1 and len(stats["losses"]) == 3
     assert all(np.isfinite(stats["losses"]))
     assert [Path(p).name for p in stats["heldout_images"]] == [f"{WIDE}.png"] and stats["weights_finite"]
-    # promoted only when not worse than the serving segmenter on the held-out label
-    assert stats["promoted"] == (stats["heldout_iou_candidate"] >= stats["heldout_iou_current"])
+    # promoted only when not worse than the serving segmenter on the held-out label, box-only and after clicks
+    assert stats["promoted"] == (
+        stats["heldout_iou_candidate"] >= stats["heldout_iou_current"]
+        and stats["heldout_iou_clicks_candidate"] >= stats["heldout_iou_clicks_current"]
+    )
     out = Path(stats["output"])
     assert out == (trained if stats["promoted"] else trained.with_name("xflow_segmenter.rejected"))
 

@@ -124,6 +124,30 @@ def test_fseg_clicks_only_starts_from_the_empty_mask_and_a_point_box():
     assert curve["ious"][-1] > curve["ious"][1]
 
 
+def test_client_prompt_sends_every_click_so_far_and_no_mask_as_slicer_and_ohif_do():
+    from monailabel_xflow.workflow.xflow import revise_with_clicks
+
+    gt = _object()
+    image = np.zeros(gt.shape, np.float32)
+    seg = RecordingSegmenter(ScriptedSegmenter(gt, positive_radius_px=10, negative_radius_px=10))
+    seg.set_image(image)
+    curve = cb.fseg_curve(seg, gt, "client", cb.make_clicker(4, 5.0), image=image)
+    assert curve["ious"][0] == 0.0 and len(curve["ious"]) == 5
+    assert len(seg.calls) == len(curve["clicks"]) >= 2
+    for t, call in enumerate(seg.calls, start=1):
+        assert len(call.clicks[0]) == t and call.previous is None  # a new request: no logits
+    # each answer is the click tool's own for those clicks
+    from monailabel_xflow.geometry import Click
+
+    clicks = [Click(bool(p), x, y) for p, x, y in curve["clicks"]]
+    again = revise_with_clicks(ScriptedSegmenter(gt, positive_radius_px=10, negative_radius_px=10), image, clicks)
+    assert mask_iou(again.mask, gt) == pytest.approx(curve["ious"][len(clicks)])
+    with pytest.raises(cb.ClickBenchmarkError, match="image"):
+        cb.fseg_curve(seg, gt, "client", cb.make_clicker(2, 5.0))
+    with pytest.raises(cb.ClickBenchmarkError, match="anchor"):
+        cb.anchor_curve("watershed", image, gt, "client", cb.make_clicker(2, 5.0))
+
+
 def test_anchor_masks_follow_their_seeds():
     img = np.full((96, 96), 0.2, np.float32)
     obj = disk(img.shape, 48, 48, 18)

@@ -104,3 +104,14 @@ def test_check_image_is_the_one_image_rule_and_a_checked_image_passes_at_once():
     ]:
         with pytest.raises(g.GeometryError, match=match):
             g.check_image(bad)
+
+
+def test_clicks_box_is_the_bounds_of_the_positive_clicks():
+    from monailabel_xflow.geometry import Click, GeometryError, clicks_box
+
+    assert clicks_box([Click(True, 0.5, 0.4)]) == pytest.approx((0.5, 0.4, 0.5, 0.4))
+    box = clicks_box([Click(True, 0.5, 0.4), Click(False, 0.9, 0.9), Click(True, 0.3, 0.6)])
+    assert box == pytest.approx((0.3, 0.4, 0.5, 0.6))
+    assert clicks_box([Click(False, 0.9, 0.1), Click(False, 0.2, 0.3)]) == pytest.approx((0.2, 0.1, 0.9, 0.3))
+    with pytest.raises(GeometryError, match="no click"):
+        clicks_box([])

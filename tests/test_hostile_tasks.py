@@ -99,6 +99,8 @@ def test_work_bound_and_click_lists():
         ("batch", 1000),
         ("seed", -1),
         ("steps", "many"),
+        ("interactive_rounds", 17),
+        ("interactive_rounds", -1),
     ],
 )
 def test_train_parameters_are_bounded(key, value):
@@ -111,7 +113,7 @@ def test_train_parameters_are_bounded(key, value):
 def test_train_parameters_defaults():
     from monailabel_xflow.task_options import train_params
 
-    assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+    assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0, "interactive_rounds": 4}
     assert train_params({"steps": "20", "lr": "0.001"})["steps"] == 20
 
 
@@ -140,6 +142,7 @@ def test_a_fine_tuned_segmenter_serves_only_after_the_held_out_check(tiny_sam3, 
     shutil.copytree(tiny_sam3, same)
     check = promotion_check(tiny_sam3, same, held)
     assert check["promoted"] and check["heldout_iou_candidate"] == check["heldout_iou_current"]
+    assert check["heldout_iou_clicks_candidate"] == check["heldout_iou_clicks_current"]
 
     no_heldout = promotion_check(tiny_sam3, same, [])
     assert not no_heldout["promoted"] and "no held-out label" in no_heldout["reason"]
@@ -158,7 +161,10 @@ def test_a_fine_tuned_segmenter_serves_only_after_the_held_out_check(tiny_sam3, 
                 p.add_(torch.randn_like(p) * 3)
     model.save_pretrained(tmp_path / "noisy")
     noisy = promotion_check(tiny_sam3, tmp_path / "noisy", held)
-    assert noisy["promoted"] == (noisy["heldout_iou_candidate"] >= noisy["heldout_iou_current"])
+    assert noisy["promoted"] == (
+        noisy["heldout_iou_candidate"] >= noisy["heldout_iou_current"]
+        and noisy["heldout_iou_clicks_candidate"] >= noisy["heldout_iou_clicks_current"]
+    )
     assert ("kept aside" in noisy["reason"]) != noisy["promoted"]
 
 

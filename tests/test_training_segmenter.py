@@ -233,3 +233,31 @@ def test_interactive_rounds_feed_back_logits_and_supervise_every_round(tiny_sam3
     loss.backward()
     grads = [p.grad for n, p in model.named_parameters() if n.startswith("prompt_encoder.mask_embed.")]
     assert any(g is not None and g.abs().sum() > 0 for g in grads)  # the mask-input pathway learns
+
+
+def test_interactive_mask_dropout_leaves_out_the_previous_logits(tiny_sam3):
+    """With ``interactive_mask_dropout`` = 1 every click round is a client's request: every click
+    so far and no mask; 0 keeps the logits in every round (the test above)."""
+    import torch
+
+    from monailabel_xflow.policy.oracle import OracleClicker
+    from monailabel_xflow.segmenter.sam3 import Sam3Segmenter, load_tracker_model
+    from monailabel_xflow.training.segmenter import _target_grid, interactive_loss
+
+    model = load_tracker_model(tiny_sam3)
+    prep = Sam3Segmenter(model, device="cpu", dtype=torch.float32, cache_tag="test")
+    sample = _ellipse()
+    embeddings = model.get_image_embeddings(prep.preprocess(sample.image))
+    calls = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        calls.append(sorted(k for k in kwargs if k.startswith("input_")))
+        return forward(*args, **kwargs)
+
+    model.forward = spy
+    target = _target_grid(sample.mask, (288, 288))
+    cfg = SegmenterTrainConfig(interactive_rounds=3, interactive_click_start=0.0, interactive_mask_dropout=1.0)
+    interactive_loss(model, embeddings, sample, np.random.default_rng(1), cfg, prep.input_size, target, OracleClicker())
+    assert len(calls) == 4 and all("input_masks" not in c for c in calls)
+    assert all("input_points" in c for c in calls[1:])

@@ -326,6 +326,12 @@ def test_human_revise_uses_mask_box_grown_by_clicks(image, target):
     # Without a mask the clicks' bounds make the box; a given box wins over the mask.
     flow.revise(image, [Click(True, 0.6, 0.7), Click(True, 0.8, 0.8)])
     assert seg.calls[-1].boxes == [pytest.approx((0.6, 0.7, 0.8, 0.8))]
+    # ... of the positive clicks: a negative click says "not here" and does not widen it
+    # (3D Slicer and OHIF send every click so far and no mask, so this is their box)
+    flow.revise(image, [Click(True, 0.6, 0.7), Click(False, 0.1, 0.1), Click(True, 0.8, 0.8)])
+    assert seg.calls[-1].boxes == [pytest.approx((0.6, 0.7, 0.8, 0.8))] and len(seg.calls[-1].clicks[0]) == 3
+    flow.revise(image, [Click(False, 0.2, 0.3), Click(False, 0.4, 0.5)])  # negatives only: their bounds
+    assert seg.calls[-1].boxes == [pytest.approx((0.2, 0.3, 0.4, 0.5))]
     flow.revise(image, [], previous_mask=previous, box=(0.1, 0.1, 0.2, 0.2))
     assert seg.calls[-1].boxes == [pytest.approx((0.1, 0.1, 0.2, 0.2))] and seg.calls[-1].clicks is None
     with pytest.raises(WorkflowError, match="nothing to revise"):

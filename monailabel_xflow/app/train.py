@@ -3,9 +3,9 @@
 :class:`XFlowSegmenterTrainTask` runs in the subprocess the server starts and calls
 :func:`monailabel_xflow.training.promotion.finetune_from_labels` (prompts from the labels'
 components, held-out split, the check): the result replaces the serving segmenter in
-``<model_dir>/xflow_segmenter/`` only when its weights are finite and its held-out mean IoU is not
-below the serving one's, else it goes to ``xflow_segmenter.rejected/``; ``train_stats.json``
-says which and why.
+``<model_dir>/xflow_segmenter/`` only when its weights are finite and its held-out mean IoUs, box-only
+and after a few simulated clicks, are not below the serving one's, else it goes to
+``xflow_segmenter.rejected/``; ``train_stats.json`` says which and why.
 
 Progress uses the keys MONAI Label's trainers publish and 3D Slicer reads (``epoch`` /
 ``total_epochs`` count optimiser steps, rewritten after every step by
@@ -63,6 +63,7 @@ class XFlowSegmenterTrainTask(TrainTask):
         if start == self.runtime.config.segmenter:
             start = str(self.runtime.config.resolve("segmenter"))
         steps, lr, batch, seed = params["steps"], params["lr"], params["batch"], params["seed"]
+        rounds = params["interactive_rounds"]
         pairs = datastore.datalist()
         logger.info("xflow train: %d labeled images, start from %s", len(pairs), start)
         progress = TrainProgress(self.model_dir / STATS_FILE, steps)
@@ -74,6 +75,7 @@ class XFlowSegmenterTrainTask(TrainTask):
             lr=lr,
             batch=batch,
             seed=seed,
+            interactive_rounds=rounds,
             on_step=progress.step,
         )
         return progress.done(stats)

@@ -85,7 +85,8 @@ def _register_clicks(sub) -> None:
         "the mean IoU after k = 0..K clicks, NoC@80/85/90 (never reached counts as K + 1) and the share of "
         "components reaching each threshold, with bootstrap 95 % intervals over phantoms, overall, per "
         "finding and per lesion size, and the curve as curve.png. F_seg is called as Stage 2 calls it (box, "
-        "every click so far, the previous low-res logits); prompts: the true box + clicks, and clicks only. "
+        "every click so far, the previous low-res logits); prompts: the true box + clicks, clicks only, and "
+        "clicks as 3D Slicer and OHIF send them (each request every click so far, no mask: the click tool). "
         "Anchors seeded by the same user: scikit-image's random walker and marker watershed. Protocol: make "
         f"every choice on the dev seed ({DEV_SEED}, default); run --test (seed {TEST_SEED}) once, for the "
         "report. Resumable: OUT/results.jsonl gets one line per component, method and prompt, and a rerun "
@@ -119,7 +120,7 @@ def _register_clicks(sub) -> None:
         help=f"the user's same-polarity click spacing in pixels (default {MIN_CLICK_DISTANCE_PX:g}, the oracle's)",
     )
     cl.add_argument("--methods", default=None, metavar="LIST", help="of fseg,random-walker,watershed (default all)")
-    cl.add_argument("--prompts", default=None, metavar="LIST", help="subset of box,clicks (default both)")
+    cl.add_argument("--prompts", default=None, metavar="LIST", help="subset of box,clicks,client (default all)")
     cl.add_argument("--no-prune", action="store_true", help="keep F_seg's stray components (Stage 2 prunes)")
     cl.add_argument("--device", default=None, help="F_seg's device (default: the models file's, else CUDA if present)")
     cl.add_argument("--no-plots", action="store_true", help="skip curve.png")

@@ -24,7 +24,11 @@ Two prompts: ``box`` (the component's true, tight box at ``k = 0``, then clicks)
 it lies on, which later positive clicks grow, the click tool's rule for a person's clicks without
 a box, :meth:`XFlow.revise <monailabel_xflow.workflow.xflow.XFlow.revise>`; the anchors take
 everything outside RITM's zoom-in window, around the clicks and their current mask, expanded
-1.4x, as background, :func:`zoom_window`). A seeded algorithm has nothing to grow from before
+1.4x, as background, :func:`zoom_window`). A third prompt, ``client``, is what a 3D Slicer or
+OHIF user gets from the ``xflow_revise`` tool: each request carries every click so far and no
+mask, and :meth:`XFlow.revise <monailabel_xflow.workflow.xflow.XFlow.revise>` answers it with one
+F_seg call (the box of the positive clicks, no previous logits, no pruning); the anchors do not
+take it (they hold no state, so it would repeat ``clicks``). A seeded algorithm has nothing to grow from before
 its first positive click: its ``k = 0`` answer is the empty mask under either
 prompt (so the user's first click on it is the positive one at the component's deepest pixel).
 
@@ -64,10 +68,10 @@ import numpy as np
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.geometry import MIN_COMPONENT_PX, Box, Click, connected_components, grow_box, mask_to_box
 from monailabel_xflow.metrics import mask_iou
-from monailabel_xflow.policy.oracle import MIN_CLICK_DISTANCE_PX, OracleClicker, OracleRevisionPolicy
+from monailabel_xflow.policy.oracle import MIN_CLICK_DISTANCE_PX, OracleClicker, simulated_user
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import FINDINGS
-from monailabel_xflow.workflow.revision import revise_mask
+from monailabel_xflow.workflow.revision import oracle_session
 
 __all__ = [
     "ClickBenchmarkError",
@@ -108,8 +112,12 @@ TEST_SEED = 991848
 
 SPLITS = {"dev": DEV_SEED, "test": TEST_SEED}
 
-PROMPTS = ("box", "clicks")
-"""``box``: the true box, then clicks; ``clicks``: clicks only."""
+PROMPTS = ("box", "clicks", "client")
+"""``box``: the true box, then clicks; ``clicks``: clicks only, Stage 2's loop; ``client``: clicks
+only, each request as 3D Slicer and OHIF send it (every click so far, no mask; F_seg only)."""
+
+ANCHOR_PROMPTS = ("box", "clicks")
+"""The prompts the anchors answer (a seeded algorithm holds no state: ``client`` would be ``clicks``)."""
 
 ANCHORS = ("random-walker", "watershed")
 """Classical interactive algorithms seeded by the same simulated user (scikit-image)."""
@@ -122,7 +130,7 @@ METHOD_TITLES = {
     "watershed": "marker watershed (scikit-image)",
 }
 
-PROMPT_TITLES = {"box": "true box + clicks", "clicks": "clicks only"}
+PROMPT_TITLES = {"box": "true box + clicks", "clicks": "clicks only", "client": "clicks as Slicer/OHIF send them"}
 
 THRESHOLDS = (0.80, 0.85, 0.90)
 """The NoC thresholds of the literature."""
@@ -232,14 +240,9 @@ def _forward(ious: list[float], clicks: int) -> list[float]:
     return (ious + [ious[-1]] * (clicks + 1 - len(ious)))[: clicks + 1]
 
 
-def _user(gt: np.ndarray, clicker: OracleClicker) -> OracleRevisionPolicy:
-    return OracleRevisionPolicy(gt, clicker, exact=True)
-
-
 def make_clicker(max_clicks: int = MAX_CLICKS, min_click_distance_px: float = MIN_CLICK_DISTANCE_PX) -> OracleClicker:
-    """The simulated user of the benchmark: the project's oracle, never stopping at τ (τ = 1: it
-    stops only on a perfect mask, after ``max_clicks`` clicks, or with no admissible click)."""
-    return OracleClicker(tau=1.0, max_clicks=max_clicks, min_click_distance_px=min_click_distance_px)
+    """The simulated user of the benchmark (:func:`~monailabel_xflow.policy.oracle.simulated_user`)."""
+    return simulated_user(max_clicks, min_click_distance_px)
 
 
 def fseg_curve(
@@ -248,59 +251,60 @@ def fseg_curve(
     prompt: str,
     clicker: OracleClicker,
     prune: bool = True,
+    image: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """F_seg's IoU after ``k = 0 .. K`` clicks on one component (the segmenter holds the image).
 
     Args:
         segmenter: F_seg, ``set_image`` already called.
         gt: ``(H, W)`` bool ground-truth component.
-        prompt: ``"box"`` or ``"clicks"`` (module docstring).
+        prompt: ``"box"``, ``"clicks"`` or ``"client"`` (module docstring).
         clicker: the simulated user (:func:`make_clicker`); its ``max_clicks`` is ``K``.
         prune: prune as Stage 2 does (:func:`~monailabel_xflow.workflow.revision.keep_connected_to`).
+        image: the image the segmenter holds; needed by ``"client"``, whose every request sets it.
 
     Returns:
         ``{"ious": [K + 1 floats], "clicks": [[positive, x, y], ...]}``.
     """
     k_max = clicker.max_clicks
     gt = np.asarray(gt, bool)
-    user = _user(gt, clicker)
     if prompt == "box":
         box = mask_to_box(gt)
         assert box is not None
-        res = segmenter.predict([box])
-        mask0 = np.asarray(res.masks[0], bool)
-        start: list[Click] = []
-        low_res = res.low_res_logits[0:1]
-        ious = [mask_iou(mask0, gt)]
-        budget = k_max
+        ious, clicks = oracle_session(segmenter, gt, clicker, box, prune=prune)
     elif prompt == "clicks":
-        ious = [0.0]  # nothing asked yet: the empty mask
         first = clicker.next_click(np.zeros_like(gt), gt, ())
         if first is None or k_max == 0:
-            return {"ious": _forward(ious, k_max), "clicks": []}
+            return {"ious": _forward([0.0], k_max), "clicks": []}
+        # nothing asked yet at k = 0: the empty mask; the first click's point is the box
         box = (first.x, first.y, first.x, first.y)
-        start = [first]
-        res = segmenter.predict([box], clicks=[start])
-        mask0, low_res = np.asarray(res.masks[0], bool), res.low_res_logits[0:1]
-        ious.append(mask_iou(mask0, gt))
-        budget = k_max - 1
+        ious, clicks = oracle_session(segmenter, gt, clicker, box, [first], prune=prune)
+        ious = [0.0] + ious
+    elif prompt == "client":
+        if image is None:
+            raise ClickBenchmarkError("the client prompt needs the image (the click tool sets it per request)")
+        return _client_curve(segmenter, image, gt, clicker)
     else:
         raise ClickBenchmarkError(f"prompt must be one of {PROMPTS}, got {prompt!r}")
-    run = revise_mask(
-        segmenter,
-        user.start(None, None, box),
-        None,
-        None,
-        box,
-        mask0,
-        low_res,
-        budget=budget,
-        prune=prune,
-        observe=False,
-        clicks=start,
-    )
-    ious += [mask_iou(t.mask, gt) for t in run.turns if t.click is not None]
-    return {"ious": _forward(ious, k_max), "clicks": [[c.positive, c.x, c.y] for c in run.clicks]}
+    return {"ious": _forward(ious, k_max), "clicks": [[c.positive, c.x, c.y] for c in clicks]}
+
+
+def _client_curve(
+    segmenter: PromptableSegmenter, image: np.ndarray, gt: np.ndarray, clicker: OracleClicker
+) -> dict[str, Any]:
+    """``prompt == "client"``: each click a new request with every click so far, answered by the
+    click tool's own rule (:func:`~monailabel_xflow.workflow.xflow.revise_with_clicks`)."""
+    from monailabel_xflow.workflow.xflow import revise_with_clicks
+
+    mask, clicks, ious = np.zeros_like(gt), list[Click](), [0.0]
+    for _ in range(clicker.max_clicks):
+        click = clicker.next_click(mask, gt, clicks)
+        if click is None:
+            break
+        clicks.append(click)
+        mask = revise_with_clicks(segmenter, image, clicks).mask
+        ious.append(mask_iou(mask, gt))
+    return {"ious": _forward(ious, clicker.max_clicks), "clicks": [[c.positive, c.x, c.y] for c in clicks]}
 
 
 def _seed_disks(shape: Sequence[int], clicks: Sequence[Click], radius: int) -> tuple[np.ndarray, np.ndarray]:
@@ -432,8 +436,8 @@ def anchor_curve(method: str, image: np.ndarray, gt: np.ndarray, prompt: str, cl
     Returns:
         ``{"ious": [K + 1 floats], "clicks": [[positive, x, y], ...]}``.
     """
-    if prompt not in PROMPTS:
-        raise ClickBenchmarkError(f"prompt must be one of {PROMPTS}, got {prompt!r}")
+    if prompt not in ANCHOR_PROMPTS:
+        raise ClickBenchmarkError(f"an anchor's prompt must be one of {ANCHOR_PROMPTS}, got {prompt!r}")
     gt = np.asarray(gt, bool)
     box: Box | None = mask_to_box(gt) if prompt == "box" else None
     clicks: list[Click] = []
@@ -639,7 +643,13 @@ def run_click_benchmark(
     with results.open("a") as sink:
         for index in bar:
             image, components = phantom_components(seed, index, int(size), out / PHANTOM_DIR)
-            todo = [(c, m, p) for c in components for m in methods for p in prompts if (c.key, m, p) not in done]
+            todo = [
+                (c, m, p)
+                for c in components
+                for m in methods
+                for p in prompts
+                if (c.key, m, p) not in done and (m == "fseg" or p in ANCHOR_PROMPTS)
+            ]
             if not todo:
                 continue
             start = time.perf_counter()
@@ -656,7 +666,7 @@ def run_click_benchmark(
                 tick = time.perf_counter()
                 if method == "fseg":
                     assert seg is not None
-                    curve = fseg_curve(seg, comp.mask, prompt, clicker, prune)
+                    curve = fseg_curve(seg, comp.mask, prompt, clicker, prune, image=image)
                 else:
                     curve = anchor_curve(method, image, comp.mask, prompt, clicker)
                 record = {

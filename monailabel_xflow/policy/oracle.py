@@ -79,6 +79,7 @@ __all__ = [
     "OracleClicker",
     "perturb_box",
     "OracleRevisionPolicy",
+    "simulated_user",
 ]
 
 StopReason = Literal["tau", "T", "no-click"]
@@ -524,3 +525,10 @@ class OracleSession:
                 else "The mask covers tissue outside the lesion.",
             )
         return action if self.policy.exact else format_stage2(action)
+
+
+def simulated_user(max_clicks: int, min_click_distance_px: float = MIN_CLICK_DISTANCE_PX) -> OracleClicker:
+    """The simulated annotator of the click benchmark and the promotion check: the oracle, never
+    stopping at τ (τ = 1: it stops only on a perfect mask, after ``max_clicks`` clicks, or with no
+    admissible click)."""
+    return OracleClicker(tau=1.0, max_clicks=max_clicks, min_click_distance_px=min_click_distance_px)

@@ -176,6 +176,10 @@ def segmenter_phase(
         seed=seed,
         revision_clicks=recipe.seg_revision_clicks,
         revision_prob=recipe.seg_revision_prob,
+        interactive_rounds=recipe.seg_interactive_rounds,
+        interactive_click_start=recipe.seg_interactive_click_start,
+        interactive_mask_dropout=recipe.seg_interactive_mask_dropout,
+        checkpoint_every=recipe.seg_checkpoint_every,
     )
     result = finetune_segmenter(start, samples, seg_dir, cfg, progress=progress)
     held = samples[:: max(1, len(samples) // recipe.seg_eval)][: recipe.seg_eval]

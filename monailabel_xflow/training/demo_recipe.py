@@ -109,6 +109,10 @@ class DemoRecipe:
         seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
             (:class:`~monailabel_xflow.training.config.SegmenterTrainConfig` ``revision_clicks`` /
             ``revision_prob``): simulated Stage 2 turns with the previous logits as mask input.
+        seg_interactive_rounds / seg_interactive_click_start / seg_interactive_mask_dropout: F_seg's
+            interactive training (``SegmenterTrainConfig`` ``interactive_*``, SAM's
+            recipe: click rounds from the current prediction's error region, the previous logits
+            fed back, a loss on every round); 0 rounds is box-and-point training only.
         seg_init_from: a trained F_seg folder the segmenter phase fine-tunes ("": a random SAM3).
         segmenter_from: a trained F_seg folder (``save_pretrained``, e.g. the committed demo's
             ``segmenter/``) to reuse instead of training one; "" trains it. F_seg does not depend
@@ -151,6 +155,10 @@ class DemoRecipe:
     seg_revision_clicks: int = 0
     rev_stop_ratio: float = 0.0
     seg_revision_prob: float = 0.5
+    seg_interactive_rounds: int = 0
+    seg_interactive_click_start: float = 0.5
+    seg_interactive_mask_dropout: float = 0.0
+    seg_checkpoint_every: int = 0
     seg_init_from: str = ""
     segmenter_from: str = ""
     init_from: str = ""

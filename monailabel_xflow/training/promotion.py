@@ -7,8 +7,11 @@ datastore's final labels; this module decides what it trains on and whether the 
   :data:`monailabel_xflow.metrics.SPECK_FRACTION` of the image, the metrics' own speck rule) left
   out, the largest :data:`MAX_PROMPTS_PER_IMAGE` kept (:func:`component_prompts`);
 * every :data:`HOLDOUT_EVERY`-th labeled image is held out of training (:func:`split_heldout`);
-* a candidate is promoted only with finite weights and a held-out mean IoU not below the serving
-  segmenter's on the same labels (:func:`promotion_check`);
+* F_seg is fine-tuned with SAM's interactive recipe (``interactive_rounds`` click rounds per
+  prompt, as the demo F_seg was trained), so the clicks of an annotator keep moving the mask;
+* a candidate is promoted only with finite weights and held-out mean IoUs not below the serving
+  segmenter's on the same labels, box-only and after :data:`PROMOTION_CLICKS` clicks of the
+  simulated user (:func:`promotion_check`): a candidate that lost click response is kept aside;
 * a run's progress and outcome go to ``train_stats.json`` (:class:`TrainProgress`), where 3D Slicer
   and MONAI Label's ``/train`` read them.
 """
@@ -28,7 +31,7 @@ import numpy as np
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.files import atomic_write_json, swap_dir, temp_name
 from monailabel_xflow.geometry import connected_components, mask_to_box
-from monailabel_xflow.metrics import SPECK_FRACTION, mask_iou
+from monailabel_xflow.metrics import SPECK_FRACTION
 
 logger = logging.getLogger(__name__)
 
@@ -68,18 +71,43 @@ def split_heldout(labeled: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     return [x for i, x in enumerate(labeled) if i in picked], [x for i, x in enumerate(labeled) if i not in picked]
 
 
-def heldout_iou(weights: str | os.PathLike, held: Sequence[tuple[np.ndarray, list]]) -> float:
-    """Mean IoU of a segmenter's masks for the box prompts of held-out labels (one box per
-    connected component, as in training) against the labelled components."""
+INTERACTIVE_MASK_DROPOUT = 0.3
+"""Share of the fine-tune's click rounds run without the previous logits (a client's click request
+carries no mask; the demo F_seg's recipe, ``SegmenterTrainConfig.interactive_mask_dropout``)."""
+
+PROMOTION_CLICKS = 3
+"""Clicks of the simulated user after which a candidate's held-out IoU must not fall below the
+serving segmenter's (besides its box-only IoU): the first few clicks are what an annotator makes."""
+
+
+def heldout_scores(
+    weights: str | os.PathLike, held: Sequence[tuple[np.ndarray, list]], clicks: int = PROMOTION_CLICKS
+) -> dict[str, float]:
+    """A segmenter's mean IoU on held-out labels: box-only, and after ``clicks`` clicks.
+
+    Each labelled component gets its tight box (as in training), then the simulated user of the
+    click benchmark (:func:`~monailabel_xflow.workflow.revision.oracle_session`: the oracle's
+    deepest-error click on the current mask, the previous logits fed back) clicks up to ``clicks``
+    times; a user who stops early leaves the IoU where it is.
+
+    Returns:
+        ``{"box": mean IoU@0, "clicks": mean IoU@clicks}``.
+    """
+    from monailabel_xflow.policy.oracle import simulated_user
     from monailabel_xflow.segmenter.loading import load_segmenter
+    from monailabel_xflow.workflow.revision import oracle_session
 
     seg = load_segmenter(str(weights), device="cpu")
-    ious: list[float] = []
+    user = simulated_user(clicks)
+    first: list[float] = []
+    after: list[float] = []
     for image, prompts in held:
         seg.set_image(image)
-        result = seg.predict([box for box, _ in prompts])
-        ious.extend(mask_iou(pred, truth) for pred, (_, truth) in zip(result.masks, prompts, strict=False))
-    return float(np.mean(ious))
+        for box, truth in prompts:
+            ious, _ = oracle_session(seg, truth, user, box)
+            first.append(ious[0])
+            after.append(ious[min(clicks, len(ious) - 1)])
+    return {"box": float(np.mean(first)), "clicks": float(np.mean(after))}
 
 
 def weights_finite(weights: str | os.PathLike) -> bool:
@@ -95,16 +123,22 @@ def weights_finite(weights: str | os.PathLike) -> bool:
 def promotion_check(
     current: str | os.PathLike, candidate: str | os.PathLike, held: Sequence[tuple[np.ndarray, list]]
 ) -> dict[str, Any]:
-    """May ``candidate`` replace ``current``? Only with finite weights and a held-out mean IoU not
-    below the current segmenter's on the same labels (which it did not train on).
+    """May ``candidate`` replace ``current``? Only with finite weights and held-out mean IoUs not
+    below the current segmenter's on the same labels (which it did not train on), box-only and
+    after :data:`PROMOTION_CLICKS` clicks (:func:`heldout_scores`).
 
     Returns:
-        ``{"promoted", "reason", "weights_finite", "heldout_iou_current", "heldout_iou_candidate"}``.
+        ``{"promoted", "reason", "weights_finite", "heldout_iou_current", "heldout_iou_candidate",
+        "heldout_clicks", "heldout_iou_clicks_current", "heldout_iou_clicks_candidate"}`` (IoUs
+        None when not measured).
     """
     out: dict[str, Any] = {
         "weights_finite": weights_finite(candidate),
         "heldout_iou_current": None,
         "heldout_iou_candidate": None,
+        "heldout_clicks": PROMOTION_CLICKS,
+        "heldout_iou_clicks_current": None,
+        "heldout_iou_clicks_candidate": None,
     }
     if not out["weights_finite"]:
         return {**out, "promoted": False, "reason": "kept aside: the fine-tuned weights are not finite"}
@@ -115,15 +149,29 @@ def promotion_check(
             "reason": "kept aside: no held-out label to check it on "
             "(save final labels with findings on at least 2 images)",
         }
-    cur, new = heldout_iou(current, held), heldout_iou(candidate, held)
-    out.update(heldout_iou_current=round(cur, 6), heldout_iou_candidate=round(new, 6))
-    if not np.isfinite(new) or new < cur:
-        return {
-            **out,
-            "promoted": False,
-            "reason": f"kept aside: held-out IoU {new:.4f} is below the serving segmenter's {cur:.4f}",
-        }
-    return {**out, "promoted": True, "reason": f"promoted: held-out IoU {new:.4f} >= {cur:.4f}"}
+    cur, new = heldout_scores(current, held), heldout_scores(candidate, held)
+    out.update(
+        heldout_iou_current=round(cur["box"], 6),
+        heldout_iou_candidate=round(new["box"], 6),
+        heldout_iou_clicks_current=round(cur["clicks"], 6),
+        heldout_iou_clicks_candidate=round(new["clicks"], 6),
+    )
+    k = PROMOTION_CLICKS
+    if not np.isfinite(new["box"]) or new["box"] < cur["box"]:
+        reason = f"kept aside: held-out IoU {new['box']:.4f} is below the serving segmenter's {cur['box']:.4f}"
+        return {**out, "promoted": False, "reason": reason}
+    if not np.isfinite(new["clicks"]) or new["clicks"] < cur["clicks"]:
+        reason = (
+            f"kept aside: it lost click response: held-out IoU after {k} clicks {new['clicks']:.4f} is below the "
+            f"serving segmenter's {cur['clicks']:.4f} (clicks add {new['clicks'] - new['box']:+.4f} to its "
+            f"box-only IoU, {cur['clicks'] - cur['box']:+.4f} to the serving one's)"
+        )
+        return {**out, "promoted": False, "reason": reason}
+    reason = (
+        f"promoted: held-out IoU {new['box']:.4f} >= {cur['box']:.4f}, after {k} clicks "
+        f"{new['clicks']:.4f} >= {cur['clicks']:.4f}"
+    )
+    return {**out, "promoted": True, "reason": reason}
 
 
 def finetune_from_labels(
@@ -135,6 +183,7 @@ def finetune_from_labels(
     lr: float = 1e-4,
     batch: int = 1,
     seed: int = 0,
+    interactive_rounds: int = 4,
     on_step: Callable[[int, int, float | None], Any] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune F_seg on a datastore's final labels with the package's F_seg trainer.
@@ -150,6 +199,8 @@ def finetune_from_labels(
         steps: optimiser steps; ``batch``: prompts per step (gradient accumulation).
         lr: AdamW learning rate of the decoder (the encoder gets the trainer's 0.6x).
         seed: prompt sampling and initialisation seed.
+        interactive_rounds: simulated click rounds per prompt (SAM's interactive recipe,
+            :func:`~monailabel_xflow.training.segmenter.interactive_loss`; 0: box prompts only).
         on_step: called with (0, steps, None) once the data are read and after every optimiser
             step with (done, total, loss), e.g. to publish progress.
 
@@ -181,7 +232,12 @@ def finetune_from_labels(
     held, train = split_heldout(labeled)
     samples = [SegSample(image, mask) for _, image, prompts in train for _, mask in prompts]
     cfg = SegmenterTrainConfig(
-        learning_rate=float(lr), max_steps=int(steps), effective_batch=int(batch), seed=int(seed)
+        learning_rate=float(lr),
+        max_steps=int(steps),
+        effective_batch=int(batch),
+        seed=int(seed),
+        interactive_rounds=int(interactive_rounds),
+        interactive_mask_dropout=INTERACTIVE_MASK_DROPOUT,
     )
     output_dir = Path(output_dir)
     if on_step is not None:

@@ -31,7 +31,8 @@ click drawn from the current prediction's error region (:func:`error_click`: the
 error pixel with probability ``interactive_oracle_prob``, else a pixel drawn uniformly from the
 missed and over-segmented pixels, positive when it is missed), grow the box as Stage 2 does, and
 feed the previous round's single-mask low-resolution logits back as mask input (detached, as SAM
-does). Every round's single-mask output gets the SAM 2 loss, and their mean is added to the
+does; with probability ``interactive_mask_dropout`` a round gets none, as a client's click request
+carries every click but no mask). Every round's single-mask output gets the SAM 2 loss, and their mean is added to the
 prompt's loss (:func:`interactive_loss`). The prompts go through :func:`build_prompts
 <monailabel_xflow.segmenter.base.build_prompts>` and :func:`sam3_prompt_kwargs
 <monailabel_xflow.segmenter.sam3.sam3_prompt_kwargs>`, as in inference.
@@ -360,7 +361,8 @@ def interactive_loss(
         if round_ == cfg.interactive_rounds:
             break
         detached = low.detach()[None]  # (1, 1, h, w): the next round's mask input
-        previous = detached.cpu().numpy()
+        dropped = cfg.interactive_mask_dropout > 0 and rng.random() < cfg.interactive_mask_dropout
+        previous = None if dropped else detached.cpu().numpy()
         mask = (F.interpolate(detached, size=gt.shape, mode="bilinear", align_corners=False)[0, 0] > 0).cpu().numpy()
         click = error_click(mask, gt, rng, clicker, clicks, cfg.interactive_oracle_prob)
         if click is None:
@@ -403,7 +405,7 @@ def finetune_segmenter(
         raise ValueError("no training samples")
     if not 0 <= cfg.interactive_rounds <= 16:
         raise ValueError(f"interactive_rounds must lie in 0..16, got {cfg.interactive_rounds}")
-    for name in ("interactive_click_start", "interactive_oracle_prob"):
+    for name in ("interactive_click_start", "interactive_oracle_prob", "interactive_mask_dropout"):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ValueError(f"{name} must lie in [0, 1], got {getattr(cfg, name)}")
     from accelerate import PartialState

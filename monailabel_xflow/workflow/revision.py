@@ -192,6 +192,55 @@ def revise_mask(
     return out
 
 
+def oracle_session(
+    segmenter: PromptableSegmenter,
+    gt: NDArray[np.bool_],
+    clicker: OracleClicker,
+    box: Box,
+    clicks: Sequence[Click] = (),
+    *,
+    prune: bool = True,
+) -> tuple[list[float], list[Click]]:
+    """A simulated user's session on one component through the Stage 2 loop (:func:`revise_mask`).
+
+    F_seg answers ``box`` (and ``clicks``, when the session starts from clicks already made), then
+    the user (:meth:`OracleClicker.next_click <monailabel_xflow.policy.oracle.OracleClicker.next_click>`
+    on the current mask, ``exact``) clicks until ``clicker.max_clicks`` clicks in all, a perfect
+    mask or no admissible click; each call passes the box, every click so far and the previous
+    ``low_res_logits``. The click benchmark and the train task's promotion check measure F_seg with it.
+
+    Args:
+        segmenter: F_seg, already holding the image.
+        gt: ``(H, W)`` bool ground-truth component.
+        clicker: the simulated user; its ``max_clicks`` bounds the session's clicks.
+        box: normalised xyxy box of the first call.
+        clicks: clicks already made (they count against ``max_clicks``).
+        prune: prune as Stage 2 does (:func:`keep_connected_to`).
+
+    Returns:
+        ``(ious, clicks)``: the IoU of the first answer and after each later click, and every click.
+    """
+    gt = np.asarray(gt, bool)
+    start = list(clicks)
+    res = segmenter.predict([box], clicks=[start] if start else None)
+    mask0 = np.asarray(res.masks[0], bool)
+    run = revise_mask(
+        segmenter,
+        OracleRevisionPolicy(gt, clicker, exact=True).start(None, None, box),
+        None,
+        None,
+        box,
+        mask0,
+        res.low_res_logits[0:1],
+        budget=max(0, clicker.max_clicks - len(start)),
+        prune=prune,
+        observe=False,
+        clicks=start,
+    )
+    ious = [mask_iou(mask0, gt)] + [mask_iou(t.mask, gt) for t in run.turns if t.click is not None]
+    return ious, list(run.clicks)
+
+
 def keep_connected_to(revised: NDArray[np.bool_], previous: NDArray[np.bool_], click: Click) -> NDArray[np.bool_]:
     """A click revises the lesion it was made on: the components of the revised mask that touch
     neither the previous mask nor a positive click's pixel are dropped (Stage 2 rule).

@@ -63,6 +63,7 @@ from monailabel_xflow.geometry import (
     GeometryError,
     check_click,
     check_image,
+    clicks_box,
     grow_box,
     make_box,
     mask_to_box,
@@ -129,6 +130,58 @@ class RevisionResult:
     mask: NDArray[np.bool_]
     box: Box
     iou: float
+
+
+def revise_with_clicks(
+    segmenter: PromptableSegmenter,
+    image: NDArray[np.float32],
+    clicks: Sequence[Click],
+    *,
+    previous_mask: NDArray[np.bool_] | None = None,
+    box: Box | None = None,
+) -> RevisionResult:
+    """Revise a mask with a person's clicks (the click-revision tool of the clients).
+
+    One call of ``segmenter`` (given the image here) with a box and all the clicks. The box is ``box`` if given, else
+    the tight box of ``previous_mask`` if it is non-empty, else the clicks' box
+    (:func:`~.geometry.clicks_box`: the bounds of the positive clicks); then each positive
+    click outside it grows it (:func:`~.geometry.grow_box`, as in Stage 2). The segmenter
+    receives no previous logits (a person's mask has none); the previous mask acts through
+    its box.
+
+    Args:
+        segmenter: F_seg (its current image is replaced).
+        image: ``(H, W)`` float in ``[0, 1]``.
+        clicks: normalised clicks in ``[0, 1]`` (``geometry.client_index_to_point``
+            converts MONAI Label client indices).
+        previous_mask: ``(H, W)`` mask being revised, or None.
+        box: normalised xyxy box, or None.
+
+    Raises:
+        WorkflowError: bad image, mask of another size, a click outside the image, or nothing
+            to start from (no box, no mask and no click).
+    """
+    image = check_image(image)
+    clicks = [check_click(c) for c in clicks]
+    if box is not None:
+        try:
+            b = make_box(*box)
+        except (GeometryError, TypeError) as err:
+            raise WorkflowError(f"bad box {box!r}: {err}") from err
+    elif previous_mask is not None and np.asarray(previous_mask).any():
+        previous_mask = np.asarray(previous_mask)
+        if previous_mask.shape != image.shape:
+            raise WorkflowError(f"previous_mask is {previous_mask.shape}, the image {image.shape}")
+        b = mask_to_box(previous_mask)  # type: ignore[assignment]
+    elif clicks:
+        b = clicks_box(clicks)
+    else:
+        raise WorkflowError("nothing to revise: give clicks, a previous mask or a box")
+    for c in clicks:
+        b = grow_box(b, c)
+    segmenter.set_image(image)
+    res = segmenter.predict([b], clicks=[clicks] if clicks else None)
+    return RevisionResult(mask=np.asarray(res.masks[0], dtype=bool), box=b, iou=float(res.iou[0]))
 
 
 class XFlow:
@@ -406,48 +459,14 @@ class XFlow:
         previous_mask: NDArray[np.bool_] | None = None,
         box: Box | None = None,
     ) -> RevisionResult:
-        """Revise a mask with a person's clicks (the click-revision tool of the clients).
-
-        One segmenter call with a box and all the clicks. The box is ``box`` if given, else
-        the tight box of ``previous_mask`` if it is non-empty, else the bounds of the clicks;
-        then each positive click outside it grows it (:func:`~.geometry.grow_box`, as in
-        Stage 2). The segmenter receives no previous logits (a person's mask has none); the
-        previous mask acts through its box.
-
-        Args:
-            image: ``(H, W)`` float in ``[0, 1]``.
-            clicks: normalised clicks in ``[0, 1]`` (``geometry.client_index_to_point``
-                converts MONAI Label client indices).
-            previous_mask: ``(H, W)`` mask being revised, or None.
-            box: normalised xyxy box, or None.
+        """Revise a mask with a person's clicks (the click-revision tool of the clients):
+        :func:`revise_with_clicks` on a fork of the segmenter (its own current image: no lock,
+        no wait behind a run).
 
         Raises:
-            WorkflowError: bad image, mask of another size, a click outside the image, or nothing
-                to start from (no box, no mask and no click).
+            WorkflowError: see :func:`revise_with_clicks`.
         """
-        image = check_image(image)
-        clicks = [check_click(c) for c in clicks]
-        if box is not None:
-            try:
-                b = make_box(*box)
-            except (GeometryError, TypeError) as err:
-                raise WorkflowError(f"bad box {box!r}: {err}") from err
-        elif previous_mask is not None and np.asarray(previous_mask).any():
-            previous_mask = np.asarray(previous_mask)
-            if previous_mask.shape != image.shape:
-                raise WorkflowError(f"previous_mask is {previous_mask.shape}, the image {image.shape}")
-            b = mask_to_box(previous_mask)  # type: ignore[assignment]
-        elif clicks:
-            xs, ys = [c.x for c in clicks], [c.y for c in clicks]
-            b = make_box(min(xs), min(ys), max(xs), max(ys))
-        else:
-            raise WorkflowError("nothing to revise: give clicks, a previous mask or a box")
-        for c in clicks:
-            b = grow_box(b, c)
-        segmenter = self.segmenter.fork()  # its own current image: no lock, no wait behind a run
-        segmenter.set_image(image)
-        res = segmenter.predict([b], clicks=[clicks] if clicks else None)
-        return RevisionResult(mask=np.asarray(res.masks[0], dtype=bool), box=b, iou=float(res.iou[0]))
+        return revise_with_clicks(self.segmenter.fork(), image, clicks, previous_mask=previous_mask, box=box)
 
     # --- stages ---------------------------------------------------------------------------
 
@@ -738,4 +757,12 @@ def _text(raw: object) -> str:
     return raw if isinstance(raw, str) else repr(raw)
 
 
-__all__ = ["XFlow", "XFlowResult", "RevisionResult", "WorkflowError", "locate_regions", "infer_lesion_type"]
+__all__ = [
+    "XFlow",
+    "XFlowResult",
+    "RevisionResult",
+    "revise_with_clicks",
+    "WorkflowError",
+    "locate_regions",
+    "infer_lesion_type",
+]
