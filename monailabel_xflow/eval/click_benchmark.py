@@ -292,19 +292,11 @@ def fseg_curve(
 def _client_curve(
     segmenter: PromptableSegmenter, image: np.ndarray, gt: np.ndarray, clicker: OracleClicker
 ) -> dict[str, Any]:
-    """``prompt == "client"``: each click a new request with every click so far, answered by the
-    click tool's own rule (:func:`~monailabel_xflow.workflow.xflow.revise_with_clicks`)."""
-    from monailabel_xflow.workflow.xflow import revise_with_clicks
+    """``prompt == "client"``: :func:`~monailabel_xflow.workflow.xflow.client_session`."""
+    from monailabel_xflow.workflow.xflow import client_session
 
-    mask, clicks, ious = np.zeros_like(gt), list[Click](), [0.0]
-    for _ in range(clicker.max_clicks):
-        click = clicker.next_click(mask, gt, clicks)
-        if click is None:
-            break
-        clicks.append(click)
-        mask = revise_with_clicks(segmenter, image, clicks).mask
-        ious.append(mask_iou(mask, gt))
-    return {"ious": _forward(ious, clicker.max_clicks), "clicks": [[c.positive, c.x, c.y] for c in clicks]}
+    ious, clicks = client_session(segmenter, image, gt, clicker)
+    return {"ious": _forward([0.0] + ious, clicker.max_clicks), "clicks": [[c.positive, c.x, c.y] for c in clicks]}
 
 
 def _seed_disks(shape: Sequence[int], clicks: Sequence[Click], radius: int) -> tuple[np.ndarray, np.ndarray]:

@@ -184,6 +184,39 @@ def revise_with_clicks(
     return RevisionResult(mask=np.asarray(res.masks[0], dtype=bool), box=b, iou=float(res.iou[0]))
 
 
+def client_session(
+    segmenter: PromptableSegmenter, image: NDArray[np.float32], gt: NDArray[np.bool_], clicker: Any
+) -> tuple[list[float], list[Click]]:
+    """A simulated annotator's clicks as 3D Slicer and OHIF send them: each click a new request
+    with every click so far and no mask, answered by :func:`revise_with_clicks`.
+
+    Args:
+        segmenter: F_seg.
+        image: ``(H, W)`` float in ``[0, 1]``.
+        gt: ``(H, W)`` bool ground-truth component.
+        clicker: the simulated user (an :class:`~monailabel_xflow.policy.oracle.OracleClicker`,
+            :meth:`next_click` on the current mask); its ``max_clicks`` bounds the clicks.
+
+    Returns:
+        ``(ious, clicks)``: the IoU after each click (fewer than ``max_clicks`` when the user has
+        no admissible click left), and the clicks.
+    """
+    from monailabel_xflow.metrics import mask_iou
+
+    gt = np.asarray(gt, bool)
+    mask = np.zeros_like(gt)
+    clicks: list[Click] = []
+    ious: list[float] = []
+    for _ in range(clicker.max_clicks):
+        click = clicker.next_click(mask, gt, clicks)
+        if click is None:
+            break
+        clicks.append(click)
+        mask = revise_with_clicks(segmenter, image, clicks).mask
+        ious.append(mask_iou(mask, gt))
+    return ious, clicks
+
+
 class XFlow:
     """Instruction-guided lesion segmentation of a chest radiograph (the XFlow workflow).
 
@@ -762,6 +795,7 @@ __all__ = [
     "XFlowResult",
     "RevisionResult",
     "revise_with_clicks",
+    "client_session",
     "WorkflowError",
     "locate_regions",
     "infer_lesion_type",
