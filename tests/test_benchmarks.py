@@ -29,6 +29,7 @@ FIGURES = {
     "bench_builders.py": [r"init-sft .* ([\d.]+) attempts/s per core"],
     "bench_encode.py": [r"bfloat16\s+min IoU ([\d.]+)", r"(?m)^  float32\s+([\d.]+) s"],
     "bench_store.py": [r"Next Sample to masks\s+([\d.]+)", r"first click\s+([\d.]+)", r"disk per image .*?([\d.]+) MB"],
+    "bench_click_round.py": [r'"later_click_ms": ([\d.]+)', r'"later_over_in_process": ([\d.]+)'],
     "bench_click_path.py": [
         r"before \(main .*?:\s+([\d.e-]+) ms",
         r"after .*?:\s+([\d.e-]+) ms",
