@@ -109,10 +109,13 @@ class DemoRecipe:
         seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
             (:class:`~monailabel_xflow.training.config.SegmenterTrainConfig` ``revision_clicks`` /
             ``revision_prob``): simulated Stage 2 turns with the previous logits as mask input.
-        seg_interactive_rounds / seg_interactive_click_start / seg_interactive_mask_dropout: F_seg's
-            interactive training (``SegmenterTrainConfig`` ``interactive_*``, SAM's
-            recipe: click rounds from the current prediction's error region, the previous logits
-            fed back, a loss on every round); 0 rounds is box-and-point training only.
+        seg_interactive_rounds / seg_interactive_click_start / seg_interactive_mask_dropout /
+            seg_interactive_oracle_prob: F_seg's interactive training (``SegmenterTrainConfig``
+            ``interactive_*``, SAM's recipe: click rounds from the current prediction's error
+            region, the previous logits fed back, a loss on every round); 0 rounds is
+            box-and-point training only.
+        seg_checkpoint_every: also keep ``work/segmenter/checkpoint-<step>`` every this many
+            steps (0: none), to choose the step count on the dev seed.
         seg_init_from: a trained F_seg folder the segmenter phase fine-tunes ("": a random SAM3).
         segmenter_from: a trained F_seg folder (``save_pretrained``, e.g. the committed demo's
             ``segmenter/``) to reuse instead of training one; "" trains it. F_seg does not depend
@@ -158,6 +161,7 @@ class DemoRecipe:
     seg_interactive_rounds: int = 0
     seg_interactive_click_start: float = 0.5
     seg_interactive_mask_dropout: float = 0.0
+    seg_interactive_oracle_prob: float = 0.5
     seg_checkpoint_every: int = 0
     seg_init_from: str = ""
     segmenter_from: str = ""
