@@ -298,14 +298,14 @@ def finding_from_request(data: Mapping[str, Any], previous: NDArray[Any] | None)
     )
 
 
-TRAIN_DEFAULTS: dict[str, Any] = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0, "interactive_rounds": 4}
+TRAIN_DEFAULTS: dict[str, Any] = {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0, "interactive_rounds": 6}
 TRAIN_LIMITS = {"steps": (1, 2000), "batch": (1, 16), "seed": (0, 2**31 - 1), "interactive_rounds": (0, 16)}
 
 
 LR_RANGE = (1e-8, 1e-2)
 """Train request bounds (422 outside): ``steps`` 1..2000 optimiser steps, ``batch`` 1..16 prompts
 per step, ``seed`` 0..2^31-1, ``interactive_rounds`` 0..16 simulated click rounds per prompt (SAM's
-interactive recipe, 0: box prompts only), ``lr`` a finite number in [1e-8, 1e-2]."""
+interactive recipe as the demo F_seg was trained, 0: box prompts only), ``lr`` a finite number in [1e-8, 1e-2]."""
 
 
 def train_params(request: Mapping[str, Any]) -> dict[str, Any]:

@@ -113,7 +113,7 @@ def test_train_parameters_are_bounded(key, value):
 def test_train_parameters_defaults():
     from monailabel_xflow.task_options import train_params
 
-    assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0, "interactive_rounds": 4}
+    assert train_params({}) == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0, "interactive_rounds": 6}
     assert train_params({"steps": "20", "lr": "0.001"})["steps"] == 20
 
 

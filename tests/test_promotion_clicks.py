@@ -83,7 +83,7 @@ def test_a_candidate_fine_tuned_into_click_deafness_is_kept_aside(held, tmp_path
 
 def test_the_train_task_fine_tunes_with_the_interactive_recipe(tmp_path, monkeypatch, held):
     """``finetune_from_labels`` passes ``interactive_rounds`` (the train request's option, default
-    :data:`TRAIN_DEFAULTS`) and the mask-input dropout to the F_seg trainer."""
+    :data:`TRAIN_DEFAULTS`) and the demo's interactive settings to the F_seg trainer."""
     from monailabel_xflow.task_options import TRAIN_DEFAULTS
     from monailabel_xflow.training import promotion, segmenter
 
@@ -105,5 +105,6 @@ def test_the_train_task_fine_tunes_with_the_interactive_recipe(tmp_path, monkeyp
         with pytest.raises(RuntimeError, match="stop after"):
             promotion.finetune_from_labels([pair], DEMO_DIR / "segmenter", tmp_path / "out", interactive_rounds=rounds)
         assert seen[-1].interactive_rounds == rounds
-        assert seen[-1].interactive_mask_dropout == promotion.INTERACTIVE_MASK_DROPOUT
+        for key, value in promotion.INTERACTIVE_SETTINGS.items():
+            assert getattr(seen[-1], key) == value
     assert TRAIN_DEFAULTS["interactive_rounds"] > 0

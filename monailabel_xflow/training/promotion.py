@@ -72,9 +72,15 @@ def split_heldout(labeled: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     return [x for i, x in enumerate(labeled) if i in picked], [x for i, x in enumerate(labeled) if i not in picked]
 
 
-INTERACTIVE_MASK_DROPOUT = 0.3
-"""Share of the fine-tune's click rounds run without the previous logits (a client's click request
-carries no mask; the demo F_seg's recipe, ``SegmenterTrainConfig.interactive_mask_dropout``)."""
+INTERACTIVE_SETTINGS: dict[str, float] = {
+    "interactive_click_start": 0.7,
+    "interactive_oracle_prob": 0.0,
+    "interactive_mask_dropout": 0.5,
+}
+"""The fine-tune's interactive sessions, as in the demo F_seg's last stage (its model card): most
+sessions start from a person's first click, every click drawn uniformly from the error region
+(SAM's rule), half the click rounds without the previous logits (a client's request carries no
+mask). ``interactive_rounds`` is the train request's option."""
 
 PROMOTION_CLICKS = 3
 """Clicks of the simulated annotator after which a candidate's held-out IoU must not fall below the
@@ -185,7 +191,7 @@ def finetune_from_labels(
     lr: float = 1e-4,
     batch: int = 1,
     seed: int = 0,
-    interactive_rounds: int = 4,
+    interactive_rounds: int = 6,
     on_step: Callable[[int, int, float | None], Any] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune F_seg on a datastore's final labels with the package's F_seg trainer.
@@ -239,7 +245,9 @@ def finetune_from_labels(
         effective_batch=int(batch),
         seed=int(seed),
         interactive_rounds=int(interactive_rounds),
-        interactive_mask_dropout=INTERACTIVE_MASK_DROPOUT,
+        interactive_click_start=INTERACTIVE_SETTINGS["interactive_click_start"],
+        interactive_oracle_prob=INTERACTIVE_SETTINGS["interactive_oracle_prob"],
+        interactive_mask_dropout=INTERACTIVE_SETTINGS["interactive_mask_dropout"],
     )
     output_dir = Path(output_dir)
     if on_step is not None:
