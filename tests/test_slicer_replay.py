@@ -474,7 +474,7 @@ def test_save_label_then_train_reports_progress_and_outcome(slicer):
 
     # onTraining (M:1179-1199): the trainer's options as they are; monitorTraining (M:502-533)
     params = module_params(info, "train", "xflow")
-    assert params == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0}
+    assert params == {"steps": 10, "lr": 1e-4, "batch": 1, "seed": 0, "interactive_rounds": 6}
     started = c.train_start("xflow", params)
     assert started["status"] in ("SUBMITTED", "RUNNING")
     bars = []
