@@ -182,11 +182,9 @@ def test_error_clicks_come_from_the_error_region():
     assert error_click(gt.copy(), gt, rng, clicker, (), oracle_prob=0.5) is None  # nothing wrong
 
 
-@pytest.mark.parametrize("click_start", [0.0, 1.0])
-def test_interactive_rounds_feed_back_logits_and_supervise_every_round(tiny_sam3, click_start):
-    """SAM's recipe: a first prompt (a box, or one positive click whose point is the box), then
-    one click per round from the error region, every click so far and the previous round's
-    logits as mask input, each round's output supervised (all with gradients)."""
+def _spied_session(tiny_sam3, cfg):
+    """One :func:`interactive_loss` session on an ellipse with every decoder call's prompt inputs
+    recorded: ``(loss, ious, calls, model)``."""
     import torch
 
     from monailabel_xflow.policy.oracle import OracleClicker
@@ -209,10 +207,21 @@ def test_interactive_rounds_feed_back_logits_and_supervise_every_round(tiny_sam3
 
     model.forward = spy
     target = _target_grid(sample.mask, (288, 288))
-    cfg = SegmenterTrainConfig(interactive_rounds=3, interactive_click_start=click_start)
     loss, ious = interactive_loss(
         model, embeddings, sample, np.random.default_rng(1), cfg, prep.input_size, target, OracleClicker()
     )
+    return loss, ious, calls, model
+
+
+@pytest.mark.parametrize("click_start", [0.0, 1.0])
+def test_interactive_rounds_feed_back_logits_and_supervise_every_round(tiny_sam3, click_start):
+    """SAM's recipe: a first prompt (a box, or one positive click whose point is the box), then
+    one click per round from the error region, every click so far and the previous round's
+    logits as mask input, each round's output supervised (all with gradients)."""
+    import torch
+
+    cfg = SegmenterTrainConfig(interactive_rounds=3, interactive_click_start=click_start)
+    loss, ious, calls, model = _spied_session(tiny_sam3, cfg)
     assert len(calls) == len(ious) == 4 and all(c["grad"] for c in calls)
     first = calls[0]
     assert "input_masks" not in first
@@ -238,26 +247,7 @@ def test_interactive_rounds_feed_back_logits_and_supervise_every_round(tiny_sam3
 def test_interactive_mask_dropout_leaves_out_the_previous_logits(tiny_sam3):
     """With ``interactive_mask_dropout`` = 1 every click round is a client's request: every click
     so far and no mask; 0 keeps the logits in every round (the test above)."""
-    import torch
-
-    from monailabel_xflow.policy.oracle import OracleClicker
-    from monailabel_xflow.segmenter.sam3 import Sam3Segmenter, load_tracker_model
-    from monailabel_xflow.training.segmenter import _target_grid, interactive_loss
-
-    model = load_tracker_model(tiny_sam3)
-    prep = Sam3Segmenter(model, device="cpu", dtype=torch.float32, cache_tag="test")
-    sample = _ellipse()
-    embeddings = model.get_image_embeddings(prep.preprocess(sample.image))
-    calls = []
-    forward = model.forward
-
-    def spy(*args, **kwargs):
-        calls.append(sorted(k for k in kwargs if k.startswith("input_")))
-        return forward(*args, **kwargs)
-
-    model.forward = spy
-    target = _target_grid(sample.mask, (288, 288))
     cfg = SegmenterTrainConfig(interactive_rounds=3, interactive_click_start=0.0, interactive_mask_dropout=1.0)
-    interactive_loss(model, embeddings, sample, np.random.default_rng(1), cfg, prep.input_size, target, OracleClicker())
+    _, _, calls, _ = _spied_session(tiny_sam3, cfg)
     assert len(calls) == 4 and all("input_masks" not in c for c in calls)
     assert all("input_points" in c for c in calls[1:])
