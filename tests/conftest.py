@@ -70,11 +70,19 @@ def tiny_models(tiny_vlm, tiny_sam3):
 
 @pytest.fixture(autouse=True)
 def _process_wide_state(monkeypatch):
-    """The workspace store configured by an app created in-process (``XFlowApp``, ``xflow
-    preannotate --store``) is process-wide: restored after every test so none leaks into the next."""
+    """Process-wide state restored after every test so none leaks into the next: the workspace
+    store configured by an app created in-process (``XFlowApp``, ``xflow preannotate --store``),
+    and torch's thread count, which the demo recipe sets (``demo_phases.set_threads``) and which
+    changes float rounding, so a mask computed here could differ by a pixel from the server's."""
+    import torch
+
     from monailabel_xflow.segmenter import store
 
     monkeypatch.setattr(store, "_default", store._default)
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)
