@@ -26,11 +26,12 @@ a box, :meth:`XFlow.revise <monailabel_xflow.workflow.xflow.XFlow.revise>`; the 
 everything outside RITM's zoom-in window, around the clicks and their current mask, expanded
 1.4x, as background, :func:`zoom_window`). A third prompt, ``client``, is what a 3D Slicer or
 OHIF user gets from the ``xflow_revise`` tool: each request carries every click so far and no
-mask, and :meth:`XFlow.revise <monailabel_xflow.workflow.xflow.XFlow.revise>` answers it with one
-F_seg call (the box of the positive clicks, no previous logits, no pruning); the anchors do not
-take it (they hold no state, so it would repeat ``clicks``). A seeded algorithm has nothing to grow from before
-its first positive click: its ``k = 0`` answer is the empty mask under either
-prompt (so the user's first click on it is the positive one at the component's deepest pixel).
+mask, and the click tool's rule answers it with one F_seg call
+(:func:`~monailabel_xflow.workflow.xflow.client_session`: the box of the positive clicks, no
+previous logits, no pruning); the anchors do not take it (they hold no state, so it would repeat
+``clicks``). A seeded algorithm has nothing to grow from before its first positive click: its
+``k = 0`` answer is the empty mask under either prompt (so the user's first click on it is the
+positive one at the component's deepest pixel).
 
 Figures (:func:`summarise`), each with a bootstrap 95 % interval over phantoms
 (:mod:`monailabel_xflow.eval.bootstrap`: whole phantoms are resampled): mean IoU after ``k``
@@ -72,6 +73,7 @@ from monailabel_xflow.policy.oracle import MIN_CLICK_DISTANCE_PX, OracleClicker,
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import FINDINGS
 from monailabel_xflow.workflow.revision import oracle_session
+from monailabel_xflow.workflow.xflow import client_session
 
 __all__ = [
     "ClickBenchmarkError",
@@ -283,20 +285,11 @@ def fseg_curve(
     elif prompt == "client":
         if image is None:
             raise ClickBenchmarkError("the client prompt needs the image (the click tool sets it per request)")
-        return _client_curve(segmenter, image, gt, clicker)
+        ious, clicks = client_session(segmenter, image, gt, clicker)
+        ious = [0.0] + ious  # nothing asked yet at k = 0: the empty mask
     else:
         raise ClickBenchmarkError(f"prompt must be one of {PROMPTS}, got {prompt!r}")
     return {"ious": _forward(ious, k_max), "clicks": [[c.positive, c.x, c.y] for c in clicks]}
-
-
-def _client_curve(
-    segmenter: PromptableSegmenter, image: np.ndarray, gt: np.ndarray, clicker: OracleClicker
-) -> dict[str, Any]:
-    """``prompt == "client"``: :func:`~monailabel_xflow.workflow.xflow.client_session`."""
-    from monailabel_xflow.workflow.xflow import client_session
-
-    ious, clicks = client_session(segmenter, image, gt, clicker)
-    return {"ious": _forward([0.0] + ious, clicker.max_clicks), "clicks": [[c.positive, c.x, c.y] for c in clicks]}
 
 
 def _seed_disks(shape: Sequence[int], clicks: Sequence[Click], radius: int) -> tuple[np.ndarray, np.ndarray]:

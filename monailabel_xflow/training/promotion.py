@@ -33,6 +33,7 @@ from monailabel_xflow.errors import InputError
 from monailabel_xflow.files import atomic_write_json, swap_dir, temp_name
 from monailabel_xflow.geometry import connected_components, mask_to_box
 from monailabel_xflow.metrics import SPECK_FRACTION, mask_iou
+from monailabel_xflow.task_options import TRAIN_DEFAULTS
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def finetune_from_labels(
     lr: float = 1e-4,
     batch: int = 1,
     seed: int = 0,
-    interactive_rounds: int = 6,
+    interactive_rounds: int = TRAIN_DEFAULTS["interactive_rounds"],
     on_step: Callable[[int, int, float | None], Any] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune F_seg on a datastore's final labels with the package's F_seg trainer.

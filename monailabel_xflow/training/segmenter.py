@@ -32,8 +32,8 @@ error pixel with probability ``interactive_oracle_prob``, else a pixel drawn uni
 missed and over-segmented pixels, positive when it is missed), grow the box as Stage 2 does, and
 feed the previous round's single-mask low-resolution logits back as mask input (detached, as SAM
 does; with probability ``interactive_mask_dropout`` a round gets none, as a client's click request
-carries every click but no mask). Every round's single-mask output gets the SAM 2 loss, and their mean is added to the
-prompt's loss (:func:`interactive_loss`). The prompts go through :func:`build_prompts
+carries every click but no mask). Every round's single-mask output gets the SAM 2 loss, and their
+mean is added to the prompt's loss (:func:`interactive_loss`). The prompts go through :func:`build_prompts
 <monailabel_xflow.segmenter.base.build_prompts>` and :func:`sam3_prompt_kwargs
 <monailabel_xflow.segmenter.sam3.sam3_prompt_kwargs>`, as in inference.
 

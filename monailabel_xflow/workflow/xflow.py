@@ -69,7 +69,9 @@ from monailabel_xflow.geometry import (
     mask_to_box,
 )
 from monailabel_xflow.instructions import Instruction, all_findings, parse_instruction
+from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.policy.base import MAX_CLICKS, RevisionPolicy, Stage1Policy, check_budget
+from monailabel_xflow.policy.oracle import OracleClicker
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
@@ -142,8 +144,8 @@ def revise_with_clicks(
 ) -> RevisionResult:
     """Revise a mask with a person's clicks (the click-revision tool of the clients).
 
-    One call of ``segmenter`` (given the image here) with a box and all the clicks. The box is ``box`` if given, else
-    the tight box of ``previous_mask`` if it is non-empty, else the clicks' box
+    One call of ``segmenter`` (given the image here) with a box and all the clicks. The box is
+    ``box`` if given, else the tight box of ``previous_mask`` if it is non-empty, else the clicks' box
     (:func:`~.geometry.clicks_box`: the bounds of the positive clicks); then each positive
     click outside it grows it (:func:`~.geometry.grow_box`, as in Stage 2). The segmenter
     receives no previous logits (a person's mask has none); the previous mask acts through
@@ -185,7 +187,7 @@ def revise_with_clicks(
 
 
 def client_session(
-    segmenter: PromptableSegmenter, image: NDArray[np.float32], gt: NDArray[np.bool_], clicker: Any
+    segmenter: PromptableSegmenter, image: NDArray[np.float32], gt: NDArray[np.bool_], clicker: OracleClicker
 ) -> tuple[list[float], list[Click]]:
     """A simulated annotator's clicks as 3D Slicer and OHIF send them: each click a new request
     with every click so far and no mask, answered by :func:`revise_with_clicks`.
@@ -194,15 +196,13 @@ def client_session(
         segmenter: F_seg.
         image: ``(H, W)`` float in ``[0, 1]``.
         gt: ``(H, W)`` bool ground-truth component.
-        clicker: the simulated user (an :class:`~monailabel_xflow.policy.oracle.OracleClicker`,
-            :meth:`next_click` on the current mask); its ``max_clicks`` bounds the clicks.
+        clicker: the simulated user (:meth:`OracleClicker.next_click` on the current mask); its
+            ``max_clicks`` bounds the clicks.
 
     Returns:
         ``(ious, clicks)``: the IoU after each click (fewer than ``max_clicks`` when the user has
         no admissible click left), and the clicks.
     """
-    from monailabel_xflow.metrics import mask_iou
-
     gt = np.asarray(gt, bool)
     mask = np.zeros_like(gt)
     clicks: list[Click] = []
