@@ -412,6 +412,8 @@ def bad_requests(srv) -> list[tuple[str, object, str]]:
     add("train steps 10^9", requests.post(f"{srv.url}/train/xflow", json={"steps": 10**9}, timeout=60), "steps")
     add("train batch 0", requests.post(f"{srv.url}/train/xflow", json={"batch": 0}, timeout=60), "batch")
     add("train steps as text", requests.post(f"{srv.url}/train/xflow", json={"steps": "many"}, timeout=60), "steps")
+    rounds = requests.post(f"{srv.url}/train/xflow", json={"interactive_rounds": 10**6}, timeout=60)
+    add("train interactive_rounds 10^6", rounds, "interactive_rounds")
     sc = f"{srv.url}/scoring/xflow_uncertainty"
     add(
         "scoring id traversal",
