@@ -207,6 +207,12 @@ def test_command_runs_resumes_and_writes_the_report(bench_out, bench_models, cap
     assert "dev split, seed 1000" in md and "Trivial: always present, whole region" in md
     assert "ΔC (all drew)" in md and "What revision changed" in md and "bootstrap 95 %" in md
     assert "| Stage 2 adds to Stage 1 (gIoU, Table 2) |" in md
+    # the questions' wording says nothing about presence (issue 35): reported per level
+    assert "Can presence be read off the question?" in md
+    for level in ("chest", "lung", "zone"):
+        audit = summary["text_shortcut"][level]
+        assert audit["questions"] == 2 and audit["unmatched"] == 0
+        assert audit["question_only"]["value"] == 0.5
     for png in ("levels.png", "findings.png", "contact-sheet.png"):
         assert (out / png).stat().st_size > 1000
     # Stage 1 ran once per question for all three methods (texts stored with the model's identity)

@@ -22,32 +22,39 @@ How instruction-answer pairs are chosen (after MIMIC-ILS §3.2, with exact groun
 always come from :class:`~monailabel_xflow.instructions.Instruction`; a positive ``basic`` answer
 is ``""`` (MIMIC-ILS answers it with ``[SEG]`` alone, and we do not write the token).
 
+Positives (:func:`positive_pairs`), per phantom:
+
 * Present lung finding F:
   - global positive "Segment the F." answered with its location: per lung, the lung name when F
     occupies all four of its zones, else the occupied zones; mask = union of F's lesions;
   - lung positive "Segment the F in the <lung>." for each lung F is in; mask = F within that lung;
   - zone positive naming exactly the zones F occupies in that lung (unless all four); the same
-    mask, which lies inside those zones and touches each;
-  - lung negative for a lung F is absent from; zone negatives for every *empty* zone (no lesion of
-    any finding in it: the MIMIC-ILS "empty location").
-* Absent lung finding: global negative, a negative for each lung, and one negative in a randomly
-  chosen empty zone (MIMIC-ILS caps absent findings at one pair; we keep one per level so every
-  XFlow question level has negatives).
-* Cardiomegaly: global only. Present: located in "heart", mask = the heart. Absent (the phantom's
-  CTR is always <= 0.45 then): global negative.
+    mask, which lies inside those zones and touches each.
+* Cardiomegaly: global only, located in "heart", mask = the heart.
 * Lesion inference: for each pneumonia / atelectasis / edema lesion whose zones hold no lesion of
   another finding, "Segment the opacity in <its zones> and predict its type." answered "highly
-  suggestive of" (confident lesion) or "possibly reflects"; mask = that lesion. One negative per
-  study in a random empty zone, when there is one.
-* ``section_content`` is the chosen section of the study's report (``reports.csv``); ``sent_idx``
-  is the 0-based index of the sentence stating a present finding in it, ``None`` for absent
-  findings; ``seg`` is True for positives.
+  suggestive of" (confident lesion) or "possibly reflects"; mask = that lesion.
+
+Negatives (:func:`matched_negatives`), per set: every positive's exact question is asked once of
+another phantom on which it is true (:func:`negative_allowed`: the finding nowhere in the image
+for a global question, in none of the named regions for a basic one, no lesion at all in the
+named zones for lesion inference), drawn at random within the same split when one fits. So
+negatives name as many regions, in the same patterns, as positives, and a question's wording says
+nothing about its answer (issue 35; ``eval/text_shortcut.py`` audits it). This departs from
+MIMIC-ILS §3.2, whose negatives name one region (an absent finding in a random region, a present
+one in an "empty location"), because with exact phantom truth the text shortcut, not the image,
+is what that rule teaches. A cardiomegaly negative lands on a phantom without cardiomegaly, whose
+CTR is always <= 0.45, as the paper's rule asks.
+
+``section_content`` is the chosen section of the study's report (``reports.csv``); ``sent_idx`` is
+the 0-based index of the sentence stating the pair's finding in it (``None`` when the report does
+not state it); ``seg`` is True for positives.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,76 +207,60 @@ def report_sentences(phantom: Phantom) -> list[tuple[str, str]]:
     return out or [("", "The lungs are clear. The heart size is normal.")]
 
 
-def build_pairs(phantom: Phantom, study: str, rng: np.random.Generator, sent_of: dict[str, int] | None = None):
-    """MIMIC-ILS pairs of one phantom (rules in the module docstring).
+def _pair(ins: Instruction, answer: str, target: str, location, sent: int | None, mask_rel: str | None) -> dict:
+    """One pair in the MIMIC-ILS layout (``pair_id`` is set once the study's pairs are known)."""
+    return {
+        "pair_id": "",
+        "instruction": ins.text,
+        "answer": answer,
+        "type": ins.kind,
+        "target": target,
+        "location": list(location),
+        "sent_idx": sent,
+        "seg": mask_rel is not None,
+        "seg_mask_path": mask_rel,
+    }
+
+
+def positive_pairs(
+    phantom: Phantom, study: str, sent_of: dict[str, int] | None = None
+) -> tuple[list[tuple[Instruction, dict]], dict[str, np.ndarray]]:
+    """The positive MIMIC-ILS pairs of one phantom (rules in the module docstring).
 
     Args:
         sent_of: finding -> 0-based sentence index for ``sent_idx``; default the sentences of
             :func:`report_sentences`.
 
     Returns:
-        ``(positive_pairs, negative_pairs, masks)`` where ``masks`` maps each ``seg_mask_path``
-        (relative to ``lesion_mask/``) to its bool mask.
+        ``(positives, masks)``: ``(instruction, pair)`` per positive, and each ``seg_mask_path``
+        (relative to ``lesion_mask/``) mapped to its bool mask.
     """
     if sent_of is None:
         sent_of = {f: i for i, (f, _) in enumerate(report_sentences(phantom)) if f}
-    empty_zones = [z for z in ALL_ZONES if z not in phantom.occupied_zones()]
-    pos, neg, masks = [], [], {}
+    pos: list[tuple[Instruction, dict]] = []
+    masks: dict[str, np.ndarray] = {}
 
-    def add(ins: Instruction, answer: str, finding: str, location, mask=None, mask_name=None):
-        pair = {
-            "pair_id": "",
-            "instruction": ins.text,
-            "answer": answer,
-            "type": ins.kind,
-            "target": finding,
-            "location": list(location),
-            "sent_idx": sent_of.get(finding),
-            "seg": mask is not None,
-            "seg_mask_path": None,
-        }
-        if mask is not None:
-            rel = f"{study}/{mask_name}.png"
-            masks[rel] = mask
-            pair["seg_mask_path"] = rel
-            pos.append(pair)
-        else:
-            neg.append(pair)
+    def add(ins: Instruction, answer: str, finding: str, location, mask: np.ndarray, mask_name: str) -> None:
+        rel = f"{study}/{mask_name}.png"
+        masks[rel] = mask
+        pos.append((ins, _pair(ins, answer, finding, location, sent_of.get(finding), rel)))
 
-    for finding in FINDINGS:
-        present = finding in phantom.findings
-        if finding == "cardiomegaly":
-            ins = Instruction(finding, (), "global")
-            if present:
-                add(ins, ins.located_answer(("heart",)), finding, ["heart"], phantom.heart, "cardiomegaly")
-            else:
-                add(ins, ins.absent_answer(), finding, [])
-            continue
+    for finding in phantom.findings:
         ins = Instruction(finding, (), "global")
-        if present:
-            loc = _location(phantom, finding)
-            add(ins, ins.located_answer(loc), finding, loc, phantom.finding_mask(finding), finding)
-        else:
-            add(ins, ins.absent_answer(), finding, [])
+        if finding == "cardiomegaly":
+            add(ins, ins.located_answer(("heart",)), finding, ["heart"], phantom.heart, "cardiomegaly")
+            continue
+        loc = _location(phantom, finding)
+        add(ins, ins.located_answer(loc), finding, loc, phantom.finding_mask(finding), finding)
         for lung in LUNGS:
             zones = [z for z in ZONES[lung] if z in phantom.occupied_zones(finding)]
-            ins = Instruction(finding, (lung,))
-            if zones:
-                m = phantom.finding_mask(finding, lung)
-                tag = lung.replace(" ", "_")
-                add(ins, "", finding, [lung], m, f"{finding}_{tag}")
-                if len(zones) < 4:
-                    zi = Instruction(finding, tuple(zones))
-                    add(zi, "", finding, zones, m, f"{finding}_{tag}")
-            else:
-                add(ins, ins.absent_answer(), finding, [lung])
-        candidates = empty_zones
-        if not present and candidates:  # absent finding: one zone-level negative
-            candidates = [candidates[int(rng.integers(len(candidates)))]]
-        for z in candidates:
-            zi = Instruction(finding, (z,))
-            add(zi, zi.absent_answer(), finding, [z])
-
+            if not zones:
+                continue
+            m = phantom.finding_mask(finding, lung)
+            tag = lung.replace(" ", "_")
+            add(Instruction(finding, (lung,)), "", finding, [lung], m, f"{finding}_{tag}")
+            if len(zones) < 4:
+                add(Instruction(finding, tuple(zones)), "", finding, zones, m, f"{finding}_{tag}")
     for k, les in enumerate(phantom.lesions):
         if les.finding not in LESION_INFERENCE_TARGETS:
             continue
@@ -277,22 +268,64 @@ def build_pairs(phantom: Phantom, study: str, rng: np.random.Generator, sent_of:
         if others & set(les.zones):
             continue
         ins = Instruction("opacity", les.zones, "lesion_inference")
-        add(
-            ins,
-            ins.lesion_answer(les.finding, les.confident),
-            les.finding,
-            les.zones,
-            les.mask,
-            f"lesion{k}_{les.finding}",
-        )
-    if empty_zones:
-        z = empty_zones[int(rng.integers(len(empty_zones)))]
-        ins = Instruction("opacity", (z,), "lesion_inference")
-        add(ins, ins.absent_answer(), "opacity", [z])
+        answer = ins.lesion_answer(les.finding, les.confident)
+        add(ins, answer, les.finding, les.zones, les.mask, f"lesion{k}_{les.finding}")
+    return pos, masks
 
-    for i, pair in enumerate(pos + neg):
-        pair["pair_id"] = f"{study}_{i:03d}"
-    return pos, neg, masks
+
+def negative_allowed(phantom: Phantom, ins: Instruction) -> bool:
+    """Whether ``ins`` is a true negative on ``phantom``: its finding absent from the image (global),
+    from every named region (basic), or no lesion of any finding in the named zones (lesion
+    inference: its answer would name a type)."""
+    if ins.kind == "global":
+        return ins.finding not in phantom.findings
+    if ins.kind == "lesion_inference":
+        return not set(ins.regions) & set(phantom.occupied_zones())
+    return not any(phantom.finding_mask(ins.finding, r).any() for r in ins.regions)
+
+
+def matched_negatives(
+    phantoms: Sequence[Phantom],
+    positives: Sequence[Sequence[tuple[Instruction, dict]]],
+    groups: Sequence[str],
+    sent_of: Sequence[dict[str, int]],
+    rng: np.random.Generator,
+) -> list[list[dict]]:
+    """One negative per positive, asking the positive's exact question of another phantom.
+
+    The negative goes to a phantom, drawn at random, on which it is true (:func:`negative_allowed`)
+    and which does not already hold that question; one of the same group (split) when there is
+    one, else any. Every negative text is then a positive text as often, at every level, so no
+    reading of the wording alone beats chance (``eval/text_shortcut.py``). A positive no other
+    phantom can answer "absent" (possible only in sets without a normal study) gets no negative.
+
+    Args:
+        phantoms: the set's phantoms.
+        positives: per phantom, :func:`positive_pairs`' ``(instruction, pair)`` list.
+        groups: per phantom, its split; negatives stay within it when they can.
+        sent_of: per phantom, finding -> 0-based sentence index (``sent_idx`` of a negative whose
+            finding that report states elsewhere; None otherwise).
+        rng: draws the phantoms.
+
+    Returns:
+        Per phantom, its negative pairs.
+    """
+    negatives: list[list[dict]] = [[] for _ in phantoms]
+    asked: list[set[str]] = [set() for _ in phantoms]
+    for i, pairs in enumerate(positives):
+        for ins, _ in pairs:
+            fits = [
+                j for j, ph in enumerate(phantoms) if j != i and ins.text not in asked[j] and negative_allowed(ph, ins)
+            ]
+            same = [j for j in fits if groups[j] == groups[i]]
+            pool = same or fits
+            if not pool:
+                continue
+            j = pool[int(rng.integers(len(pool)))]
+            asked[j].add(ins.text)
+            target = ins.finding
+            negatives[j].append(_pair(ins, ins.absent_answer(), target, ins.regions, sent_of[j].get(target), None))
+    return negatives
 
 
 # --- a whole set ----------------------------------------------------------------------------
@@ -362,6 +395,8 @@ def export_set(
     meta = []
     phantoms = []
     reports, truth = [], {}
+    positives: list[list[tuple[Instruction, dict]]] = []
+    sents: list[dict[str, int]] = []
     for i in progress(range(count)):
         s = image_seed(seed, i)
         rng = np.random.default_rng(s)
@@ -390,7 +425,9 @@ def export_set(
             "findings": [tuple_to_dict(t) for t in report.truth],
         }
         sent_of = {f: n - 1 for f in ph.findings if (n := report.sentence_of(f))}
-        pos, neg, masks = build_pairs(ph, study, rng, sent_of)
+        pos, masks = positive_pairs(ph, study, sent_of)
+        positives.append(pos)
+        sents.append(sent_of)
         lesion_meta = []
         for k, les in enumerate(ph.lesions):
             rel = f"{study}/lesion{k}_{les.finding}.png"
@@ -412,7 +449,7 @@ def export_set(
             "image_path": f"{stem}.png",
             "section_name": report.section_name,
             "section_content": report.section_text,
-            "instruction_answer_pairs": {"positive_pairs": pos, "negative_pairs": neg},
+            "instruction_answer_pairs": {"positive_pairs": [pair for _, pair in pos], "negative_pairs": []},
         }
         meta.append(
             {
@@ -438,6 +475,14 @@ def export_set(
                 ),
             }
         )
+    splits = [split_of(i) for i in range(count)]
+    negatives = matched_negatives(phantoms, positives, splits, sents, np.random.default_rng([int(seed), 0x4E67]))
+    for i, neg in enumerate(negatives):
+        study = study_ids(seed, i)[0]
+        pairs = release[splits[i]][study]["instruction_answer_pairs"]
+        pairs["negative_pairs"] = neg
+        for k, pair in enumerate(pairs["positive_pairs"] + neg):
+            pair["pair_id"] = f"{study}_{k:03d}"
     gt.mkdir(parents=True, exist_ok=True)
     (gt / JSON_NAME).write_text(json.dumps(release, indent=1))
     (gt / META_NAME).write_text(json.dumps(meta, indent=1))

@@ -27,6 +27,7 @@ from monailabel_xflow.eval.phantom_protocol import (
     case_records,
 )
 from monailabel_xflow.eval.phantom_statistics import bootstrap_summary, latency_summary, stage2_effect
+from monailabel_xflow.eval.text_shortcut import text_shortcut_audit
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
 
 __all__ = ["write_summary"]
@@ -142,6 +143,26 @@ def write_summary(
         for m in methods:
             c = boot["methods"][m]
             lines.append(f"| {METHOD_TITLES[m]} | " + " | ".join(_ci(c.get(f"{lv}/{key}")) for lv in LEVELS) + " |")
+    shortcut = text_shortcut_audit(cases, replicates=int(boot["replicates"]))
+    summary["text_shortcut"] = shortcut
+    lines += [
+        "",
+        "## Can presence be read off the question? (text alone, balanced accuracy; 0.5 is chance)",
+        "",
+        "Texts unmatched: how many questions' wording is asked more often of one answer than the "
+        "other (0: any rule of the text alone is exactly at chance). Classifier: word-count logistic "
+        "regression, cross-validated with folds split by question text (`eval/text_shortcut.py`).",
+        "",
+        "| Level | Questions | Texts unmatched | Question-only | Text classifier |",
+        "|---|---|---|---|---|",
+    ]
+    for lv in LEVELS:
+        e = shortcut.get(lv, {})
+        if "question_only" in e:
+            lines.append(
+                f"| {lv} | {e['questions']} | {e['unmatched']} | {_ci(e['question_only'])} | "
+                f"{_ci(e['text_classifier'])} |"
+            )
     lines += [
         "",
         "## gIoU per finding (equal-weight average over the levels it is asked at)",

@@ -149,6 +149,35 @@ def training_cases(json_path: Path) -> list[EvalCase]:
     return cases
 
 
+def _matched_draw(
+    positives: list[tuple[str, dict[str, Any]]],
+    negatives: list[tuple[str, dict[str, Any]]],
+    count: int,
+    level: str,
+    rng: np.random.Generator,
+) -> list[tuple[str, dict[str, Any]]]:
+    """``count`` questions of one level: random positives, each with a negative asking the same
+    text of another image (the set's matched negatives), and one unmatched positive when
+    ``count`` is odd. So the chosen texts say nothing about presence, as in the whole set."""
+    by_text: dict[str, list[int]] = {}
+    for k, (_, pair) in enumerate(negatives):
+        by_text.setdefault(pair["instruction"], []).append(k)
+    chosen: list[tuple[str, dict[str, Any]]] = []
+    extra: tuple[str, dict[str, Any]] | None = None
+    for k in rng.permutation(len(positives)):
+        study, pair = positives[k]
+        free = by_text.get(pair["instruction"], [])
+        if len(chosen) < count - count % 2 and free:
+            chosen += [(study, pair), negatives[free.pop(int(rng.integers(len(free))))]]
+        elif extra is None and count % 2:
+            extra = (study, pair)
+    if extra is not None:
+        chosen.append(extra)
+    if len(chosen) < count:
+        raise ValueError(f"held-out set too small: {len(chosen)} matched {level} questions for {count}")
+    return sorted(chosen, key=lambda c: c[1]["pair_id"])
+
+
 def export_heldout(
     out: str | Path, seed: int = 1000, questions: int = 200, size: int = 256, progress: bool = True
 ) -> Path:
@@ -156,7 +185,8 @@ def export_heldout(
 
     Phantoms are drawn with ``seed`` (use one the training never used); the questions are split as
     evenly as possible over the chest / lung / zone levels and, within a level, over positives and
-    negatives. They are written, all in the ``test`` split, to ``OUT/ground-truth/heldout.json``
+    negatives: each negative asks a chosen positive's exact question of another phantom
+    (:func:`_matched_draw`). They are written, all in the ``test`` split, to ``OUT/ground-truth/heldout.json``
     beside the set's own ``mimic_ils.json`` (so masks resolve the same way).
 
     Returns:
@@ -182,14 +212,7 @@ def export_heldout(
     chosen: list[tuple[str, dict[str, Any]]] = []
     for i, level in enumerate(levels):
         n_level = questions // 3 + (1 if i < questions % 3 else 0)
-        for j, sign in enumerate((True, False)):
-            pool = pools.get((level, sign), [])
-            want = n_level // 2 + (n_level % 2 if j == 0 else 0)
-            if len(pool) < want:
-                raise ValueError(
-                    f"held-out set too small: {len(pool)} {level} {'positives' if sign else 'negatives'} for {want}"
-                )
-            chosen += [pool[k] for k in sorted(rng.choice(len(pool), want, replace=False))]
+        chosen += _matched_draw(pools.get((level, True), []), pools.get((level, False), []), n_level, level, rng)
     entries = {s: e for split in release.values() for s, e in split.items()}
     test: dict[str, dict[str, Any]] = {}
     for study, pair in chosen:
