@@ -207,6 +207,8 @@ def test_command_runs_resumes_and_writes_the_report(bench_out, bench_models, cap
     assert "dev split, seed 1000" in md and "Trivial: always present, whole region" in md
     assert "ΔC (all drew)" in md and "What revision changed" in md and "bootstrap 95 %" in md
     assert "| Stage 2 adds to Stage 1 (gIoU, Table 2) |" in md
+    decisions = summary["revision_decisions"]  # π_rev's stops beside the oracle's, when it drew lesions
+    assert decisions is None or ("π_rev's first decision" in md and decisions["lesions"] > 0)
     # the questions' wording says nothing about presence (issue 35): reported per level
     assert "Can presence be read off the question?" in md
     for level in ("chest", "lung", "zone"):
@@ -517,3 +519,35 @@ def test_question_only_baseline_reads_the_number_of_regions_named(tmp_path):
             assert got is None
         else:
             assert got is not None and got.any() and np.array_equal(got, drawn)
+
+
+def test_stop_decisions_pair_pi_rev_with_the_oracle_lesion_by_lesion(tmp_path):
+    """π_rev's first action beside whether the oracle's clicks paid on the same Stage 1 lesion."""
+    from monailabel_xflow.eval.phantom_statistics import stop_decisions
+
+    def lesion(index, initial, final, action):
+        steps = [{"step": 1, "action": action}] if action else []
+        return {"index": index, "initial_iou": initial, "iou": final, "steps": steps}
+
+    rows = {
+        # case: (pi_rev lesions, oracle lesions)
+        "a": (
+            [lesion(0, 0.5, 0.5, "stop"), lesion(1, 0.4, 0.6, "click")],
+            [lesion(0, 0.5, 0.7, "click"), lesion(1, 0.4, 0.4, "stop")],
+        ),
+        "b": ([lesion(0, 0.8, 0.8, "stop")], [lesion(0, 0.8, 0.8, "stop")]),
+        "c": ([lesion(0, 0.3, 0.2, "click")], [lesion(0, 0.3, 0.5, "click")]),
+        "unscored": ([lesion(0, 0.3, 0.3, "stop")], [lesion(0, 0.3, 0.9, "click")]),
+    }
+    for k, name in enumerate(("stage1+2", "oracle")):
+        (tmp_path / name).mkdir()
+        lines = [json.dumps({"case_id": c, "lesions": v[k]}) for c, v in rows.items()]
+        (tmp_path / name / "revisions.jsonl").write_text("\n".join(lines) + "\n")
+    got = stop_decisions(tmp_path / "stage1+2", tmp_path / "oracle", {"a", "b", "c"})
+    assert got is not None and got["lesions"] == 4 and got["paid"] == 2  # a/0 and c/0
+    assert got["stop_rate"] == {"policy": 0.5, "oracle": 0.5}
+    assert got["clicked_when_paid"] == 0.5  # clicked on c/0, stopped on a/0
+    assert got["stopped_when_not_paid"] == 0.5  # stopped on b/0, clicked on a/1
+    assert got["mean_gain"]["policy"] == pytest.approx((0 + 0.2 + 0 - 0.1) / 4)
+    assert got["mean_gain"]["oracle"] == pytest.approx((0.2 + 0 + 0 + 0.2) / 4)
+    assert stop_decisions(tmp_path / "stage1+2", tmp_path / "missing", {"a"}) is None

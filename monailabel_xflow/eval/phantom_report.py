@@ -26,7 +26,7 @@ from monailabel_xflow.eval.phantom_protocol import (
     TRAIN_SEED,
     case_records,
 )
-from monailabel_xflow.eval.phantom_statistics import bootstrap_summary, latency_summary, stage2_effect
+from monailabel_xflow.eval.phantom_statistics import bootstrap_summary, latency_summary, stage2_effect, stop_decisions
 from monailabel_xflow.eval.text_shortcut import text_shortcut_audit
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
 
@@ -100,6 +100,8 @@ def write_summary(
         if a in records and b in records:
             effects[f"{a} -> {b}"] = stage2_effect(records[a], records[b])
     summary["revision"] = effects
+    if "stage1+2" in methods and "oracle" in methods:
+        summary["revision_decisions"] = stop_decisions(out / "stage1+2", out / "oracle", ids)
 
     split = protocol["split"] or "unrecorded"
     lines = [
@@ -204,6 +206,23 @@ def write_summary(
                 f"{e['iou_down']} | {_f(e['mean_iou_delta'], 4)} | {e['presence_gained']} / {e['presence_lost']} | "
                 f"{_ci(claim['difference'], 3, True) if claim else '—'} |"
             )
+    decisions = summary.get("revision_decisions")
+    if decisions:
+        lines += [
+            "",
+            "## π_rev's first decision on each Stage 1 lesion, beside the oracle's",
+            "",
+            f"Clicking *pays* on a lesion when the oracle's revision raised its IoU by ≥ {decisions['pays']}: "
+            f"{decisions['paid']} of {decisions['lesions']} lesions.",
+            "",
+            "| | π_rev (XFlow Stage 1 + 2) | Oracle clicks |",
+            "|---|---|---|",
+            f"| Stops at once | {_f(decisions['stop_rate']['policy'])} | {_f(decisions['stop_rate']['oracle'])} |",
+            f"| Mean IoU gain per lesion | {_f(decisions['mean_gain']['policy'], 4)} | "
+            f"{_f(decisions['mean_gain']['oracle'], 4)} |",
+            f"| Clicks where clicking pays | {_f(decisions['clicked_when_paid'])} | 1 |",
+            f"| Stops where it does not | {_f(decisions['stopped_when_not_paid'])} | — |",
+        ]
     lat = {m: summary["methods"][m]["latency"] for m in methods if summary["methods"][m]["latency"]}
     if lat:
         base = lat.get("stage1+2")

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from monailabel_xflow.data.readers import EvalCase
-from monailabel_xflow.eval.phantom_protocol import BASELINES, LATENCY_NAME, case_records, record_iou
+from monailabel_xflow.eval.phantom_protocol import BASELINES, LATENCY_NAME, REVISIONS_NAME, case_records, record_iou
 from monailabel_xflow.vocabulary import FINDINGS
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "verdict",
     "bootstrap_summary",
     "stage2_effect",
+    "stop_decisions",
     "latency_summary",
 ]
 
@@ -186,6 +187,71 @@ def stage2_effect(
         "mean_iou_delta": float(np.mean(deltas)) if deltas else None,
         "presence_gained": gained,
         "presence_lost": lost,
+    }
+
+
+PAYS = 0.01
+"""IoU gain of the oracle's revision of a lesion from which clicking counts as paying (ours)."""
+
+
+def _lesions(path: Path, case_ids: set[str]) -> dict[tuple[str, int], Mapping[str, Any]]:
+    """``(case_id, lesion index) -> lesion record`` of a ``revisions.jsonl`` (latest run wins)."""
+    out: dict[tuple[str, int], Mapping[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                if r["case_id"] in case_ids:
+                    out.update({(r["case_id"], int(les["index"])): les for les in r["lesions"]})
+    return out
+
+
+def stop_decisions(policy: Path, oracle: Path, case_ids: set[str], pays: float = PAYS) -> dict[str, Any] | None:
+    """π_rev's first decision on each Stage 1 lesion beside the oracle's, and whether clicking paid.
+
+    Both methods revise the same Stage 1 boxes (the benchmark shares Stage 1), so lesions pair up
+    by ``(case_id, index)``. Clicking *pays* on a lesion when the oracle's revision raised its IoU
+    by at least ``pays``. A policy that clicks when it pays and stops when it does not has both
+    rates below at 1; one that always stops has ``clicked_when_paid`` 0.
+
+    Args:
+        policy, oracle: the two methods' folders (their ``revisions.jsonl``).
+        case_ids: the questions scored.
+        pays: the oracle gain that counts as paying.
+
+    Returns:
+        ``{"lesions", "pays", "paid", "stop_rate": {"policy", "oracle"}, "clicked_when_paid",
+        "stopped_when_not_paid", "mean_gain": {"policy", "oracle"}}`` (a rate is None when its
+        denominator is 0), or None when the methods share no lesion.
+    """
+    a, b = _lesions(policy / REVISIONS_NAME, case_ids), _lesions(oracle / REVISIONS_NAME, case_ids)
+    shared = [k for k in a if k in b]
+    if not shared:
+        return None
+
+    def stopped(les: Mapping[str, Any]) -> bool:
+        return not les["steps"] or les["steps"][0]["action"] != "click"
+
+    def gain(les: Mapping[str, Any]) -> float:
+        return float(les["iou"]) - float(les["initial_iou"])
+
+    paid = np.asarray([gain(b[k]) >= pays for k in shared])
+    policy_stop = np.asarray([stopped(a[k]) for k in shared])
+
+    def rate(values: NDArray[np.bool_]) -> float | None:
+        return float(values.mean()) if len(values) else None
+
+    return {
+        "lesions": len(shared),
+        "pays": pays,
+        "paid": int(paid.sum()),
+        "stop_rate": {"policy": rate(policy_stop), "oracle": rate(np.asarray([stopped(b[k]) for k in shared]))},
+        "clicked_when_paid": rate(~policy_stop[paid]),
+        "stopped_when_not_paid": rate(policy_stop[~paid]),
+        "mean_gain": {
+            "policy": float(np.mean([gain(a[k]) for k in shared])),
+            "oracle": float(np.mean([gain(b[k]) for k in shared])),
+        },
     }
 
 
