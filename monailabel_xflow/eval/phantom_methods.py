@@ -28,9 +28,9 @@ from monailabel_xflow.data.readers import EvalCase
 from monailabel_xflow.eval.evaluate import Predictor
 from monailabel_xflow.eval.phantom_manifest import stage1_identity
 from monailabel_xflow.eval.phantom_protocol import LATENCY_NAME, REVISIONS_NAME, STAGE1_NAME, case_gt
-from monailabel_xflow.geometry import Box
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.policy.base import RevisionSession, Stage1Policy
+from monailabel_xflow.policy.base import Stage1Policy
+from monailabel_xflow.policy.oracle import GroundTruthReviser
 
 __all__ = ["SharedStage1", "GroundTruthReviser", "xflow_predictors", "rosalia_predictor"]
 
@@ -122,53 +122,6 @@ class SharedStage1:
                     )
                     + "\n"
                 )
-
-
-class GroundTruthReviser:
-    """π_rev replaced by the simulated user of Algorithm 1 that holds the question's ground truth.
-
-    For each Stage 1 lesion box the oracle revises towards one GT component: the one with the most
-    pixels inside the box, or, when the box holds none, the one whose centre lies nearest the box
-    centre (the lesion the box was meant for). On a negative question (empty GT) the target is
-    empty, so the oracle clicks negative on what was drawn. Clicks, τ = 0.7, T and the 25 px guard
-    are :class:`~monailabel_xflow.policy.oracle.OracleClicker`'s.
-
-    Args:
-        gt: ``(H, W)`` bool ground truth of the question at the image's size.
-        clicker: an ``OracleClicker`` (default: the paper's settings).
-    """
-
-    def __init__(self, gt: NDArray[Any], clicker: Any = None) -> None:
-        from monailabel_xflow.geometry import connected_components
-        from monailabel_xflow.policy.oracle import OracleClicker
-
-        self.gt: NDArray[np.bool_] = np.asarray(gt, bool)
-        self.clicker = clicker if clicker is not None else OracleClicker()
-        self.components = connected_components(self.gt)
-
-    def target(self, box: Box) -> NDArray[np.bool_]:
-        """The GT component a lesion box (normalised xyxy) is revised towards (empty if none)."""
-        if not self.components:
-            return np.zeros_like(self.gt)
-        h, w = self.gt.shape
-        x1, y1, x2, y2 = box
-        r0, r1 = int(np.floor(y1 * h)), int(np.ceil(y2 * h))
-        c0, c1 = int(np.floor(x1 * w)), int(np.ceil(x2 * w))
-        inside = [int(c[r0:r1, c0:c1].sum()) for c in self.components]
-        if max(inside) > 0:
-            return self.components[int(np.argmax(inside))]
-        cy, cx = (y1 + y2) / 2 * h, (x1 + x2) / 2 * w
-        dist = []
-        for c in self.components:
-            rows, cols = np.nonzero(c)
-            dist.append((rows.mean() - cy) ** 2 + (cols.mean() - cx) ** 2)
-        return self.components[int(np.argmin(dist))]
-
-    def start(self, image: NDArray[np.float32], instruction: Instruction, box: Box) -> RevisionSession:
-        """The oracle's session for one lesion box (:class:`~monailabel_xflow.policy.base.RevisionPolicy`)."""
-        from monailabel_xflow.policy.oracle import OracleRevisionPolicy
-
-        return OracleRevisionPolicy(self.target(box), self.clicker).start(image, instruction, box)
 
 
 @dataclass

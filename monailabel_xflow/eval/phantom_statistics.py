@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from monailabel_xflow.data.readers import EvalCase
 from monailabel_xflow.eval.phantom_protocol import BASELINES, LATENCY_NAME, REVISIONS_NAME, case_records, record_iou
+from monailabel_xflow.policy.oracle import PAYS
 from monailabel_xflow.vocabulary import FINDINGS
 
 __all__ = [
@@ -188,10 +189,6 @@ def stage2_effect(
         "presence_gained": gained,
         "presence_lost": lost,
     }
-
-
-PAYS = 0.01
-"""IoU gain of the oracle's revision of a lesion from which clicking counts as paying (ours)."""
 
 
 def _lesions(path: Path, case_ids: set[str]) -> dict[tuple[str, int], Mapping[str, Any]]:

@@ -79,6 +79,8 @@ __all__ = [
     "OracleClicker",
     "perturb_box",
     "OracleRevisionPolicy",
+    "GroundTruthReviser",
+    "PAYS",
     "simulated_user",
 ]
 
@@ -89,6 +91,10 @@ DiscardRule = Literal["net", "every-click"]
 
 TAU = 0.70
 """Stop threshold τ of Algorithm 1."""
+
+PAYS = 0.01
+"""IoU gain of the oracle's revision of a Stage 1 lesion from which clicking counts as paying
+(ours): what on-policy π_rev data teaches to click on, and what the benchmark scores π_rev by."""
 
 MIN_CLICK_DISTANCE_PX = 25.0
 """Same-polarity exclusion radius of the paper's first guard, in mask pixels."""
@@ -532,3 +538,47 @@ def simulated_user(max_clicks: int, min_click_distance_px: float = MIN_CLICK_DIS
     stopping at τ (τ = 1: it stops only on a perfect mask, after ``max_clicks`` clicks, or with no
     admissible click)."""
     return OracleClicker(tau=1.0, max_clicks=max_clicks, min_click_distance_px=min_click_distance_px)
+
+
+class GroundTruthReviser:
+    """π_rev replaced by the simulated user of Algorithm 1 that holds the question's ground truth.
+
+    For each Stage 1 lesion box the oracle revises towards one GT component: the one with the most
+    pixels inside the box, or, when the box holds none, the one whose centre lies nearest the box
+    centre (the lesion the box was meant for). On a negative question (empty GT) the target is
+    empty, so the oracle clicks negative on what was drawn. Clicks, τ = 0.7, T and the 25 px guard
+    are :class:`~monailabel_xflow.policy.oracle.OracleClicker`'s.
+
+    Args:
+        gt: ``(H, W)`` bool ground truth of the question at the image's size.
+        clicker: an ``OracleClicker`` (default: the paper's settings).
+    """
+
+    def __init__(self, gt: NDArray[Any], clicker: OracleClicker | None = None) -> None:
+        from monailabel_xflow.geometry import connected_components
+
+        self.gt: NDArray[np.bool_] = np.asarray(gt, bool)
+        self.clicker = clicker if clicker is not None else OracleClicker()
+        self.components = connected_components(self.gt)
+
+    def target(self, box: Box) -> NDArray[np.bool_]:
+        """The GT component a lesion box (normalised xyxy) is revised towards (empty if none)."""
+        if not self.components:
+            return np.zeros_like(self.gt)
+        h, w = self.gt.shape
+        x1, y1, x2, y2 = box
+        r0, r1 = int(np.floor(y1 * h)), int(np.ceil(y2 * h))
+        c0, c1 = int(np.floor(x1 * w)), int(np.ceil(x2 * w))
+        inside = [int(c[r0:r1, c0:c1].sum()) for c in self.components]
+        if max(inside) > 0:
+            return self.components[int(np.argmax(inside))]
+        cy, cx = (y1 + y2) / 2 * h, (x1 + x2) / 2 * w
+        dist = []
+        for c in self.components:
+            rows, cols = np.nonzero(c)
+            dist.append((rows.mean() - cy) ** 2 + (cols.mean() - cx) ** 2)
+        return self.components[int(np.argmin(dist))]
+
+    def start(self, image: NDArray[np.float32], instruction: Instruction, box: Box) -> OracleSession:
+        """The oracle's session for one lesion box (:class:`~monailabel_xflow.policy.base.RevisionPolicy`)."""
+        return OracleRevisionPolicy(self.target(box), self.clicker).start(image, instruction, box)

@@ -20,6 +20,11 @@ from the i-th) so N processes or machines build one set together. Rows (images b
 * ``rev-rl``: ``image, instruction, start_box, gt_mask, case_id`` — a starting state per
   component: a perturbed box and the component's mask (PNG).
 
+On-policy revision kinds (``build(..., workflow=XFlow)``, :func:`onpolicy_trajectories`): the
+starting boxes and masks are the workflow's own Stage 1 answer to each positive question, one
+row per lesion box, revised by the oracle through the workflow's Stage 2 loop; a trajectory whose
+clicks gained less than ``policy.oracle.PAYS`` becomes stop-only (issue 35).
+
 Lung boxes come from a :class:`LungBoxes` source: the phantom anatomy label maps, or a JSON file
 of boxes produced by any lung segmentation model (the paper used an off-the-shelf one).
 """
@@ -175,6 +180,7 @@ def _rows_for_case(
     rng: np.random.Generator,
     report: BuildReport,
     image_findings: dict[str, list[str]] | None = None,
+    workflow: Any = None,
 ) -> list[dict[str, Any]]:
     ins: Instruction = case.instruction
     mask = case.load_mask()
@@ -222,51 +228,115 @@ def _rows_for_case(
     from monailabel_xflow.transforms import load_cxr
 
     image, _ = load_cxr(case.image_path)
+    if workflow is not None:  # on-policy: the workflow's own Stage 1 boxes, revised by the oracle
+        return [
+            _revision_row(kind, common, case.case_id, k, image, traj, target, out_dir)
+            for k, (traj, target) in enumerate(
+                onpolicy_trajectories(workflow, image, case, resize_mask(mask, image.shape), clicker)
+            )
+        ]
     comps = connected_components(resize_mask(mask, image.shape), min_area_px=MIN_COMPONENT_PX)
-    rows = []
     if kind == "rev-rl":
+        rows = []
         for k, comp in enumerate(comps):
             tight = mask_to_box(comp)
             if tight is None:  # a connected component is never empty
                 continue
             box = perturb_box(tight, comp.shape, rng, clicker.box_noise, clicker.box_shift)
-            rows.append(
-                dict(
-                    common,
-                    case_id=f"{case.case_id}_c{k}",
-                    start_box=list(box),
-                    gt_mask=_save_png(out_dir / "masks" / f"{case.case_id}_c{k}.png", comp),
-                )
-            )
+            rows.append(_rl_row(common, case.case_id, k, box, comp, out_dir))
         return rows
-    from monailabel_xflow.rendering import render_observation
     from monailabel_xflow.workflow.revision import oracle_trajectory
 
     segmenter.set_image(image)
+    rows = []
     for k, comp in enumerate(comps):
         traj = oracle_trajectory(segmenter, comp, clicker, rng, component_id=k)
         if traj.discarded:  # the reason's figures vary per case; count by kind
             report.reject("trajectory discarded (no IoU gain)")
             continue
-        observations: list[str] = []
-        targets: list[str] = []
-        clicks: list[Click] = []
-        for t, (observed, action) in enumerate(traj.turns()):
-            png = out_dir / "observations" / f"{case.case_id}_c{k}_t{t}.png"
-            observations.append(_save_png(png, render_observation(image, observed, clicks)))
-            targets.append(revision_target(action))
-            if action is not None:
-                clicks.append(action)
-        rows.append(
-            dict(
-                common,
-                case_id=f"{case.case_id}_c{k}",
-                box=list(traj.initial_box),
-                observations=observations,
-                targets=targets,
-            )
-        )
+        rows.append(_revision_row(kind, common, case.case_id, k, image, traj, comp, out_dir))
     return rows
+
+
+def _rl_row(common: dict[str, Any], case_id: str, k: int, box: Box, target: Any, out_dir: Path) -> dict[str, Any]:
+    """A ``rev-rl`` starting state: the box and the component revised towards (PNG)."""
+    return dict(
+        common,
+        case_id=f"{case_id}_c{k}",
+        start_box=list(box),
+        gt_mask=_save_png(out_dir / "masks" / f"{case_id}_c{k}.png", target),
+    )
+
+
+def _revision_row(
+    kind: str, common: dict[str, Any], case_id: str, k: int, image: Any, traj: Any, target: Any, out_dir: Path
+) -> dict[str, Any]:
+    """A ``rev-sft`` row (each turn's observation PNG and the action taken on it) or, for
+    ``rev-rl``, the trajectory's starting state."""
+    from monailabel_xflow.rendering import render_observation
+
+    if kind == "rev-rl":
+        return _rl_row(common, case_id, k, traj.initial_box, target, out_dir)
+    observations: list[str] = []
+    targets: list[str] = []
+    clicks: list[Click] = []
+    for t, (observed, action) in enumerate(traj.turns()):
+        png = out_dir / "observations" / f"{case_id}_c{k}_t{t}.png"
+        observations.append(_save_png(png, render_observation(image, observed, clicks)))
+        targets.append(revision_target(action))
+        if action is not None:
+            clicks.append(action)
+    return dict(
+        common, case_id=f"{case_id}_c{k}", box=list(traj.initial_box), observations=observations, targets=targets
+    )
+
+
+def onpolicy_trajectories(
+    workflow: Any, image: Any, case: Any, gt: Any, clicker: Any, pays: float | None = None
+) -> list:
+    """π_rev's training states as inference meets them: the workflow's own Stage 1 on ``case``
+    (its lesion boxes and F_seg masks), each box revised by the oracle towards its ground-truth
+    component through the workflow's own Stage 2 loop (pruning included).
+
+    A trajectory whose clicks raised IoU by less than ``pays`` is kept as stop-only: on that mask
+    clicking does not pay, and π_rev must learn to stop there as much as to click elsewhere. A box
+    with no ground-truth component to revise towards (a negative-only target) is left out.
+
+    Args:
+        workflow: an :class:`~monailabel_xflow.workflow.xflow.XFlow` (its π_rev is not used).
+        image: ``(H, W)`` float image in ``[0, 1]``.
+        case: the question (its instruction is asked).
+        gt: ``(H, W)`` bool ground truth at the image's size.
+        clicker: the oracle's :class:`~monailabel_xflow.policy.oracle.OracleClicker`.
+        pays: smallest IoU gain that counts as paying (default :data:`~monailabel_xflow.policy.oracle.PAYS`).
+
+    Returns:
+        ``[(trajectory, target component)]`` per Stage 1 lesion box with a target, in box order.
+    """
+    from monailabel_xflow import rle
+    from monailabel_xflow.metrics import mask_iou
+    from monailabel_xflow.policy.oracle import PAYS, GroundTruthReviser, OracleStep, Trajectory
+
+    pays = PAYS if pays is None else pays
+    reviser = GroundTruthReviser(np.asarray(gt, bool), clicker)
+    result = workflow.run(image, case.instruction, reviser=reviser)
+    out = []
+    for les in result.trace.lesions:
+        target = reviser.target(les.box)
+        tight = mask_to_box(target)
+        if tight is None:
+            continue
+        first = rle.decode(les.initial_mask).astype(bool)
+        traj = Trajectory(les.index, tight, les.box, first, mask_iou(first, target))
+        steps = []
+        for s in les.steps:
+            if s.action == "click" and s.click is not None and s.mask is not None:
+                m = rle.decode(s.mask).astype(bool)
+                steps.append(OracleStep(s.click, s.box, m, mask_iou(m, target)))
+        if steps and steps[-1].iou - traj.initial_iou >= pays:
+            traj.steps = steps
+        out.append((traj, target))
+    return out
 
 
 def build(
@@ -281,6 +351,7 @@ def build(
     seed: int = 0,
     chunk_size: int = 256,
     progress: bool = True,
+    workflow: Any = None,
 ) -> BuildReport:
     """Build one kind of training set into ``out_dir`` (resumable, shardable).
 
@@ -295,6 +366,9 @@ def build(
         seed: phrasing and box perturbations are drawn per chunk from ``(seed, shard, chunk)``,
             so a resumed build writes the same rows as an uninterrupted one.
         chunk_size: cases per chunk (the unit of resumption).
+        workflow: an ``XFlow`` for on-policy revision kinds: starting boxes and masks are its own
+            Stage 1's, revised by the oracle (:func:`onpolicy_trajectories`), instead of perturbed
+            true boxes. Its π_init must be the one π_rev will follow.
 
     Returns:
         A :class:`BuildReport`; its summary is logged.
@@ -314,7 +388,7 @@ def build(
         raise BuildError(f"shard must be i/N with 0 <= i < N, got {i}/{n}")
     if kind == "init-sft" and lung_boxes is None:
         raise BuildError("init-sft needs lung boxes (a phantom set's anatomy or --lung-boxes JSON)")
-    if kind == "rev-sft" and segmenter is None:
+    if kind == "rev-sft" and segmenter is None and workflow is None:
         raise BuildError("rev-sft runs F_seg in the loop: give a segmenter")
     clicker = clicker or OracleClicker()
     mine = list(cases)[i::n]
@@ -337,7 +411,7 @@ def build(
         rows = []
         for case in mine[start : start + chunk_size]:
             rows += _rows_for_case(
-                kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report, image_findings
+                kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report, image_findings, workflow
             )
         if rows:
             Dataset.from_list(rows).save_to_disk(str(where))
