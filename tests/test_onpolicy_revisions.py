@@ -40,7 +40,8 @@ def test_clicks_are_kept_where_they_pay_and_stop_only_where_they_do_not():
     (half, target), (whole, _) = got
     assert np.array_equal(target, LESION)
     # the half box: the oracle's clicks raised IoU by more than PAYS, so they are the trajectory
-    assert half.initial_box == pytest.approx(HALF, abs=1e-3) and half.steps and half.final_iou - half.initial_iou >= PAYS
+    assert half.initial_box == pytest.approx(HALF, abs=1e-3)
+    assert half.steps and half.final_iou - half.initial_iou >= PAYS
     assert half.turns()[-1][1] is None and all(a is not None for _, a in half.turns()[:-1])
     # the whole box: stop at once on F_seg's own mask
     assert whole.steps == [] and whole.initial_iou > 0.9 and len(whole.turns()) == 1

@@ -274,6 +274,14 @@ class DemoRun:
         copy when the recipe pre-trains the tower."""
         return self.work / "vlm" / ("pretrained" if self.recipe.vision_steps > 0 else "base")
 
+    def workflow(self, init_adapter: Path) -> Any:
+        """The Stage 1 workflow π_rev will follow: the base with ``init_adapter`` and the run's
+        F_seg, no π_rev (on-policy revision data, ``recipe.rev_onpolicy``)."""
+        from monailabel_xflow.workflow.xflow import XFlow
+
+        config = {"vlm_base": str(self.base), "init_adapter": str(init_adapter), "segmenter": str(self.seg_dir)}
+        return XFlow.from_config({**config, "max_clicks": self.recipe.max_clicks, "device": "cpu"})
+
     def build(self, kind: str, subset: Sequence[EvalCase], **kw: Any) -> dict[str, Any]:
         """Builder rows of ``kind`` into ``work/built/<kind>``; returns the row and reject counts."""
         from monailabel_xflow.training import builders
@@ -311,15 +319,23 @@ class DemoRun:
         }
 
     def rl(
-        self, stage: str, steps: int, data_cases: Sequence[EvalCase], start: Path, dest: Path, clicker: OracleClicker
+        self,
+        stage: str,
+        steps: int,
+        data_cases: Sequence[EvalCase],
+        start: Path,
+        dest: Path,
+        clicker: OracleClicker,
+        workflow: Any = None,
     ) -> dict[str, Any]:
-        """Build ``stage``'s rows, then GRPO from adapter ``start`` into ``dest`` (F_seg in the loop
-        for ``rev-rl``); returns steps and reward."""
+        """Build ``stage``'s rows (from ``workflow``'s Stage 1 when given: on-policy ``rev-rl``),
+        then GRPO from adapter ``start`` into ``dest`` (F_seg in the loop for ``rev-rl``); returns
+        steps and reward."""
         from monailabel_xflow.training.config import load_config
         from monailabel_xflow.training.grpo import train_grpo
 
         r = self.recipe
-        self.build(stage, data_cases, clicker=clicker)
+        self.build(stage, data_cases, clicker=clicker, workflow=workflow)
         cfg = load_config(
             stage,
             max_steps=steps,
@@ -505,6 +521,8 @@ def rev_sft_phase(
     def build_rev() -> dict[str, Any]:
         from monailabel_xflow.segmenter.loading import load_segmenter
 
+        if r.rev_onpolicy:
+            return run.build("rev-sft", rev_cases, workflow=run.workflow(init_sft), clicker=clicker)
         return run.build("rev-sft", rev_cases, segmenter=load_segmenter(str(run.seg_dir)), clicker=clicker)
 
     if r.rev_from:  # a trained π_rev is reused as it is (its own SFT and GRPO are not redone)
@@ -546,7 +564,9 @@ def rl_phase(
         run.phases.run("init-rl", run.rl, "init-rl", r.rl_steps_init, rl_cases, init_sft, run.runs / "init-rl", clicker)
         init_final = run.runs / "init-rl"
     if r.rl_steps_rev > 0 and not r.rev_from:
-        run.phases.run("rev-rl", run.rl, "rev-rl", r.rl_steps_rev, rev_cases, rev_sft, run.runs / "rev-rl", clicker)
+        workflow = run.workflow(init_final) if r.rev_onpolicy else None
+        rl_args = ("rev-rl", r.rl_steps_rev, rev_cases, rev_sft, run.runs / "rev-rl", clicker, workflow)
+        run.phases.run("rev-rl", run.rl, *rl_args)
         rev_final = run.runs / "rev-rl"
     return init_final, rev_final
 

@@ -104,6 +104,11 @@ class DemoRecipe:
             committed demo's ``init/`` to correct it with a few hundred steps on other data; with
             ``init_sft_steps=0`` (and ``rl_steps_init=0``) the adapter is reused as it is.
         rev_from: a trained π_rev adapter folder reused as it is ("": π_rev SFT and GRPO run).
+        rev_onpolicy: π_rev's ``rev-sft`` and ``rev-rl`` states come from the demo's own Stage 1
+            (the π_init just trained, with F_seg) on ``rev_components`` questions, each lesion box
+            revised by the oracle through the workflow's Stage 2 loop
+            (:func:`~monailabel_xflow.training.builders.onpolicy_trajectories`; stop-only where
+            clicking gains less than ``policy.oracle.PAYS``), instead of perturbed true boxes.
         threads: torch threads of the policy phases (1 on a machine shared with other jobs: OpenMP
             threads on oversubscribed cores slow an SFT step down far more than they help).
         seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
@@ -167,6 +172,7 @@ class DemoRecipe:
     segmenter_from: str = ""
     init_from: str = ""
     rev_from: str = ""
+    rev_onpolicy: bool = False
     threads: int = 2
 
 
