@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from monailabel_xflow.data.export import GT_DIR, JSON_NAME, export_set, negative_allowed
+from monailabel_xflow.data.export import GT_DIR, JSON_NAME, NEGATIVES_PER_POSITIVE, export_set, negative_allowed
 from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.eval.text_shortcut import (
     question_only_accuracy,
@@ -56,8 +56,11 @@ def test_every_negative_asks_a_positive_question_of_another_phantom(exported):
                 assert p["instruction"] == ins.text and p["answer"] == ins.absent_answer()
                 assert negative_allowed(ph, ins) and p["instruction"] not in mine
                 neg[(p["type"], p["instruction"])] += 1
-    # a 24-phantom set holds three normal chests: every positive finds a negative
-    assert pos == neg and sum(pos.values()) > 100
+    # each positive question is asked of NEGATIVES_PER_POSITIVE other phantoms: all of them where
+    # enough phantoms lack the finding (a 24-phantom set holds three normal chests)
+    assert set(neg) == set(pos) and sum(pos.values()) > 100
+    exact = sum(neg[t] == NEGATIVES_PER_POSITIVE * n for t, n in pos.items())
+    assert exact >= 0.8 * len(pos) and all(neg[t] <= NEGATIVES_PER_POSITIVE * n for t, n in pos.items())
     kinds = Counter(kind for kind, _ in pos.elements())
     assert kinds["basic"] > kinds["global"] > 0 and kinds["lesion_inference"] > 0
 
@@ -71,7 +74,9 @@ def test_negatives_name_as_many_regions_as_positives(exported):
             for sign, key in ((True, "positive_pairs"), (False, "negative_pairs")):
                 for p in entry["instruction_answer_pairs"][key]:
                     sizes[sign][len(p["location"]) if p["type"] != "global" else 0] += 1
-    assert sizes[True] == sizes[False]
+    share = {sign: {k: n / sum(c.values()) for k, n in c.items()} for sign, c in sizes.items()}
+    assert set(share[True]) == set(share[False])
+    assert all(abs(share[True][k] - share[False][k]) < 0.03 for k in share[True])
     assert sum(n for k, n in sizes[False].items() if k >= 2) > 10  # multi-zone negatives exist
 
 
@@ -88,7 +93,7 @@ def test_negatives_stay_in_their_split_when_one_fits(exported):
             for p in entry["instruction_answer_pairs"]["negative_pairs"]:
                 crossed += split not in where[p["instruction"]]
     total = sum(len(e["instruction_answer_pairs"]["negative_pairs"]) for s in release.values() for e in s.values())
-    assert crossed <= 0.05 * total  # val/test hold 2-3 phantoms each here: a few must cross
+    assert crossed <= 0.15 * total  # val/test hold 2-3 phantoms each here: some must cross
 
 
 def test_text_alone_is_at_chance_on_the_heldout_set(tmp_path):

@@ -35,12 +35,13 @@ Positives (:func:`positive_pairs`), per phantom:
   another finding, "Segment the opacity in <its zones> and predict its type." answered "highly
   suggestive of" (confident lesion) or "possibly reflects"; mask = that lesion.
 
-Negatives (:func:`matched_negatives`), per set: every positive's exact question is asked once of
-another phantom on which it is true (:func:`negative_allowed`: the finding nowhere in the image
-for a global question, in none of the named regions for a basic one, no lesion at all in the
-named zones for lesion inference), drawn at random within the same split when one fits. So
-negatives name as many regions, in the same patterns, as positives, and a question's wording says
-nothing about its answer (issue 35; ``eval/text_shortcut.py`` audits it). This departs from
+Negatives (:func:`matched_negatives`), per set: every positive's exact question is asked of
+:data:`NEGATIVES_PER_POSITIVE` other phantoms on which it is true (:func:`negative_allowed`: the
+finding nowhere in the image for a global question, in none of the named regions for a basic
+one, no lesion at all in the named zones for lesion inference), drawn at random, within the same
+split first. So negatives name as many regions, in the same patterns, as positives, and a
+question's wording says nothing about its answer (issue 35; ``eval/text_shortcut.py`` audits
+it). This departs from
 MIMIC-ILS §3.2, whose negatives name one region (an absent finding in a random region, a present
 one in an "empty location"), because with exact phantom truth the text shortcut, not the image,
 is what that rule teaches. A cardiomegaly negative lands on a phantom without cardiomegaly, whose
@@ -74,6 +75,11 @@ from monailabel_xflow.vocabulary import (
     ZONES,
     join_regions,
 )
+
+NEGATIVES_PER_POSITIVE = 4
+"""Matched negatives per positive question in an exported set (:func:`matched_negatives`). Four
+keeps a training set's negatives about as many as before issue 35 (one per positive left a
+from-scratch π_init with a quarter of the data and answers at chance on the dev seed)."""
 
 GT_DIR = "ground-truth"
 MASK_DIR = "lesion_mask"
@@ -290,14 +296,17 @@ def matched_negatives(
     groups: Sequence[str],
     sent_of: Sequence[dict[str, int]],
     rng: np.random.Generator,
+    per_positive: int = NEGATIVES_PER_POSITIVE,
 ) -> list[list[dict]]:
-    """One negative per positive, asking the positive's exact question of another phantom.
+    """``per_positive`` negatives per positive, each asking the positive's exact question of
+    another phantom.
 
-    The negative goes to a phantom, drawn at random, on which it is true (:func:`negative_allowed`)
-    and which does not already hold that question; one of the same group (split) when there is
-    one, else any. Every negative text is then a positive text as often, at every level, so no
-    reading of the wording alone beats chance (``eval/text_shortcut.py``). A positive no other
-    phantom can answer "absent" (possible only in sets without a normal study) gets no negative.
+    Each negative goes to a distinct phantom, drawn at random, on which it is true
+    (:func:`negative_allowed`) and which does not already hold that question; phantoms of the
+    same group (split) first, then any. Every negative text is then asked ``per_positive`` times as
+    often as a positive text, at every level, so no reading of the wording alone beats chance
+    (``eval/text_shortcut.py``). A positive that fewer phantoms can answer "absent" (possible only
+    in sets without normal studies) gets fewer negatives.
 
     Args:
         phantoms: the set's phantoms.
@@ -306,6 +315,7 @@ def matched_negatives(
         sent_of: per phantom, finding -> 0-based sentence index (``sent_idx`` of a negative whose
             finding that report states elsewhere; None otherwise).
         rng: draws the phantoms.
+        per_positive: negatives per positive.
 
     Returns:
         Per phantom, its negative pairs.
@@ -318,13 +328,13 @@ def matched_negatives(
                 j for j, ph in enumerate(phantoms) if j != i and ins.text not in asked[j] and negative_allowed(ph, ins)
             ]
             same = [j for j in fits if groups[j] == groups[i]]
-            pool = same or fits
-            if not pool:
-                continue
-            j = pool[int(rng.integers(len(pool)))]
-            asked[j].add(ins.text)
-            target = ins.finding
-            negatives[j].append(_pair(ins, ins.absent_answer(), target, ins.regions, sent_of[j].get(target), None))
+            others = [j for j in fits if groups[j] != groups[i]]
+            # within the split first, then any; distinct phantoms, drawn at random
+            chosen = [int(j) for pool in (same, others) for j in rng.permutation(pool)][:per_positive]
+            for j in chosen:
+                asked[j].add(ins.text)
+                target = ins.finding
+                negatives[j].append(_pair(ins, ins.absent_answer(), target, ins.regions, sent_of[j].get(target), None))
     return negatives
 
 
