@@ -480,3 +480,41 @@ def test_recipe_runs_a_second_init_sft_round_from_the_first(quick_model, tmp_pat
     a = load_file(str(tmp_path / "model" / "init" / "adapter_model.safetensors"))
     b = load_file(str(quick_model / "init" / "adapter_model.safetensors"))
     assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp_path, monkeypatch):
+    """rev_onpolicy: π_rev's rev-sft rows come from the workflow of the π_init just trained (here
+    the quick model's, reused) with the run's F_seg, not from perturbed true boxes."""
+    from monailabel_xflow.training import builders
+    from monailabel_xflow.training.demo import main
+    from monailabel_xflow.training.demo_phases import DemoRun
+
+    adapters, kinds = [], []
+    real_workflow, real_build = DemoRun.workflow, builders.build
+
+    def workflow(self, init_adapter):
+        adapters.append(Path(init_adapter))
+        return real_workflow(self, init_adapter)
+
+    def build(kind, cases, out_dir, **kw):
+        kinds.append((kind, type(kw.get("workflow")).__name__, kw.get("segmenter")))
+        return real_build(kind, cases, out_dir, **kw)
+
+    monkeypatch.setattr(DemoRun, "workflow", workflow)
+    monkeypatch.setattr(builders, "build", build)
+    args = ["--quick", "--out", str(tmp_path), "--no-progress"]
+    for kv in (
+        f"init_from={quick_model / 'init'}",
+        "init_sft_steps=0",
+        "rl_steps_init=0",
+        "rl_steps_rev=0",
+        "rev_components=3",
+        "rev_onpolicy=true",
+        "parallel=false",
+        f"segmenter_from={quick_model / 'segmenter'}",
+    ):
+        args += ["--set", kv]
+    assert main(args) == 0
+    assert adapters == [quick_model / "init"]
+    assert ("rev-sft", "XFlow", None) in kinds
+    assert (tmp_path / "model" / "rev" / "adapter_config.json").is_file()
