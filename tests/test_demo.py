@@ -383,7 +383,9 @@ def test_recipe_packages_the_pre_trained_tower_and_can_freeze_it(quick_model, tm
     tower = [k for k in pre if "vision_tower" in k]
     assert tower and any(not np.array_equal(pre[k], random[k]) for k in tower)  # the phase trained it
     args = ["--quick", "--out", str(tmp_path), "--no-progress", "--set", f"vision_from={work / 'pretrained'}"]
-    for kv in ("sft_vision_lr_scale=0", "aux_weight=0", "rl_steps_rev=0", "rev_components=2", "parallel=false"):
+    # vision_steps=0: a reused tower is used whatever the step count (it was once dropped silently)
+    settings = ("vision_steps=0", "sft_vision_lr_scale=0", "aux_weight=0", "rl_steps_rev=0", "rev_components=2")
+    for kv in (*settings, "parallel=false"):
         args += ["--set", kv]
     assert main(args + ["--set", f"segmenter_from={quick_model / 'segmenter'}"]) == 0
     model = tmp_path / "model"

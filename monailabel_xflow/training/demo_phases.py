@@ -272,7 +272,8 @@ class DemoRun:
     def base(self) -> Path:
         """The base VLM every policy phase starts from: the random one, or its vision-pre-trained
         copy when the recipe pre-trains the tower."""
-        return self.work / "vlm" / ("pretrained" if self.recipe.vision_steps > 0 else "base")
+        pretrained = self.recipe.vision_steps > 0 or bool(self.recipe.vision_from)
+        return self.work / "vlm" / ("pretrained" if pretrained else "base")
 
     def workflow(self, init_adapter: Path) -> Any:
         """The Stage 1 workflow π_rev will follow: the base with ``init_adapter`` and the run's
@@ -432,15 +433,16 @@ def base_vlm_phase(run: DemoRun) -> Path:
 def vision_pretrain_phase(run: DemoRun) -> None:
     """Phase ``vision-pretrain``: the random base's tower and projector pre-trained on every
     ``init-sft`` row (:mod:`~monailabel_xflow.training.vision_pretrain`) into ``work/vlm/pretrained``,
-    which the policy phases then start from (``run.base``). Skipped at ``vision_steps == 0``."""
+    which the policy phases then start from (``run.base``); with ``vision_from`` that base is
+    copied instead, whatever ``vision_steps``. Skipped at ``vision_steps == 0`` otherwise."""
     from monailabel_xflow.training import builders
     from monailabel_xflow.training.vision_pretrain import pretrain_vision
 
     r = run.recipe
-    if r.vision_steps <= 0:
-        return
-    if r.vision_from:
+    if r.vision_from:  # before the step count: a reused tower must not be dropped silently
         run.phases.run("vision-pretrain", reuse_vision, r.vision_from, run.base)
+        return
+    if r.vision_steps <= 0:
         return
     run.phases.run(
         "vision-pretrain",

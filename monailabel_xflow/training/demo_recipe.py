@@ -75,7 +75,8 @@ class DemoRecipe:
             finding and region, lesion cells per finding, on the training phantoms) before π_init
             SFT; 0 steps skips it (the tower is then trained from nothing during SFT).
         vision_from: a vision-pre-trained base folder (model + processor, e.g. ``work/vlm/pretrained``
-            of an earlier run with the same phantoms) reused instead of running the phase.
+            of an earlier run with the same phantoms) reused instead of running the phase (whatever
+            ``vision_steps``).
         sft_vision_lr_scale: learning rate of the tower and projector in π_init SFT, relative to
             ``sft_lr`` (0 freezes them: π_init's adapter then carries no copy of the tower).
         rev_vision_lr_scale: the same for π_rev SFT (its observations are overlays the
