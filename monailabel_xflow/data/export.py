@@ -78,8 +78,8 @@ from monailabel_xflow.vocabulary import (
 
 NEGATIVES_PER_POSITIVE = 4
 """Matched negatives per positive question in an exported set (:func:`matched_negatives`). Four
-keeps a training set's negatives about as many as before issue 35 (one per positive left a
-from-scratch π_init with a quarter of the data and answers at chance on the dev seed)."""
+keeps a training set's negatives, and so the variety of images a policy learns "absent" from,
+about as many as before issue 35 (one per positive gave a quarter of them)."""
 
 GT_DIR = "ground-truth"
 MASK_DIR = "lesion_mask"
