@@ -63,7 +63,7 @@ import numpy as np
 from PIL import Image
 
 from monailabel_xflow.data.mimic_ils import TRUTH_NAME as REPORT_TRUTH_NAME
-from monailabel_xflow.data.mimic_ils import tuple_to_dict, write_reports_csv
+from monailabel_xflow.data.mimic_ils import pair_record, tuple_to_dict, write_reports_csv
 from monailabel_xflow.data.phantom import Phantom, PhantomError, generate_phantom
 from monailabel_xflow.data.phantom_reports import phantom_report
 from monailabel_xflow.instructions import Instruction
@@ -213,21 +213,6 @@ def report_sentences(phantom: Phantom) -> list[tuple[str, str]]:
     return out or [("", "The lungs are clear. The heart size is normal.")]
 
 
-def _pair(ins: Instruction, answer: str, target: str, location, sent: int | None, mask_rel: str | None) -> dict:
-    """One pair in the MIMIC-ILS layout (``pair_id`` is set once the study's pairs are known)."""
-    return {
-        "pair_id": "",
-        "instruction": ins.text,
-        "answer": answer,
-        "type": ins.kind,
-        "target": target,
-        "location": list(location),
-        "sent_idx": sent,
-        "seg": mask_rel is not None,
-        "seg_mask_path": mask_rel,
-    }
-
-
 def positive_pairs(
     phantom: Phantom, study: str, sent_of: dict[str, int] | None = None
 ) -> tuple[list[tuple[Instruction, dict]], dict[str, np.ndarray]]:
@@ -249,7 +234,7 @@ def positive_pairs(
     def add(ins: Instruction, answer: str, finding: str, location, mask: np.ndarray, mask_name: str) -> None:
         rel = f"{study}/{mask_name}.png"
         masks[rel] = mask
-        pos.append((ins, _pair(ins, answer, finding, location, sent_of.get(finding), rel)))
+        pos.append((ins, pair_record(ins.text, ins.kind, answer, finding, location, sent_of.get(finding), rel)))
 
     for finding in phantom.findings:
         ins = Instruction(finding, (), "global")
@@ -333,8 +318,10 @@ def matched_negatives(
             chosen = [int(j) for pool in (same, others) for j in rng.permutation(pool)][:per_positive]
             for j in chosen:
                 asked[j].add(ins.text)
-                target = ins.finding
-                negatives[j].append(_pair(ins, ins.absent_answer(), target, ins.regions, sent_of[j].get(target), None))
+                sent = sent_of[j].get(ins.finding)
+                negatives[j].append(
+                    pair_record(ins.text, ins.kind, ins.absent_answer(), ins.finding, ins.regions, sent, None)
+                )
     return negatives
 
 

@@ -145,6 +145,26 @@ TRUTH_NAME = "report_findings.json"
 section_text, findings: [ReportedFinding as dict]}}``."""
 
 
+def pair_record(
+    instruction: str, kind: str, answer: str, target: str, location, sent_idx: int | None, mask_path: str | None
+) -> dict:
+    """One instruction-answer pair in the MIMIC-ILS release layout.
+
+    ``pair_id`` is left "" (numbered once the study's pairs are known); ``seg`` is whether the
+    pair has a mask (``mask_path``, relative to ``lesion_mask/``; None for a negative)."""
+    return {
+        "pair_id": "",
+        "instruction": instruction,
+        "answer": answer,
+        "type": kind,
+        "target": target,
+        "location": list(location),
+        "sent_idx": sent_idx,
+        "seg": mask_path is not None,
+        "seg_mask_path": mask_path,
+    }
+
+
 def tuple_to_dict(t: ReportedFinding) -> dict:
     d = asdict(t)
     d["locations"] = list(t.locations)

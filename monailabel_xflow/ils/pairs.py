@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from monailabel_xflow.data.mimic_ils import LUNG_LOBES, ReportedFinding
+from monailabel_xflow.data.mimic_ils import LUNG_LOBES, ReportedFinding, pair_record
 from monailabel_xflow.data.phantom import CTR_NORMAL_MAX, cardiothoracic_ratio
 from monailabel_xflow.ils.masks import LesionResult
 from monailabel_xflow.instructions import Instruction
@@ -195,25 +195,13 @@ class Pairs:
         mask: np.ndarray | None = None,
         mask_name: str | None = None,
     ) -> None:
-        pair = {
-            "pair_id": "",
-            "instruction": ins.text,
-            "answer": answer,
-            "type": ins.kind,
-            "target": target,
-            "location": list(location),
-            "sent_idx": sent,
-            "seg": mask is not None,
-            "seg_mask_path": None,
-        }
         if mask is None:
-            self.negative.append(pair)
+            self.negative.append(pair_record(ins.text, ins.kind, answer, target, location, sent, None))
             return
         if mask_name is None:
             raise ValueError("a pair with a mask needs the mask's file name")
         self.masks[mask_name] = mask
-        pair["seg_mask_path"] = mask_name
-        self.positive.append(pair)
+        self.positive.append(pair_record(ins.text, ins.kind, answer, target, location, sent, mask_name))
 
     def number(self, study: str) -> None:
         for i, pair in enumerate(self.positive + self.negative):
