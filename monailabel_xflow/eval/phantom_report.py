@@ -151,8 +151,9 @@ def write_summary(
         "",
         "## Can presence be read off the question? (text alone, balanced accuracy; 0.5 is chance)",
         "",
-        "Texts unmatched: how many questions' wording is asked more often of one answer than the "
-        "other (0: any rule of the text alone is exactly at chance). Classifier: word-count logistic "
+        "Texts unmatched: by how many questions the texts' counts among negatives depart from their "
+        "counts among positives, scaled to the negatives' number (0: every text is as frequent in both, "
+        "so any rule of the text alone is exactly at chance). Classifier: word-count logistic "
         "regression, cross-validated with folds split by question text (`eval/text_shortcut.py`).",
         "",
         "| Level | Questions | Texts unmatched | Question-only | Text classifier |",

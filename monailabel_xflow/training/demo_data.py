@@ -186,8 +186,9 @@ def export_heldout(
     Phantoms are drawn with ``seed`` (use one the training never used); the questions are split as
     evenly as possible over the chest / lung / zone levels and, within a level, over positives and
     negatives: each negative asks a chosen positive's exact question of another phantom
-    (:func:`_matched_draw`). They are written, all in the ``test`` split, to ``OUT/ground-truth/heldout.json``
-    beside the set's own ``mimic_ils.json`` (so masks resolve the same way).
+    (:func:`_matched_draw`). They are written, all in the ``test`` split, to
+    ``OUT/ground-truth/heldout.json`` beside the set's own ``mimic_ils.json`` (so masks resolve
+    the same way).
 
     Returns:
         The JSON path; evaluate with ``xflow eval --dataset mimic-ils:PATH``.
