@@ -19,7 +19,7 @@ from monailabel_xflow.data.readers import EvalCase
 from monailabel_xflow.eval.evaluate import Predictor
 from monailabel_xflow.instructions import Instruction
 
-__all__ = ["region_mask", "baseline_predictors"]
+__all__ = ["region_mask", "question_only_present", "baseline_predictors"]
 
 
 def region_mask(instruction: Instruction, anatomy: NDArray[Any]) -> NDArray[np.bool_]:
@@ -47,6 +47,12 @@ def region_mask(instruction: Instruction, anatomy: NDArray[Any]) -> NDArray[np.b
     return np.isin(anatomy, sorted(labels))
 
 
+def question_only_present(instruction: Instruction) -> bool:
+    """The ``question-only`` baseline's answer: present iff the question names two or more regions
+    (also what ``eval/text_shortcut.py`` scores as the text-only rule)."""
+    return len(instruction.regions) >= 2
+
+
 def baseline_predictors() -> dict[str, tuple[Predictor, str]]:
     """``{name: (predict, identity)}`` of the trivial baselines
     (:data:`~monailabel_xflow.eval.phantom_protocol.BASELINES`) on exported phantoms (the anatomy
@@ -67,7 +73,7 @@ def baseline_predictors() -> dict[str, tuple[Predictor, str]]:
         return region_mask(case.instruction, np.asarray(Image.open(path)))
 
     def question_only(case: EvalCase) -> NDArray[np.bool_] | None:
-        return always(case) if len(case.instruction.regions) >= 2 else None
+        return always(case) if question_only_present(case.instruction) else None
 
     def never(case: EvalCase) -> None:
         return None

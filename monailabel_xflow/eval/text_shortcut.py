@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from monailabel_xflow.data.readers import EvalCase
+from monailabel_xflow.eval.phantom_baselines import question_only_present
 from monailabel_xflow.vocabulary import LEVELS
 
 __all__ = [
@@ -62,7 +63,7 @@ def question_only_accuracy(cases: Sequence[EvalCase]) -> float:
 
 
 def _question_only_guesses(cases: Sequence[EvalCase]) -> np.ndarray:
-    return np.asarray([len(c.instruction.regions) >= 2 for c in cases], bool)
+    return np.asarray([question_only_present(c.instruction) for c in cases], bool)
 
 
 def text_classifier_predictions(cases: Sequence[EvalCase], folds: int = 5, seed: int = 0) -> np.ndarray:
