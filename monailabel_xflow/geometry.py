@@ -9,6 +9,9 @@ Conventions used everywhere in the package:
 * **Boxes** are normalised ``(x1, y1, x2, y2)`` with ``x1 <= x2`` and ``y1 <= y2``.
 * **Clicks** are :class:`Click` ``(positive, x, y)`` with normalised ``x, y``.
 * **Text coordinates** (the policies' protocol) are integers 0–1000, x first (Qwen-VL style).
+* **View coordinates** are normalised coordinates of the window a Stage 2 observation shows
+  (:func:`zoom_view`; :data:`FULL_VIEW` is the whole image). A policy that looks at a view
+  reads and writes its boxes and clicks in it; :func:`click_from_view` maps them back.
 * **SAM input** coordinates are pixels of the 1008 x 1008 resize the segmenter sees.
 * **MONAI Label client clicks** are voxel indices ``[i, j, k]`` of the image as MONAI's
   PIL/ITK readers hold it, i.e. ``(W, H, 1)``: ``i`` is the column, ``j`` the row, ``k`` = 0.
@@ -330,6 +333,79 @@ def clicks_box(clicks: Sequence[Click]) -> Box:
     inside = [c for c in clicks if c.positive] or list(clicks)
     xs, ys = [c.x for c in inside], [c.y for c in inside]
     return make_box(min(xs), min(ys), max(xs), max(ys))
+
+
+# --- the Stage 2 observation's view ---------------------------------------------------------
+
+FULL_VIEW: Box = (0.0, 0.0, 1.0, 1.0)
+"""The whole image: a view in which view and image coordinates are the same."""
+
+VIEW_MARGIN = 0.5
+"""A zoomed view shows the box with this fraction of its longer side added on every side."""
+
+VIEW_MIN_SIDE = 0.25
+"""Smallest zoomed view, as a fraction of the image's shorter side (a speck still shows context)."""
+
+
+def zoom_view(box: Sequence[float], shape: Sequence[int], margin: float = VIEW_MARGIN) -> Box:
+    """The window a zoomed Stage 2 observation shows around ``box``.
+
+    A square in pixels (the policy's picture is square, so nothing is stretched), centred on
+    ``box``, of side ``(1 + 2 * margin)`` times the box's longer side and at least
+    :data:`VIEW_MIN_SIDE` of the image's shorter side, shifted (not shrunk) to lie inside the
+    image and snapped to whole pixels, so that cropping and :func:`to_view` agree exactly.
+
+    Args:
+        box: normalised xyxy (the box that prompted the mask).
+        shape: ``(H, W)`` of the image.
+        margin: context added on each side, as a fraction of the box's longer side.
+
+    Returns:
+        A normalised xyxy box inside the image.
+    """
+    h, w = int(shape[0]), int(shape[1])
+    x1, y1, x2, y2 = box_to_pixels(box, shape)
+    side = max(max(x2 - x1, y2 - y1) * (1.0 + 2.0 * margin), VIEW_MIN_SIDE * min(h, w))
+    side = float(min(round(side), h, w))
+    left = min(max(round((x1 + x2 - side) / 2.0), 0.0), w - side)
+    top = min(max(round((y1 + y2 - side) / 2.0), 0.0), h - side)
+    return pixels_to_box((left, top, left + side, top + side), shape)
+
+
+def view_pixels(view: Sequence[float], shape: Sequence[int]) -> tuple[slice, slice]:
+    """``(rows, cols)`` slices of an ``(H, W)`` array that a view shows."""
+    x1, y1, x2, y2 = (int(round(v)) for v in box_to_pixels(view, shape))
+    return slice(y1, max(y2, y1 + 1)), slice(x1, max(x2, x1 + 1))
+
+
+def to_view(x: float, y: float, view: Sequence[float]) -> tuple[float, float]:
+    """Image-normalised point -> normalised coordinates of the view (outside ``[0, 1]`` when
+    the point lies outside the view)."""
+    return ((x - view[0]) / (view[2] - view[0]), (y - view[1]) / (view[3] - view[1]))
+
+
+def from_view(x: float, y: float, view: Sequence[float]) -> tuple[float, float]:
+    """View-normalised point -> image-normalised point (inverse of :func:`to_view`)."""
+    return (view[0] + x * (view[2] - view[0]), view[1] + y * (view[3] - view[1]))
+
+
+def click_to_view(click: Click, view: Sequence[float]) -> Click | None:
+    """A click in the view's coordinates, or None when it lies outside the view."""
+    x, y = to_view(click.x, click.y, view)
+    return Click(click.positive, x, y) if 0.0 <= x <= 1.0 and 0.0 <= y <= 1.0 else None
+
+
+def click_from_view(click: Click, view: Sequence[float]) -> Click:
+    """A click read in the view's coordinates, in the image's."""
+    x, y = from_view(click.x, click.y, view)
+    return Click(click.positive, clip01(x), clip01(y))
+
+
+def box_to_view(box: Sequence[float], view: Sequence[float]) -> Box:
+    """A box in the view's coordinates, clipped to the view."""
+    x1, y1 = to_view(box[0], box[1], view)
+    x2, y2 = to_view(box[2], box[3], view)
+    return make_box(x1, y1, x2, y2)
 
 
 def connected_components(mask: NDArray[Any], min_area_px: int = 1) -> list[NDArray[np.bool_]]:

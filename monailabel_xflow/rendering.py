@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont
 
 from monailabel_xflow.errors import InputError
-from monailabel_xflow.geometry import Click, box_to_pixels, point_to_pixel
+from monailabel_xflow.geometry import FULL_VIEW, Click, box_to_pixels, click_to_view, point_to_pixel, view_pixels
 
 PALETTE: tuple[tuple[int, int, int], ...] = (
     (255, 64, 64),
@@ -179,24 +179,37 @@ def draw_clicks(rgb: NDArray[np.uint8], clicks: Sequence[Click]) -> NDArray[np.u
     return np.asarray(im)
 
 
-def render_observation(image: NDArray[Any], mask: NDArray[Any], clicks: Sequence[Click] = ()) -> NDArray[np.uint8]:
+def render_observation(
+    image: NDArray[Any], mask: NDArray[Any], clicks: Sequence[Click] = (), view: Sequence[float] = FULL_VIEW
+) -> NDArray[np.uint8]:
     """The Stage 2 policy observation (training and inference alike).
 
-    Definition: the radiograph as grey RGB; the current mask filled in
-    :data:`OBSERVATION_MASK_COLOR` at opacity :data:`OBSERVATION_ALPHA` with a solid border of
-    the same colour; then every click so far, in order, as :func:`draw_clicks` markers. Pure
-    function of its inputs: the same arguments give the same bytes.
+    Definition: the part of the radiograph that ``view`` shows, as grey RGB; the current mask
+    filled in :data:`OBSERVATION_MASK_COLOR` at opacity :data:`OBSERVATION_ALPHA` with a solid
+    border of the same colour; then every click so far that lies in the view, in order, as
+    :func:`draw_clicks` markers. Pure function of its inputs: the same arguments give the
+    same bytes.
 
     Args:
         image: float ``(H, W)`` in ``[0, 1]``.
         mask: bool ``(H, W)`` (may be empty).
-        clicks: normalised clicks issued so far.
+        clicks: normalised image clicks issued so far.
+        view: the window shown, normalised xyxy (:func:`~monailabel_xflow.geometry.zoom_view`);
+            the whole image by default.
 
     Returns:
-        uint8 ``(H, W, 3)``.
+        uint8 ``(h, w, 3)``: ``(H, W, 3)`` for the whole image, the view's pixels otherwise.
     """
-    rgb = overlay(image, [mask], colors=[OBSERVATION_MASK_COLOR], outline=True, alpha=OBSERVATION_ALPHA)
-    return draw_clicks(rgb, clicks)
+    rows, cols = view_pixels(view, np.shape(image))
+    rgb = overlay(
+        np.asarray(image)[rows, cols],
+        [np.asarray(mask)[rows, cols]],
+        colors=[OBSERVATION_MASK_COLOR],
+        outline=True,
+        alpha=OBSERVATION_ALPHA,
+    )
+    shown = [v for v in (click_to_view(c, view) for c in clicks) if v is not None]
+    return draw_clicks(rgb, shown)
 
 
 def contact_sheet(

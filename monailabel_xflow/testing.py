@@ -369,6 +369,7 @@ STOP_TEXT = format_stage2(Stage2Action(None))
 class _ScriptedSession:
     texts: list[str]
     steps: list[int] = field(default_factory=list)
+    zoom: bool = False
 
     def step(self, state: RevisionState) -> str:
         self.steps.append(state.step)

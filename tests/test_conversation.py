@@ -10,6 +10,7 @@ from PIL import Image
 from test_builders import SAMPLE, _one_component_case
 
 from monailabel_xflow.data.readers import read_mimic_ils
+from monailabel_xflow.geometry import FULL_VIEW, from_view
 from monailabel_xflow.instructions import parse_instruction
 from monailabel_xflow.policy.base import RevisionState
 from monailabel_xflow.policy.oracle import OracleClicker
@@ -49,7 +50,8 @@ def forced_answers(monkeypatch, policy, answers: list[str]) -> list[dict]:
     return calls
 
 
-def test_rev_sft_ids_are_the_ids_inference_feeds_the_model_turn_by_turn(tiny, cases, tmp_path, monkeypatch):
+@pytest.mark.parametrize("zoom", [False, True], ids=["whole-image", "zoomed"])
+def test_rev_sft_ids_are_the_ids_inference_feeds_the_model_turn_by_turn(tiny, cases, tmp_path, monkeypatch, zoom):
     import torch
 
     case, mask = _one_component_case(cases)
@@ -62,20 +64,28 @@ def test_rev_sft_ids_are_the_ids_inference_feeds_the_model_turn_by_turn(tiny, ca
         segmenter=ScriptedSegmenter(mask, positive_radius_px=8),
         clicker=clicker,
         progress=False,
+        zoom=zoom,
     )
     assert report.rows == 1, report.rejected
     row = load_built(tmp_path)[0]
     assert len(row["targets"]) >= 2, "the trajectory should click at least once"
     trained = PolicyExampleEncoder(tiny.processor, "rev-sft")(row)
 
-    # inference: the same observations, shown to π_rev's session one turn at a time
+    # inference: the same observations, shown to π_rev's session one turn at a time; the session
+    # is opened on the box in image coordinates, as the workflow opens it
     image, _ = load_cxr(row["image"])
     instruction = parse_instruction(row["instruction"])
+    view = tuple(row["view"])
+    assert (view != FULL_VIEW) == zoom
+    x1, y1 = from_view(row["box"][0], row["box"][1], view)
+    x2, y2 = from_view(row["box"][2], row["box"][3], view)
     calls = forced_answers(monkeypatch, tiny, list(row["targets"]))
-    session = tiny.start(image, instruction, tuple(row["box"]))
+    monkeypatch.setattr(tiny, "zoom", zoom)
+    session = tiny.start(image, instruction, (x1, y1, x2, y2))
+    assert session.zoom == zoom
     for t, png in enumerate(row["observations"]):
         observation = np.asarray(Image.open(png).convert("RGB"))
-        said = session.step(RevisionState(image, instruction, tuple(row["box"]), mask, [], observation, t))
+        said = session.step(RevisionState(image, instruction, (x1, y1, x2, y2), mask, [], observation, t, view))
         assert said == tiny.encoder.decode(tiny.encoder.answer(row["targets"][t]).input_ids[0])
 
     labelled = (trained["labels"] != -100).nonzero().flatten().tolist()

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from monailabel_xflow.instructions import parse_instruction
 from monailabel_xflow.workflow.model_config import (
     DEMO_DIR,
     DEMO_MODELS_FILE,
@@ -163,7 +164,7 @@ def test_quick_recipe_writes_a_loadable_model(quick_model):
     with safe_open(str(quick_model / "init" / "adapter_model.safetensors"), "pt") as f:
         assert not [k for k in f.keys() if "aux" in k]  # noqa: SIM118 -- safe_open is not iterable
     cfg = ModelConfig.from_file(quick_model / "models.yaml")
-    assert cfg.has_reviser and not cfg.is_demo
+    assert cfg.has_reviser and not cfg.is_demo and cfg.revision_view == "full"
     assert not ModelConfig.from_file(quick_model / "models-stage1.yaml").has_reviser
     flow = XFlow.from_config(cfg)
     image, _ = load_cxr(_sample_image())
@@ -486,7 +487,8 @@ def test_recipe_runs_a_second_init_sft_round_from_the_first(quick_model, tmp_pat
 
 def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp_path, monkeypatch):
     """rev_onpolicy: π_rev's rev-sft rows come from the workflow of the π_init just trained (here
-    the quick model's, reused) with the run's F_seg, not from perturbed true boxes."""
+    the quick model's, reused) with the run's F_seg, not from perturbed true boxes. rev_zoom:
+    they show the zoomed view, and the packaged model tells π_rev to look at it."""
     from monailabel_xflow.training import builders
     from monailabel_xflow.training.demo import main
     from monailabel_xflow.training.demo_phases import DemoRun
@@ -499,7 +501,7 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
         return real_workflow(self, init_adapter)
 
     def build(kind, cases, out_dir, **kw):
-        kinds.append((kind, type(kw.get("workflow")).__name__, kw.get("segmenter")))
+        kinds.append((kind, type(kw.get("workflow")).__name__, kw.get("segmenter"), kw.get("zoom")))
         return real_build(kind, cases, out_dir, **kw)
 
     monkeypatch.setattr(DemoRun, "workflow", workflow)
@@ -512,11 +514,21 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
         "rl_steps_rev=0",
         "rev_components=3",
         "rev_onpolicy=true",
+        "rev_zoom=true",
         "parallel=false",
         f"segmenter_from={quick_model / 'segmenter'}",
     ):
         args += ["--set", kv]
     assert main(args) == 0
     assert adapters == [quick_model / "init"]
-    assert ("rev-sft", "XFlow", None) in kinds
+    assert ("rev-sft", "XFlow", None, True) in kinds
     assert (tmp_path / "model" / "rev" / "adapter_config.json").is_file()
+    cfg = ModelConfig.from_file(tmp_path / "model" / "models.yaml")
+    assert cfg.revision_view == "zoom"
+    from monailabel_xflow.workflow.model_config import load_models
+
+    reviser = load_models(cfg).reviser
+    assert (
+        reviser is not None
+        and reviser.start(np.zeros((8, 8), np.float32), parse_instruction("Segment the edema."), (0, 0, 1, 1)).zoom
+    )

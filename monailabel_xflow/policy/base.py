@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from monailabel_xflow.errors import InputError
-from monailabel_xflow.geometry import Box, Click
+from monailabel_xflow.geometry import FULL_VIEW, Box, Click
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.protocol import Stage2Action
 
@@ -73,9 +73,11 @@ class RevisionState:
         box: current (grown) box, normalised xyxy (geometry.py).
         mask: ``(H, W)`` bool current mask M_t.
         clicks: clicks issued so far, normalised.
-        observation: ``(H, W, 3)`` uint8, ``rendering.render_observation(image, mask, clicks)``;
-            None when the loop does not render (``revise_mask(observe=False)``).
+        observation: ``(h, w, 3)`` uint8, ``rendering.render_observation(image, mask, clicks,
+            view)``; None when the loop does not render (``revise_mask(observe=False)``).
         step: 0-based index of the turn about to be taken.
+        view: the window the observation shows, normalised xyxy (``geometry.FULL_VIEW`` unless
+            the session asked for a zoomed one); a text answer's click is read in it.
     """
 
     image: NDArray[np.float32] | None
@@ -85,6 +87,7 @@ class RevisionState:
     clicks: list[Click]
     observation: NDArray[np.uint8] | None
     step: int
+    view: Box = FULL_VIEW
 
 
 @runtime_checkable
@@ -98,7 +101,15 @@ class Stage1Policy(Protocol):
 
 @runtime_checkable
 class RevisionSession(Protocol):
-    """One Stage 2 conversation about one lesion mask; ``step`` returns one turn's answer."""
+    """One Stage 2 conversation about one lesion mask; ``step`` returns one turn's answer.
+
+    Attributes:
+        zoom: the session looks at a zoomed view around the box that prompted the mask
+            (``geometry.zoom_view``, fixed for the session) rather than the whole image; its text
+            answers are then read in the view's coordinates.
+    """
+
+    zoom: bool
 
     def step(self, state: RevisionState) -> Stage2Answer: ...
 

@@ -514,6 +514,7 @@ class OracleSession:
 
     policy: OracleRevisionPolicy
     stop_reason: StopReason | None = None
+    zoom: bool = False  # it reads the mask itself and answers in image coordinates
 
     def step(self, state: RevisionState) -> Stage2Answer:
         mask = np.asarray(state.mask, dtype=bool)

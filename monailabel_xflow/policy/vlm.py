@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, check_image
+from monailabel_xflow.geometry import Box, box_to_view, check_image
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.policy.base import PolicyError, RevisionState
 from monailabel_xflow.policy.conversation import IMAGE_TOKEN_TYPE, ConversationEncoder, Piece
@@ -118,6 +118,9 @@ class VLMPolicy:
         batch_stage1: :meth:`stage1_many` decodes all instructions in one batch (default:
             decoding is shared, equal to one-by-one up to floating point) or one after the
             other from the shared prefix (False: token for token what :meth:`stage1` gives).
+        zoom: π_rev looks at a zoomed view around the box that prompted the mask
+            (``geometry.zoom_view``) instead of the whole image, and reads and writes its box and
+            clicks in the view's coordinates; it must be the view the adapter was trained on.
 
     Not thread-safe: the active adapter is state of the shared model. Each revision session
     keeps its own KV cache (built under "rev") until it is dropped.
@@ -130,8 +133,10 @@ class VLMPolicy:
         generation: GenerationSettings | None = None,
         reuse_cache: bool = True,
         batch_stage1: bool = True,
+        zoom: bool = False,
     ) -> None:
         self.model = model
+        self.zoom = bool(zoom)
         self.processor = processor
         self.generation = generation or GenerationSettings()
         self.reuse_cache = reuse_cache
@@ -166,6 +171,7 @@ class VLMPolicy:
         generation: GenerationSettings | None = None,
         reuse_cache: bool = True,
         batch_stage1: bool = True,
+        zoom: bool = False,
     ) -> VLMPolicy:
         """Load the base model, its processor and up to two LoRA adapters.
 
@@ -179,7 +185,7 @@ class VLMPolicy:
             device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``…; default CUDA if available, else CPU.
             dtype: e.g. ``"bfloat16"`` or ``torch.float32``; default float32 on CPU, bfloat16
                 on CUDA.
-            generation, reuse_cache, batch_stage1: see the class.
+            generation, reuse_cache, batch_stage1, zoom: see the class.
 
         Raises:
             PolicyError: a local path that does not exist.
@@ -213,7 +219,9 @@ class VLMPolicy:
             [n for n, _ in adapters] or "none",
             time.perf_counter() - t0,
         )
-        return cls(model, processor, generation=generation, reuse_cache=reuse_cache, batch_stage1=batch_stage1)
+        return cls(
+            model, processor, generation=generation, reuse_cache=reuse_cache, batch_stage1=batch_stage1, zoom=zoom
+        )
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -390,6 +398,7 @@ class VLMRevisionSession:
     and generates one model turn.
 
     Attributes:
+        zoom: the policy's ``zoom`` (the loop renders the observation's view from it).
         texts: raw text of the model turns so far.
         input_ids: ``(1, N)`` ids of the whole conversation so far (None before step 0).
         token_type_ids: ``(1, N)`` their token types.
@@ -402,6 +411,7 @@ class VLMRevisionSession:
         self.policy = policy
         self.instruction = instruction
         self.box = box
+        self.zoom = policy.zoom
         self.texts: list[str] = []
         self.input_ids: torch.Tensor | None = None
         self.token_type_ids: torch.Tensor | None = None
@@ -422,8 +432,9 @@ class VLMRevisionSession:
         if state.step != len(self.texts):
             raise PolicyError(f"revision step {state.step} out of order: {len(self.texts)} taken")
         closes = self.input_ids is not None and int(self.input_ids[0, -1]) != p.encoder.end_of_turn
+        box = box_to_view(self.box, state.view)  # the box as the observation shows it
         turn = p.encoder.stage2_prompt(
-            state.observation, self.instruction, self.box, len(self.texts), closes_model_turn=closes
+            state.observation, self.instruction, box, len(self.texts), closes_model_turn=closes
         ).to(p.device, p.model.dtype)
         if self.input_ids is None or self.token_type_ids is None:
             ids, tti = turn.input_ids, turn.token_type_ids

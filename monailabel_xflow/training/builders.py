@@ -12,10 +12,11 @@ from the i-th) so N processes or machines build one set together. Rows (images b
   asked about, presence, one lesion box per ground-truth component; ``finding_masks`` one PNG
   per finding of ``vocabulary.FINDINGS`` with all of the image's lesions of it ("" where it has
   none), gathered from every question about the image (targets of the auxiliary mask loss).
-* ``rev-sft``: ``image, instruction, box, observations, targets, case_id`` — one Algorithm 1
-  trajectory (the oracle clicker with F_seg in the loop) per ground-truth component;
-  ``observations[t]`` is the PNG of :func:`~monailabel_xflow.rendering.render_observation` at
-  turn t and ``targets[t]`` the action taken on it. Discarded trajectories are counted, not kept.
+* ``rev-sft``: ``image, instruction, box, view, observations, targets, case_id`` — one
+  Algorithm 1 trajectory (the oracle clicker with F_seg in the loop) per ground-truth component;
+  ``observations[t]`` is the PNG of :func:`~monailabel_xflow.rendering.render_observation` of
+  ``view`` at turn t and ``targets[t]`` the action taken on it, box and clicks in the view's
+  coordinates (the whole image unless ``zoom``). Discarded trajectories are counted, not kept.
 * ``init-rl``: ``image, prompt, instruction, gt_boxes, present, case_id``.
 * ``rev-rl``: ``image, instruction, start_box, gt_mask, case_id`` — a starting state per
   component: a perturbed box and the component's mask (PNG).
@@ -40,7 +41,18 @@ from typing import Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import MIN_COMPONENT_PX, Box, Click, lesion_boxes, mask_to_box, resize_mask
+from monailabel_xflow.geometry import (
+    FULL_VIEW,
+    MIN_COMPONENT_PX,
+    Box,
+    Click,
+    box_to_view,
+    click_to_view,
+    lesion_boxes,
+    mask_to_box,
+    resize_mask,
+    zoom_view,
+)
 from monailabel_xflow.instructions import Instruction, phrasings
 from monailabel_xflow.policy.targets import BuildError, init_target, revision_target
 from monailabel_xflow.vocabulary import ALL_ZONES, LUNGS, ZONES
@@ -181,6 +193,7 @@ def _rows_for_case(
     report: BuildReport,
     image_findings: dict[str, list[str]] | None = None,
     workflow: Any = None,
+    zoom: bool = False,
 ) -> list[dict[str, Any]]:
     ins: Instruction = case.instruction
     mask = case.load_mask()
@@ -229,12 +242,12 @@ def _rows_for_case(
 
     image, _ = load_cxr(case.image_path)
     if workflow is not None:  # on-policy: the workflow's own Stage 1 boxes, revised by the oracle
-        return [
-            _revision_row(kind, common, case.case_id, k, image, traj, target, out_dir)
-            for k, (traj, target) in enumerate(
-                onpolicy_trajectories(workflow, image, case, resize_mask(mask, image.shape), clicker)
-            )
+        trajectories = onpolicy_trajectories(workflow, image, case, resize_mask(mask, image.shape), clicker)
+        built = [
+            _revision_row(kind, common, case.case_id, k, image, traj, target, out_dir, zoom)
+            for k, (traj, target) in enumerate(trajectories)
         ]
+        return _kept(built, report)
     comps = connected_components(resize_mask(mask, image.shape), min_area_px=MIN_COMPONENT_PX)
     if kind == "rev-rl":
         rows = []
@@ -248,14 +261,21 @@ def _rows_for_case(
     from monailabel_xflow.workflow.revision import oracle_trajectory
 
     segmenter.set_image(image)
-    rows = []
+    revised: list[dict[str, Any] | None] = []
     for k, comp in enumerate(comps):
         traj = oracle_trajectory(segmenter, comp, clicker, rng, component_id=k)
         if traj.discarded:  # the reason's figures vary per case; count by kind
             report.reject("trajectory discarded (no IoU gain)")
             continue
-        rows.append(_revision_row(kind, common, case.case_id, k, image, traj, comp, out_dir))
-    return rows
+        revised.append(_revision_row(kind, common, case.case_id, k, image, traj, comp, out_dir, zoom))
+    return _kept(revised, report)
+
+
+def _kept(rows: list[dict[str, Any] | None], report: BuildReport) -> list[dict[str, Any]]:
+    """The rows built; a None (a first oracle click outside π_rev's zoomed view) is counted."""
+    for _ in range(rows.count(None)):
+        report.reject("first oracle click outside the zoomed view")
+    return [r for r in rows if r is not None]
 
 
 def _rl_row(common: dict[str, Any], case_id: str, k: int, box: Box, target: Any, out_dir: Path) -> dict[str, Any]:
@@ -269,25 +289,51 @@ def _rl_row(common: dict[str, Any], case_id: str, k: int, box: Box, target: Any,
 
 
 def _revision_row(
-    kind: str, common: dict[str, Any], case_id: str, k: int, image: Any, traj: Any, target: Any, out_dir: Path
-) -> dict[str, Any]:
+    kind: str,
+    common: dict[str, Any],
+    case_id: str,
+    k: int,
+    image: Any,
+    traj: Any,
+    target: Any,
+    out_dir: Path,
+    zoom: bool = False,
+) -> dict[str, Any] | None:
     """A ``rev-sft`` row (each turn's observation PNG and the action taken on it) or, for
-    ``rev-rl``, the trajectory's starting state."""
+    ``rev-rl``, the trajectory's starting state.
+
+    With ``zoom`` the observations show :func:`~monailabel_xflow.geometry.zoom_view` of the
+    starting box (the row's ``view``, image-normalised xyxy), and the row's box and clicks are
+    in the view's coordinates, as π_rev will read and write them
+    (:func:`~monailabel_xflow.workflow.revision.revise_mask`). The conversation ends before an
+    oracle click π_rev could not make (outside the view); None when that is the first one.
+    """
     from monailabel_xflow.rendering import render_observation
 
     if kind == "rev-rl":
         return _rl_row(common, case_id, k, traj.initial_box, target, out_dir)
+    view = zoom_view(traj.initial_box, image.shape) if zoom else FULL_VIEW
     observations: list[str] = []
     targets: list[str] = []
     clicks: list[Click] = []
     for t, (observed, action) in enumerate(traj.turns()):
+        shown = None if action is None else click_to_view(action, view)
+        if action is not None and shown is None:
+            break
         png = out_dir / "observations" / f"{case_id}_c{k}_t{t}.png"
-        observations.append(_save_png(png, render_observation(image, observed, clicks)))
-        targets.append(revision_target(action))
+        observations.append(_save_png(png, render_observation(image, observed, clicks, view)))
+        targets.append(revision_target(shown))
         if action is not None:
             clicks.append(action)
+    if not targets:
+        return None
     return dict(
-        common, case_id=f"{case_id}_c{k}", box=list(traj.initial_box), observations=observations, targets=targets
+        common,
+        case_id=f"{case_id}_c{k}",
+        box=list(box_to_view(traj.initial_box, view)),
+        view=list(view),
+        observations=observations,
+        targets=targets,
     )
 
 
@@ -352,6 +398,7 @@ def build(
     chunk_size: int = 256,
     progress: bool = True,
     workflow: Any = None,
+    zoom: bool = False,
 ) -> BuildReport:
     """Build one kind of training set into ``out_dir`` (resumable, shardable).
 
@@ -369,6 +416,8 @@ def build(
         workflow: an ``XFlow`` for on-policy revision kinds: starting boxes and masks are its own
             Stage 1's, revised by the oracle (:func:`onpolicy_trajectories`), instead of perturbed
             true boxes. Its π_init must be the one π_rev will follow.
+        zoom: ``rev-sft`` observations show the zoomed view π_rev will see at inference
+            (``VLMPolicy(zoom=True)``; :func:`_revision_row`).
 
     Returns:
         A :class:`BuildReport`; its summary is logged.
@@ -411,7 +460,7 @@ def build(
         rows = []
         for case in mine[start : start + chunk_size]:
             rows += _rows_for_case(
-                kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report, image_findings, workflow
+                kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report, image_findings, workflow, zoom
             )
         if rows:
             Dataset.from_list(rows).save_to_disk(str(where))

@@ -57,7 +57,10 @@ def package(
         "# XFlow demo model: trained on synthetic phantoms only; not for clinical images.\n"
         "# Rebuild with `xflow train demo` (monailabel_xflow/training/demo.py).\n"
     )
-    (model / "models.yaml").write_text(header + "vlm_base: ./base\ninit_adapter: ./init\nrev_adapter: ./rev\n" + common)
+    view = f"revision_view: {'zoom' if recipe.rev_zoom else 'full'}\n"
+    (model / "models.yaml").write_text(
+        header + "vlm_base: ./base\ninit_adapter: ./init\nrev_adapter: ./rev\n" + view + common
+    )
     (model / "models-stage1.yaml").write_text(
         header + "# Stage 1 only (no revision policy): the ablation of the evaluation report.\n"
         "vlm_base: ./base\ninit_adapter: ./init\n" + common

@@ -358,6 +358,7 @@ class DemoRun:
             max_new_tokens=200 if stage == "init-rl" else 48,
             per_device_batch=r.rl_batch,
             progress=self.progress,
+            zoom=r.rev_zoom and stage == "rev-rl",
         )
         return {"steps": s["steps"], "reward": s["reward"]}
 
@@ -524,8 +525,9 @@ def rev_sft_phase(
         from monailabel_xflow.segmenter.loading import load_segmenter
 
         if r.rev_onpolicy:
-            return run.build("rev-sft", rev_cases, workflow=run.workflow(init_sft), clicker=clicker)
-        return run.build("rev-sft", rev_cases, segmenter=load_segmenter(str(run.seg_dir)), clicker=clicker)
+            return run.build("rev-sft", rev_cases, workflow=run.workflow(init_sft), clicker=clicker, zoom=r.rev_zoom)
+        segmenter = load_segmenter(str(run.seg_dir))
+        return run.build("rev-sft", rev_cases, segmenter=segmenter, clicker=clicker, zoom=r.rev_zoom)
 
     if r.rev_from:  # a trained π_rev is reused as it is (its own SFT and GRPO are not redone)
         log.info("demo: π_rev reused from %s", r.rev_from)

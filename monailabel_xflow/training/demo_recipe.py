@@ -110,6 +110,9 @@ class DemoRecipe:
             revised by the oracle through the workflow's Stage 2 loop
             (:func:`~monailabel_xflow.training.builders.onpolicy_trajectories`; stop-only where
             clicking gains less than ``policy.oracle.PAYS``), instead of perturbed true boxes.
+        rev_zoom: π_rev looks at a zoomed view around the box that prompted the mask
+            (``geometry.zoom_view``) in its SFT rows, GRPO rollouts and the packaged
+            ``models.yaml`` (``revision_view: zoom``), instead of the whole image.
         threads: torch threads of the policy phases (1 on a machine shared with other jobs: OpenMP
             threads on oversubscribed cores slow an SFT step down far more than they help).
         seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
@@ -174,6 +177,7 @@ class DemoRecipe:
     init_from: str = ""
     rev_from: str = ""
     rev_onpolicy: bool = False
+    rev_zoom: bool = False
     threads: int = 2
 
 

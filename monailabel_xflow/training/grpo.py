@@ -125,10 +125,11 @@ def _text(completion: Any) -> str:
 class _Rollout:
     """Shared plumbing: a sampling :class:`VLMPolicy` around the model being trained."""
 
-    def __init__(self, processor, temperature: float, top_p: float, max_new_tokens: int) -> None:
+    def __init__(self, processor, temperature: float, top_p: float, max_new_tokens: int, zoom: bool = False) -> None:
         from monailabel_xflow.policy.vlm import GenerationSettings
 
         self.processor = processor
+        self.zoom = zoom
         self.settings = GenerationSettings(
             do_sample=True, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens
         )
@@ -138,7 +139,7 @@ class _Rollout:
         from monailabel_xflow.policy.vlm import VLMPolicy
 
         model = trainer.accelerator.unwrap_model(trainer.model)
-        policy = VLMPolicy(model, self.processor, generation=self.settings)
+        policy = VLMPolicy(model, self.processor, generation=self.settings, zoom=self.zoom)
         # The adapter being trained is "default" (not "init"/"rev"): run the model as it is,
         # rather than with adapters disabled (VLMPolicy's rule for a missing stage adapter).
         policy.adapters = frozenset()
@@ -323,6 +324,7 @@ def train_grpo(
     per_device_batch: int | None = None,
     progress: bool = True,
     report_to: str | list[str] = "none",
+    zoom: bool = False,
 ) -> dict[str, Any]:
     """Run GRPO of π_init (``"init-rl"``) or π_rev (``"rev-rl"``) and save the adapter.
 
@@ -341,6 +343,7 @@ def train_grpo(
             effective batch (Table 7 counts it in completions), capped at 16, the rest being
             gradient accumulation. The completions of one step, over all processes, must be a
             multiple of ``num_generations`` (trl forms the groups from them).
+        zoom: π_rev looks at the zoomed view (``VLMPolicy(zoom=True)``), as its SFT rows did.
 
     Returns:
         The summary written to ``out_dir/xflow_training.json``.
@@ -395,7 +398,7 @@ def train_grpo(
     if stage == "init-rl":
         rollout, reward_funcs = InitRollout(processor, **sampling), init_reward_funcs()
     else:
-        rollout = RevisionRollout(processor, segmenter, cfg.max_clicks, **sampling)
+        rollout = RevisionRollout(processor, segmenter, cfg.max_clicks, **sampling, zoom=zoom)
         reward_funcs = revision_reward_funcs()
     args = GRPOConfig(
         **common_training_args(cfg, out_dir, per_device, accum, report_to, progress),

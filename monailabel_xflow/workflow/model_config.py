@@ -75,6 +75,9 @@ logger = logging.getLogger(__name__)
 ENV_PREFIX = "XFLOW_"
 ENV_FILE = "XFLOW_MODELS"
 DTYPES = ("float32", "bfloat16", "float16")
+REVISION_VIEWS = ("full", "zoom")
+"""What π_rev may look at (``ModelConfig.revision_view``)."""
+
 _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_model", "segmenter")
 
 DEMO_NAME = "xflow-demo-phantoms"
@@ -124,6 +127,9 @@ class ModelConfig:
             float32). ``bfloat16`` (autocast) is faster on CPUs with bfloat16 units but its masks
             drift from float32's (``benchmarks/bench_encode.py``), so it is asked for, not assumed.
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
+        revision_view: what π_rev looks at, the view its adapter was trained on: ``"full"`` (the
+            whole image, default) or ``"zoom"`` (a window around the box that prompted the mask,
+            ``geometry.zoom_view``).
         max_new_tokens: cap on the tokens a policy generates per call (per Stage 2 turn);
             None keeps the policy's default.
         rosalia: the ROSALIA baseline's folder or hub id (the app's ``rosalia`` task); not one
@@ -142,6 +148,7 @@ class ModelConfig:
     dtype: str | None = None
     encode_precision: str | None = None
     max_clicks: int = MAX_CLICKS
+    revision_view: str = "full"
     max_new_tokens: int | None = None
     rosalia: str | None = None
     base_dir: str | None = None
@@ -155,6 +162,8 @@ class ModelConfig:
             raise ModelConfigError(
                 f"encode_precision {self.encode_precision!r} is not one of {', '.join(ENCODE_PRECISIONS)}"
             )
+        if self.revision_view not in REVISION_VIEWS:
+            raise ModelConfigError(f"revision_view {self.revision_view!r} is not one of {', '.join(REVISION_VIEWS)}")
         try:
             clicks = check_budget(self.max_clicks)
         except BudgetError as err:
@@ -185,7 +194,14 @@ class ModelConfig:
         if unknown:
             raise ModelConfigError(f"unknown model configuration key(s) {unknown}; known: {', '.join(sorted(known))}")
         values = {k: v for k, v in data.items() if v is not None}
-        for key in _WEIGHT_FIELDS + ("rosalia", "device", "dtype", "segmenter_backend", "encode_precision"):
+        for key in _WEIGHT_FIELDS + (
+            "rosalia",
+            "device",
+            "dtype",
+            "segmenter_backend",
+            "encode_precision",
+            "revision_view",
+        ):
             if key in values:
                 values[key] = str(values[key])
         if base_dir is not None and "base_dir" not in values:
@@ -447,7 +463,7 @@ def load_models(config: ModelConfig) -> LoadedModels:
     from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.segmenter.loading import load_segmenter
 
-    kwargs: dict[str, Any] = {"device": config.device, "dtype": config.dtype}
+    kwargs: dict[str, Any] = {"device": config.device, "dtype": config.dtype, "zoom": config.revision_view == "zoom"}
     if config.max_new_tokens is not None:
         kwargs["generation"] = GenerationSettings(max_new_tokens=config.max_new_tokens)
     if config.vlm_base:

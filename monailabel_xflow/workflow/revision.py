@@ -30,7 +30,17 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from monailabel_xflow.geometry import Box, Click, connected_components, grow_box, mask_to_box, point_to_pixel
+from monailabel_xflow.geometry import (
+    FULL_VIEW,
+    Box,
+    Click,
+    click_from_view,
+    connected_components,
+    grow_box,
+    mask_to_box,
+    point_to_pixel,
+    zoom_view,
+)
 from monailabel_xflow.instructions import Instruction
 from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.policy.base import RevisionSession, RevisionState, Stage2Answer
@@ -98,12 +108,14 @@ class Revision:
     end: End = "max_clicks"
 
 
-def read_action(raw: Stage2Answer) -> tuple[Click | None, str, list[str]]:
+def read_action(raw: Stage2Answer, view: Box = FULL_VIEW) -> tuple[Click | None, str, list[str]]:
     """A policy's answer -> ``(click, action, problems)``; ``action`` is ``"click"``,
     ``"stop"`` or ``"malformed"``. Never raises: a model's output is untrusted input.
 
-    ``raw`` is protocol text, or a :class:`~monailabel_xflow.policy.protocol.Stage2Action` from a
-    policy that decides without words (the exact oracle of Algorithm 1)."""
+    ``raw`` is protocol text, whose click is read in ``view``'s coordinates (what the policy
+    looked at) and returned in the image's, or a
+    :class:`~monailabel_xflow.policy.protocol.Stage2Action` in image coordinates from a policy
+    that decides without words (the exact oracle of Algorithm 1)."""
     if isinstance(raw, Stage2Action):
         return raw.click, ("click" if raw.click is not None else "stop"), []
     try:
@@ -113,7 +125,7 @@ def read_action(raw: Stage2Answer) -> tuple[Click | None, str, list[str]]:
     problems = list(parsed.problems)
     click = parsed.value.click
     if click is not None:
-        return click, "click", problems
+        return click_from_view(click, view), "click", problems
     return None, ("malformed" if any("no readable action" in p for p in problems) else "stop"), problems
 
 
@@ -166,11 +178,16 @@ def revise_mask(
         low_res=low_res,
         clicks=list(clicks),
     )
+    # A zooming session sees one window, fixed by the box that prompted the mask, for all turns
+    view = zoom_view(box, out.mask.shape) if getattr(session, "zoom", False) else FULL_VIEW
     for t in range(1, budget + 1):
         tick = time.perf_counter()
-        observation = render_observation(image, out.mask, list(out.clicks)) if observe and image is not None else None
-        raw = session.step(RevisionState(image, instruction, out.box, out.mask, list(out.clicks), observation, t - 1))
-        click, action, problems = read_action(raw)
+        observation = (
+            render_observation(image, out.mask, list(out.clicks), view) if observe and image is not None else None
+        )
+        state = RevisionState(image, instruction, out.box, out.mask, list(out.clicks), observation, t - 1, view)
+        raw = session.step(state)
+        click, action, problems = read_action(raw, view)
         if click is None:
             out.turns.append(
                 Turn(t, raw, action, None, problems, out.box, False, out.mask, None, time.perf_counter() - tick)
