@@ -63,14 +63,18 @@ DEV_SEED = 1000
 """The seed every choice is made on (the demos' held-out seed until the protocol existed)."""
 
 TEST_SEED = 724807
-"""The seed of the next report: used once, with models chosen on :data:`DEV_SEED`, never for a choice.
+"""The seed of the current report: used once, with models chosen on :data:`DEV_SEED`, never for a choice.
 
 Drawn with ``secrets.randbelow(10**6)`` on 2026-12-03 at 12:15 UTC (issue 35) and committed before
-any model meant for it was trained; not scored yet. Score it once, with the final demos."""
+any model meant for it was trained; scored once the same day with the demo chosen on dev
+(``reports/phantom-benchmark/test-724807/``). It is now spent too: ``--test`` reproduces that
+report; the next report draws a new seed first."""
 
-SPENT_TEST_SEEDS = (7301,)
-"""Earlier test seeds, each already scored (7301: the issue 17 and issue 26 demos, reports/phantom-benchmark/).
-Rerun one only to reproduce its report (``--test --seed 7301``), never to choose."""
+SPENT_TEST_SEEDS = (7301, 969907)
+"""Earlier test seeds, each already scored (7301: the issue 17 and issue 26 demos, reports/phantom-benchmark/;
+969907: drawn after 724807 was scored, a second unseen check of the same demo,
+reports/phantom-benchmark/test-724807/second-seed-969907/). Rerun one only to reproduce its report
+(``--test --seed N``), never to choose."""
 
 SPLITS = {"dev": DEV_SEED, "test": TEST_SEED}
 """``--split`` name -> its default seed."""
