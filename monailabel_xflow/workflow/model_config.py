@@ -79,6 +79,8 @@ REVISION_VIEWS = ("full", "zoom")
 """What π_rev may look at (``ModelConfig.revision_view``)."""
 
 _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_model", "segmenter")
+# Fields read as text whatever YAML made of them (a hub id or a device name may parse as a number)
+_TEXT_FIELDS = _WEIGHT_FIELDS + ("rosalia", "device", "dtype", "segmenter_backend", "encode_precision", "revision_view")
 
 DEMO_NAME = "xflow-demo-phantoms"
 """Name of the demo model (``monailabel_xflow/demo/``) in logs, traces and ``/info``."""
@@ -194,14 +196,7 @@ class ModelConfig:
         if unknown:
             raise ModelConfigError(f"unknown model configuration key(s) {unknown}; known: {', '.join(sorted(known))}")
         values = {k: v for k, v in data.items() if v is not None}
-        for key in _WEIGHT_FIELDS + (
-            "rosalia",
-            "device",
-            "dtype",
-            "segmenter_backend",
-            "encode_precision",
-            "revision_view",
-        ):
+        for key in _TEXT_FIELDS:
             if key in values:
                 values[key] = str(values[key])
         if base_dir is not None and "base_dir" not in values:
