@@ -207,6 +207,14 @@ def test_size_bins_cover_the_unit_interval():
         cb.size_bin(1.5)
 
 
+@pytest.mark.parametrize("seed", [cb.TEST_SEED, *cb.SPENT_TEST_SEEDS])
+def test_no_dev_choice_on_a_test_seed(tmp_path, seed):
+    assert seed != cb.DEV_SEED
+    with pytest.raises(cb.ClickBenchmarkError, match="test seed"):
+        cb.run_click_benchmark(tmp_path / "clicks", None, seed=seed, methods=["watershed"], progress=False)
+    assert not (tmp_path / "clicks").exists()
+
+
 def test_run_resumes_and_guards_its_folder(tmp_path, monkeypatch):
     out = tmp_path / "clicks"
     kwargs = dict(phantoms=2, size=128, max_clicks=2, methods=["watershed"], progress=False, plots=True)

@@ -1,7 +1,8 @@
 """The contracts the workflow is typed against, run over every implementation.
 
 * :class:`TestSegmenterContract` (``PromptableSegmenter``, ``segmenter/base.py``): the
-  transformers SAM3 backend on the tiny random tracker, the official-backend wrapper on a
+  transformers SAM3 backend on the tiny random tracker (also behind the zoom-in wrapper,
+  ``segmenter/zoom.py``), the official-backend wrapper on a
   stand-in for the ``sam3`` package's model (the package needs CUDA and torchvision and is not
   installed here: what runs is our wrapper -- prompt checks, pixel coordinates, batch
   restoring -- not Meta's model), and the test doubles of ``monailabel_xflow.testing``.
@@ -88,7 +89,7 @@ def official_wrapper():
     return seg
 
 
-SEGMENTERS = ["sam3-transformers", "official-wrapper", "scripted", "recording"]
+SEGMENTERS = ["sam3-transformers", "sam3-zoomed", "official-wrapper", "scripted", "recording"]
 DRAWS_THE_BOX = {"official-wrapper", "scripted", "recording"}  # masks follow the box exactly
 
 
@@ -105,6 +106,10 @@ def segmenter(request) -> tuple[str, PromptableSegmenter]:
     everything = np.ones((H, W), bool)
     if request.param == "sam3-transformers":
         return request.param, request.getfixturevalue("tiny_segmenter").fork()
+    if request.param == "sam3-zoomed":
+        from monailabel_xflow.segmenter.zoom import ZoomedSegmenter
+
+        return request.param, ZoomedSegmenter(request.getfixturevalue("tiny_segmenter").fork())
     if request.param == "official-wrapper":
         return request.param, official_wrapper()
     if request.param == "scripted":

@@ -79,6 +79,7 @@ __all__ = [
     "ClickBenchmarkError",
     "DEV_SEED",
     "TEST_SEED",
+    "SPENT_TEST_SEEDS",
     "PROMPTS",
     "ANCHORS",
     "THRESHOLDS",
@@ -574,6 +575,8 @@ def run_click_benchmark(
     seed = SPLITS[split] if seed is None else int(seed)
     if split == "test" and seed != TEST_SEED:
         raise ClickBenchmarkError(f"the test split is seed {TEST_SEED}; use --seed only on dev")
+    if split == "dev" and seed in (TEST_SEED, *SPENT_TEST_SEEDS):
+        raise ClickBenchmarkError(f"seed {seed} is a test seed; dev choices are made on other seeds")
     if not 1 <= int(phantoms) <= 10000:
         raise ClickBenchmarkError(f"phantoms must lie in 1..10000, got {phantoms}")
     if not 128 <= int(size) <= 1024:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.cache import EmbeddingCache
 from monailabel_xflow.segmenter.sam3 import Sam3Segmenter, load_tracker_model
+from monailabel_xflow.segmenter.zoom import ZoomedSegmenter, read_view
 from monailabel_xflow.weights import weights_tag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +39,11 @@ def load_segmenter(
         encode_precision: the image encoder's arithmetic (:data:`~monailabel_xflow.weights.ENCODE_PRECISIONS`;
             the transformers backend only; the official one runs as its package decides).
 
+    Returns:
+        The transformers backend's segmenter, wrapped in a
+        :class:`~monailabel_xflow.segmenter.zoom.ZoomedSegmenter` when the weights folder says they
+        were trained to zoom (:func:`~monailabel_xflow.segmenter.zoom.read_view`).
+
     Raises:
         ValueError: an unknown backend.
         Sam3BackendUnavailable: the official backend on a machine without CUDA or ``sam3``.
@@ -49,7 +55,7 @@ def load_segmenter(
 
         return OfficialSam3Segmenter.load(name_or_path, device=device, cache=cache)
     model = load_tracker_model(name_or_path, config=config)
-    return Sam3Segmenter(
+    segmenter = Sam3Segmenter(
         model,
         device=device,
         dtype=dtype,
@@ -57,3 +63,5 @@ def load_segmenter(
         cache_tag=weights_tag(name_or_path),
         encode_precision=encode_precision,
     )
+    # weights trained to segment in a window around the prompt say so in their folder
+    return ZoomedSegmenter(segmenter) if read_view(name_or_path) == "zoom" else segmenter

@@ -61,6 +61,9 @@ class SegmenterTrainConfig:
     # Share of click rounds run without the previous logits: a 3D Slicer or OHIF click request
     # carries every click so far but no mask, so F_seg must also answer clicks alone.
     interactive_mask_dropout: float = 0.0
+    # Zoom-in (RITM, FocalClick): this share of samples is cropped to the window a ZoomedSegmenter
+    # segments their jittered box in (segmenter/zoom.py); > 0 marks the weights as zooming.
+    zoom_prob: float = 0.0
     freeze_encoder: bool = False  # train the prompt encoder and mask decoder only; each image encoded once
     max_steps: int = -1  # >0 caps the run (smoke tests, demos)
     checkpoint_every: int = 0  # >0: also save OUT/checkpoint-<step> every this many steps

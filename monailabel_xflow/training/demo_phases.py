@@ -180,6 +180,7 @@ def segmenter_phase(
         interactive_click_start=recipe.seg_interactive_click_start,
         interactive_mask_dropout=recipe.seg_interactive_mask_dropout,
         interactive_oracle_prob=recipe.seg_interactive_oracle_prob,
+        zoom_prob=recipe.seg_zoom_prob,
         checkpoint_every=recipe.seg_checkpoint_every,
     )
     result = finetune_segmenter(start, samples, seg_dir, cfg, progress=progress)

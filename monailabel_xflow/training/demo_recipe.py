@@ -123,6 +123,9 @@ class DemoRecipe:
             ``interactive_*``, SAM's recipe: click rounds from the current prediction's error
             region, the previous logits fed back, a loss on every round); 0 rounds is
             box-and-point training only.
+        seg_zoom_prob: the share of F_seg's samples cropped to the window a zoom-in F_seg segments
+            them in (``SegmenterTrainConfig.zoom_prob``, :mod:`monailabel_xflow.segmenter.zoom`);
+            above 0 the packaged weights zoom.
         seg_checkpoint_every: also keep ``work/segmenter/checkpoint-<step>`` every this many
             steps (0: none), to choose the step count on the dev seed.
         seg_init_from: a trained F_seg folder the segmenter phase fine-tunes ("": a random SAM3).
@@ -171,6 +174,7 @@ class DemoRecipe:
     seg_interactive_click_start: float = 0.5
     seg_interactive_mask_dropout: float = 0.0
     seg_interactive_oracle_prob: float = 0.5
+    seg_zoom_prob: float = 0.0
     seg_checkpoint_every: int = 0
     seg_init_from: str = ""
     segmenter_from: str = ""

@@ -54,7 +54,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,7 @@ from monailabel_xflow.geometry import (
 )
 from monailabel_xflow.segmenter.base import build_prompts
 from monailabel_xflow.segmenter.sam3 import sam3_prompt_kwargs
+from monailabel_xflow.segmenter.zoom import ZOOM_PROB, read_view, write_view, zoom_sample
 from monailabel_xflow.training.config import SegmenterTrainConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -405,7 +406,7 @@ def finetune_segmenter(
         raise ValueError("no training samples")
     if not 0 <= cfg.interactive_rounds <= 16:
         raise ValueError(f"interactive_rounds must lie in 0..16, got {cfg.interactive_rounds}")
-    for name in ("interactive_click_start", "interactive_oracle_prob", "interactive_mask_dropout"):
+    for name in ("interactive_click_start", "interactive_oracle_prob", "interactive_mask_dropout", "zoom_prob"):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ValueError(f"{name} must lie in [0, 1], got {getattr(cfg, name)}")
     from accelerate import PartialState
@@ -423,6 +424,11 @@ def finetune_segmenter(
         for name, p in model.named_parameters():
             if name.startswith("vision_encoder."):
                 p.requires_grad_(False)
+    # weights that learned to zoom, or started from zooming ones, are saved as zooming (and the
+    # latter keep learning both passes)
+    zooms = cfg.zoom_prob > 0 or read_view(model_path) == "zoom"
+    if zooms and cfg.zoom_prob == 0:
+        cfg = replace(cfg, zoom_prob=ZOOM_PROB)
     frozen: dict[int, list[Any]] = {}  # id(image) -> its embeddings, when the encoder is frozen
     optimizer = torch.optim.AdamW(param_groups(model, cfg))
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -440,19 +446,27 @@ def finetune_segmenter(
     while step < total:
         for i in rng.permutation(len(mine)):
             sample = mine[i]
+            zoomed = cfg.zoom_prob > 0 and rng.random() < cfg.zoom_prob
+            if zoomed:
+                window_box, _ = sample_prompt(sample.mask, rng, cfg.box_jitter, 0)
+                sample = SegSample(*zoom_sample(sample.image, sample.mask, window_box))
             box, clicks = sample_prompt(sample.mask, rng, cfg.box_jitter, cfg.points_per_prompt)
             prompts = sam3_prompt_kwargs(build_prompts([box], [clicks]), prep.input_size, accelerator.device)
+            kept: list[Any] | None = None
             if cfg.freeze_encoder:
-                if id(sample.image) not in frozen:
+                kept = None if zoomed else frozen.get(id(sample.image))  # a window is a new image each time
+                if kept is None:
                     with torch.no_grad():
                         encoder = accelerator.unwrap_model(model).get_image_embeddings
-                        frozen[id(sample.image)] = list(encoder(prep.preprocess(sample.image)))
-                kwargs: dict[str, Any] = {"image_embeddings": frozen[id(sample.image)], **prompts}
+                        kept = list(encoder(prep.preprocess(sample.image)))
+                    if not zoomed:
+                        frozen[id(sample.image)] = kept
+                kwargs: dict[str, Any] = {"image_embeddings": kept, **prompts}
             else:
                 kwargs = {"pixel_values": prep.preprocess(sample.image), **prompts}
             with accelerator.accumulate(model):
                 out = model(multimask_output=True, **kwargs)
-                embeddings = frozen[id(sample.image)] if cfg.freeze_encoder else out.image_embeddings
+                embeddings = kept if kept is not None else out.image_embeddings
                 low_res = out.pred_masks[0, 0].float()  # (3, 288, 288) for a 1008-px input
                 target = _target_grid(sample.mask, low_res.shape[-2:]).to(low_res.device)
                 loss, _ = sam2_loss(low_res, out.iou_scores[0, 0].float(), target, cfg)
@@ -489,7 +503,10 @@ def finetune_segmenter(
                     and accelerator.is_main_process
                 ):
                     # no LR schedule: the checkpoint of step k is what a k-step run would save
-                    accelerator.unwrap_model(model).save_pretrained(Path(out_dir) / f"checkpoint-{step}")
+                    checkpoint = Path(out_dir) / f"checkpoint-{step}"
+                    accelerator.unwrap_model(model).save_pretrained(checkpoint)
+                    if zooms:
+                        write_view(checkpoint, "zoom")
                 if step >= total:
                     break
     bar.close()
@@ -497,6 +514,8 @@ def finetune_segmenter(
     out_dir = Path(out_dir)
     if accelerator.is_main_process:
         accelerator.unwrap_model(model).eval().save_pretrained(out_dir)
+        if zooms:
+            write_view(out_dir, "zoom")
         logger.info("saved fine-tuned F_seg to %s after %d steps (last loss %.4f)", out_dir, step, losses[-1])
     return {"steps": step, "losses": losses, "out_dir": str(out_dir)}
 
