@@ -76,6 +76,11 @@ class TestWindow:
         rows, _ = view_pixels(prompt_view((0.5, 0.5, 0.55, 0.55), [], (H, W)), (H, W))
         assert rows.stop - rows.start == 32
 
+    def test_a_window_wider_than_max_side_is_the_whole_image(self):
+        box = (0.2, 0.2, 0.6, 0.6)  # the window would be 0.8 of the image
+        assert prompt_view(box, [], (H, W)) == FULL_VIEW  # MAX_ZOOM_SIDE = 0.5
+        assert prompt_view(box, [], (H, W), max_side=1.0) != FULL_VIEW
+
     def test_positive_clicks_widen_the_window_negative_ones_do_not(self):
         box = (0.40, 0.40, 0.45, 0.45)
         alone = prompt_view(box, [], (H, W))

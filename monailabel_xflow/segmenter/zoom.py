@@ -66,6 +66,7 @@ __all__ = [
     "MIN_ZOOM_BOX_PX",
     "OUTSIDE_LOGIT",
     "ZOOM_PROB",
+    "MAX_ZOOM_SIDE",
     "ZoomedSegmenter",
     "prompt_view",
     "zoom_sample",
@@ -82,6 +83,10 @@ SEGMENTER_VIEWS = ("full", "zoom")
 MIN_ZOOM_BOX_PX = 4.0
 """A box whose longer side is shorter than this (pixels) is a point: segmented on the whole image."""
 
+MAX_ZOOM_SIDE = 0.5
+"""The widest window worth zooming into, as a share of the image (chosen on the click benchmark's
+dev seed over 1.0; ``reports/click-efficiency/README.md``)."""
+
 ZOOM_PROB = 0.5
 """The share of window samples when a zooming F_seg is trained further with a config that names none
 (the active-learning fine-tune): it keeps both passes, the whole image and the window, trained."""
@@ -95,7 +100,7 @@ def prompt_view(
     clicks: Sequence[Click],
     shape: Sequence[int],
     coarse: NDArray[Any] | None = None,
-    max_side: float = 1.0,
+    max_side: float = MAX_ZOOM_SIDE,
 ) -> Box:
     """The window a zoomed F_seg segments ``box`` in (normalised xyxy in the image).
 
@@ -195,7 +200,7 @@ class ZoomedSegmenter:
         max_side: the widest window worth zooming into, as a share of the image (:func:`prompt_view`).
     """
 
-    def __init__(self, inner: PromptableSegmenter, max_side: float = 1.0) -> None:
+    def __init__(self, inner: PromptableSegmenter, max_side: float = MAX_ZOOM_SIDE) -> None:
         self.inner = inner
         self.max_side = float(max_side)
         self._image: NDArray[np.float32] | None = None
