@@ -37,6 +37,12 @@ mean is added to the prompt's loss (:func:`interactive_loss`). The prompts go th
 <monailabel_xflow.segmenter.base.build_prompts>` and :func:`sam3_prompt_kwargs
 <monailabel_xflow.segmenter.sam3.sam3_prompt_kwargs>`, as in inference.
 
+Zoom-in (``zoom_prob > 0``; off by default): that share of samples is cropped to the window a
+:class:`~monailabel_xflow.segmenter.zoom.ZoomedSegmenter` would segment their jittered box in
+(:func:`~monailabel_xflow.segmenter.zoom.zoom_sample`, the same window rule), the rest stay whole
+images for its coarse pass; the saved folder is marked as zooming (``xflow_segmenter.json``), and
+a zooming model trained further keeps learning both (``segmenter.zoom.ZOOM_PROB``).
+
 Frozen encoder (``freeze_encoder``; off by default): only the prompt encoder and the mask decoder
 learn, and each image is encoded once, without gradients, and its embedding kept for the run (as
 decoder-only SAM adaptations do; it makes a CPU step a few decoder passes).
