@@ -432,6 +432,28 @@ def connected_components(mask: NDArray[Any], min_area_px: int = 1) -> list[NDArr
     return [labels == i for i in range(1, n + 1) if sizes[i] >= min_area_px]
 
 
+def components_touching(mask: NDArray[Any], anchor: NDArray[Any]) -> NDArray[np.bool_]:
+    """The union of the 8-connected components of ``mask`` that have a pixel in ``anchor``.
+
+    The one rule for "the object a prompt points at": Stage 2's pruning, the zoom-in window and
+    the ILS pipeline's anomaly selection all keep whole components by what they touch. Labels
+    the mask once and selects by label id (a map can hold thousands of specks).
+
+    Args:
+        mask: ``(H, W)`` mask, non-zero = foreground.
+        anchor: ``(H, W)`` bool, the pixels that select (a box's pixels, clicks, a previous mask).
+
+    Returns:
+        ``(H, W)`` bool; empty when no component touches ``anchor``.
+    """
+    from scipy import ndimage
+
+    mask = np.asarray(mask, bool)
+    labels, _ = ndimage.label(mask, structure=np.ones((3, 3), dtype=bool))
+    hit = np.unique(labels[np.asarray(anchor, bool) & mask])
+    return np.isin(labels, hit[hit > 0])
+
+
 # --- specks: the one owner -----------------------------------------------------------------------
 
 SPECK_FRACTION = 0.001

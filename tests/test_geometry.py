@@ -115,3 +115,16 @@ def test_clicks_box_is_the_bounds_of_the_positive_clicks():
     assert clicks_box([Click(False, 0.9, 0.1), Click(False, 0.2, 0.3)]) == pytest.approx((0.2, 0.1, 0.9, 0.3))
     with pytest.raises(GeometryError, match="no click"):
         clicks_box([])
+
+
+def test_components_touching_keeps_whole_components_by_any_pixel_in_the_anchor():
+    mask = np.zeros((20, 20), bool)
+    mask[2:6, 2:6] = True  # touched at one corner pixel
+    mask[6, 6] = True  # diagonal neighbour: the same 8-connected component
+    mask[12:16, 12:16] = True  # untouched
+    anchor = np.zeros_like(mask)
+    anchor[5, 5] = True
+    anchor[0, 19] = True  # on background: selects nothing
+    kept = g.components_touching(mask, anchor)
+    assert kept[2:6, 2:6].all() and kept[6, 6] and not kept[12:16, 12:16].any()
+    assert not g.components_touching(mask, np.zeros_like(mask)).any()

@@ -150,6 +150,21 @@ class TestZoomedSegmenter:
         coarse |= box_to_mask((0.85, 0.85, 0.95, 0.95), (H, W))  # a separate blob far away is left out
         view = prompt_view((0.4, 0.4, 0.45, 0.45), [], (H, W), coarse)
         assert view[0] <= 0.3 and view[2] >= 0.5 and view[2] < 0.85
+        # a lone blob away from the prompt is not the object either
+        far = box_to_mask((0.85, 0.85, 0.95, 0.95), (H, W))
+        assert prompt_view((0.4, 0.4, 0.45, 0.45), [], (H, W), far) == prompt_view((0.4, 0.4, 0.45, 0.45), [], (H, W))
+
+    def test_a_whole_image_window_is_answered_by_the_coarse_pass_alone(self):
+        inner = BoxDrawer()
+        seg = ZoomedSegmenter(inner)
+        seg.set_image(image())
+        box = (0.2, 0.2, 0.6, 0.6)  # the window would be 0.8 of the image: not worth zooming
+        first = seg.predict([box])
+        assert inner.shapes == [(H, W)]  # one decoder pass, not the same one twice
+        np.testing.assert_array_equal(first.masks[0], box_to_mask(box, (H, W)))
+        # with its own previous logits the second pass is a different call, so it runs
+        seg.predict([box], [[Click(True, 0.3, 0.3)]], first.low_res_logits)
+        assert len(inner.shapes) == 3 and inner.previous[-1] is not None
 
     def test_refuses_what_the_backends_refuse(self):
         seg = ZoomedSegmenter(BoxDrawer())

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy import ndimage
 
-from monailabel_xflow.geometry import box_to_mask, pixels_to_box
+from monailabel_xflow.geometry import box_to_mask, components_touching, pixels_to_box
 from monailabel_xflow.metrics import mask_iou
 
 EIGHT = np.ones((3, 3), dtype=bool)
@@ -187,18 +187,6 @@ def check_box(
         c3=area > 0 and signal >= thresholds.signal,
         c4=area > 0 and lung_iou >= thresholds.size,
     )
-
-
-def components_touching(anomaly: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """Union of the 8-connected components of ``anomaly`` with at least one pixel in ``box``.
-
-    Labels the map once and selects by label id (the map can hold thousands of specks, so one
-    full mask per component, as :func:`~monailabel_xflow.geometry.connected_components` returns,
-    would cost a pass per speck).
-    """
-    labels, _ = ndimage.label(anomaly, structure=EIGHT)
-    hit = np.unique(labels[box & anomaly])
-    return np.isin(labels, hit[hit > 0])
 
 
 def _disk(radius: int) -> np.ndarray:

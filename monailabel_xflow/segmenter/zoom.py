@@ -20,6 +20,7 @@ zoom-in does, each call is two passes:
    content like any image), the box and clicks mapped into it (a negative click outside the window
    is dropped: everything outside is background anyway), and the previous ``low_res_logits`` only
    when they are the ones it returned for the same window (logits of another window do not line up);
+   a whole-image window without previous logits is the coarse pass itself, and keeps its answer;
 4. the window's logits pasted back into a whole-image array whose outside is background.
 
 Training crops its samples with :func:`zoom_sample`, which uses the same window rule
@@ -46,6 +47,7 @@ from monailabel_xflow.geometry import (
     box_to_pixels,
     box_to_view,
     click_to_view,
+    components_touching,
     make_box,
     mask_to_box,
     point_to_pixel,
@@ -136,18 +138,12 @@ def prompt_view(
 
 
 def _touching(mask: NDArray[np.bool_], box: Sequence[float], positives: Sequence[Click]) -> NDArray[np.bool_]:
-    """The components of ``mask`` (8-connected) that overlap ``box`` or lie under a positive click."""
-    from scipy import ndimage
-
-    labels, n = ndimage.label(mask, structure=np.ones((3, 3), bool))
-    if n <= 1:
-        return mask
+    """The components of ``mask`` that overlap ``box`` or lie under a positive click."""
     anchor = box_to_mask(box, mask.shape)
     for c in positives:
         r, col = point_to_pixel(c.x, c.y, mask.shape)
         anchor[min(r, mask.shape[0] - 1), min(col, mask.shape[1] - 1)] = True
-    kept = np.unique(labels[anchor & mask])
-    return np.isin(labels, kept[kept > 0])
+    return components_touching(mask, anchor)
 
 
 def zoom_sample(image: NDArray[Any], mask: NDArray[Any], box: Sequence[float]) -> tuple[NDArray[Any], NDArray[Any]]:
@@ -244,9 +240,9 @@ class ZoomedSegmenter:
         coarse = None
         if boxes:  # the coarse pass: how far each object reaches
             self.inner.set_image(self._image)
-            coarse = self.inner.predict(boxes, per_box, None, multimask).masks
+            coarse = self.inner.predict(boxes, per_box, None, multimask)
         views = [
-            prompt_view(b, c, shape, coarse[i] if coarse is not None else None, self.max_side)
+            prompt_view(b, c, shape, coarse.masks[i] if coarse is not None else None, self.max_side)
             for i, (b, c) in enumerate(zip(boxes, per_box, strict=True))
         ]
         fits = (
@@ -258,9 +254,17 @@ class ZoomedSegmenter:
         results = []
         for i, (box, box_clicks, view) in enumerate(zip(boxes, per_box, views, strict=True)):
             rows, cols = view_pixels(view, shape)
+            prev = np.asarray(previous)[i : i + 1] if fits and previous is not None else None
+            if view == FULL_VIEW and prev is None and coarse is not None:
+                # the fine pass would repeat the coarse one: same image, same prompt
+                one = slice(i, i + 1)
+                same = SegmentationResult(
+                    coarse.logits[one], coarse.masks[one], coarse.iou[one], coarse.low_res_logits[one]
+                )
+                results.append((rows, cols, same))
+                continue
             self.inner.set_image(np.ascontiguousarray(self._image[rows, cols]))
             moved = [m for m in (click_to_view(c, view) for c in box_clicks) if m is not None]
-            prev = np.asarray(previous)[i : i + 1] if fits and previous is not None else None
             results.append((rows, cols, self.inner.predict([box_to_view(box, view)], [moved], prev, multimask)))
         logits = np.full((len(boxes), *shape), OUTSIDE_LOGIT, np.float32)
         for i, (rows, cols, r) in enumerate(results):

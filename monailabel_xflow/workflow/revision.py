@@ -35,6 +35,7 @@ from monailabel_xflow.geometry import (
     Box,
     Click,
     click_from_view,
+    components_touching,
     connected_components,
     grow_box,
     mask_to_box,
@@ -276,22 +277,12 @@ def keep_connected_to(revised: NDArray[np.bool_], previous: NDArray[np.bool_], c
         neither ``previous`` nor the positive click's pixel; ``revised`` unchanged when nothing
         would remain (a mask that moved entirely is F_seg's answer, not noise).
     """
-    from scipy import ndimage
-
-    labels, n = ndimage.label(revised, structure=np.ones((3, 3), bool))
-    if n <= 1:
-        return revised
     anchor = np.asarray(previous, bool) & revised
     if click.positive:
         r, c = point_to_pixel(click.x, click.y, revised.shape)
-        r, c = min(r, revised.shape[0] - 1), min(c, revised.shape[1] - 1)
-        anchor = anchor.copy()
-        anchor[r, c] = anchor[r, c] or bool(revised[r, c])
-    kept = np.unique(labels[anchor])
-    kept = kept[kept > 0]
-    if kept.size == 0:
-        return revised
-    return np.isin(labels, kept)
+        anchor[min(r, revised.shape[0] - 1), min(c, revised.shape[1] - 1)] = True
+    kept = components_touching(revised, anchor)
+    return kept if kept.any() else revised
 
 
 def finite_or_none(v: Any) -> float | None:
