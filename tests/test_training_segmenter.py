@@ -1,6 +1,7 @@
 """F_seg fine-tuning: loss, optimiser groups, prompt sampling, a smoke run (the learning check is in
 test_learning.py)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -251,3 +252,40 @@ def test_interactive_mask_dropout_leaves_out_the_previous_logits(tiny_sam3):
     _, _, calls, _ = _spied_session(tiny_sam3, cfg)
     assert len(calls) == 4 and all("input_masks" not in c for c in calls)
     assert all("input_points" in c for c in calls[1:])
+
+
+def test_click_loss_asks_for_the_truth_under_the_clicks_only():
+    """The click term is the cross-entropy of the few pixels near a click: it is large where the
+    logits contradict the truth there, small where they agree, whatever the rest of the grid holds."""
+    import torch
+
+    from monailabel_xflow.geometry import Click
+    from monailabel_xflow.training.segmenter import CLICK_LOSS_RADIUS, click_loss
+
+    target = torch.zeros(32, 32)
+    target[8:24, 8:24] = 1.0
+    inside, outside = Click(True, 0.5, 0.5), Click(False, 0.05, 0.05)
+    wrong = torch.full((1, 32, 32), -6.0)  # background everywhere: the positive click is contradicted
+    right = (target * 12 - 6)[None]  # the truth everywhere
+    assert click_loss(wrong, target, []) == 0
+    assert click_loss(wrong, target, [inside]) > 5.0
+    assert click_loss(right, target, [inside, outside]) < 0.01
+    # only the disc matters: spoil everything but the pixels near the click
+    spoilt = -right.clone()
+    r = int(CLICK_LOSS_RADIUS) + 1
+    spoilt[0, 16 - r : 16 + r, 16 - r : 16 + r] = right[0, 16 - r : 16 + r, 16 - r : 16 + r]
+    assert click_loss(spoilt, target, [inside]) < 0.01
+    assert click_loss(wrong, target, [outside]) < 0.01  # a negative click on background, answered right
+
+
+def test_interactive_click_weight_adds_the_click_term(tiny_sam3):
+    """Same session, same draws: with ``interactive_click_weight`` the loss grows by the click term
+    of the click rounds (the untrained model contradicts its clicks)."""
+    base = SegmenterTrainConfig(interactive_rounds=2, interactive_click_start=0.0)
+    plain, _, _, _ = _spied_session(tiny_sam3, base)
+    weighted, _, _, _ = _spied_session(tiny_sam3, replace(base, interactive_click_weight=5.0))
+    assert float(weighted) > float(plain) + 1e-3
+    with pytest.raises(ValueError, match="interactive_click_weight"):
+        from monailabel_xflow.training.segmenter import finetune_segmenter
+
+        finetune_segmenter(tiny_sam3, [_ellipse()], "/nonexistent", replace(base, interactive_click_weight=-1.0))

@@ -61,6 +61,10 @@ class SegmenterTrainConfig:
     # Share of click rounds run without the previous logits: a 3D Slicer or OHIF click request
     # carries every click so far but no mask, so F_seg must also answer clicks alone.
     interactive_mask_dropout: float = 0.0
+    # Weight of a loss on the pixels near each round's clicks (their true labels, a disc of
+    # CLICK_LOSS_RADIUS low-res pixels): the mask loss barely notices the few pixels a click is
+    # about, so a model can learn to answer the box and ignore the clicks on it.
+    interactive_click_weight: float = 0.0
     # Zoom-in (RITM, FocalClick): this share of samples is cropped to the window a ZoomedSegmenter
     # segments their jittered box in (segmenter/zoom.py); > 0 marks the weights as zooming.
     zoom_prob: float = 0.0
