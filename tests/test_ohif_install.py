@@ -97,5 +97,8 @@ def test_xflow_ohif_from_another_folder_finds_the_viewer_make_ohif_installed(tmp
             assert (ohif.dist_dir(repo / ".ohif") / "index.html").is_file()
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+            # Ctrl-C, unless this run inherited SIGINT ignored (a background job of a shell
+            # without job control): the child ignores it too, so stop it by pid with SIGTERM
+            ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            proc.send_signal(signal.SIGTERM if ignored else signal.SIGINT)
             proc.wait(timeout=30)
