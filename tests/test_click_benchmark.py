@@ -264,6 +264,7 @@ def test_run_resumes_and_guards_its_folder(tmp_path, monkeypatch):
         ({"prompts": []}, "unknown or no"),
         ({"split": "val"}, "split"),
         ({"methods": ["fseg"]}, "no segmenter"),
+        ({"click_refinement": "magic"}, "click_refinement"),
     ],
 )
 def test_bad_arguments_are_refused(tmp_path, bad, match):
@@ -307,6 +308,15 @@ def test_tiny_sam3_end_to_end_through_the_cli(tmp_path, tiny_sam3, capsys):
     rc = main(["benchmark", "clicks", "--out", str(out), "--phantoms", "1", "--size", "128", "--max-clicks", "2",
                "--methods", "fseg", "--no-progress"])  # fmt: skip
     assert rc == 2 and "segmenter" in capsys.readouterr().err
+    # the same weights with the click refinement are another F_seg: refused here, recorded in a new folder
+    refined = ["--segmenter", str(tiny_sam3), "--phantoms", "1", "--size", "128", "--max-clicks", "2",
+               "--methods", "fseg", "--prompts", "box", "--no-progress", "--device", "cpu",
+               "--click-refinement", "brs"]  # fmt: skip
+    assert main(["benchmark", "clicks", "--out", str(out), *refined]) == 2
+    assert "segmenter" in capsys.readouterr().err
+    assert main(["benchmark", "clicks", "--out", str(tmp_path / "brs"), *refined]) == 0
+    manifest = json.loads((tmp_path / "brs" / "manifest.json").read_text())
+    assert manifest["segmenter"]["click_refinement"] == "brs"
 
 
 def test_zoom_window_expands_around_clicks_and_mask():

@@ -122,6 +122,13 @@ def _register_clicks(sub) -> None:
     cl.add_argument("--methods", default=None, metavar="LIST", help="of fseg,random-walker,watershed (default all)")
     cl.add_argument("--prompts", default=None, metavar="LIST", help="subset of box,clicks,client (default all)")
     cl.add_argument("--no-prune", action="store_true", help="keep F_seg's stray components (Stage 2 prunes)")
+    cl.add_argument(
+        "--click-refinement",
+        choices=("none", "brs"),
+        default=None,
+        help="make F_seg's masks agree with their clicks by backpropagation (segmenter/refine.py); "
+        "default: the models file's, none with --segmenter",
+    )
     cl.add_argument("--device", default=None, help="F_seg's device (default: the models file's, else CUDA if present)")
     cl.add_argument("--no-plots", action="store_true", help="skip curve.png")
     cl.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -144,7 +151,7 @@ def run_clicks(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(METHODS)
     prompts = [p.strip() for p in args.prompts.split(",") if p.strip()] if args.prompts else list(PROMPTS)
-    backend, device = "transformers", args.device
+    backend, device, refinement = "transformers", args.device, args.click_refinement or "none"
     try:
         if args.segmenter:
             weights: str | None = args.segmenter
@@ -152,6 +159,7 @@ def run_clicks(args: argparse.Namespace) -> int:
             cfg = ModelConfig.load(args.model or str(DEMO_MODELS_FILE))
             weights = str(cfg.resolve("segmenter"))
             backend, device = cfg.segmenter_backend, device or cfg.device
+            refinement = args.click_refinement or cfg.click_refinement
         else:
             weights = None
         summary = run_click_benchmark(
@@ -168,6 +176,7 @@ def run_clicks(args: argparse.Namespace) -> int:
             prune=not args.no_prune,
             backend=backend,
             device=device,
+            click_refinement=refinement,
             progress=not args.no_progress,
             plots=not args.no_plots,
         )

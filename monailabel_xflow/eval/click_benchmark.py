@@ -71,6 +71,7 @@ from monailabel_xflow.geometry import MIN_COMPONENT_PX, Box, Click, connected_co
 from monailabel_xflow.metrics import mask_iou
 from monailabel_xflow.policy.oracle import MIN_CLICK_DISTANCE_PX, OracleClicker, simulated_user
 from monailabel_xflow.segmenter.base import PromptableSegmenter
+from monailabel_xflow.segmenter.refine import refinement_for
 from monailabel_xflow.vocabulary import FINDINGS
 from monailabel_xflow.workflow.revision import oracle_session
 from monailabel_xflow.workflow.xflow import client_session
@@ -537,6 +538,7 @@ def run_click_benchmark(
     prune: bool = True,
     backend: str = "transformers",
     device: str | None = None,
+    click_refinement: str = "none",
     progress: bool = True,
     plots: bool = True,
     load: Callable[[], PromptableSegmenter] | None = None,
@@ -557,6 +559,8 @@ def run_click_benchmark(
         prompts: subset of ``box``, ``clicks``.
         prune: F_seg's masks pruned as Stage 2 prunes.
         backend, device: how F_seg is loaded (:func:`~monailabel_xflow.segmenter.loading.load_segmenter`).
+        click_refinement: ``"none"`` or ``"brs"`` (:func:`~monailabel_xflow.segmenter.refine.refinement_for`);
+            part of the F_seg's identity in the manifest.
         progress: a progress bar over phantoms (and a log line per phantom).
         plots: write ``OUT/curve.png``.
         load: builds F_seg instead of loading ``segmenter`` (tests); its identity is then the
@@ -590,6 +594,10 @@ def run_click_benchmark(
         raise ClickBenchmarkError(f"unknown or no methods/prompts {bad}; methods {METHODS}, prompts {PROMPTS}")
     methods = [m for m in METHODS if m in methods]
     prompts = [p for p in PROMPTS if p in prompts]
+    try:
+        refinement = refinement_for(click_refinement)
+    except ValueError as err:
+        raise ClickBenchmarkError(str(err)) from err
     if "fseg" in methods and segmenter is None and load is None:
         raise ClickBenchmarkError("F_seg is among the methods but no segmenter was given")
 
@@ -621,7 +629,13 @@ def run_click_benchmark(
                 "seed_radius": "1 % of the shorter side",
                 "clicks_only_window": f"zoom-in x{ZOOM_EXPAND}, at least 1/4 of the shorter side",
             },
-            "segmenter": None if identity is None else {"weights": str(segmenter), "identity": identity},
+            "segmenter": None
+            if identity is None
+            else {
+                "weights": str(segmenter),
+                "identity": identity,
+                **({"click_refinement": click_refinement} if refinement is not None else {}),
+            },
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )
@@ -653,7 +667,7 @@ def run_click_benchmark(
                     else:
                         from monailabel_xflow.segmenter.loading import load_segmenter
 
-                        seg = load_segmenter(str(segmenter), backend=backend, device=device)
+                        seg = load_segmenter(str(segmenter), backend=backend, device=device, refinement=refinement)
                 seg.set_image(image)
             for comp, method, prompt in todo:
                 tick = time.perf_counter()

@@ -30,6 +30,8 @@ import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_sam, point_to_sam
 from monailabel_xflow.segmenter.base import (
+    PAD_LABEL,
+    POSITIVE_LABEL,
     Prompts,
     SegmentationResult,
     SegmenterInputError,
@@ -39,6 +41,7 @@ from monailabel_xflow.segmenter.base import (
     image_key,
 )
 from monailabel_xflow.segmenter.cache import EmbeddingCache, default_cache
+from monailabel_xflow.segmenter.refine import ClickRefinement, refine_decoder
 from monailabel_xflow.segmenter.store import ResultStore, default_store, digest, pack, unpack
 from monailabel_xflow.weights import (
     CHECKPOINT_SUFFIXES,
@@ -76,6 +79,8 @@ class Sam3Segmenter:
             encoding, under the weights' :attr:`fingerprint`; defaults to the process's
             (:func:`~.store.default_store`, None outside the app).
         persist: False never reads nor writes a store (a trainer whose weights change).
+        refinement: make each mask agree with its clicks by backpropagation
+            (:mod:`.refine`); None (default) answers with the model alone.
 
     Raises:
         ValueError: an unknown ``encode_precision``.
@@ -91,6 +96,7 @@ class Sam3Segmenter:
         encode_precision: str | None = "float32",
         store: ResultStore | None = None,
         persist: bool = True,
+        refinement: ClickRefinement | None = None,
     ) -> None:
         self.device = choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
@@ -99,6 +105,7 @@ class Sam3Segmenter:
         self.cache = cache if cache is not None else default_cache()
         self.store = store
         self.persist = bool(persist)
+        self.refinement = refinement
         if cache_tag is None:
             cache_tag = _model_tags.setdefault(model, uuid.uuid4().hex)
         self.cache_tag = f"sam3:{cache_tag}:{self.device}:{self.dtype}:{self.encode_precision}"
@@ -227,6 +234,10 @@ class Sam3Segmenter:
         the single-mask token is used, falling back to that best hypothesis when its stability
         score is low (transformers' ``dynamic_multimask_via_stability``, as in SAM2/SAM3).
 
+        With a :class:`~.refine.ClickRefinement` (and without ``multimask``), prompts with clicks
+        are decoded with the image-embedding correction that makes their masks agree with the
+        clicks (:func:`~.refine.refine_decoder`); prompts without clicks are answered as before.
+
         Boxes with fewer clicks than others are padded with label -10, which the prompt encoder
         embeds as zeros. Zero tokens still take part in the decoder's attention, so a box padded
         in a batch can differ slightly from the same box alone; boxes with equal click counts
@@ -248,10 +259,25 @@ class Sam3Segmenter:
             return empty_result(self._shape, self.low_res_size)
         kwargs = sam3_prompt_kwargs(prompts, self.input_size, self.device, self.dtype)
         embeddings = [e.expand(n, *e.shape[1:]) for e in self._embeddings]
-        with torch.no_grad():
-            out = self.model(image_embeddings=embeddings, multimask_output=multimask, **kwargs)
-        low_res = out.pred_masks[:, 0].float()  # (N, M, 288, 288)
-        iou = out.iou_scores[:, 0].float()  # (N, M)
+        if self.refinement is not None and not multimask and prompts.labels.shape[1]:
+
+            def decode(levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                out = self.model(image_embeddings=levels, multimask_output=False, **kwargs)
+                return out.pred_masks[:, 0, 0].float(), out.iou_scores[:, 0, 0].float()
+
+            per_box = [
+                [Click(bool(lab == POSITIVE_LABEL), float(x), float(y)) for (x, y), lab in pairs if lab != PAD_LABEL]
+                for pairs in (
+                    zip(row, labs, strict=True) for row, labs in zip(prompts.points, prompts.labels, strict=True)
+                )
+            ]
+            refined, refined_iou = refine_decoder(decode, embeddings, per_box, self.refinement, self.low_res_size[0])
+            low_res, iou = refined[:, None], refined_iou[:, None]  # (N, 1, 288, 288), (N, 1)
+        else:
+            with torch.no_grad():
+                out = self.model(image_embeddings=embeddings, multimask_output=multimask, **kwargs)
+            low_res = out.pred_masks[:, 0].float()  # (N, M, 288, 288)
+            iou = out.iou_scores[:, 0].float()  # (N, M)
         best = iou.argmax(dim=1)  # M == 1 without multimask
         rows = torch.arange(n, device=low_res.device)
         low_res = low_res[rows, best][:, None]  # (N, 1, 288, 288)

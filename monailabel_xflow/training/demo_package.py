@@ -45,7 +45,13 @@ def package(
         segmenter: F_seg's ``save_pretrained`` folder.
         recipe: the settings recorded in ``recipe.json`` and the card.
         info: the run's record (``phases_seconds``, ``segmenter``, ``done``), also in ``recipe.json``.
+
+    Raises:
+        ValueError: an unknown ``recipe.click_refinement``.
     """
+    from monailabel_xflow.segmenter.refine import refinement_for
+
+    refinement_for(recipe.click_refinement)  # an unknown name fails before anything is replaced
     if model.exists():
         shutil.rmtree(model)
     copy_files(base, model / "base")
@@ -53,6 +59,8 @@ def package(
     copy_files(rev, model / "rev", ADAPTER_FILES)
     copy_files(segmenter, model / "segmenter", SEGMENTER_FILES)
     common = f"segmenter: ./segmenter\nmax_clicks: {recipe.max_clicks}\nmax_new_tokens: 200\ndevice: cpu\n"
+    if recipe.click_refinement != "none":
+        common += f"click_refinement: {recipe.click_refinement}\n"
     header = (
         "# XFlow demo model: trained on synthetic phantoms only; not for clinical images.\n"
         "# Rebuild with `xflow train demo` (monailabel_xflow/training/demo.py).\n"

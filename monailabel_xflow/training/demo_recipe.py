@@ -113,6 +113,9 @@ class DemoRecipe:
         rev_zoom: π_rev looks at a zoomed view around the box that prompted the mask
             (``geometry.zoom_view``) in its SFT rows, GRPO rollouts and the packaged
             ``models.yaml`` (``revision_view: zoom``), instead of the whole image.
+        click_refinement: the packaged models files' ``click_refinement`` (``none`` or ``brs``:
+            F_seg's masks made to agree with their clicks at inference,
+            :mod:`monailabel_xflow.segmenter.refine`); an inference setting, no phase depends on it.
         threads: torch threads of the policy phases (1 on a machine shared with other jobs: OpenMP
             threads on oversubscribed cores slow an SFT step down far more than they help).
         seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
@@ -182,6 +185,7 @@ class DemoRecipe:
     rev_from: str = ""
     rev_onpolicy: bool = False
     rev_zoom: bool = False
+    click_refinement: str = "none"
     threads: int = 2
 
 

@@ -18,7 +18,7 @@ Sources of a configuration (see :meth:`ModelConfig.load`):
 * environment variables: ``XFLOW_MODELS`` (path of such a file) and, overriding it field by
   field, ``XFLOW_VLM_BASE``, ``XFLOW_INIT_ADAPTER``, ``XFLOW_REV_ADAPTER``, ``XFLOW_INIT_MODEL``,
   ``XFLOW_REV_MODEL``, ``XFLOW_SEGMENTER``, ``XFLOW_SEGMENTER_BACKEND``, ``XFLOW_DEVICE``,
-  ``XFLOW_DTYPE``, ``XFLOW_MAX_CLICKS``, ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
+  ``XFLOW_DTYPE``, ``XFLOW_CLICK_REFINEMENT``, ``XFLOW_MAX_CLICKS``, ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
 
 Example ``models.yaml``::
 
@@ -29,6 +29,7 @@ Example ``models.yaml``::
     device: cpu                             # "cuda", "cuda:1", "cpu"; default: cuda if available
     dtype: bfloat16                         # policy dtype: float32, bfloat16, float16; default per device
     encode_precision: float32               # F_seg's image encoder: float32 (default) or bfloat16
+    click_refinement: brs                   # masks that agree with their clicks (segmenter/refine.py); default none
     rosalia: ./rosalia                      # optional: the ROSALIA baseline (the app's `rosalia` task)
 
 A value that names an existing path (absolute, relative to the config file, or relative to the
@@ -68,6 +69,7 @@ from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, RevisionPolicy, Stage1Policy, check_budget
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
+from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS, refinement_for
 from monailabel_xflow.weights import ENCODE_PRECISIONS, is_hub_id, split_hub_id
 
 logger = logging.getLogger(__name__)
@@ -80,7 +82,15 @@ REVISION_VIEWS = ("full", "zoom")
 
 _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_model", "segmenter")
 # Fields read as text whatever YAML made of them (a hub id or a device name may parse as a number)
-_TEXT_FIELDS = _WEIGHT_FIELDS + ("rosalia", "device", "dtype", "segmenter_backend", "encode_precision", "revision_view")
+_TEXT_FIELDS = _WEIGHT_FIELDS + (
+    "rosalia",
+    "device",
+    "dtype",
+    "segmenter_backend",
+    "encode_precision",
+    "revision_view",
+    "click_refinement",
+)
 
 DEMO_NAME = "xflow-demo-phantoms"
 """Name of the demo model (``monailabel_xflow/demo/``) in logs, traces and ``/info``."""
@@ -128,6 +138,9 @@ class ModelConfig:
         encode_precision: F_seg's image encoder arithmetic (``weights.ENCODE_PRECISIONS``; None:
             float32). ``bfloat16`` (autocast) is faster on CPUs with bfloat16 units but its masks
             drift from float32's (``benchmarks/bench_encode.py``), so it is asked for, not assumed.
+        click_refinement: ``"brs"`` makes F_seg's masks agree with their clicks by backpropagation
+            at inference (:mod:`monailabel_xflow.segmenter.refine`; the click tool and Stage 2),
+            ``"none"`` (default) answers with the model alone. The transformers backend only.
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         revision_view: what π_rev looks at, the view its adapter was trained on: ``"full"`` (the
             whole image, default) or ``"zoom"`` (a window around the box that prompted the mask,
@@ -149,6 +162,7 @@ class ModelConfig:
     device: str | None = None
     dtype: str | None = None
     encode_precision: str | None = None
+    click_refinement: str = "none"
     max_clicks: int = MAX_CLICKS
     revision_view: str = "full"
     max_new_tokens: int | None = None
@@ -164,6 +178,12 @@ class ModelConfig:
             raise ModelConfigError(
                 f"encode_precision {self.encode_precision!r} is not one of {', '.join(ENCODE_PRECISIONS)}"
             )
+        if self.click_refinement not in CLICK_REFINEMENTS:
+            raise ModelConfigError(
+                f"click_refinement {self.click_refinement!r} is not one of {', '.join(CLICK_REFINEMENTS)}"
+            )
+        if self.click_refinement != "none" and self.segmenter_backend != "transformers":
+            raise ModelConfigError("click_refinement needs segmenter_backend: transformers")
         if self.revision_view not in REVISION_VIEWS:
             raise ModelConfigError(f"revision_view {self.revision_view!r} is not one of {', '.join(REVISION_VIEWS)}")
         try:
@@ -309,6 +329,8 @@ class ModelConfig:
             ids["dtype"] = self.dtype
         if self.encode_precision:
             ids["encode_precision"] = self.encode_precision
+        if self.click_refinement != "none":
+            ids["click_refinement"] = self.click_refinement
         return ids
 
     def locate(self, value: str) -> tuple[str, Path | None]:
@@ -489,6 +511,7 @@ def load_models(config: ModelConfig) -> LoadedModels:
         backend=config.segmenter_backend,
         device=config.device,
         encode_precision=config.encode_precision,
+        refinement=refinement_for(config.click_refinement),
     )
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 
