@@ -9,8 +9,11 @@ Label's Python client. Timed per request as the client sees it:
 * **first click** on an image (the server loads the image and runs F_seg's encoder);
 * **later clicks** (the embedding is cached: loading, one decoder call, writing the label);
 * **in process**: the same clicks answered by :func:`~monailabel_xflow.workflow.xflow.revise_with_clicks`
-  on the same F_seg with its embedding cached (the decoder and the click rule only), so the ratio
-  later-click / in-process is what the server adds around the model.
+  on the same F_seg, set as the demo's models file sets it (its ``click_refinement``), with its
+  embedding cached (the decoder, the refinement and the click rule only), so the ratio
+  later-click / in-process is what the server adds around the model;
+* **in process, unrefined**: the same without the click refinement (``segmenter/refine.py``), so
+  in-process / unrefined is what the refinement costs per click.
 
 Usage: ``.venv/bin/python benchmarks/bench_click_round.py [--lesions 6] [--clicks 4] [--json OUT]``
 """
@@ -46,13 +49,18 @@ def main() -> int:
 
     from monailabel_xflow.policy.oracle import simulated_user
     from monailabel_xflow.segmenter.loading import load_segmenter
+    from monailabel_xflow.segmenter.refine import refinement_for
     from monailabel_xflow.transforms.loading import load_cxr
-    from monailabel_xflow.workflow.model_config import DEMO_DIR
+    from monailabel_xflow.workflow.model_config import DEMO_DIR, demo_config
     from monailabel_xflow.workflow.xflow import revise_with_clicks
 
     lesions = LESIONS[: max(1, min(args.lesions, len(LESIONS)))]
-    first, later, local = [], [], []
-    seg = load_segmenter(str(DEMO_DIR / "segmenter"), device="cpu")
+    first, later, local, unrefined = [], [], [], []
+    demo = demo_config()
+    assert demo is not None
+    refinement = refinement_for(demo.click_refinement)
+    seg = load_segmenter(str(DEMO_DIR / "segmenter"), device="cpu", refinement=refinement)
+    plain = load_segmenter(str(DEMO_DIR / "segmenter"), device="cpu")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         studies = tmp / "studies"
@@ -80,17 +88,24 @@ def main() -> int:
                     start = time.perf_counter()
                     revise_with_clicks(seg, image, clicks)
                     local.append(time.perf_counter() - start)
+                    revise_with_clicks(plain, image, clicks)
+                    start = time.perf_counter()
+                    revise_with_clicks(plain, image, clicks)
+                    unrefined.append(time.perf_counter() - start)
 
     def ms(values):
         return round(1000 * float(np.median(values)), 1) if values else None
 
     figures = {
-        "segmenter_input_px": int(seg.input_size),
+        "segmenter_input_px": int(plain.input_size),
+        "click_refinement": demo.click_refinement,
         "lesions": len(lesions),
         "first_click_ms": ms(first),
         "later_click_ms": ms(later),
         "in_process_click_ms": ms(local),
+        "in_process_unrefined_click_ms": ms(unrefined),
         "later_over_in_process": round(ms(later) / ms(local), 2) if later and local else None,
+        "refined_over_unrefined": round(ms(local) / ms(unrefined), 2) if local and unrefined else None,
         "requests": len(first) + len(later),
     }
     print(json.dumps(figures, indent=1))

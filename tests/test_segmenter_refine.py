@@ -126,3 +126,21 @@ def test_models_file_turns_it_on_for_the_transformers_backend_only(tmp_path):
         load_segmenter(DEMO_DIR / "segmenter", backend="official", refinement=ClickRefinement())
     env = ModelConfig.from_env({"XFLOW_SEGMENTER": str(DEMO_DIR / "segmenter"), "XFLOW_CLICK_REFINEMENT": "brs"})
     assert env.click_refinement == "brs"
+
+
+def test_the_click_tool_refines_and_stage_2_keeps_the_model_alone(demo_pair, effusion):
+    from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE
+    from monailabel_xflow.workflow.xflow import XFlow
+
+    plain, _ = demo_pair
+    image, truth = effusion
+    box = mask_to_box(truth)
+    click = deepest(truth)
+    pixel = point_to_pixel(click.x, click.y, truth.shape)
+    tool = XFlow(None, None, plain, click_refinement=ClickRefinement())  # type: ignore[arg-type]
+    assert not tool.revise(image, [click], box=box).mask[pixel]
+    assert tool.segmenter.refinement is None  # Stage 2's segmenter: π_rev learned the model's answers
+    assert XFlow(None, None, plain).revise(image, [click], box=box).mask[pixel]  # type: ignore[arg-type]
+    # the demo's models file turns it on for the click tool
+    demo = XFlow.from_config(DEMO_MODELS_FILE)
+    assert demo.click_refinement == ClickRefinement() and demo.segmenter.refinement is None

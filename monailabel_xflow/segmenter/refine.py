@@ -23,9 +23,13 @@ phantom), minimised by L-BFGS for ``iterations`` steps. Prompts without clicks (
 answered as before: nothing to agree with.
 
 :class:`ClickRefinement` holds the settings; :class:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter`
-applies it (its ``refinement`` argument), and models files turn it on with
-``click_refinement: brs`` (:class:`~monailabel_xflow.workflow.model_config.ModelConfig`). It is an
-inference setting, not a property of the weights: the promotion check compares weights without it.
+applies it (its ``refinement`` argument). Models files turn it on for a person's clicks with
+``click_refinement: brs`` (:class:`~monailabel_xflow.workflow.model_config.ModelConfig`): the click
+tool (``XFlow.revise``, the app's ``xflow_revise``) answers with a :func:`refined_fork`, while
+Stage 2 keeps the model alone, whose answers π_rev was trained on (with the demo's π_rev, refined
+Stage 2 masks lowered the phantom benchmark's dev gIoU; ``reports/click-efficiency/README.md``). It
+is an inference setting, not a property of the weights: the promotion check compares weights
+without it.
 """
 
 from __future__ import annotations
@@ -33,14 +37,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from monailabel_xflow.geometry import Click
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["CLICK_REFINEMENTS", "ClickRefinement", "click_discs", "refinement_for", "refine_decoder"]
+__all__ = ["CLICK_REFINEMENTS", "ClickRefinement", "click_discs", "refinement_for", "refined_fork", "refine_decoder"]
 
 CLICK_REFINEMENTS = ("none", "brs")
 """Values of the models file's ``click_refinement``: ``none`` (the model's answer) or ``brs``."""
@@ -83,6 +87,22 @@ def refinement_for(name: str | None) -> ClickRefinement | None:
     if name == "brs":
         return ClickRefinement()
     raise ValueError(f"click_refinement {name!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
+
+
+def refined_fork(segmenter: Any, refinement: ClickRefinement | None) -> Any:
+    """A fork of ``segmenter`` (its own current image, the same model and cache) that refines clicks.
+
+    A zoom-in wrapper's inner segmenter is the one refined.
+
+    Raises:
+        ValueError: a segmenter that cannot refine (the official backend).
+    """
+    twin = segmenter.fork()
+    target = getattr(twin, "inner", twin)
+    if not hasattr(target, "refinement"):
+        raise ValueError(f"{type(target).__name__} cannot refine clicks (the transformers backend can)")
+    target.refinement = refinement
+    return twin
 
 
 def click_discs(clicks: Sequence[Click], side: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,7 +29,7 @@ Example ``models.yaml``::
     device: cpu                             # "cuda", "cuda:1", "cpu"; default: cuda if available
     dtype: bfloat16                         # policy dtype: float32, bfloat16, float16; default per device
     encode_precision: float32               # F_seg's image encoder: float32 (default) or bfloat16
-    click_refinement: brs                   # masks that agree with their clicks (segmenter/refine.py); default none
+    click_refinement: brs                   # a person's clicks obeyed (segmenter/refine.py); default none
     rosalia: ./rosalia                      # optional: the ROSALIA baseline (the app's `rosalia` task)
 
 A value that names an existing path (absolute, relative to the config file, or relative to the
@@ -69,7 +69,7 @@ from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, RevisionPolicy, Stage1Policy, check_budget
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
-from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS, refinement_for
+from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS
 from monailabel_xflow.weights import ENCODE_PRECISIONS, is_hub_id, split_hub_id
 
 logger = logging.getLogger(__name__)
@@ -138,9 +138,10 @@ class ModelConfig:
         encode_precision: F_seg's image encoder arithmetic (``weights.ENCODE_PRECISIONS``; None:
             float32). ``bfloat16`` (autocast) is faster on CPUs with bfloat16 units but its masks
             drift from float32's (``benchmarks/bench_encode.py``), so it is asked for, not assumed.
-        click_refinement: ``"brs"`` makes F_seg's masks agree with their clicks by backpropagation
-            at inference (:mod:`monailabel_xflow.segmenter.refine`; the click tool and Stage 2),
-            ``"none"`` (default) answers with the model alone. The transformers backend only.
+        click_refinement: ``"brs"`` makes F_seg's masks agree with a person's clicks by
+            backpropagation at inference (:mod:`monailabel_xflow.segmenter.refine`; the click tool,
+            ``xflow_revise``; Stage 2 keeps the model alone, whose answers π_rev learned), ``"none"``
+            (default) answers with the model alone. The transformers backend only.
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         revision_view: what π_rev looks at, the view its adapter was trained on: ``"full"`` (the
             whole image, default) or ``"zoom"`` (a window around the box that prompted the mask,
@@ -511,7 +512,6 @@ def load_models(config: ModelConfig) -> LoadedModels:
         backend=config.segmenter_backend,
         device=config.device,
         encode_precision=config.encode_precision,
-        refinement=refinement_for(config.click_refinement),
     )
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 

@@ -243,10 +243,8 @@ class XFlowRuntime:
         if self._segmenter_stamp is not None and stamp <= self._segmenter_stamp:
             return
         from monailabel_xflow.segmenter.loading import load_segmenter
-        from monailabel_xflow.segmenter.refine import refinement_for
 
         logger.info("using the fine-tuned segmenter %s (replaces %s)", path, self.config.segmenter)
-        refinement = refinement_for(self.config.click_refinement)  # an inference setting: kept
-        xflow.replace_segmenter(load_segmenter(path, device=self.config.device, refinement=refinement))
+        xflow.replace_segmenter(load_segmenter(path, device=self.config.device))
         self._segmenter_stamp = stamp
         self.trained_segmenter = path

@@ -74,6 +74,7 @@ from monailabel_xflow.policy.base import MAX_CLICKS, RevisionPolicy, Stage1Polic
 from monailabel_xflow.policy.oracle import OracleClicker
 from monailabel_xflow.policy.protocol import BoxRef, ProtocolError, parse_stage1
 from monailabel_xflow.segmenter.base import PromptableSegmenter
+from monailabel_xflow.segmenter.refine import ClickRefinement, refined_fork, refinement_for
 from monailabel_xflow.vocabulary import HEART, LEFT_LUNG, LESION_INFERENCE_TARGETS, LUNGS, RIGHT_LUNG, ZONES
 from monailabel_xflow.workflow.answers import AnswerKeys, wipe_replaced
 from monailabel_xflow.workflow.revision import finite_or_none, revise_mask
@@ -232,6 +233,8 @@ class XFlow:
         prune_revisions: after each Stage 2 click keep only the components of F_seg's mask that
             touch the previous mask or the positive click (:func:`~.revision.keep_connected_to`); the
             trace records the pruned masks.
+        click_refinement: refine a person's clicks in :meth:`revise`
+            (:mod:`monailabel_xflow.segmenter.refine`); Stage 2 keeps the segmenter as it is.
 
     Images are ``(H, W)`` float arrays in ``[0, 1]`` (``transforms.load_cxr`` output); masks
     come back at the same size.
@@ -251,7 +254,9 @@ class XFlow:
         max_clicks: int = MAX_CLICKS,
         models: dict[str, str] | None = None,
         prune_revisions: bool = True,
+        click_refinement: ClickRefinement | None = None,
     ) -> None:
+        self.click_refinement = click_refinement
         self.prune_revisions = bool(prune_revisions)
         self.stage1 = stage1
         self.reviser = reviser
@@ -274,7 +279,14 @@ class XFlow:
 
         cfg = ModelConfig.load(config)
         loaded = load_models(cfg)
-        return cls(loaded.stage1, loaded.reviser, loaded.segmenter, max_clicks=cfg.max_clicks, models=loaded.identities)
+        return cls(
+            loaded.stage1,
+            loaded.reviser,
+            loaded.segmenter,
+            max_clicks=cfg.max_clicks,
+            models=loaded.identities,
+            click_refinement=refinement_for(cfg.click_refinement),
+        )
 
     def replace_segmenter(self, segmenter: PromptableSegmenter) -> None:
         """Use another F_seg from the next run on (e.g. a fine-tuned one); waits for a run in progress.
@@ -494,12 +506,15 @@ class XFlow:
     ) -> RevisionResult:
         """Revise a mask with a person's clicks (the click-revision tool of the clients):
         :func:`revise_with_clicks` on a fork of the segmenter (its own current image: no lock,
-        no wait behind a run).
+        no wait behind a run), refining the clicks when the models file says so
+        (``click_refinement``, :func:`~monailabel_xflow.segmenter.refine.refined_fork`).
 
         Raises:
             WorkflowError: see :func:`revise_with_clicks`.
         """
-        return revise_with_clicks(self.segmenter.fork(), image, clicks, previous_mask=previous_mask, box=box)
+        segmenter = self.segmenter
+        seg = refined_fork(segmenter, self.click_refinement) if self.click_refinement else segmenter.fork()
+        return revise_with_clicks(seg, image, clicks, previous_mask=previous_mask, box=box)
 
     # --- stages ---------------------------------------------------------------------------
 
