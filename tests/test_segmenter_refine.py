@@ -27,9 +27,11 @@ TRUTH = ROOT / "sample-data" / "ground-truth" / "lesion_mask" / "s50010006" / "e
 
 @pytest.fixture(scope="module")
 def effusion():
+    """The image, the lesion, its box, a negative click at its deepest pixel and that pixel."""
     image = np.asarray(Image.open(STUDY).convert("L"), np.float32) / 255.0
     truth = np.asarray(Image.open(TRUTH)) > 0
-    return image, truth
+    click = deepest(truth)
+    return image, truth, mask_to_box(truth), click, point_to_pixel(click.x, click.y, truth.shape)
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +64,7 @@ def test_settings_are_bounded_and_named():
 
 def test_a_negative_click_clears_what_the_model_alone_keeps(demo_pair, effusion):
     plain, refined = demo_pair
-    image, truth = effusion
-    box = mask_to_box(truth)
-    click = deepest(truth)
-    pixel = point_to_pixel(click.x, click.y, truth.shape)
+    image, _, box, click, pixel = effusion
     answers = {}
     for name, seg in (("plain", plain), ("refined", refined)):
         seg.set_image(image)
@@ -84,9 +83,8 @@ def test_a_negative_click_clears_what_the_model_alone_keeps(demo_pair, effusion)
 
 def test_a_positive_click_adds_the_missed_region_and_weights_stay_clean(demo_pair, effusion):
     _, refined = demo_pair
-    image, truth = effusion
+    image, truth, box, _, _ = effusion
     refined.set_image(image)
-    box = mask_to_box(truth)
     alone = refined.predict([box]).masks[0]
     missed = truth & ~alone
     assert missed.any()
@@ -100,16 +98,14 @@ def test_a_positive_click_adds_the_missed_region_and_weights_stay_clean(demo_pai
 
 def test_batched_prompts_are_refined_each_by_its_own_clicks(demo_pair, effusion):
     plain, refined = demo_pair
-    image, truth = effusion
-    box = mask_to_box(truth)
-    click = deepest(truth)
+    image, _, box, click, pixel = effusion
     plain.set_image(image)
     unrefined = plain.predict([box, box], clicks=[[click], []])
     refined.set_image(image)
     both = refined.predict([box, box], clicks=[[click], []])
     one = refined.predict([box], clicks=[[click]])
     np.testing.assert_array_equal(both.masks[1], unrefined.masks[1])  # no clicks: no correction
-    assert not both.masks[0][point_to_pixel(click.x, click.y, truth.shape)]
+    assert not both.masks[0][pixel]
     assert (both.masks[0] == one.masks[0]).mean() > 0.99
 
 
@@ -133,10 +129,7 @@ def test_the_click_tool_refines_and_stage_2_keeps_the_model_alone(demo_pair, eff
     from monailabel_xflow.workflow.xflow import XFlow
 
     plain, _ = demo_pair
-    image, truth = effusion
-    box = mask_to_box(truth)
-    click = deepest(truth)
-    pixel = point_to_pixel(click.x, click.y, truth.shape)
+    image, _, box, click, pixel = effusion
     tool = XFlow(None, None, plain, click_refinement=ClickRefinement())  # type: ignore[arg-type]
     assert not tool.revise(image, [click], box=box).mask[pixel]
     assert tool.segmenter.refinement is None  # Stage 2's segmenter: π_rev learned the model's answers

@@ -152,10 +152,11 @@ def refine_decoder(
     import torch.nn.functional as F
 
     fixed = [e.detach() for e in embeddings]
-    delta = torch.zeros(tuple(fixed[-1].shape), dtype=fixed[-1].dtype, device=fixed[-1].device, requires_grad=True)
+    # the correction is optimised in float32 whatever the decoder's dtype (L-BFGS in bfloat16 stalls)
+    delta = torch.zeros(tuple(fixed[-1].shape), dtype=torch.float32, device=fixed[-1].device, requires_grad=True)
 
     def corrected() -> list[torch.Tensor]:
-        return [*fixed[:-1], (fixed[-1] + delta).contiguous()]
+        return [*fixed[:-1], (fixed[-1] + delta.to(fixed[-1].dtype)).contiguous()]
 
     terms: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (prompt, disc weights, labels)
     for i, per_prompt in enumerate(clicks):
@@ -168,9 +169,8 @@ def refine_decoder(
     optimiser = torch.optim.LBFGS([delta], lr=1.0, max_iter=refinement.iterations, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
-        optimiser.zero_grad()
         low_res, _ = decode(corrected())
-        loss = refinement.weight_decay * (delta.float() ** 2).sum()
+        loss = refinement.weight_decay * (delta**2).sum()
         for i, discs, labels in terms:
             logits = low_res[i].float().expand_as(discs)
             bce = F.binary_cross_entropy_with_logits(logits, labels[:, None, None].expand_as(discs), reduction="none")
