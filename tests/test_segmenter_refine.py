@@ -137,3 +137,13 @@ def test_the_click_tool_refines_and_stage_2_keeps_the_model_alone(demo_pair, eff
     # the demo's models file turns it on for the click tool
     demo = XFlow.from_config(DEMO_MODELS_FILE)
     assert demo.click_refinement == ClickRefinement() and demo.segmenter.refinement is None
+
+
+def test_the_app_conf_overrides_the_models_file():
+    from monailabel_xflow.workflow.runtime import XFlowRuntime
+
+    assert XFlowRuntime({}, environ={}, preload=False).config.click_refinement == "brs"  # the demo's
+    off = XFlowRuntime({"click_refinement": "none"}, environ={}, preload=False)
+    assert off.config.click_refinement == "none" and off.config.is_demo
+    bad = XFlowRuntime({"click_refinement": "../../etc/passwd"}, environ={}, preload=False)
+    assert "click_refinement" in bad.status()["error"]

@@ -10,7 +10,8 @@ is its deprecated old name; :func:`app_conf`), ``model_dir`` (default ``<workspa
 ``dicomweb_search_filter`` (JSON; default CR/DX), ``store_seg`` (the default of the option),
 ``allow_unsupported_monailabel`` (start on a MONAI Label outside :data:`.wraps.SUPPORTED`),
 ``store_mb`` / ``store_dir`` (the workspace store, :func:`~monailabel_xflow.segmenter.store.configure_from_conf`),
-``encode_precision`` (over the models file's), ``prefetch`` (``false``: no work ahead of Next Sample).
+``encode_precision`` and ``click_refinement`` (over the models file's), ``prefetch`` (``false``: no work
+ahead of Next Sample).
 """
 
 from __future__ import annotations

@@ -169,8 +169,10 @@ class XFlowRuntime:
         else:
             # The environment when it names weights, else the committed demo model (unless disabled).
             config, src = default_config(self._environ)
-        if self._conf.get("encode_precision"):  # --conf encode_precision over the models file's
-            config = config.with_overrides(encode_precision=self._conf["encode_precision"])
+        # --conf encode_precision / click_refinement over the models file's (validated by ModelConfig)
+        overrides = {k: self._conf[k] for k in ("encode_precision", "click_refinement") if self._conf.get(k)}
+        if overrides:
+            config = config.with_overrides(**overrides)
         return src, config
 
     @property
