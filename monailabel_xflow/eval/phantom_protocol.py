@@ -62,19 +62,18 @@ TRAIN_SEED = 0
 DEV_SEED = 1000
 """The seed every choice is made on (the demos' held-out seed until the protocol existed)."""
 
-TEST_SEED = 724807
-"""The seed of the current report: used once, with models chosen on :data:`DEV_SEED`, never for a choice.
+TEST_SEED = 741557
+"""The seed of the next report: used once, with models chosen on :data:`DEV_SEED`, never for a choice.
 
-Drawn with ``secrets.randbelow(10**6)`` on 2026-12-03 at 12:15 UTC (issue 35) and committed before
-any model meant for it was trained; scored once the same day with the demo chosen on dev
-(``reports/phantom-benchmark/test-724807/``). It is now spent too: ``--test`` reproduces that
-report; the next report draws a new seed first."""
+Drawn with ``secrets.randbelow(10**6)`` on 2026-12-04 at 09:31 UTC (issue 35, before π_rev was
+retrained on the click refinement's revisions) and committed before any model meant for it was
+trained. Not scored yet."""
 
-SPENT_TEST_SEEDS = (7301, 969907)
+SPENT_TEST_SEEDS = (7301, 969907, 724807)
 """Earlier test seeds, each already scored (7301: the issue 17 and issue 26 demos, reports/phantom-benchmark/;
-969907: drawn after 724807 was scored, a second unseen check of the same demo,
-reports/phantom-benchmark/test-724807/second-seed-969907/). Rerun one only to reproduce its report
-(``--test --seed N``), never to choose."""
+724807: the issue 35 demo, reports/phantom-benchmark/test-724807/; 969907: drawn after 724807 was
+scored, a second unseen check of the same demo, reports/phantom-benchmark/test-724807/second-seed-969907/).
+Rerun one only to reproduce its report (``--test --seed N``), never to choose."""
 
 SPLITS = {"dev": DEV_SEED, "test": TEST_SEED}
 """``--split`` name -> its default seed."""
