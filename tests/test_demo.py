@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from monailabel_xflow.instructions import parse_instruction
+from monailabel_xflow.segmenter.refine import ClickRefinement
 from monailabel_xflow.workflow.model_config import (
     DEMO_DIR,
     DEMO_MODELS_FILE,
@@ -488,17 +489,20 @@ def test_recipe_runs_a_second_init_sft_round_from_the_first(quick_model, tmp_pat
 def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp_path, monkeypatch):
     """rev_onpolicy: π_rev's rev-sft rows come from the workflow of the π_init just trained (here
     the quick model's, reused) with the run's F_seg, not from perturbed true boxes. rev_zoom:
-    they show the zoomed view, and the packaged model tells π_rev to look at it."""
+    they show the zoomed view, and the packaged model tells π_rev to look at it.
+    rev_click_refinement: Stage 2 refines the oracle's clicks there, and in the packaged model."""
     from monailabel_xflow.training import builders
     from monailabel_xflow.training.demo import main
     from monailabel_xflow.training.demo_phases import DemoRun
 
-    adapters, kinds = [], []
+    adapters, kinds, refinements = [], [], []
     real_workflow, real_build = DemoRun.workflow, builders.build
 
     def workflow(self, init_adapter):
         adapters.append(Path(init_adapter))
-        return real_workflow(self, init_adapter)
+        flow = real_workflow(self, init_adapter)
+        refinements.append(flow.segmenter.refinement)
+        return flow
 
     def build(kind, cases, out_dir, **kw):
         kinds.append((kind, type(kw.get("workflow")).__name__, kw.get("segmenter"), kw.get("zoom")))
@@ -515,16 +519,19 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
         "rev_components=3",
         "rev_onpolicy=true",
         "rev_zoom=true",
+        "rev_click_refinement=brs",
         "parallel=false",
         f"segmenter_from={quick_model / 'segmenter'}",
     ):
         args += ["--set", kv]
     assert main(args) == 0
     assert adapters == [quick_model / "init"]
+    assert refinements == [ClickRefinement()]
     assert ("rev-sft", "XFlow", None, True) in kinds
     assert (tmp_path / "model" / "rev" / "adapter_config.json").is_file()
     cfg = ModelConfig.from_file(tmp_path / "model" / "models.yaml")
-    assert cfg.revision_view == "zoom"
+    assert cfg.revision_view == "zoom" and cfg.stage2_click_refinement == "brs"
+    assert ModelConfig.from_file(tmp_path / "model" / "models-stage1.yaml").stage2_click_refinement == "none"
     from monailabel_xflow.workflow.model_config import load_models
 
     reviser = load_models(cfg).reviser

@@ -109,19 +109,21 @@ def test_batched_prompts_are_refined_each_by_its_own_clicks(demo_pair, effusion)
     assert (both.masks[0] == one.masks[0]).mean() > 0.99
 
 
-def test_models_file_turns_it_on_for_the_transformers_backend_only(tmp_path):
+@pytest.mark.parametrize("field", ["click_refinement", "stage2_click_refinement"])
+def test_models_file_turns_it_on_for_the_transformers_backend_only(field):
     demo = json.loads(json.dumps({"segmenter": str(DEMO_DIR / "segmenter"), "init_model": str(DEMO_DIR / "base")}))
-    assert ModelConfig.from_dict(demo).click_refinement == "none"
-    config = ModelConfig.from_dict({**demo, "click_refinement": "brs"})
-    assert config.identities()["click_refinement"] == "brs"
-    with pytest.raises(ModelConfigError, match="click_refinement"):
-        ModelConfig.from_dict({**demo, "click_refinement": "always"})
+    assert getattr(ModelConfig.from_dict(demo), field) == "none"
+    assert field not in ModelConfig.from_dict(demo).identities()
+    config = ModelConfig.from_dict({**demo, field: "brs"})
+    assert config.identities()[field] == "brs"
+    with pytest.raises(ModelConfigError, match=field):
+        ModelConfig.from_dict({**demo, field: "always"})
     with pytest.raises(ModelConfigError, match="transformers"):
-        ModelConfig.from_dict({**demo, "click_refinement": "brs", "segmenter_backend": "official"})
+        ModelConfig.from_dict({**demo, field: "brs", "segmenter_backend": "official"})
     with pytest.raises(ValueError, match="transformers backend"):
         load_segmenter(DEMO_DIR / "segmenter", backend="official", refinement=ClickRefinement())
-    env = ModelConfig.from_env({"XFLOW_SEGMENTER": str(DEMO_DIR / "segmenter"), "XFLOW_CLICK_REFINEMENT": "brs"})
-    assert env.click_refinement == "brs"
+    env = ModelConfig.from_env({"XFLOW_SEGMENTER": str(DEMO_DIR / "segmenter"), f"XFLOW_{field.upper()}": "brs"})
+    assert getattr(env, field) == "brs"
 
 
 def test_the_click_tool_refines_and_stage_2_keeps_the_model_alone(demo_pair, effusion):
@@ -137,6 +139,27 @@ def test_the_click_tool_refines_and_stage_2_keeps_the_model_alone(demo_pair, eff
     # the demo's models file turns it on for the click tool
     demo = XFlow.from_config(DEMO_MODELS_FILE)
     assert demo.click_refinement == ClickRefinement() and demo.segmenter.refinement is None
+
+
+def test_stage2_refines_pi_revs_clicks_and_the_click_tool_keeps_its_own_setting(demo_pair, effusion):
+    """``stage2_click_refinement`` refines the segmenter Stage 2 clicks on (its box answers are the
+    model's); the click tool follows ``click_refinement`` whatever Stage 2 does."""
+    from monailabel_xflow.workflow.model_config import load_models
+    from monailabel_xflow.workflow.xflow import XFlow
+
+    plain, refined = demo_pair
+    image, _, box, click, pixel = effusion
+    models = {name: str(DEMO_DIR / name) for name in ("base", "init", "segmenter")}
+    models = {"vlm_base": models["base"], "init_adapter": models["init"], "segmenter": models["segmenter"]}
+    stage2 = load_models(ModelConfig.from_dict({**models, "stage2_click_refinement": "brs"})).segmenter
+    assert stage2.refinement == ClickRefinement()
+    stage2.set_image(image)
+    plain.set_image(image)
+    np.testing.assert_array_equal(stage2.predict([box]).masks[0], plain.predict([box]).masks[0])
+    assert not stage2.predict([box], clicks=[[click]]).masks[0][pixel]  # π_rev's negative click obeyed
+    # a click tool without refinement answers with the model alone, on Stage 2's refined segmenter too
+    assert XFlow(None, None, refined).revise(image, [click], box=box).mask[pixel]  # type: ignore[arg-type]
+    assert refined.refinement == ClickRefinement()  # the fork's setting did not leak into it
 
 
 def test_the_app_conf_overrides_the_models_file():

@@ -53,7 +53,10 @@ def register(subparsers) -> None:
         "--seed",
         type=int,
         default=None,
-        help="phantom seed (default: the split's, 1000 for dev, 741557 for --test; spent: 7301, 969907, 724807; training: 0)",
+        help=(
+            "phantom seed (default: the split's, 1000 for dev, 741557 for --test; "
+            "spent: 7301, 969907, 724807; training: 0)"
+        ),
     )
     ph.add_argument(
         "--test",

@@ -25,11 +25,12 @@ answered as before: nothing to agree with.
 :class:`ClickRefinement` holds the settings; :class:`~monailabel_xflow.segmenter.sam3.Sam3Segmenter`
 applies it (its ``refinement`` argument). Models files turn it on for a person's clicks with
 ``click_refinement: brs`` (:class:`~monailabel_xflow.workflow.model_config.ModelConfig`): the click
-tool (``XFlow.revise``, the app's ``xflow_revise``) answers with a :func:`refined_fork`, while
-Stage 2 keeps the model alone, whose answers π_rev was trained on (with the demo's π_rev, refined
-Stage 2 masks lowered the phantom benchmark's dev gIoU; ``reports/click-efficiency/README.md``). It
-is an inference setting, not a property of the weights: the promotion check compares weights
-without it.
+tool (``XFlow.revise``, the app's ``xflow_revise``) answers with a :func:`refined_fork`. Stage 2
+refines π_rev's clicks only with ``stage2_click_refinement: brs``, for a π_rev trained on refined
+revisions (the demo recipe's ``rev_click_refinement``): π_rev learns when clicking pays from the
+masks its clicks got in training (a π_rev trained on unrefined masks, given refined ones, lowered
+the phantom benchmark's dev gIoU; ``reports/click-efficiency/README.md``). It is an inference
+setting, not a property of the weights: the promotion check compares weights without it.
 """
 
 from __future__ import annotations
@@ -90,16 +91,20 @@ def refinement_for(name: str | None) -> ClickRefinement | None:
 
 
 def refined_fork(segmenter: Any, refinement: ClickRefinement | None) -> Any:
-    """A fork of ``segmenter`` (its own current image, the same model and cache) that refines clicks.
+    """A fork of ``segmenter`` (its own current image, the same model and cache) that refines
+    clicks with ``refinement``, or answers with the model alone when it is None (whatever
+    ``segmenter`` itself does).
 
     A zoom-in wrapper's inner segmenter is the one refined.
 
     Raises:
-        ValueError: a segmenter that cannot refine (the official backend).
+        ValueError: a refinement asked of a segmenter that cannot refine (the official backend).
     """
     twin = segmenter.fork()
     target = getattr(twin, "inner", twin)
     if not hasattr(target, "refinement"):
+        if refinement is None:
+            return twin
         raise ValueError(f"{type(target).__name__} cannot refine clicks (the transformers backend can)")
     target.refinement = refinement
     return twin

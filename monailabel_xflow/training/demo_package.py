@@ -47,11 +47,12 @@ def package(
         info: the run's record (``phases_seconds``, ``segmenter``, ``done``), also in ``recipe.json``.
 
     Raises:
-        ValueError: an unknown ``recipe.click_refinement``.
+        ValueError: an unknown ``recipe.click_refinement`` or ``recipe.rev_click_refinement``.
     """
     from monailabel_xflow.segmenter.refine import refinement_for
 
-    refinement_for(recipe.click_refinement)  # an unknown name fails before anything is replaced
+    for name in (recipe.click_refinement, recipe.rev_click_refinement):
+        refinement_for(name)  # an unknown name fails before anything is replaced
     if model.exists():
         shutil.rmtree(model)
     copy_files(base, model / "base")
@@ -66,6 +67,8 @@ def package(
         "# Rebuild with `xflow train demo` (monailabel_xflow/training/demo.py).\n"
     )
     view = f"revision_view: {'zoom' if recipe.rev_zoom else 'full'}\n"
+    if recipe.rev_click_refinement != "none":
+        view += f"stage2_click_refinement: {recipe.rev_click_refinement}\n"
     (model / "models.yaml").write_text(
         header + "vlm_base: ./base\ninit_adapter: ./init\nrev_adapter: ./rev\n" + view + common
     )

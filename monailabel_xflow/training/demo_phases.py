@@ -278,11 +278,24 @@ class DemoRun:
 
     def workflow(self, init_adapter: Path) -> Any:
         """The Stage 1 workflow π_rev will follow: the base with ``init_adapter`` and the run's
-        F_seg, no π_rev (on-policy revision data, ``recipe.rev_onpolicy``)."""
+        F_seg, no π_rev (on-policy revision data, ``recipe.rev_onpolicy``); Stage 2's clicks refined
+        as ``recipe.rev_click_refinement`` says."""
         from monailabel_xflow.workflow.xflow import XFlow
 
-        config = {"vlm_base": str(self.base), "init_adapter": str(init_adapter), "segmenter": str(self.seg_dir)}
+        config = {
+            "vlm_base": str(self.base),
+            "init_adapter": str(init_adapter),
+            "segmenter": str(self.seg_dir),
+            "stage2_click_refinement": self.recipe.rev_click_refinement,
+        }
         return XFlow.from_config({**config, "max_clicks": self.recipe.max_clicks, "device": "cpu"})
+
+    def rev_segmenter(self) -> Any:
+        """The run's F_seg as π_rev's clicks meet it (``recipe.rev_click_refinement``)."""
+        from monailabel_xflow.segmenter.loading import load_segmenter
+        from monailabel_xflow.segmenter.refine import refinement_for
+
+        return load_segmenter(str(self.seg_dir), refinement=refinement_for(self.recipe.rev_click_refinement))
 
     def build(self, kind: str, subset: Sequence[EvalCase], **kw: Any) -> dict[str, Any]:
         """Builder rows of ``kind`` into ``work/built/<kind>``; returns the row and reject counts."""
@@ -355,7 +368,7 @@ class DemoRun:
             dest,
             start,
             cfg,
-            segmenter=str(self.seg_dir) if stage == "rev-rl" else None,
+            segmenter=self.rev_segmenter() if stage == "rev-rl" else None,
             max_new_tokens=200 if stage == "init-rl" else 48,
             per_device_batch=r.rl_batch,
             progress=self.progress,
@@ -523,12 +536,9 @@ def rev_sft_phase(
     clicker = OracleClicker(box_noise=r.rev_box_noise)
 
     def build_rev() -> dict[str, Any]:
-        from monailabel_xflow.segmenter.loading import load_segmenter
-
         if r.rev_onpolicy:
             return run.build("rev-sft", rev_cases, workflow=run.workflow(init_sft), clicker=clicker, zoom=r.rev_zoom)
-        segmenter = load_segmenter(str(run.seg_dir))
-        return run.build("rev-sft", rev_cases, segmenter=segmenter, clicker=clicker, zoom=r.rev_zoom)
+        return run.build("rev-sft", rev_cases, segmenter=run.rev_segmenter(), clicker=clicker, zoom=r.rev_zoom)
 
     if r.rev_from:  # a trained π_rev is reused as it is (its own SFT and GRPO are not redone)
         log.info("demo: π_rev reused from %s", r.rev_from)

@@ -116,6 +116,9 @@ class DemoRecipe:
         click_refinement: the packaged models files' ``click_refinement`` (``none`` or ``brs``:
             F_seg's masks made to agree with their clicks at inference,
             :mod:`monailabel_xflow.segmenter.refine`); an inference setting, no phase depends on it.
+        rev_click_refinement: the same for π_rev's clicks: its trajectories (``build rev-sft``),
+            GRPO rollouts and the packaged ``models.yaml``'s ``stage2_click_refinement``, so π_rev
+            learns when clicking pays from the masks its clicks will get in Stage 2.
         threads: torch threads of the policy phases (1 on a machine shared with other jobs: OpenMP
             threads on oversubscribed cores slow an SFT step down far more than they help).
         seg_revision_clicks / seg_revision_prob: F_seg's revision-aware prompts
@@ -186,6 +189,7 @@ class DemoRecipe:
     rev_onpolicy: bool = False
     rev_zoom: bool = False
     click_refinement: str = "none"
+    rev_click_refinement: str = "none"
     threads: int = 2
 
 

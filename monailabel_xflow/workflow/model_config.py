@@ -18,7 +18,8 @@ Sources of a configuration (see :meth:`ModelConfig.load`):
 * environment variables: ``XFLOW_MODELS`` (path of such a file) and, overriding it field by
   field, ``XFLOW_VLM_BASE``, ``XFLOW_INIT_ADAPTER``, ``XFLOW_REV_ADAPTER``, ``XFLOW_INIT_MODEL``,
   ``XFLOW_REV_MODEL``, ``XFLOW_SEGMENTER``, ``XFLOW_SEGMENTER_BACKEND``, ``XFLOW_DEVICE``,
-  ``XFLOW_DTYPE``, ``XFLOW_CLICK_REFINEMENT``, ``XFLOW_MAX_CLICKS``, ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
+  ``XFLOW_DTYPE``, ``XFLOW_CLICK_REFINEMENT``, ``XFLOW_STAGE2_CLICK_REFINEMENT``, ``XFLOW_MAX_CLICKS``,
+  ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
 
 Example ``models.yaml``::
 
@@ -30,6 +31,7 @@ Example ``models.yaml``::
     dtype: bfloat16                         # policy dtype: float32, bfloat16, float16; default per device
     encode_precision: float32               # F_seg's image encoder: float32 (default) or bfloat16
     click_refinement: brs                   # a person's clicks obeyed (segmenter/refine.py); default none
+    stage2_click_refinement: brs            # π_rev's clicks too (only with a π_rev trained on them)
     rosalia: ./rosalia                      # optional: the ROSALIA baseline (the app's `rosalia` task)
 
 A value that names an existing path (absolute, relative to the config file, or relative to the
@@ -69,7 +71,7 @@ from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, RevisionPolicy, Stage1Policy, check_budget
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
-from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS
+from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS, refinement_for
 from monailabel_xflow.weights import ENCODE_PRECISIONS, is_hub_id, split_hub_id
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,7 @@ _TEXT_FIELDS = _WEIGHT_FIELDS + (
     "encode_precision",
     "revision_view",
     "click_refinement",
+    "stage2_click_refinement",
 )
 
 DEMO_NAME = "xflow-demo-phantoms"
@@ -140,8 +143,11 @@ class ModelConfig:
             drift from float32's (``benchmarks/bench_encode.py``), so it is asked for, not assumed.
         click_refinement: ``"brs"`` makes F_seg's masks agree with a person's clicks by
             backpropagation at inference (:mod:`monailabel_xflow.segmenter.refine`; the click tool,
-            ``xflow_revise``; Stage 2 keeps the model alone, whose answers π_rev learned), ``"none"``
-            (default) answers with the model alone. The transformers backend only.
+            ``xflow_revise``), ``"none"`` (default) answers with the model alone. The transformers
+            backend only.
+        stage2_click_refinement: the same for π_rev's clicks in Stage 2 (default ``"none"``). Set it
+            only for a π_rev trained on refined revisions: π_rev learns when clicking pays from the
+            masks its clicks produced in training.
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         revision_view: what π_rev looks at, the view its adapter was trained on: ``"full"`` (the
             whole image, default) or ``"zoom"`` (a window around the box that prompted the mask,
@@ -164,6 +170,7 @@ class ModelConfig:
     dtype: str | None = None
     encode_precision: str | None = None
     click_refinement: str = "none"
+    stage2_click_refinement: str = "none"
     max_clicks: int = MAX_CLICKS
     revision_view: str = "full"
     max_new_tokens: int | None = None
@@ -179,12 +186,12 @@ class ModelConfig:
             raise ModelConfigError(
                 f"encode_precision {self.encode_precision!r} is not one of {', '.join(ENCODE_PRECISIONS)}"
             )
-        if self.click_refinement not in CLICK_REFINEMENTS:
-            raise ModelConfigError(
-                f"click_refinement {self.click_refinement!r} is not one of {', '.join(CLICK_REFINEMENTS)}"
-            )
-        if self.click_refinement != "none" and self.segmenter_backend != "transformers":
-            raise ModelConfigError("click_refinement needs segmenter_backend: transformers")
+        for name in ("click_refinement", "stage2_click_refinement"):
+            value = getattr(self, name)
+            if value not in CLICK_REFINEMENTS:
+                raise ModelConfigError(f"{name} {value!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
+            if value != "none" and self.segmenter_backend != "transformers":
+                raise ModelConfigError(f"{name} needs segmenter_backend: transformers")
         if self.revision_view not in REVISION_VIEWS:
             raise ModelConfigError(f"revision_view {self.revision_view!r} is not one of {', '.join(REVISION_VIEWS)}")
         try:
@@ -330,8 +337,9 @@ class ModelConfig:
             ids["dtype"] = self.dtype
         if self.encode_precision:
             ids["encode_precision"] = self.encode_precision
-        if self.click_refinement != "none":
-            ids["click_refinement"] = self.click_refinement
+        for name in ("click_refinement", "stage2_click_refinement"):
+            if getattr(self, name) != "none":
+                ids[name] = getattr(self, name)
         return ids
 
     def locate(self, value: str) -> tuple[str, Path | None]:
@@ -512,6 +520,7 @@ def load_models(config: ModelConfig) -> LoadedModels:
         backend=config.segmenter_backend,
         device=config.device,
         encode_precision=config.encode_precision,
+        refinement=refinement_for(config.stage2_click_refinement),
     )
     return LoadedModels(stage1, reviser, segmenter, config.identities())
 

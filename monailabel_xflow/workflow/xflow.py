@@ -234,7 +234,8 @@ class XFlow:
             touch the previous mask or the positive click (:func:`~.revision.keep_connected_to`); the
             trace records the pruned masks.
         click_refinement: refine a person's clicks in :meth:`revise`
-            (:mod:`monailabel_xflow.segmenter.refine`); Stage 2 keeps the segmenter as it is.
+            (:mod:`monailabel_xflow.segmenter.refine`), whatever the segmenter does with π_rev's
+            clicks in Stage 2 (``ModelConfig.stage2_click_refinement``).
 
     Images are ``(H, W)`` float arrays in ``[0, 1]`` (``transforms.load_cxr`` output); masks
     come back at the same size.
@@ -512,8 +513,7 @@ class XFlow:
         Raises:
             WorkflowError: see :func:`revise_with_clicks`.
         """
-        segmenter = self.segmenter
-        seg = refined_fork(segmenter, self.click_refinement) if self.click_refinement else segmenter.fork()
+        seg = refined_fork(self.segmenter, self.click_refinement)
         return revise_with_clicks(seg, image, clicks, previous_mask=previous_mask, box=box)
 
     # --- stages ---------------------------------------------------------------------------
