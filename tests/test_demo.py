@@ -490,7 +490,8 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
     """rev_onpolicy: π_rev's rev-sft rows come from the workflow of the π_init just trained (here
     the quick model's, reused) with the run's F_seg, not from perturbed true boxes. rev_zoom:
     they show the zoomed view, and the packaged model tells π_rev to look at it.
-    rev_click_refinement: Stage 2 refines the oracle's clicks there, and in the packaged model."""
+    rev_click_refinement: Stage 2 refines the oracle's clicks there, and in the packaged model.
+    rev_pays: the threshold reaches the builder."""
     from monailabel_xflow.training import builders
     from monailabel_xflow.training.demo import main
     from monailabel_xflow.training.demo_phases import DemoRun
@@ -505,7 +506,7 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
         return flow
 
     def build(kind, cases, out_dir, **kw):
-        kinds.append((kind, type(kw.get("workflow")).__name__, kw.get("segmenter"), kw.get("zoom")))
+        kinds.append((kind, type(kw.get("workflow")).__name__, kw.get("segmenter"), kw.get("zoom"), kw.get("pays")))
         return real_build(kind, cases, out_dir, **kw)
 
     monkeypatch.setattr(DemoRun, "workflow", workflow)
@@ -520,6 +521,7 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
         "rev_onpolicy=true",
         "rev_zoom=true",
         "rev_click_refinement=brs",
+        "rev_pays=0.05",
         "parallel=false",
         f"segmenter_from={quick_model / 'segmenter'}",
     ):
@@ -527,7 +529,7 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
     assert main(args) == 0
     assert adapters == [quick_model / "init"]
     assert refinements == [ClickRefinement()]
-    assert ("rev-sft", "XFlow", None, True) in kinds
+    assert ("rev-sft", "XFlow", None, True, 0.05) in kinds
     assert (tmp_path / "model" / "rev" / "adapter_config.json").is_file()
     cfg = ModelConfig.from_file(tmp_path / "model" / "models.yaml")
     assert cfg.revision_view == "zoom" and cfg.stage2_click_refinement == "brs"

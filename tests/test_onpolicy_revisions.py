@@ -65,3 +65,21 @@ def test_build_writes_sft_and_rl_rows_from_stage1_boxes(tmp_path):
     rl = load_built(tmp_path / "rl")
     assert rl["start_box"] == [pytest.approx(HALF, abs=1e-3)]
     assert np.array_equal(np.asarray(Image.open(rl["gt_mask"][0])) > 127, LESION)
+
+
+def test_a_higher_pays_threshold_teaches_stopping_where_clicks_gain_less(tmp_path):
+    """``pays`` (recipe ``rev_pays``): the same half box whose clicks gain more than PAYS is
+    stop-only once the threshold is above that gain; ``build`` passes it through."""
+    image = np.random.default_rng(0).uniform(0, 1, (H, W)).astype(np.float32)
+    case = EvalCase("c", "unused.png", EDEMA, True)
+    ((half, _),) = onpolicy_trajectories(_flow([HALF]), image, case, LESION, OracleClicker())
+    gain = half.final_iou - half.initial_iou
+    ((strict, _),) = onpolicy_trajectories(_flow([HALF]), image, case, LESION, OracleClicker(), pays=gain + 0.01)
+    assert half.steps and strict.steps == [] and len(strict.turns()) == 1
+    pixels = (np.random.default_rng(1).uniform(0, 1, (H, W)) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "i.png")
+    Image.fromarray(LESION.astype(np.uint8) * 255).save(tmp_path / "m.png")
+    stored = EvalCase("q1", tmp_path / "i.png", EDEMA, True, mask_path=tmp_path / "m.png")
+    build("rev-sft", [stored], tmp_path / "sft", workflow=_flow([HALF]), progress=False, pays=1.0)
+    assert [len(t) for t in load_built(tmp_path / "sft")["targets"]] == [1]  # stop at once
+    assert "<stop/>" in load_built(tmp_path / "sft")["targets"][0][0]

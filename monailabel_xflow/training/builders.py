@@ -194,6 +194,7 @@ def _rows_for_case(
     image_findings: dict[str, list[str]] | None = None,
     workflow: Any = None,
     zoom: bool = False,
+    pays: float | None = None,
 ) -> list[dict[str, Any]]:
     ins: Instruction = case.instruction
     mask = case.load_mask()
@@ -242,7 +243,7 @@ def _rows_for_case(
 
     image, _ = load_cxr(case.image_path)
     if workflow is not None:  # on-policy: the workflow's own Stage 1 boxes, revised by the oracle
-        trajectories = onpolicy_trajectories(workflow, image, case, resize_mask(mask, image.shape), clicker)
+        trajectories = onpolicy_trajectories(workflow, image, case, resize_mask(mask, image.shape), clicker, pays)
         built = [
             _revision_row(kind, common, case.case_id, k, image, traj, target, out_dir, zoom)
             for k, (traj, target) in enumerate(trajectories)
@@ -399,6 +400,7 @@ def build(
     progress: bool = True,
     workflow: Any = None,
     zoom: bool = False,
+    pays: float | None = None,
 ) -> BuildReport:
     """Build one kind of training set into ``out_dir`` (resumable, shardable).
 
@@ -418,6 +420,9 @@ def build(
             true boxes. Its π_init must be the one π_rev will follow.
         zoom: ``rev-sft`` observations show the zoomed view π_rev will see at inference
             (``VLMPolicy(zoom=True)``; :func:`_revision_row`).
+        pays: with ``workflow``, the smallest IoU gain of the oracle's clicks that makes a
+            trajectory click (default :data:`~monailabel_xflow.policy.oracle.PAYS`); below it the
+            trajectory is stop-only.
 
     Returns:
         A :class:`BuildReport`; its summary is logged.
@@ -460,7 +465,18 @@ def build(
         rows = []
         for case in mine[start : start + chunk_size]:
             rows += _rows_for_case(
-                kind, case, Path(out_dir), lung_boxes, segmenter, clicker, rng, report, image_findings, workflow, zoom
+                kind,
+                case,
+                Path(out_dir),
+                lung_boxes,
+                segmenter,
+                clicker,
+                rng,
+                report,
+                image_findings,
+                workflow,
+                zoom,
+                pays,
             )
         if rows:
             Dataset.from_list(rows).save_to_disk(str(where))

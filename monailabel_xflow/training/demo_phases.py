@@ -350,7 +350,7 @@ class DemoRun:
         from monailabel_xflow.training.grpo import train_grpo
 
         r = self.recipe
-        self.build(stage, data_cases, clicker=clicker, workflow=workflow)
+        self.build(stage, data_cases, clicker=clicker, workflow=workflow, pays=r.rev_pays)
         cfg = load_config(
             stage,
             max_steps=steps,
@@ -537,7 +537,8 @@ def rev_sft_phase(
 
     def build_rev() -> dict[str, Any]:
         if r.rev_onpolicy:
-            return run.build("rev-sft", rev_cases, workflow=run.workflow(init_sft), clicker=clicker, zoom=r.rev_zoom)
+            workflow = run.workflow(init_sft)
+            return run.build("rev-sft", rev_cases, workflow=workflow, clicker=clicker, zoom=r.rev_zoom, pays=r.rev_pays)
         return run.build("rev-sft", rev_cases, segmenter=run.rev_segmenter(), clicker=clicker, zoom=r.rev_zoom)
 
     if r.rev_from:  # a trained π_rev is reused as it is (its own SFT and GRPO are not redone)

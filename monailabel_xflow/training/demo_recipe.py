@@ -116,6 +116,8 @@ class DemoRecipe:
         click_refinement: the packaged models files' ``click_refinement`` (``none`` or ``brs``:
             F_seg's masks made to agree with their clicks at inference,
             :mod:`monailabel_xflow.segmenter.refine`); an inference setting, no phase depends on it.
+        rev_pays: with ``rev_onpolicy``, the smallest IoU gain of the oracle's clicks for which a
+            trajectory teaches π_rev to click (``policy.oracle.PAYS``, 0.01); below it, to stop.
         rev_click_refinement: the same for π_rev's clicks: its trajectories (``build rev-sft``),
             GRPO rollouts and the packaged ``models.yaml``'s ``stage2_click_refinement``, so π_rev
             learns when clicking pays from the masks its clicks will get in Stage 2.
@@ -190,6 +192,7 @@ class DemoRecipe:
     rev_zoom: bool = False
     click_refinement: str = "none"
     rev_click_refinement: str = "none"
+    rev_pays: float = 0.01
     threads: int = 2
 
 
