@@ -80,6 +80,8 @@ ENV_PREFIX = "XFLOW_"
 ENV_FILE = "XFLOW_MODELS"
 DTYPES = ("float32", "bfloat16", "float16")
 REVISION_VIEWS = ("full", "zoom")
+_REFINEMENT_FIELDS = ("click_refinement", "stage2_click_refinement")
+"""Fields naming a click refinement (``segmenter.refine.CLICK_REFINEMENTS``): the click tool's, Stage 2's."""
 """What π_rev may look at (``ModelConfig.revision_view``)."""
 
 _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_model", "segmenter")
@@ -91,8 +93,7 @@ _TEXT_FIELDS = _WEIGHT_FIELDS + (
     "segmenter_backend",
     "encode_precision",
     "revision_view",
-    "click_refinement",
-    "stage2_click_refinement",
+    *_REFINEMENT_FIELDS,
 )
 
 DEMO_NAME = "xflow-demo-phantoms"
@@ -186,7 +187,7 @@ class ModelConfig:
             raise ModelConfigError(
                 f"encode_precision {self.encode_precision!r} is not one of {', '.join(ENCODE_PRECISIONS)}"
             )
-        for name in ("click_refinement", "stage2_click_refinement"):
+        for name in _REFINEMENT_FIELDS:
             value = getattr(self, name)
             if value not in CLICK_REFINEMENTS:
                 raise ModelConfigError(f"{name} {value!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
@@ -337,7 +338,7 @@ class ModelConfig:
             ids["dtype"] = self.dtype
         if self.encode_precision:
             ids["encode_precision"] = self.encode_precision
-        for name in ("click_refinement", "stage2_click_refinement"):
+        for name in _REFINEMENT_FIELDS:
             if getattr(self, name) != "none":
                 ids[name] = getattr(self, name)
         return ids
