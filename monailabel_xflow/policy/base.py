@@ -39,6 +39,10 @@ models file, the oracle, the trainers and the app."""
 MAX_CLICKS_LIMIT = 16
 """The largest budget anything may ask for (a request, a models file, the oracle, a run)."""
 
+MAX_STOP_BIAS = 20.0
+"""Largest ``|stop_bias|`` (logits) of π_rev's stop choice (``policy.vlm.VLMPolicy``); beyond it
+the decision is fixed whatever the model says."""
+
 
 class BudgetError(InputError):
     """A click budget that is not an integer in ``0..MAX_CLICKS_LIMIT``."""

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monailabel_xflow.geometry import Box, box_to_view, check_image
+from monailabel_xflow.geometry import Box, Click, box_to_view, check_image
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.policy.base import PolicyError, RevisionState
+from monailabel_xflow.policy.base import MAX_STOP_BIAS, PolicyError, RevisionState
 from monailabel_xflow.policy.conversation import IMAGE_TOKEN_TYPE, ConversationEncoder, Piece
+from monailabel_xflow.policy.targets import revision_target
 from monailabel_xflow.weights import choose_device, choose_dtype, looks_like_local_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +39,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from peft import PeftModel
     from transformers import PreTrainedModel
 
-__all__ = ["GenerationSettings", "VLMPolicy", "VLMRevisionSession", "INIT_ADAPTER", "REV_ADAPTER"]
+__all__ = [
+    "GenerationSettings",
+    "VLMPolicy",
+    "VLMRevisionSession",
+    "INIT_ADAPTER",
+    "REV_ADAPTER",
+    "stop_decision_ids",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,28 @@ INIT_ADAPTER = "init"
 """peft adapter name of π_init."""
 REV_ADAPTER = "rev"
 """peft adapter name of π_rev."""
+
+
+def stop_decision_ids(tokenizer) -> tuple[int, ...]:
+    """Token ids of π_rev's stop answer up to the token where it parts from every click answer.
+
+    π_rev decides in its think (``policy.targets.revision_target``): "The mask fits…" before a
+    stop, "The mask misses…" / "spills…" before a click. The last id returned is the token that
+    makes that choice; the ones before it are the context in which it does.
+
+    Raises:
+        PolicyError: the tokenizer renders the stop answer as a prefix of a click answer.
+    """
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    stop = ids(revision_target(None))
+    clicks = [ids(revision_target(Click(positive, 0.5, 0.5))) for positive in (True, False)]
+    for k, token in enumerate(stop):
+        if all(len(c) <= k or c[k] != token for c in clicks):
+            return tuple(stop[: k + 1])
+    raise PolicyError("the tokenizer does not tell π_rev's stop answer from its clicks")
 
 
 # --- the contract the workflow programs against -------------------------------------------
@@ -134,15 +164,20 @@ class VLMPolicy:
         reuse_cache: bool = True,
         batch_stage1: bool = True,
         zoom: bool = False,
+        stop_bias: float = 0.0,
     ) -> None:
         self.model = model
         self.zoom = bool(zoom)
+        self.stop_bias = float(stop_bias)
+        if not abs(self.stop_bias) <= MAX_STOP_BIAS:  # also rejects NaN
+            raise PolicyError(f"stop_bias must lie in [-{MAX_STOP_BIAS:g}, {MAX_STOP_BIAS:g}], got {stop_bias!r}")
         self.processor = processor
         self.generation = generation or GenerationSettings()
         self.reuse_cache = reuse_cache
         self.batch_stage1 = batch_stage1
         self.encoder = ConversationEncoder(processor)
         tok = processor.tokenizer
+        self._stop_choice = stop_decision_ids(tok) if self.stop_bias else None
         # Image placeholders are never a valid answer; a near-flat policy sampling one would
         # break the next forward ("image features and image tokens do not match").
         config = getattr(model, "config", None)
@@ -172,6 +207,7 @@ class VLMPolicy:
         reuse_cache: bool = True,
         batch_stage1: bool = True,
         zoom: bool = False,
+        stop_bias: float = 0.0,
     ) -> VLMPolicy:
         """Load the base model, its processor and up to two LoRA adapters.
 
@@ -185,7 +221,7 @@ class VLMPolicy:
             device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``…; default CUDA if available, else CPU.
             dtype: e.g. ``"bfloat16"`` or ``torch.float32``; default float32 on CPU, bfloat16
                 on CUDA.
-            generation, reuse_cache, batch_stage1, zoom: see the class.
+            generation, reuse_cache, batch_stage1, zoom, stop_bias: see the class.
 
         Raises:
             PolicyError: a local path that does not exist.
@@ -220,7 +256,13 @@ class VLMPolicy:
             time.perf_counter() - t0,
         )
         return cls(
-            model, processor, generation=generation, reuse_cache=reuse_cache, batch_stage1=batch_stage1, zoom=zoom
+            model,
+            processor,
+            generation=generation,
+            reuse_cache=reuse_cache,
+            batch_stage1=batch_stage1,
+            zoom=zoom,
+            stop_bias=stop_bias,
         )
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -246,7 +288,7 @@ class VLMPolicy:
         """Model inputs of the Stage 1 prompt, on the model's device."""
         return self.encoder.stage1_prompt(image, instruction).to(self.device, self.model.dtype)
 
-    def generate(self, enc: Piece, cache=None, pixel_values=None, attention_mask=None):
+    def generate(self, enc: Piece, cache=None, pixel_values=None, attention_mask=None, bias_stop: bool = False):
         """One ``generate`` call over the whole sequence so far.
 
         Args:
@@ -254,6 +296,7 @@ class VLMPolicy:
             cache: a cache holding a prefix of ``enc`` (mutated in place), or None.
             pixel_values: pixels of exactly the images not yet in ``cache``.
             attention_mask: default all ones (no padding).
+            bias_stop: add ``stop_bias`` to the stop choice (π_rev's turns).
         """
         import torch
 
@@ -274,6 +317,8 @@ class VLMPolicy:
         )
         if pixel_values is not None:
             kwargs["pixel_values"] = pixel_values
+        if bias_stop and self._stop_choice is not None:
+            kwargs["sequence_bias"] = [[list(self._stop_choice), self.stop_bias]]
         if cache is not None:
             kwargs["cache"] = cache
         with torch.inference_mode():
@@ -445,10 +490,10 @@ class VLMRevisionSession:
         enc = Piece(ids, tti, None)
         with p._adapter(REV_ADAPTER):
             if p.reuse_cache:
-                out = p.generate(enc, cache=self._cache, pixel_values=turn.pixel_values)
+                out = p.generate(enc, cache=self._cache, pixel_values=turn.pixel_values, bias_stop=True)
                 self._cache = out.cache
             else:
-                out = p.generate(enc, pixel_values=torch.cat(self.pixel_values, dim=0))
+                out = p.generate(enc, pixel_values=torch.cat(self.pixel_values, dim=0), bias_stop=True)
         new = out.sequences[:, ids.shape[1] :]
         self.answer_spans.append((ids.shape[1], out.sequences.shape[1]))
         self.input_ids = out.sequences

@@ -18,8 +18,8 @@ Sources of a configuration (see :meth:`ModelConfig.load`):
 * environment variables: ``XFLOW_MODELS`` (path of such a file) and, overriding it field by
   field, ``XFLOW_VLM_BASE``, ``XFLOW_INIT_ADAPTER``, ``XFLOW_REV_ADAPTER``, ``XFLOW_INIT_MODEL``,
   ``XFLOW_REV_MODEL``, ``XFLOW_SEGMENTER``, ``XFLOW_SEGMENTER_BACKEND``, ``XFLOW_DEVICE``,
-  ``XFLOW_DTYPE``, ``XFLOW_CLICK_REFINEMENT``, ``XFLOW_STAGE2_CLICK_REFINEMENT``, ``XFLOW_MAX_CLICKS``,
-  ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
+  ``XFLOW_DTYPE``, ``XFLOW_CLICK_REFINEMENT``, ``XFLOW_STAGE2_CLICK_REFINEMENT``,
+  ``XFLOW_STAGE2_STOP_BIAS``, ``XFLOW_MAX_CLICKS``, ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
 
 Example ``models.yaml``::
 
@@ -68,7 +68,14 @@ from pathlib import Path
 from typing import Any
 
 from monailabel_xflow.errors import UnavailableError
-from monailabel_xflow.policy.base import MAX_CLICKS, BudgetError, RevisionPolicy, Stage1Policy, check_budget
+from monailabel_xflow.policy.base import (
+    MAX_CLICKS,
+    MAX_STOP_BIAS,
+    BudgetError,
+    RevisionPolicy,
+    Stage1Policy,
+    check_budget,
+)
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
 from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS, refinement_for
@@ -149,6 +156,11 @@ class ModelConfig:
         stage2_click_refinement: the same for π_rev's clicks in Stage 2 (default ``"none"``). Set it
             only for a π_rev trained on refined revisions: π_rev learns when clicking pays from the
             masks its clicks produced in training.
+        stage2_stop_bias: logits added to π_rev's choice to stop, at every Stage 2 turn (default
+            0: π_rev as trained). A positive bias makes π_rev stop unless a click is
+            ``exp(bias)`` times likelier than stopping: a threshold chosen on a dev seed for a
+            π_rev that clicks where clicking does not pay (``policy.vlm.VLMPolicy``; bounded by
+            ``policy.base.MAX_STOP_BIAS``).
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         revision_view: what π_rev looks at, the view its adapter was trained on: ``"full"`` (the
             whole image, default) or ``"zoom"`` (a window around the box that prompted the mask,
@@ -172,6 +184,7 @@ class ModelConfig:
     encode_precision: str | None = None
     click_refinement: str = "none"
     stage2_click_refinement: str = "none"
+    stage2_stop_bias: float = 0.0
     max_clicks: int = MAX_CLICKS
     revision_view: str = "full"
     max_new_tokens: int | None = None
@@ -193,6 +206,13 @@ class ModelConfig:
                 raise ModelConfigError(f"{name} {value!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
             if value != "none" and self.segmenter_backend != "transformers":
                 raise ModelConfigError(f"{name} needs segmenter_backend: transformers")
+        try:
+            bias = float(self.stage2_stop_bias)
+        except (TypeError, ValueError) as err:
+            raise ModelConfigError(f"stage2_stop_bias must be a number, got {self.stage2_stop_bias!r}") from err
+        if not abs(bias) <= MAX_STOP_BIAS:  # also rejects NaN
+            raise ModelConfigError(f"stage2_stop_bias must lie in [-{MAX_STOP_BIAS:g}, {MAX_STOP_BIAS:g}], got {bias}")
+        object.__setattr__(self, "stage2_stop_bias", bias)
         if self.revision_view not in REVISION_VIEWS:
             raise ModelConfigError(f"revision_view {self.revision_view!r} is not one of {', '.join(REVISION_VIEWS)}")
         try:
@@ -341,6 +361,8 @@ class ModelConfig:
         for name in _REFINEMENT_FIELDS:
             if getattr(self, name) != "none":
                 ids[name] = getattr(self, name)
+        if self.stage2_stop_bias:
+            ids["stage2_stop_bias"] = f"{self.stage2_stop_bias:g}"
         return ids
 
     def locate(self, value: str) -> tuple[str, Path | None]:
@@ -490,7 +512,12 @@ def load_models(config: ModelConfig) -> LoadedModels:
     from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.segmenter.loading import load_segmenter
 
-    kwargs: dict[str, Any] = {"device": config.device, "dtype": config.dtype, "zoom": config.revision_view == "zoom"}
+    kwargs: dict[str, Any] = {
+        "device": config.device,
+        "dtype": config.dtype,
+        "zoom": config.revision_view == "zoom",
+        "stop_bias": config.stage2_stop_bias,
+    }
     if config.max_new_tokens is not None:
         kwargs["generation"] = GenerationSettings(max_new_tokens=config.max_new_tokens)
     if config.vlm_base:
