@@ -205,6 +205,16 @@ def test_bad_recipe_override_is_refused(capsys):
 
     assert main(["--quick", "--set", "no_such_field=1"]) == 2
     assert "no_such_field" in capsys.readouterr().err
+    # settings a phase reads minutes into the run are refused before it starts
+    for bad, named in (
+        ("rev_click_refinement=always", "rev_click_refinement"),
+        ("click_refinement=../x", "click_refinement"),
+        ("rev_pays=1.5", "rev_pays"),
+        ("rev_pays=-0.1", "rev_pays"),
+        ("rev_pays=nan", "rev_pays"),
+    ):
+        assert main(["--quick", "--out", "/nonexistent/never-written", "--set", bad]) == 2, bad
+        assert named in capsys.readouterr().err
 
 
 def test_heldout_set_is_balanced_over_levels_and_signs(tmp_path):

@@ -522,32 +522,71 @@ def test_question_only_baseline_reads_the_number_of_regions_named(tmp_path):
 
 
 def test_stop_decisions_pair_pi_rev_with_the_oracle_lesion_by_lesion(tmp_path):
-    """π_rev's first action beside whether the oracle's clicks paid on the same Stage 1 lesion."""
+    """π_rev's first action beside whether the oracle's clicks paid on the same Stage 1 lesion, with
+    IoUs measured against the ground truth: the traces' ``iou`` (F_seg's own estimate) is ignored."""
+    from monailabel_xflow import rle
+    from monailabel_xflow.data.readers import EvalCase
     from monailabel_xflow.eval.phantom_statistics import stop_decisions
+    from monailabel_xflow.metrics import mask_iou
 
-    def lesion(index, initial, final, action):
+    shape = (40, 40)
+    left, right = np.zeros(shape, bool), np.zeros(shape, bool)
+    left[10:20, 5:15] = True  # 100 px
+    right[10:30, 25:35] = True  # 200 px
+    truth = left | right
+
+    def part(mask, rows):  # the rows of mask from rows[0] on, up to rows[1]
+        out = np.zeros(shape, bool)
+        out[rows[0] : rows[1]] = mask[rows[0] : rows[1]]
+        return out
+
+    def lesion(index, box, initial, final, action):
         steps = [{"step": 1, "action": action}] if action else []
-        return {"index": index, "initial_iou": initial, "iou": final, "steps": steps}
+        # the estimates say the opposite of the truth: a statistic reading them would fail below
+        return {
+            "index": index,
+            "box": list(box),
+            "initial_mask": rle.encode(initial),
+            "mask": rle.encode(final),
+            "initial_iou": 0.9,
+            "iou": 0.1 if final.sum() > initial.sum() else 0.95,
+            "steps": steps,
+        }
 
+    lbox, rbox = mask_to_box(left), mask_to_box(right)
+    spill = left.copy()
+    spill[20:25, 5:15] = True
+    empty = np.zeros(shape, bool)
     rows = {
         # case: (pi_rev lesions, oracle lesions)
-        "a": (
-            [lesion(0, 0.5, 0.5, "stop"), lesion(1, 0.4, 0.6, "click")],
-            [lesion(0, 0.5, 0.7, "click"), lesion(1, 0.4, 0.4, "stop")],
+        "a": (  # two lesions on one phantom: the oracle completes the left one, π_rev the right one
+            [
+                lesion(0, lbox, part(left, (10, 15)), part(left, (10, 15)), "stop"),
+                lesion(1, rbox, part(right, (10, 20)), right, "click"),
+            ],
+            [
+                lesion(0, lbox, part(left, (10, 15)), left, "click"),
+                lesion(1, rbox, part(right, (10, 20)), part(right, (10, 20)), "stop"),
+            ],
         ),
-        "b": ([lesion(0, 0.8, 0.8, "stop")], [lesion(0, 0.8, 0.8, "stop")]),
-        "c": ([lesion(0, 0.3, 0.2, "click")], [lesion(0, 0.3, 0.5, "click")]),
-        "unscored": ([lesion(0, 0.3, 0.3, "stop")], [lesion(0, 0.3, 0.9, "click")]),
+        "b": ([lesion(0, lbox, left, left, "stop")], [lesion(0, lbox, left, left, "stop")]),
+        "c": ([lesion(0, lbox, left, spill, "click")], [lesion(0, lbox, spill, left, "click")]),
+        "neg": ([lesion(0, lbox, left, left, "click")], [lesion(0, lbox, left, empty, "click")]),  # erasing pays
+        "unscored": ([lesion(0, lbox, left, left, "stop")], [lesion(0, lbox, left, empty, "click")]),
     }
     for k, name in enumerate(("stage1+2", "oracle")):
         (tmp_path / name).mkdir()
         lines = [json.dumps({"case_id": c, "lesions": v[k]}) for c, v in rows.items()]
         (tmp_path / name / "revisions.jsonl").write_text("\n".join(lines) + "\n")
-    got = stop_decisions(tmp_path / "stage1+2", tmp_path / "oracle", {"a", "b", "c"})
-    assert got is not None and got["lesions"] == 4 and got["paid"] == 2  # a/0 and c/0
-    assert got["stop_rate"] == {"policy": 0.5, "oracle": 0.5}
-    assert got["clicked_when_paid"] == 0.5  # clicked on c/0, stopped on a/0
+    instruction = Instruction("effusion", ("left lung",))
+    cases = [EvalCase(c, tmp_path / "x.png", instruction, True, mask_loader=lambda: truth) for c in "abc"]
+    cases.append(EvalCase("neg", tmp_path / "x.png", instruction, False))
+    got = stop_decisions(tmp_path / "stage1+2", tmp_path / "oracle", cases)
+    assert got is not None and got["lesions"] == 5 and got["paid"] == 3  # a/0, c/0 (spill trimmed), neg/0
+    assert got["stop_rate"] == {"policy": 0.4, "oracle": 0.4}
+    assert got["clicked_when_paid"] == pytest.approx(2 / 3)  # clicked on c/0 and neg/0, stopped on a/0
     assert got["stopped_when_not_paid"] == 0.5  # stopped on b/0, clicked on a/1
-    assert got["mean_gain"]["policy"] == pytest.approx((0 + 0.2 + 0 - 0.1) / 4)
-    assert got["mean_gain"]["oracle"] == pytest.approx((0.2 + 0 + 0 + 0.2) / 4)
-    assert stop_decisions(tmp_path / "stage1+2", tmp_path / "missing", {"a"}) is None
+    spilled = mask_iou(spill, left)
+    assert got["mean_gain"]["policy"] == pytest.approx((0 + 0.5 + 0 + (spilled - 1) + 0) / 5)
+    assert got["mean_gain"]["oracle"] == pytest.approx((0.5 + 0 + 0 + (1 - spilled) + 1) / 5)
+    assert stop_decisions(tmp_path / "stage1+2", tmp_path / "missing", cases) is None

@@ -101,7 +101,7 @@ def write_summary(
             effects[f"{a} -> {b}"] = stage2_effect(records[a], records[b])
     summary["revision"] = effects
     if "stage1+2" in methods and "oracle" in methods:
-        summary["revision_decisions"] = stop_decisions(out / "stage1+2", out / "oracle", ids)
+        summary["revision_decisions"] = stop_decisions(out / "stage1+2", out / "oracle", cases)
 
     split = protocol["split"] or "unrecorded"
     lines = [
@@ -213,8 +213,9 @@ def write_summary(
             "",
             "## π_rev's first decision on each Stage 1 lesion, beside the oracle's",
             "",
-            f"Clicking *pays* on a lesion when the oracle's revision raised its IoU by ≥ {decisions['pays']}: "
-            f"{decisions['paid']} of {decisions['lesions']} lesions.",
+            "A lesion's IoU is its mask's against the ground-truth component its box was drawn for "
+            "(empty on a negative question). Clicking *pays* on a lesion when the oracle's revision "
+            f"raised that IoU by ≥ {decisions['pays']}: {decisions['paid']} of {decisions['lesions']} lesions.",
             "",
             "| | π_rev (XFlow Stage 1 + 2) | Oracle clicks |",
             "|---|---|---|",

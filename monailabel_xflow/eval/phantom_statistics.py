@@ -203,17 +203,21 @@ def _lesions(path: Path, case_ids: set[str]) -> dict[tuple[str, int], Mapping[st
     return out
 
 
-def stop_decisions(policy: Path, oracle: Path, case_ids: set[str], pays: float = PAYS) -> dict[str, Any] | None:
+def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: float = PAYS) -> dict[str, Any] | None:
     """π_rev's first decision on each Stage 1 lesion beside the oracle's, and whether clicking paid.
 
     Both methods revise the same Stage 1 boxes (the benchmark shares Stage 1), so lesions pair up
-    by ``(case_id, index)``. Clicking *pays* on a lesion when the oracle's revision raised its IoU
-    by at least ``pays``. A policy that clicks when it pays and stops when it does not has both
-    rates below at 1; one that always stops has ``clicked_when_paid`` 0.
+    by ``(case_id, index)``. A lesion's IoU is its mask's against the ground-truth component its
+    box was drawn for (``GroundTruthReviser.target``, the oracle's and the on-policy trajectories'
+    rule; empty on a negative question), before and after revision. The traces' ``iou`` fields
+    are F_seg's own estimates and are not used. Clicking *pays* on a lesion when the oracle's
+    revision raised that IoU by at least ``pays``. A policy that clicks when it pays and stops
+    when it does not has both rates below at 1; one that always stops has ``clicked_when_paid`` 0.
 
     Args:
         policy, oracle: the two methods' folders (their ``revisions.jsonl``).
-        case_ids: the questions scored.
+        cases: the questions scored, with their ground truth (``EvalCase.load_mask``) at the
+            size of the traced masks.
         pays: the oracle gain that counts as paying.
 
     Returns:
@@ -221,18 +225,33 @@ def stop_decisions(policy: Path, oracle: Path, case_ids: set[str], pays: float =
         "stopped_when_not_paid", "mean_gain": {"policy", "oracle"}}`` (a rate is None when its
         denominator is 0), or None when the methods share no lesion.
     """
-    a, b = _lesions(policy / REVISIONS_NAME, case_ids), _lesions(oracle / REVISIONS_NAME, case_ids)
+    from monailabel_xflow import rle
+    from monailabel_xflow.metrics import mask_iou
+    from monailabel_xflow.policy.oracle import GroundTruthReviser
+
+    by_id = {c.case_id: c for c in cases}
+    a, b = _lesions(policy / REVISIONS_NAME, set(by_id)), _lesions(oracle / REVISIONS_NAME, set(by_id))
     shared = [k for k in a if k in b]
     if not shared:
         return None
+    truths: dict[str, GroundTruthReviser] = {}
+
+    def gain(case_id: str, les: Mapping[str, Any]) -> float:
+        before, after = rle.decode(les["initial_mask"]), rle.decode(les["mask"])
+        if case_id not in truths:
+            gt = by_id[case_id].load_mask()
+            truths[case_id] = GroundTruthReviser(np.zeros_like(before) if gt is None else gt)
+        target = truths[case_id].target(tuple(les["box"]))
+        if target.shape != before.shape:
+            raise ValueError(f"{case_id}: ground truth {target.shape} is not the traced masks' {before.shape}")
+        return mask_iou(after, target) - mask_iou(before, target)
 
     def stopped(les: Mapping[str, Any]) -> bool:
         return not les["steps"] or les["steps"][0]["action"] != "click"
 
-    def gain(les: Mapping[str, Any]) -> float:
-        return float(les["iou"]) - float(les["initial_iou"])
-
-    paid = np.asarray([gain(b[k]) >= pays for k in shared])
+    policy_gain = np.asarray([gain(k[0], a[k]) for k in shared])
+    oracle_gain = np.asarray([gain(k[0], b[k]) for k in shared])
+    paid = oracle_gain >= pays
     policy_stop = np.asarray([stopped(a[k]) for k in shared])
 
     def rate(values: NDArray[np.bool_]) -> float | None:
@@ -245,10 +264,7 @@ def stop_decisions(policy: Path, oracle: Path, case_ids: set[str], pays: float =
         "stop_rate": {"policy": rate(policy_stop), "oracle": rate(np.asarray([stopped(b[k]) for k in shared]))},
         "clicked_when_paid": rate(~policy_stop[paid]),
         "stopped_when_not_paid": rate(policy_stop[~paid]),
-        "mean_gain": {
-            "policy": float(np.mean([gain(a[k]) for k in shared])),
-            "oracle": float(np.mean([gain(b[k]) for k in shared])),
-        },
+        "mean_gain": {"policy": float(policy_gain.mean()), "oracle": float(oracle_gain.mean())},
     }
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from monailabel_xflow.policy.base import MAX_CLICKS
+from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS
 
 __all__ = [
     "DEMO_VLM_SIZE",
@@ -194,6 +195,14 @@ class DemoRecipe:
     rev_click_refinement: str = "none"
     rev_pays: float = 0.01
     threads: int = 2
+
+    def __post_init__(self) -> None:
+        # the settings a phase reads only minutes into a run: checked when the recipe is made
+        for name in ("click_refinement", "rev_click_refinement"):
+            if getattr(self, name) not in CLICK_REFINEMENTS:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
+        if not 0.0 <= self.rev_pays <= 1.0:  # an IoU gain; also rejects NaN
+            raise ValueError(f"rev_pays must lie in [0, 1] (an IoU gain), got {self.rev_pays}")
 
 
 QUICK = DemoRecipe(
