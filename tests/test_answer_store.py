@@ -91,6 +91,21 @@ def test_one_instruction_and_other_options_are_their_own_entries(store):
     assert flow.run_all(img, revise=False, instructions=[instr])[0].trace.stored is None  # a batch is asked otherwise
 
 
+def test_stage2_settings_of_the_models_file_are_their_own_entries(store):
+    """The same weights with another Stage 2 setting (π_rev's stop bias, the refinement of its
+    clicks) answer afresh: a restarted server must not serve answers made under the old setting.
+    Stage 1 answers do not depend on them and are shared."""
+    from dataclasses import replace
+
+    config, img, instr = ModelConfig.from_file(DEMO_DIR / "models.yaml"), image(4), all_findings()[0]
+    demo_flow().run(img, instr, revise=True, max_clicks=1)
+    assert demo_flow().run(img, instr, revise=True, max_clicks=1).trace.stored is not None
+    for changed in ({"stage2_stop_bias": 0.25}, {"stage2_click_refinement": "brs"}):
+        flow = XFlow.from_config(replace(config, **changed))
+        assert flow.run(img, instr, revise=True, max_clicks=1).trace.stored is None, changed
+        assert flow.run(img, instr, revise=False).trace.stored is not None, changed  # Stage 1's answer
+
+
 def test_a_corrupt_stored_answer_is_recomputed_never_served(store):
     flow, img = demo_flow(), image(3)
     fresh = flow.run_all(img, revise=False)

@@ -9,7 +9,8 @@ and the app writes the same label file byte for byte. What an answer depends on 
 * the **key**: the image content (``segmenter.base.image_key``), the segmenter's encode options
   (device, dtype, encode precision), the policies' weights fingerprints and generation settings,
   the instructions in order, how they were asked (one ``run`` or a ``run_all`` batch), whether
-  Stage 2 ran and, only then, the click budget and the pruning rule.
+  Stage 2 ran and, only then, the click budget, the pruning rule and the Stage 2 settings a
+  models file sets besides the weights (:func:`revision_settings`).
 
 A model without a fingerprint (a test double) is never stored: nothing else says its answers
 are the same. A payload that does not read back as traces is ignored (logged) and recomputed.
@@ -46,6 +47,19 @@ def fingerprint_of(component: Any) -> str | None:
 
         return weights_fingerprint(model)
     return None
+
+
+def revision_settings(reviser: Any, segmenter: Any) -> dict[str, str]:
+    """What shapes Stage 2's answers besides the weights and the decoding settings: π_rev's view
+    and stop bias (``VLMPolicy.zoom``, ``stop_bias``) and the click refinement of the segmenter it
+    clicks on (``stage2_click_refinement``; a zoom-in wrapper's inner segmenter holds it). A
+    models file that changes one of them, with the same weights, gets answers of its own."""
+    target = getattr(segmenter, "inner", segmenter)
+    return {
+        "zoom": repr(getattr(reviser, "zoom", None)),
+        "stop_bias": repr(getattr(reviser, "stop_bias", None)),
+        "refinement": repr(getattr(target, "refinement", None)),
+    }
 
 
 class AnswerKeys:
@@ -90,6 +104,7 @@ class AnswerKeys:
             repr(getattr(stage1, "generation", None)),
             rev,
             repr(getattr(reviser, "generation", None)) if revise else None,
+            revision_settings(reviser, segmenter) if revise else None,
             [i.to_dict() for i in instructions],
             mode,
             bool(revise),
