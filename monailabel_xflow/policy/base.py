@@ -66,6 +66,22 @@ def check_budget(max_clicks: Any) -> int:
     return value
 
 
+def check_stop_bias(value: Any, name: str = "stop_bias") -> float:
+    """π_rev's stop bias (``VLMPolicy(stop_bias=)``, the models file's ``stage2_stop_bias``) as a
+    float: a number, or its decimal text, with ``|value| <= MAX_STOP_BIAS``.
+
+    Raises:
+        PolicyError: not a number, NaN, or out of bounds (the message names ``name``).
+    """
+    try:
+        bias = float(value)
+    except (TypeError, ValueError) as err:
+        raise PolicyError(f"{name} must be a number, got {value!r}") from err
+    if not abs(bias) <= MAX_STOP_BIAS:  # also rejects NaN
+        raise PolicyError(f"{name} must lie in [-{MAX_STOP_BIAS:g}, {MAX_STOP_BIAS:g}], got {value!r}")
+    return bias
+
+
 @dataclass
 class RevisionState:
     """What a revision policy sees at step ``t``.

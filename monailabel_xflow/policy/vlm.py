@@ -29,7 +29,7 @@ import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_view, check_image
 from monailabel_xflow.instructions import Instruction
-from monailabel_xflow.policy.base import MAX_STOP_BIAS, PolicyError, RevisionState
+from monailabel_xflow.policy.base import PolicyError, RevisionState, check_stop_bias
 from monailabel_xflow.policy.conversation import IMAGE_TOKEN_TYPE, ConversationEncoder, Piece
 from monailabel_xflow.policy.targets import revision_target
 from monailabel_xflow.weights import choose_device, choose_dtype, looks_like_local_path
@@ -168,9 +168,7 @@ class VLMPolicy:
     ) -> None:
         self.model = model
         self.zoom = bool(zoom)
-        self.stop_bias = float(stop_bias)
-        if not abs(self.stop_bias) <= MAX_STOP_BIAS:  # also rejects NaN
-            raise PolicyError(f"stop_bias must lie in [-{MAX_STOP_BIAS:g}, {MAX_STOP_BIAS:g}], got {stop_bias!r}")
+        self.stop_bias = check_stop_bias(stop_bias)
         self.processor = processor
         self.generation = generation or GenerationSettings()
         self.reuse_cache = reuse_cache

@@ -70,11 +70,12 @@ from typing import Any
 from monailabel_xflow.errors import UnavailableError
 from monailabel_xflow.policy.base import (
     MAX_CLICKS,
-    MAX_STOP_BIAS,
     BudgetError,
+    PolicyError,
     RevisionPolicy,
     Stage1Policy,
     check_budget,
+    check_stop_bias,
 )
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
@@ -207,11 +208,9 @@ class ModelConfig:
             if value != "none" and self.segmenter_backend != "transformers":
                 raise ModelConfigError(f"{name} needs segmenter_backend: transformers")
         try:
-            bias = float(self.stage2_stop_bias)
-        except (TypeError, ValueError) as err:
-            raise ModelConfigError(f"stage2_stop_bias must be a number, got {self.stage2_stop_bias!r}") from err
-        if not abs(bias) <= MAX_STOP_BIAS:  # also rejects NaN
-            raise ModelConfigError(f"stage2_stop_bias must lie in [-{MAX_STOP_BIAS:g}, {MAX_STOP_BIAS:g}], got {bias}")
+            bias = check_stop_bias(self.stage2_stop_bias, "stage2_stop_bias")
+        except PolicyError as err:
+            raise ModelConfigError(str(err)) from err
         object.__setattr__(self, "stage2_stop_bias", bias)
         if self.revision_view not in REVISION_VIEWS:
             raise ModelConfigError(f"revision_view {self.revision_view!r} is not one of {', '.join(REVISION_VIEWS)}")
