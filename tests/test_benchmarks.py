@@ -27,6 +27,10 @@ TIMEOUT_S = 600
 FIGURES = {
     # script: patterns whose first group is a figure the script printed (finite, > 0)
     "bench_builders.py": [r"init-sft .* ([\d.]+) attempts/s per core"],
+    "bench_decode.py": [
+        r"served\s+prefill\+1\s+([\d.]+) s",
+        r"plain\s+prefill\+1\s+[\d.]+ s\s+\d+ tokens\s+([\d.]+) s",
+    ],
     "bench_encode.py": [r"bfloat16\s+min IoU ([\d.]+)", r"(?m)^  float32\s+([\d.]+) s"],
     "bench_store.py": [r"Next Sample to masks\s+([\d.]+)", r"first click\s+([\d.]+)", r"disk per image .*?([\d.]+) MB"],
     "bench_click_round.py": [r'"later_click_ms": ([\d.]+)', r'"later_over_in_process": ([\d.]+)'],
