@@ -397,3 +397,26 @@ def test_oracle_revision_policy_clicks_then_stops():
     assert parsed.ok and parsed.value.stop
     with pytest.raises(OracleError, match="shape"):
         session.step(RevisionState(image, LEFT, BOX, gt[:10], [], done.observation, 2))
+
+
+def test_an_older_transformers_is_refused_by_name_before_any_model_loads(tmp_path, monkeypatch):
+    """transformers < 5.24 lacks the ``cache`` name Stage 2 reuses: a clear error, not an
+    AttributeError inside ``generate`` (the GPU machine's 5.17 showed it); setup.cfg agrees."""
+    import configparser
+    from pathlib import Path
+
+    import transformers
+
+    from monailabel_xflow.policy.vlm import MIN_TRANSFORMERS, check_transformers
+
+    check_transformers()  # the installed release
+    check_transformers(MIN_TRANSFORMERS)
+    with pytest.raises(PolicyError, match=r"transformers>=5\.24, found 5\.17\.0"):
+        check_transformers("5.17.0")
+    monkeypatch.setattr(transformers, "__version__", "5.23.0")
+    with pytest.raises(PolicyError, match="found 5.23.0"):
+        VLMPolicy.from_pretrained(tmp_path)  # an empty folder: loading would raise OSError
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    requires = [r.strip() for r in cfg["options"]["install_requires"].splitlines()]
+    assert f"transformers>={MIN_TRANSFORMERS},<6" in requires

@@ -56,6 +56,34 @@ REV_ADAPTER = "rev"
 """peft adapter name of π_rev."""
 
 
+MIN_TRANSFORMERS = "5.24"
+"""The oldest transformers the policy runs on: 5.24 named the KV cache ``cache`` (``generate(cache=)``
+and ``output.cache``), which Stage 2 reuses across turns. ``setup.cfg`` requires the same."""
+
+
+def check_transformers(version: str | None = None) -> None:
+    """Refuse a transformers release older than :data:`MIN_TRANSFORMERS`.
+
+    Args:
+        version: the version to check (default: the installed one).
+
+    Raises:
+        PolicyError: naming both versions, before any model is loaded (an older release would
+            fail deep inside ``generate`` with an AttributeError).
+    """
+    from packaging.version import Version
+
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    if Version(version) < Version(MIN_TRANSFORMERS):
+        raise PolicyError(
+            f"the XFlow policy needs transformers>={MIN_TRANSFORMERS}, found {version}: "
+            f"pip install 'transformers>={MIN_TRANSFORMERS},<6'"
+        )
+
+
 def stop_decision_ids(tokenizer) -> tuple[int, ...]:
     """Token ids of π_rev's stop answer up to the token where it parts from every click answer.
 
@@ -166,6 +194,7 @@ class VLMPolicy:
         zoom: bool = False,
         stop_bias: float = 0.0,
     ) -> None:
+        check_transformers()
         self.model = model
         self.zoom = bool(zoom)
         self.stop_bias = check_stop_bias(stop_bias)
@@ -222,8 +251,10 @@ class VLMPolicy:
             generation, reuse_cache, batch_stage1, zoom, stop_bias: see the class.
 
         Raises:
-            PolicyError: a local path that does not exist.
+            PolicyError: a local path that does not exist, or a transformers older than
+                :data:`MIN_TRANSFORMERS`.
         """
+        check_transformers()
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         for name, p in (("base", base), ("init_adapter", init_adapter), ("rev_adapter", rev_adapter)):
