@@ -24,7 +24,9 @@ from monailabel_xflow.eval.phantom_statistics import stop_decisions
 from monailabel_xflow.training.demo_data import export_heldout
 
 
-def main(folder: Path, scratch: Path) -> dict:
+def redrawn_cases(folder: Path, scratch: Path) -> list:
+    """The questions ``folder`` scored, redrawn into ``scratch`` from its manifest's seed and
+    checked (id and ground-truth area) against its ``stage1+2/results.jsonl``."""
     manifest = json.loads((folder / "manifest.json").read_text())
     heldout = export_heldout(
         scratch / "data", seed=manifest["seed"], questions=manifest["questions"], size=manifest["size"], progress=False
@@ -36,6 +38,11 @@ def main(folder: Path, scratch: Path) -> dict:
         mask = c.load_mask()
         if scored.get(c.case_id) != (0 if mask is None else int(mask.sum())):
             raise SystemExit(f"{folder}: the redrawn question {c.case_id} is not the one it scored")
+    return cases
+
+
+def main(folder: Path, scratch: Path) -> dict:
+    cases = redrawn_cases(folder, scratch)
     got = stop_decisions(folder / "stage1+2", folder / "oracle", cases)
     (folder / "first-decisions.json").write_text(json.dumps(got, indent=1) + "\n")
     print(json.dumps(got, indent=1))
