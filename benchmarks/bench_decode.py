@@ -9,6 +9,9 @@ adapters "init" and "rev" of :func:`monailabel_xflow.policy.configs.build_random
   unmerged (every language-model linear layer runs base + LoRA A + LoRA B);
 * **merged**: "init" merged into the base weights (``merge_adapter``; peft's wrappers stay);
 * **plain**: ``merge_and_unload``, a bare ``Gemma3ForConditionalGeneration`` with "init" in it.
+* **loaded** (``--checkpoint``): the same shapes saved by ``build_random_vlm`` and loaded through
+  :meth:`VLMPolicy.from_pretrained`, the path a server takes (``bench_workflow.py`` measured a
+  per-token cost twice the in-memory one on a GPU; this row tells the loading path apart).
 
 For each: Stage 1 on one radiograph with 1 and with ``--new-tokens`` forced new tokens (median
 of ``--repeat``), per-token = (long - short) / (tokens - 1), wall and process CPU seconds. CPU
@@ -86,6 +89,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--profile", action="store_true", help="also print the served call's top operators")
+    parser.add_argument(
+        "--checkpoint", action="store_true", help="also time the model saved and loaded as users load it"
+    )
     args = parse_args(parser, size="tiny", new_tokens=3, repeat=1)
     # min_new_tokens (equal work per long call) exceeds the short call's budget of 1: expected.
     warnings.filterwarnings("ignore", message="Unfeasible length constraints")
@@ -133,6 +139,23 @@ def main() -> int:
     policy.model.unmerge_adapter()
     plain = policy.model.merge_and_unload()
     measure("plain", VLMPolicy(plain, policy.processor, policy.generation))
+    if args.checkpoint:
+        import tempfile
+
+        from monailabel_xflow.policy.configs import build_random_vlm
+
+        del plain, policy
+        with tempfile.TemporaryDirectory(prefix="bench-decode-") as tmp:
+            folders = build_random_vlm(tmp, args.size, seed=0, dtype=args.dtype)
+            loaded = VLMPolicy.from_pretrained(
+                *folders,
+                device=args.device,
+                dtype=args.dtype,
+                generation=GenerationSettings(max_new_tokens=args.new_tokens),
+            )
+            generation = loaded.model.get_base_model().generation_config
+            generation.eos_token_id, generation.min_new_tokens = None, args.new_tokens
+            measure("loaded", loaded)
     if torch.cuda.is_available():
         print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     return 0

@@ -120,6 +120,11 @@ def test_bad_inputs_are_refused(policy, tiny_vlm, tmp_path):
         session.step(bad)
     with pytest.raises(PolicyError, match="max_new_tokens"):
         GenerationSettings(max_new_tokens=0)
+    # a token budget passed where the sampling switch is (it once sampled 64 tokens in a benchmark)
+    with pytest.raises(TypeError):
+        GenerationSettings(16)  # type: ignore[misc]
+    with pytest.raises(PolicyError, match="do_sample must be True or False, got 16"):
+        GenerationSettings(do_sample=16)  # type: ignore[arg-type]
 
 
 # --- adapters -------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def stop_decision_ids(tokenizer) -> tuple[int, ...]:
 # --- the VLM --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationSettings:
     """How a policy decodes. Greedy by default (deterministic, what evaluation uses).
 
@@ -141,6 +141,8 @@ class GenerationSettings:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.do_sample, bool):
+            raise PolicyError(f"do_sample must be True or False, got {self.do_sample!r}")
         if self.max_new_tokens < 1:
             raise PolicyError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature <= 0:
