@@ -10,13 +10,11 @@ at π_rev's first positive click outside the current mask. No model is run.
 from __future__ import annotations
 
 import json
-import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from first_decisions import redrawn_cases
+from first_decisions import cli, redrawn_cases
 from scipy.ndimage import distance_transform_edt
 
 from monailabel_xflow import rle
@@ -76,9 +74,4 @@ def main(folder: Path, scratch: Path) -> dict:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
-    if len(sys.argv) > 2:
-        main(out, Path(sys.argv[2]))
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            main(out, Path(tmp))
+    cli(main)

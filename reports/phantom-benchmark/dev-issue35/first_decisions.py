@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from monailabel_xflow.data.readers import read_mimic_ils
@@ -49,10 +50,16 @@ def main(folder: Path, scratch: Path) -> dict:
     return got
 
 
-if __name__ == "__main__":
+def cli(main: Callable[[Path, Path], object]) -> None:
+    """``python SCRIPT FOLDER [SCRATCH]``: ``main(folder, scratch)``, in a temporary scratch
+    folder (where the phantoms are redrawn) unless one is given."""
     out = Path(sys.argv[1])
     if len(sys.argv) > 2:
         main(out, Path(sys.argv[2]))
     else:
         with tempfile.TemporaryDirectory() as tmp:
             main(out, Path(tmp))
+
+
+if __name__ == "__main__":
+    cli(main)
