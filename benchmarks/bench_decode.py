@@ -5,8 +5,9 @@ is far above what the card's arithmetic needs: the host, not the GPU, sets the p
 separates the suspects on one model built in memory on the device (random weights, the LoRA
 adapters "init" and "rev" of :func:`monailabel_xflow.policy.configs.build_random_vlm`):
 
-* **served**: the peft model as :meth:`VLMPolicy.from_pretrained` loads it, both adapters
-  unmerged (every language-model linear layer runs base + LoRA A + LoRA B);
+* **served**: the peft model with both adapters unmerged, the structure
+  :meth:`VLMPolicy.from_pretrained` serves (every language-model linear layer runs base + LoRA A
+  + LoRA B);
 * **merged**: "init" merged into the base weights (``merge_adapter``; peft's wrappers stay);
 * **plain**: ``merge_and_unload``, a bare ``Gemma3ForConditionalGeneration`` with "init" in it.
 * **loaded** (``--checkpoint``): the same shapes saved by ``build_random_vlm`` and loaded through
