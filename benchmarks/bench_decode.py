@@ -32,19 +32,16 @@ import time
 import warnings
 
 import numpy as np
-from common import parse_args
+from common import parse_args, synchronize
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
     """Median wall and process-CPU seconds of ``repeat`` calls (after queued GPU work ends)."""
-    import torch
-
     walls, cpus = [], []
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        synchronize()
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     return statistics.median(walls), statistics.median(cpus)

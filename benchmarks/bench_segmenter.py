@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import parse_args
+from common import parse_args, synchronize
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -78,14 +78,6 @@ def load_radiograph(size: int = 1024) -> tuple[np.ndarray, str]:
         return grey, SAMPLE.name
     rng = np.random.default_rng(0)
     return rng.random((size, size)).astype(np.float32), "synthetic"
-
-
-def synchronize() -> None:
-    """Wait for queued GPU work, so a wall-clock timer sees it (a no-op without CUDA)."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def timed(fn, repeat: int = 1) -> tuple[float, list[float]]:

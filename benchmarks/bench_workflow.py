@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import parse_args
+from common import parse_args, synchronize
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -76,12 +76,9 @@ class Table:
 
 def timed(fn, *args, **kwargs):
     """``(result, wall seconds)``; on a GPU, once its queued kernels have finished."""
-    import torch
-
     tick = time.perf_counter()
     out = fn(*args, **kwargs)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    synchronize()
     return out, time.perf_counter() - tick
 
 
@@ -162,19 +159,17 @@ def main() -> int:
         # A GPU's first calls of each shape pay for kernel selection and allocator growth, which
         # no later request does: spend them on other pixels (no cache holds these), once for every
         # kind of call timed below.
-        other = np.clip(image - 1e-3, 0, 1)
+        other, warm_box = np.clip(image - 1e-3, 0, 1), (0.5, 0.5, 0.8, 0.8)
 
         def warm_up() -> None:
             segmenter.set_image(other)
-            first = segmenter.predict([(0.5, 0.5, 0.8, 0.8)])
-            segmenter.predict([(0.5, 0.5, 0.8, 0.8)], clicks=[[Click(True, 0.6, 0.6)]], previous=first.low_res_logits)
+            first = segmenter.predict([warm_box])
+            segmenter.predict([warm_box], clicks=[[Click(True, 0.6, 0.6)]], previous=first.low_res_logits)
             fast.stage1(other, instr)
             policy.stage1(other, instr)
             mask = first.masks[0]
             view = render_observation(other, mask, [])
-            policy.start(other, instr, (0.5, 0.5, 0.8, 0.8)).step(
-                RevisionState(other, instr, (0.5, 0.5, 0.8, 0.8), mask, [], view, 0)
-            )
+            policy.start(other, instr, warm_box).step(RevisionState(other, instr, warm_box, mask, [], view, 0))
 
         _, t = timed(warm_up)
         table.add("GPU warm-up (each call kind once)", t, "first CUDA calls; not a user cost")

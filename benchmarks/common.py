@@ -40,6 +40,14 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     return args
 
 
+def synchronize() -> None:
+    """Wait for queued GPU work, so a wall-clock timer sees it (a no-op without CUDA)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def median_ms(fn: Callable[[], Any], repeats: int) -> float:
     """Median wall time of ``repeats`` calls of ``fn``, in milliseconds."""
     times = []
