@@ -106,15 +106,6 @@ def stop_decision_ids(tokenizer) -> tuple[int, ...]:
     raise PolicyError("the tokenizer does not tell π_rev's stop answer from its clicks")
 
 
-# --- the contract the workflow programs against -------------------------------------------
-
-
-# --- prompts --------------------------------------------------------------------------------
-
-
-# --- images ---------------------------------------------------------------------------------
-
-
 # --- the VLM --------------------------------------------------------------------------------
 
 
