@@ -106,6 +106,19 @@ def test_stage2_settings_of_the_models_file_are_their_own_entries(store):
         assert flow.run(img, instr, revise=False).trace.stored is not None, changed  # Stage 1's answer
 
 
+def test_another_presence_bias_is_its_own_entry(store):
+    """π_init's presence bias changes Stage 1's answers: the same weights under another bias answer
+    afresh, with or without Stage 2."""
+    from dataclasses import replace
+
+    config, img, instr = ModelConfig.from_file(DEMO_DIR / "models.yaml"), image(4), all_findings()[0]
+    demo_flow().run(img, instr, revise=False)
+    assert demo_flow().run(img, instr, revise=False).trace.stored is not None
+    flow = XFlow.from_config(replace(config, stage1_presence_bias=config.stage1_presence_bias - 1.0))
+    assert flow.run(img, instr, revise=False).trace.stored is None
+    assert flow.run(img, instr, revise=False).trace.stored is not None
+
+
 def test_a_corrupt_stored_answer_is_recomputed_never_served(store):
     flow, img = demo_flow(), image(3)
     fresh = flow.run_all(img, revise=False)

@@ -42,7 +42,7 @@ class BenchmarkOutError(InputError):
 
 def stage1_identity(cfg: Any) -> str:
     """A content hash of what a Stage 1 text depends on: π_init's weights (base + adapter, or the
-    merged model) and the decoding length, not F_seg or π_rev.
+    merged model), the decoding length and the presence bias, not F_seg or π_rev.
 
     The Stage 1 text cache (``OUT/stage1-texts.jsonl``) is keyed by it, so a benchmark rerun after
     only F_seg or π_rev changed reuses the texts (greedy decoding gives the same text), while a
@@ -52,6 +52,9 @@ def stage1_identity(cfg: Any) -> str:
         cfg: a :class:`~monailabel_xflow.workflow.model_config.ModelConfig`.
     """
     digest = hashlib.sha256(f"max_new_tokens={getattr(cfg, 'max_new_tokens', None)}".encode())
+    bias = getattr(cfg, "stage1_presence_bias", 0.0)
+    if bias:  # unbiased texts keep the identity they had before the setting existed
+        digest.update(f"stage1_presence_bias={bias!r}".encode())
     for name in ("vlm_base", "init_adapter", "init_model"):
         value = getattr(cfg, name, None)
         if not value:

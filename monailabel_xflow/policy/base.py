@@ -40,8 +40,8 @@ MAX_CLICKS_LIMIT = 16
 """The largest budget anything may ask for (a request, a models file, the oracle, a run)."""
 
 MAX_STOP_BIAS = 20.0
-"""Largest ``|stop_bias|`` (logits) of π_rev's stop choice (``policy.vlm.VLMPolicy``); beyond it
-the decision is fixed whatever the model says."""
+"""Largest ``|stop_bias|`` (logits) of π_rev's stop choice, and of ``|presence_bias|`` on π_init's
+absent choice (``policy.vlm.VLMPolicy``); beyond it the decision is fixed whatever the model says."""
 
 
 class BudgetError(InputError):
@@ -67,8 +67,9 @@ def check_budget(max_clicks: Any) -> int:
 
 
 def check_stop_bias(value: Any, name: str = "stop_bias") -> float:
-    """π_rev's stop bias (``VLMPolicy(stop_bias=)``, the models file's ``stage2_stop_bias``) as a
-    float: a number, or its decimal text, with ``|value| <= MAX_STOP_BIAS``.
+    """A decision bias in logits as a float: π_rev's stop bias (``VLMPolicy(stop_bias=)``, the models
+    file's ``stage2_stop_bias``) or π_init's presence bias (``presence_bias``,
+    ``stage1_presence_bias``). A number, or its decimal text, with ``|value| <= MAX_STOP_BIAS``.
 
     Raises:
         PolicyError: not a number, NaN, or out of bounds (the message names ``name``).

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from monailabel_xflow.geometry import Box, Click, box_to_view, check_image
-from monailabel_xflow.instructions import Instruction
+from monailabel_xflow.instructions import Instruction, parse_instruction
 from monailabel_xflow.policy.base import PolicyError, RevisionState, check_stop_bias
 from monailabel_xflow.policy.conversation import IMAGE_TOKEN_TYPE, ConversationEncoder, Piece
-from monailabel_xflow.policy.targets import revision_target
+from monailabel_xflow.policy.targets import init_target, revision_target
+from monailabel_xflow.vocabulary import LEFT_LUNG
 from monailabel_xflow.weights import choose_device, choose_dtype, looks_like_local_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,6 +46,7 @@ __all__ = [
     "VLMRevisionSession",
     "INIT_ADAPTER",
     "REV_ADAPTER",
+    "presence_decision_ids",
     "stop_decision_ids",
 ]
 
@@ -104,6 +106,35 @@ def stop_decision_ids(tokenizer) -> tuple[int, ...]:
         if all(len(c) <= k or c[k] != token for c in clicks):
             return tuple(stop[: k + 1])
     raise PolicyError("the tokenizer does not tell π_rev's stop answer from its clicks")
+
+
+def presence_decision_ids(tokenizer) -> tuple[int, ...]:
+    """Token ids of π_init's "absent" choice: the token where its think parts from a "present"
+    one, after the token before it.
+
+    π_init decides in its think (``policy.targets.init_target``): "…look for edema in the left
+    lung: none." before an absent answer, "…: 1 region(s)." before a present one. The words
+    before the choice name the question's finding and regions, so the context kept is the one
+    token before it (the colon), which the bias then needs to fire.
+
+    Raises:
+        PolicyError: the tokenizer renders the absent think as a prefix of the present one.
+    """
+    instruction = parse_instruction("Segment the edema in the left lung.")
+    lungs = {LEFT_LUNG: (0.5, 0.1, 0.9, 0.9)}
+    lesion = np.zeros((64, 64), bool)
+    lesion[16:32, 40:56] = True  # one component, well above geometry.MIN_COMPONENT_PX
+
+    def ids(mask: np.ndarray | None) -> list[int]:
+        return list(tokenizer(init_target(instruction, mask, lungs), add_special_tokens=False)["input_ids"])
+
+    absent, present = ids(None), ids(lesion)
+    for k, token in enumerate(absent):
+        if k >= len(present) or present[k] != token:
+            if k == 0:
+                break
+            return tuple(absent[k - 1 : k + 1])
+    raise PolicyError("the tokenizer does not tell π_init's absent answer from a present one")
 
 
 # --- the VLM --------------------------------------------------------------------------------
@@ -172,6 +203,11 @@ class VLMPolicy:
         zoom: π_rev looks at a zoomed view around the box that prompted the mask
             (``geometry.zoom_view``) instead of the whole image, and reads and writes its box and
             clicks in the view's coordinates; it must be the view the adapter was trained on.
+        stop_bias: logits added to π_rev's choice to stop (:func:`stop_decision_ids`), at every
+            Stage 2 turn; 0 decodes as trained.
+        presence_bias: logits added to π_init's choice to answer "absent"
+            (:func:`presence_decision_ids`); negative values make Stage 1 answer "present" more
+            often (an operating point chosen on a dev set); 0 decodes as trained.
 
     Not thread-safe: the active adapter is state of the shared model. Each revision session
     keeps its own KV cache (built under "rev") until it is dropped.
@@ -186,11 +222,13 @@ class VLMPolicy:
         batch_stage1: bool = True,
         zoom: bool = False,
         stop_bias: float = 0.0,
+        presence_bias: float = 0.0,
     ) -> None:
         check_transformers()
         self.model = model
         self.zoom = bool(zoom)
         self.stop_bias = check_stop_bias(stop_bias)
+        self.presence_bias = check_stop_bias(presence_bias, "presence_bias")
         self.processor = processor
         self.generation = generation or GenerationSettings()
         self.reuse_cache = reuse_cache
@@ -198,6 +236,7 @@ class VLMPolicy:
         self.encoder = ConversationEncoder(processor)
         tok = processor.tokenizer
         self._stop_choice = stop_decision_ids(tok) if self.stop_bias else None
+        self._absent_choice = presence_decision_ids(tok) if self.presence_bias else None
         # Image placeholders are never a valid answer; a near-flat policy sampling one would
         # break the next forward ("image features and image tokens do not match").
         config = getattr(model, "config", None)
@@ -228,6 +267,7 @@ class VLMPolicy:
         batch_stage1: bool = True,
         zoom: bool = False,
         stop_bias: float = 0.0,
+        presence_bias: float = 0.0,
     ) -> VLMPolicy:
         """Load the base model, its processor and up to two LoRA adapters.
 
@@ -241,7 +281,7 @@ class VLMPolicy:
             device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``…; default CUDA if available, else CPU.
             dtype: e.g. ``"bfloat16"`` or ``torch.float32``; default float32 on CPU, bfloat16
                 on CUDA.
-            generation, reuse_cache, batch_stage1, zoom, stop_bias: see the class.
+            generation, reuse_cache, batch_stage1, zoom, stop_bias, presence_bias: see the class.
 
         Raises:
             PolicyError: a local path that does not exist, or a transformers older than
@@ -285,6 +325,7 @@ class VLMPolicy:
             batch_stage1=batch_stage1,
             zoom=zoom,
             stop_bias=stop_bias,
+            presence_bias=presence_bias,
         )
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -310,7 +351,15 @@ class VLMPolicy:
         """Model inputs of the Stage 1 prompt, on the model's device."""
         return self.encoder.stage1_prompt(image, instruction).to(self.device, self.model.dtype)
 
-    def generate(self, enc: Piece, cache=None, pixel_values=None, attention_mask=None, bias_stop: bool = False):
+    def generate(
+        self,
+        enc: Piece,
+        cache=None,
+        pixel_values=None,
+        attention_mask=None,
+        bias_stop: bool = False,
+        bias_presence: bool = False,
+    ):
         """One ``generate`` call over the whole sequence so far.
 
         Args:
@@ -319,6 +368,7 @@ class VLMPolicy:
             pixel_values: pixels of exactly the images not yet in ``cache``.
             attention_mask: default all ones (no padding).
             bias_stop: add ``stop_bias`` to the stop choice (π_rev's turns).
+            bias_presence: add ``presence_bias`` to the absent choice (π_init's answers).
         """
         import torch
 
@@ -341,6 +391,8 @@ class VLMPolicy:
             kwargs["pixel_values"] = pixel_values
         if bias_stop and self._stop_choice is not None:
             kwargs["sequence_bias"] = [[list(self._stop_choice), self.stop_bias]]
+        if bias_presence and self._absent_choice is not None:
+            kwargs["sequence_bias"] = [[list(self._absent_choice), self.presence_bias]]
         if cache is not None:
             kwargs["cache"] = cache
         with torch.inference_mode():
@@ -352,7 +404,7 @@ class VLMPolicy:
         """π_init's raw answer to one instruction (protocol text: lungs, presence, lesions)."""
         enc = self.stage1_inputs(image, instruction)
         with self._adapter(INIT_ADAPTER):
-            out = self.generate(enc, pixel_values=enc.pixel_values)
+            out = self.generate(enc, pixel_values=enc.pixel_values, bias_presence=True)
         return self.encoder.decode(out.sequences[0, enc.input_ids.shape[1] :])
 
     def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]:
@@ -396,7 +448,7 @@ class VLMPolicy:
             texts = []
             for k, enc in enumerate(encs):
                 branch = cache if k == len(encs) - 1 else copy.deepcopy(cache)  # generate mutates
-                out = self.generate(enc, cache=branch)
+                out = self.generate(enc, cache=branch, bias_presence=True)
                 texts.append(self.encoder.decode(out.sequences[0, enc.input_ids.shape[1] :]))
         return texts
 
@@ -416,7 +468,7 @@ class VLMPolicy:
             mask[row, :prefix] = 1
             mask[row, start:] = 1
         cache.batch_repeat_interleave(n)
-        out = self.generate(Piece(ids, tti, None), cache=cache, attention_mask=mask)
+        out = self.generate(Piece(ids, tti, None), cache=cache, attention_mask=mask, bias_presence=True)
         return [self.encoder.decode(out.sequences[row, prefix + width :]) for row in range(n)]
 
     def _prefill(self, enc: Piece, length: int):

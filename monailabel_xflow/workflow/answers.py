@@ -8,9 +8,10 @@ and the app writes the same label file byte for byte. What an answer depends on 
   so promoting a trained segmenter wipes its answers with its embeddings;
 * the **key**: the image content (``segmenter.base.image_key``), the segmenter's encode options
   (device, dtype, encode precision), the policies' weights fingerprints and generation settings,
-  the instructions in order, how they were asked (one ``run`` or a ``run_all`` batch), whether
-  Stage 2 ran and, only then, the click budget, the pruning rule and the Stage 2 settings a
-  models file sets besides the weights (:func:`revision_settings`).
+  π_init's presence bias (``VLMPolicy.presence_bias``), the instructions in order, how they were
+  asked (one ``run`` or a ``run_all`` batch), whether Stage 2 ran and, only then, the click
+  budget, the pruning rule and the Stage 2 settings a models file sets besides the weights
+  (:func:`revision_settings`).
 
 A model without a fingerprint (a test double) is never stored: nothing else says its answers
 are the same. A payload that does not read back as traces is ignored (logged) and recomputed.
@@ -102,6 +103,7 @@ class AnswerKeys:
             getattr(segmenter, "encode_options", {}),
             policy,
             repr(getattr(stage1, "generation", None)),
+            repr(getattr(stage1, "presence_bias", None)),
             rev,
             repr(getattr(reviser, "generation", None)) if revise else None,
             revision_settings(reviser, segmenter) if revise else None,

@@ -19,7 +19,8 @@ Sources of a configuration (see :meth:`ModelConfig.load`):
   field, ``XFLOW_VLM_BASE``, ``XFLOW_INIT_ADAPTER``, ``XFLOW_REV_ADAPTER``, ``XFLOW_INIT_MODEL``,
   ``XFLOW_REV_MODEL``, ``XFLOW_SEGMENTER``, ``XFLOW_SEGMENTER_BACKEND``, ``XFLOW_DEVICE``,
   ``XFLOW_DTYPE``, ``XFLOW_CLICK_REFINEMENT``, ``XFLOW_STAGE2_CLICK_REFINEMENT``,
-  ``XFLOW_STAGE2_STOP_BIAS``, ``XFLOW_MAX_CLICKS``, ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
+  ``XFLOW_STAGE2_STOP_BIAS``, ``XFLOW_STAGE1_PRESENCE_BIAS``, ``XFLOW_MAX_CLICKS``,
+  ``XFLOW_MAX_NEW_TOKENS``, ``XFLOW_ROSALIA``.
 
 Example ``models.yaml``::
 
@@ -32,6 +33,7 @@ Example ``models.yaml``::
     encode_precision: float32               # F_seg's image encoder: float32 (default) or bfloat16
     click_refinement: brs                   # a person's clicks obeyed (segmenter/refine.py); default none
     stage2_click_refinement: brs            # π_rev's clicks too (only with a π_rev trained on them)
+    stage1_presence_bias: -0.25             # answer "present" more readily (an operating point; default 0)
     rosalia: ./rosalia                      # optional: the ROSALIA baseline (the app's `rosalia` task)
 
 A value that names an existing path (absolute, relative to the config file, or relative to the
@@ -162,6 +164,10 @@ class ModelConfig:
             ``exp(bias)`` times likelier than stopping: a threshold chosen on a dev seed for a
             π_rev that clicks where clicking does not pay (``policy.vlm.VLMPolicy``; bounded by
             ``policy.base.MAX_STOP_BIAS``).
+        stage1_presence_bias: logits added to π_init's choice to answer "absent" (default 0:
+            π_init as trained). A negative bias makes Stage 1 answer "present" unless absence is
+            ``exp(-bias)`` times likelier: the operating point of the presence decision, chosen on
+            a dev seed (``policy.vlm.presence_decision_ids``; bounded by ``policy.base.MAX_STOP_BIAS``).
         max_clicks: Stage 2 budget T (default 4, as in the paper; ``policy.base.check_budget``).
         revision_view: what π_rev looks at, the view its adapter was trained on: ``"full"`` (the
             whole image, default) or ``"zoom"`` (a window around the box that prompted the mask,
@@ -186,6 +192,7 @@ class ModelConfig:
     click_refinement: str = "none"
     stage2_click_refinement: str = "none"
     stage2_stop_bias: float = 0.0
+    stage1_presence_bias: float = 0.0
     max_clicks: int = MAX_CLICKS
     revision_view: str = "full"
     max_new_tokens: int | None = None
@@ -207,11 +214,12 @@ class ModelConfig:
                 raise ModelConfigError(f"{name} {value!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
             if value != "none" and self.segmenter_backend != "transformers":
                 raise ModelConfigError(f"{name} needs segmenter_backend: transformers")
-        try:
-            bias = check_stop_bias(self.stage2_stop_bias, "stage2_stop_bias")
-        except PolicyError as err:
-            raise ModelConfigError(str(err)) from err
-        object.__setattr__(self, "stage2_stop_bias", bias)
+        for name in ("stage2_stop_bias", "stage1_presence_bias"):
+            try:
+                bias = check_stop_bias(getattr(self, name), name)
+            except PolicyError as err:
+                raise ModelConfigError(str(err)) from err
+            object.__setattr__(self, name, bias)
         if self.revision_view not in REVISION_VIEWS:
             raise ModelConfigError(f"revision_view {self.revision_view!r} is not one of {', '.join(REVISION_VIEWS)}")
         try:
@@ -360,8 +368,9 @@ class ModelConfig:
         for name in _REFINEMENT_FIELDS:
             if getattr(self, name) != "none":
                 ids[name] = getattr(self, name)
-        if self.stage2_stop_bias:
-            ids["stage2_stop_bias"] = f"{self.stage2_stop_bias:g}"
+        for name in ("stage2_stop_bias", "stage1_presence_bias"):
+            if getattr(self, name):
+                ids[name] = f"{getattr(self, name):g}"
         return ids
 
     def locate(self, value: str) -> tuple[str, Path | None]:
@@ -516,6 +525,7 @@ def load_models(config: ModelConfig) -> LoadedModels:
         "dtype": config.dtype,
         "zoom": config.revision_view == "zoom",
         "stop_bias": config.stage2_stop_bias,
+        "presence_bias": config.stage1_presence_bias,
     }
     if config.max_new_tokens is not None:
         kwargs["generation"] = GenerationSettings(max_new_tokens=config.max_new_tokens)
