@@ -212,6 +212,8 @@ def test_bad_recipe_override_is_refused(capsys):
         ("rev_pays=1.5", "rev_pays"),
         ("rev_pays=-0.1", "rev_pays"),
         ("rev_pays=nan", "rev_pays"),
+        ("presence_bias=nan", "presence_bias"),
+        ("presence_bias=-30", "presence_bias"),
     ):
         assert main(["--quick", "--out", "/nonexistent/never-written", "--set", bad]) == 2, bad
         assert named in capsys.readouterr().err
@@ -501,7 +503,7 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
     the quick model's, reused) with the run's F_seg, not from perturbed true boxes. rev_zoom:
     they show the zoomed view, and the packaged model tells π_rev to look at it.
     rev_click_refinement: Stage 2 refines the oracle's clicks there, and in the packaged model.
-    rev_pays: the threshold reaches the builder."""
+    rev_pays: the threshold reaches the builder. presence_bias: both packaged models files."""
     from monailabel_xflow.training import builders
     from monailabel_xflow.training.demo import main
     from monailabel_xflow.training.demo_phases import DemoRun
@@ -532,6 +534,7 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
         "rev_zoom=true",
         "rev_click_refinement=brs",
         "rev_pays=0.05",
+        "presence_bias=-0.25",
         "parallel=false",
         f"segmenter_from={quick_model / 'segmenter'}",
     ):
@@ -543,7 +546,9 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
     assert (tmp_path / "model" / "rev" / "adapter_config.json").is_file()
     cfg = ModelConfig.from_file(tmp_path / "model" / "models.yaml")
     assert cfg.revision_view == "zoom" and cfg.stage2_click_refinement == "brs"
-    assert ModelConfig.from_file(tmp_path / "model" / "models-stage1.yaml").stage2_click_refinement == "none"
+    stage1_only = ModelConfig.from_file(tmp_path / "model" / "models-stage1.yaml")
+    assert stage1_only.stage2_click_refinement == "none"
+    assert cfg.stage1_presence_bias == stage1_only.stage1_presence_bias == -0.25  # the same π_init, both files
     from monailabel_xflow.workflow.model_config import load_models
 
     reviser = load_models(cfg).reviser

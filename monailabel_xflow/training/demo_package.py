@@ -62,6 +62,8 @@ def package(
     common = f"segmenter: ./segmenter\nmax_clicks: {recipe.max_clicks}\nmax_new_tokens: 200\ndevice: cpu\n"
     if recipe.click_refinement != "none":
         common += f"click_refinement: {recipe.click_refinement}\n"
+    if recipe.presence_bias:
+        common += f"stage1_presence_bias: {recipe.presence_bias:g}\n"
     header = (
         "# XFlow demo model: trained on synthetic phantoms only; not for clinical images.\n"
         "# Rebuild with `xflow train demo` (monailabel_xflow/training/demo.py).\n"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monailabel_xflow.policy.base import MAX_CLICKS
+from monailabel_xflow.policy.base import MAX_CLICKS, check_stop_bias
 from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS
 
 __all__ = [
@@ -117,6 +117,9 @@ class DemoRecipe:
         click_refinement: the packaged models files' ``click_refinement`` (``none`` or ``brs``:
             F_seg's masks made to agree with their clicks at inference,
             :mod:`monailabel_xflow.segmenter.refine`); an inference setting, no phase depends on it.
+        presence_bias: the packaged models files' ``stage1_presence_bias`` (π_init's presence
+            operating point, ``policy.vlm.presence_decision_ids``); an inference setting chosen on
+            a dev seed after training, no phase depends on it.
         rev_pays: with ``rev_onpolicy``, the smallest IoU gain of the oracle's clicks for which a
             trajectory teaches π_rev to click (``policy.oracle.PAYS``, 0.01); below it, to stop.
         rev_click_refinement: the same for π_rev's clicks: its trajectories (``build rev-sft``),
@@ -193,6 +196,7 @@ class DemoRecipe:
     rev_zoom: bool = False
     click_refinement: str = "none"
     rev_click_refinement: str = "none"
+    presence_bias: float = 0.0
     rev_pays: float = 0.01
     threads: int = 2
 
@@ -201,6 +205,7 @@ class DemoRecipe:
         for name in ("click_refinement", "rev_click_refinement"):
             if getattr(self, name) not in CLICK_REFINEMENTS:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
+        check_stop_bias(self.presence_bias, "presence_bias")
         if not 0.0 <= self.rev_pays <= 1.0:  # an IoU gain; also rejects NaN
             raise ValueError(f"rev_pays must lie in [0, 1] (an IoU gain), got {self.rev_pays}")
 
