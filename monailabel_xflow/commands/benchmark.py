@@ -18,6 +18,8 @@ from typing import Any
 
 
 def register(subparsers) -> None:
+    from monailabel_xflow.eval.phantom_protocol import DEV_SEED, SPENT_TEST_SEEDS, TEST_SEED, TRAIN_SEED
+
     p = subparsers.add_parser(
         "benchmark",
         help="reproduce the paper's comparison on held-out phantoms "
@@ -54,8 +56,8 @@ def register(subparsers) -> None:
         type=int,
         default=None,
         help=(
-            "phantom seed (default: the split's, 1000 for dev, 741557 for --test; "
-            "spent: 7301, 969907, 724807; training: 0)"
+            f"phantom seed (default: the split's, {DEV_SEED} for dev, {TEST_SEED} for --test; "
+            f"spent: {', '.join(map(str, SPENT_TEST_SEEDS))}; training: {TRAIN_SEED})"
         ),
     )
     ph.add_argument(

@@ -62,17 +62,17 @@ TRAIN_SEED = 0
 DEV_SEED = 1000
 """The seed every choice is made on (the demos' held-out seed until the protocol existed)."""
 
-TEST_SEED = 741557
+TEST_SEED = 801643
 """The seed of the next report: used once, with models chosen on :data:`DEV_SEED`, never for a choice.
 
-Drawn with ``secrets.randbelow(10**6)`` on 2026-12-04 at 09:31 UTC (issue 35, before π_rev was
-retrained on the click refinement's revisions) and committed before any model meant for it was
-trained. Not scored yet."""
+Drawn with ``secrets.randbelow(10**6)`` on 2026-12-04 at 18:49 UTC, right after 741557 was
+scored (issue 35, the demo with π_init's presence operating point). Not scored yet."""
 
-SPENT_TEST_SEEDS = (7301, 969907, 724807)
+SPENT_TEST_SEEDS = (7301, 969907, 724807, 741557)
 """Earlier test seeds, each already scored (7301: the issue 17 and issue 26 demos, reports/phantom-benchmark/;
 724807: the issue 35 demo, reports/phantom-benchmark/test-724807/; 969907: drawn after 724807 was
-scored, a second unseen check of the same demo, reports/phantom-benchmark/test-724807/second-seed-969907/).
+scored, a second unseen check of the same demo, reports/phantom-benchmark/test-724807/second-seed-969907/;
+741557: the issue 35 demo with ``stage1_presence_bias``, reports/phantom-benchmark/test-741557/).
 Rerun one only to reproduce its report (``--test --seed N``), never to choose."""
 
 SPLITS = {"dev": DEV_SEED, "test": TEST_SEED}
