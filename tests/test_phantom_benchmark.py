@@ -290,6 +290,12 @@ def test_command_refuses_bad_arguments(bench_models, tmp_path, capsys):
     assert main(base + ["--questions", "6", "--methods", "rosalia"]) == 2
     err = capsys.readouterr().err
     assert "at least 6" in err and "unknown method" in err and "--rosalia" in err
+    from monailabel_xflow.eval.phantom_protocol import SPENT_TEST_SEEDS, TEST_SEED, TRAIN_SEED
+
+    for seed in (TEST_SEED, SPENT_TEST_SEEDS[-1], TRAIN_SEED):  # a test seed is never a dev choice's
+        assert main(base + ["--questions", "6", "--seed", str(seed)]) == 2
+        assert str(seed) in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # refused before anything is written
 
 
 def test_contact_cases_cover_every_level_and_a_negative_each():

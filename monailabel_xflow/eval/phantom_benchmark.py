@@ -80,6 +80,7 @@ from monailabel_xflow.eval.phantom_protocol import (
     DEV_SEED,
     METHOD_TITLES,
     METHODS,
+    SPENT_TEST_SEEDS,
     SPLITS,
     TEST_SEED,
     TRAIN_SEED,
@@ -166,8 +167,8 @@ def run_benchmark(
         The summary dict (also ``OUT/benchmark.json``).
 
     Raises:
-        ValueError: an unknown method or split, ``rosalia`` asked for without a ROSALIA model, or
-            the training seed.
+        ValueError: an unknown method or split, ``rosalia`` asked for without a ROSALIA model, the
+            training seed, or a test seed on the dev split.
         BenchmarkOutError: ``out`` holds another benchmark.
     """
     from monailabel_xflow.data.readers import read_mimic_ils
@@ -180,6 +181,8 @@ def run_benchmark(
     seed = SPLITS[split] if seed is None else int(seed)
     if seed == TRAIN_SEED:
         raise ValueError(f"seed {TRAIN_SEED} drew the demos' training phantoms; score held-out seeds only")
+    if split == "dev" and seed in (TEST_SEED, *SPENT_TEST_SEEDS):
+        raise ValueError(f"seed {seed} is a test seed; make dev choices on other seeds (--test reproduces a report)")
     wanted = list(methods) if methods else [m for m in METHODS if m != "rosalia" or rosalia is not None]
     unknown = [m for m in wanted if m not in METHODS]
     if unknown:
