@@ -503,18 +503,20 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
     the quick model's, reused) with the run's F_seg, not from perturbed true boxes. rev_zoom:
     they show the zoomed view, and the packaged model tells π_rev to look at it.
     rev_click_refinement: Stage 2 refines the oracle's clicks there, and in the packaged model.
-    rev_pays: the threshold reaches the builder. presence_bias: both packaged models files."""
+    rev_pays: the threshold reaches the builder. presence_bias: the Stage 1 of those states, and
+    both packaged models files."""
     from monailabel_xflow.training import builders
     from monailabel_xflow.training.demo import main
     from monailabel_xflow.training.demo_phases import DemoRun
 
-    adapters, kinds, refinements = [], [], []
+    adapters, kinds, refinements, biases = [], [], [], []
     real_workflow, real_build = DemoRun.workflow, builders.build
 
     def workflow(self, init_adapter):
         adapters.append(Path(init_adapter))
         flow = real_workflow(self, init_adapter)
         refinements.append(flow.segmenter.refinement)
+        biases.append(flow.stage1.presence_bias)
         return flow
 
     def build(kind, cases, out_dir, **kw):
@@ -542,6 +544,7 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
     assert main(args) == 0
     assert adapters == [quick_model / "init"]
     assert refinements == [ClickRefinement()]
+    assert biases == [-0.25]  # π_rev's states come from the π_init it will follow, as configured
     assert ("rev-sft", "XFlow", None, True, 0.05) in kinds
     assert (tmp_path / "model" / "rev" / "adapter_config.json").is_file()
     cfg = ModelConfig.from_file(tmp_path / "model" / "models.yaml")

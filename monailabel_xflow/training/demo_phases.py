@@ -277,9 +277,10 @@ class DemoRun:
         return self.work / "vlm" / ("pretrained" if pretrained else "base")
 
     def workflow(self, init_adapter: Path) -> Any:
-        """The Stage 1 workflow π_rev will follow: the base with ``init_adapter`` and the run's
-        F_seg, no π_rev (on-policy revision data, ``recipe.rev_onpolicy``); Stage 2's clicks refined
-        as ``recipe.rev_click_refinement`` says."""
+        """The Stage 1 workflow π_rev will follow: the base with ``init_adapter`` at the recipe's
+        presence operating point (``recipe.presence_bias``) and the run's F_seg, no π_rev
+        (on-policy revision data, ``recipe.rev_onpolicy``); Stage 2's clicks refined as
+        ``recipe.rev_click_refinement`` says."""
         from monailabel_xflow.workflow.xflow import XFlow
 
         config = {
@@ -287,6 +288,7 @@ class DemoRun:
             "init_adapter": str(init_adapter),
             "segmenter": str(self.seg_dir),
             "stage2_click_refinement": self.recipe.rev_click_refinement,
+            "stage1_presence_bias": self.recipe.presence_bias,
         }
         return XFlow.from_config({**config, "max_clicks": self.recipe.max_clicks, "device": "cpu"})
 

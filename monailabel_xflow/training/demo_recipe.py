@@ -118,8 +118,8 @@ class DemoRecipe:
             F_seg's masks made to agree with their clicks at inference,
             :mod:`monailabel_xflow.segmenter.refine`); an inference setting, no phase depends on it.
         presence_bias: the packaged models files' ``stage1_presence_bias`` (π_init's presence
-            operating point, ``policy.vlm.presence_decision_ids``); an inference setting chosen on
-            a dev seed after training, no phase depends on it.
+            operating point, ``policy.vlm.presence_decision_ids``), an inference setting chosen on a
+            dev seed; with ``rev_onpolicy`` the Stage 1 that π_rev's states come from uses it too.
         rev_pays: with ``rev_onpolicy``, the smallest IoU gain of the oracle's clicks for which a
             trajectory teaches π_rev to click (``policy.oracle.PAYS``, 0.01); below it, to stop.
         rev_click_refinement: the same for π_rev's clicks: its trajectories (``build rev-sft``),
