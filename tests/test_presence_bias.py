@@ -9,11 +9,10 @@ choice was made); the tokenizers are the demo's and the tiny offline one of ``ti
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from test_stop_bias import image
 
 from monailabel_xflow.eval.phantom_manifest import stage1_identity
 from monailabel_xflow.instructions import parse_instruction
@@ -24,7 +23,6 @@ from monailabel_xflow.policy.vlm import VLMPolicy, presence_decision_ids
 from monailabel_xflow.vocabulary import LEFT_LUNG, RIGHT_LUNG
 from monailabel_xflow.workflow.model_config import DEMO_DIR, DEMO_MODELS_FILE, ModelConfig, ModelConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = [
     "Segment the effusion in the left lung.",
     "Segment the edema.",
@@ -33,10 +31,6 @@ QUESTIONS = [
     "Segment the cardiomegaly.",
 ]
 STUDIES = ("phantom_1_00000", "phantom_1_00003", "phantom_1_00004")
-
-
-def image(study: str) -> np.ndarray:
-    return np.asarray(Image.open(ROOT / "sample-data" / f"{study}.png").convert("L"), np.float32) / 255.0
 
 
 @pytest.mark.parametrize("which", ["demo", "tiny"])
