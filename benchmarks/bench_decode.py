@@ -47,6 +47,13 @@ def timed(fn, repeat: int) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
+def decode_whole_budget(model, new_tokens: int) -> None:
+    """Make ``model`` (a peft model) decode exactly ``new_tokens``: a random model's EOS would end
+    calls early and unevenly, so every long call does equal work."""
+    generation = model.get_base_model().generation_config
+    generation.eos_token_id, generation.min_new_tokens = None, new_tokens
+
+
 def build_policy(size: str, device: str, dtype: str, new_tokens: int):
     """A random Gemma3 policy with adapters "init" and "rev", built in memory on ``device``."""
     import torch
@@ -72,9 +79,7 @@ def build_policy(size: str, device: str, dtype: str, new_tokens: int):
     model.add_adapter("rev", lora)
     model.set_adapter("init")
     model.eval()
-    generation = model.get_base_model().generation_config
-    generation.eos_token_id = None  # a random model decodes the whole budget: equal work per call
-    generation.min_new_tokens = new_tokens
+    decode_whole_budget(model, new_tokens)
     return VLMPolicy(model, processor, GenerationSettings(max_new_tokens=new_tokens))
 
 
@@ -151,8 +156,7 @@ def main() -> int:
                 dtype=args.dtype,
                 generation=GenerationSettings(max_new_tokens=args.new_tokens),
             )
-            generation = loaded.model.get_base_model().generation_config
-            generation.eos_token_id, generation.min_new_tokens = None, args.new_tokens
+            decode_whole_budget(loaded.model, args.new_tokens)
             measure("loaded", loaded)
     if torch.cuda.is_available():
         print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")

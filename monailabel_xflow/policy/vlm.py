@@ -86,6 +86,14 @@ def check_transformers(version: str | None = None) -> None:
         )
 
 
+def _parting_index(ids: Sequence[int], others: Sequence[Sequence[int]]) -> int | None:
+    """The first position at which ``ids`` holds a token none of ``others`` holds there (None: none)."""
+    for k, token in enumerate(ids):
+        if all(len(o) <= k or o[k] != token for o in others):
+            return k
+    return None
+
+
 def stop_decision_ids(tokenizer) -> tuple[int, ...]:
     """Token ids of π_rev's stop answer up to the token where it parts from every click answer.
 
@@ -102,10 +110,10 @@ def stop_decision_ids(tokenizer) -> tuple[int, ...]:
 
     stop = ids(revision_target(None))
     clicks = [ids(revision_target(Click(positive, 0.5, 0.5))) for positive in (True, False)]
-    for k, token in enumerate(stop):
-        if all(len(c) <= k or c[k] != token for c in clicks):
-            return tuple(stop[: k + 1])
-    raise PolicyError("the tokenizer does not tell π_rev's stop answer from its clicks")
+    k = _parting_index(stop, clicks)
+    if k is None:
+        raise PolicyError("the tokenizer does not tell π_rev's stop answer from its clicks")
+    return tuple(stop[: k + 1])
 
 
 def presence_decision_ids(tokenizer) -> tuple[int, ...]:
@@ -128,13 +136,11 @@ def presence_decision_ids(tokenizer) -> tuple[int, ...]:
     def ids(mask: np.ndarray | None) -> list[int]:
         return list(tokenizer(init_target(instruction, mask, lungs), add_special_tokens=False)["input_ids"])
 
-    absent, present = ids(None), ids(lesion)
-    for k, token in enumerate(absent):
-        if k >= len(present) or present[k] != token:
-            if k == 0:
-                break
-            return tuple(absent[k - 1 : k + 1])
-    raise PolicyError("the tokenizer does not tell π_init's absent answer from a present one")
+    absent = ids(None)
+    k = _parting_index(absent, [ids(lesion)])
+    if not k:  # None, or parting at the first token: no context to fire on
+        raise PolicyError("the tokenizer does not tell π_init's absent answer from a present one")
+    return tuple(absent[k - 1 : k + 1])
 
 
 # --- the VLM --------------------------------------------------------------------------------
@@ -235,8 +241,12 @@ class VLMPolicy:
         self.batch_stage1 = batch_stage1
         self.encoder = ConversationEncoder(processor)
         tok = processor.tokenizer
-        self._stop_choice = stop_decision_ids(tok) if self.stop_bias else None
-        self._absent_choice = presence_decision_ids(tok) if self.presence_bias else None
+        # transformers' sequence_bias per stage: the decision token each stage's bias moves
+        self._decision_bias: dict[str, list] = {}
+        if self.stop_bias:
+            self._decision_bias[REV_ADAPTER] = [[list(stop_decision_ids(tok)), self.stop_bias]]
+        if self.presence_bias:
+            self._decision_bias[INIT_ADAPTER] = [[list(presence_decision_ids(tok)), self.presence_bias]]
         # Image placeholders are never a valid answer; a near-flat policy sampling one would
         # break the next forward ("image features and image tokens do not match").
         config = getattr(model, "config", None)
@@ -357,8 +367,7 @@ class VLMPolicy:
         cache=None,
         pixel_values=None,
         attention_mask=None,
-        bias_stop: bool = False,
-        bias_presence: bool = False,
+        stage: str | None = None,
     ):
         """One ``generate`` call over the whole sequence so far.
 
@@ -367,8 +376,9 @@ class VLMPolicy:
             cache: a cache holding a prefix of ``enc`` (mutated in place), or None.
             pixel_values: pixels of exactly the images not yet in ``cache``.
             attention_mask: default all ones (no padding).
-            bias_stop: add ``stop_bias`` to the stop choice (π_rev's turns).
-            bias_presence: add ``presence_bias`` to the absent choice (π_init's answers).
+            stage: :data:`INIT_ADAPTER` (π_init's answers: ``presence_bias`` on the absent choice) or
+                :data:`REV_ADAPTER` (π_rev's turns: ``stop_bias`` on the stop choice); None decodes
+                unbiased (training rollouts).
         """
         import torch
 
@@ -389,10 +399,8 @@ class VLMPolicy:
         )
         if pixel_values is not None:
             kwargs["pixel_values"] = pixel_values
-        if bias_stop and self._stop_choice is not None:
-            kwargs["sequence_bias"] = [[list(self._stop_choice), self.stop_bias]]
-        if bias_presence and self._absent_choice is not None:
-            kwargs["sequence_bias"] = [[list(self._absent_choice), self.presence_bias]]
+        if stage in self._decision_bias:
+            kwargs["sequence_bias"] = self._decision_bias[stage]
         if cache is not None:
             kwargs["cache"] = cache
         with torch.inference_mode():
@@ -404,7 +412,7 @@ class VLMPolicy:
         """π_init's raw answer to one instruction (protocol text: lungs, presence, lesions)."""
         enc = self.stage1_inputs(image, instruction)
         with self._adapter(INIT_ADAPTER):
-            out = self.generate(enc, pixel_values=enc.pixel_values, bias_presence=True)
+            out = self.generate(enc, pixel_values=enc.pixel_values, stage=INIT_ADAPTER)
         return self.encoder.decode(out.sequences[0, enc.input_ids.shape[1] :])
 
     def stage1_many(self, image: np.ndarray, instructions: Sequence[Instruction]) -> list[str]:
@@ -448,7 +456,7 @@ class VLMPolicy:
             texts = []
             for k, enc in enumerate(encs):
                 branch = cache if k == len(encs) - 1 else copy.deepcopy(cache)  # generate mutates
-                out = self.generate(enc, cache=branch, bias_presence=True)
+                out = self.generate(enc, cache=branch, stage=INIT_ADAPTER)
                 texts.append(self.encoder.decode(out.sequences[0, enc.input_ids.shape[1] :]))
         return texts
 
@@ -468,7 +476,7 @@ class VLMPolicy:
             mask[row, :prefix] = 1
             mask[row, start:] = 1
         cache.batch_repeat_interleave(n)
-        out = self.generate(Piece(ids, tti, None), cache=cache, attention_mask=mask, bias_presence=True)
+        out = self.generate(Piece(ids, tti, None), cache=cache, attention_mask=mask, stage=INIT_ADAPTER)
         return [self.encoder.decode(out.sequences[row, prefix + width :]) for row in range(n)]
 
     def _prefill(self, enc: Piece, length: int):
@@ -564,10 +572,10 @@ class VLMRevisionSession:
         enc = Piece(ids, tti, None)
         with p._adapter(REV_ADAPTER):
             if p.reuse_cache:
-                out = p.generate(enc, cache=self._cache, pixel_values=turn.pixel_values, bias_stop=True)
+                out = p.generate(enc, cache=self._cache, pixel_values=turn.pixel_values, stage=REV_ADAPTER)
                 self._cache = out.cache
             else:
-                out = p.generate(enc, pixel_values=torch.cat(self.pixel_values, dim=0), bias_stop=True)
+                out = p.generate(enc, pixel_values=torch.cat(self.pixel_values, dim=0), stage=REV_ADAPTER)
         new = out.sequences[:, ids.shape[1] :]
         self.answer_spans.append((ids.shape[1], out.sequences.shape[1]))
         self.input_ids = out.sequences
