@@ -1,0 +1,110 @@
+"""π_rev's clicks moved by F_seg's own logits (dev diagnostic, section 10 of README.md).
+
+π_rev decides and clicks as in the committed demo; before F_seg answers, each *positive* click
+outside the mask is changed by F_seg's logits for the current box and clicks (bilinear to the
+image, as ``Sam3Segmenter.predict`` does):
+
+* ``snap``: moved to the pixel outside the mask, within RADIUS px of π_rev's point, where F_seg's
+  logit is highest (where F_seg is least sure the lesion ends);
+* ``gate``: read as a stop when that logit is below TAU (RADIUS 0: π_rev's own pixel).
+
+Negative clicks and positive clicks inside the mask are π_rev's. Runs on the questions and
+Stage 1 texts of a finished ``xflow benchmark phantom ... --methods stage1,stage1+2,oracle``
+folder BENCH made with the demo's models file, writes ``OUT/NAME/revisions.jsonl`` and prints
+``stop_decisions`` against BENCH's oracle (mean IoU change per lesion against the ground truth).
+
+    python reports/phantom-benchmark/dev-issue35/click_snap.py NAME BENCH OUT RADIUS TAU
+    # RADIUS 0, TAU -1e9: the control (π_rev's clicks at their pixels' centres)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from monailabel_xflow.data.readers import read_mimic_ils
+from monailabel_xflow.eval.phantom_benchmark import interleaved
+from monailabel_xflow.eval.phantom_manifest import stage1_identity
+from monailabel_xflow.eval.phantom_methods import SharedStage1, _Revisions
+from monailabel_xflow.eval.phantom_protocol import STAGE1_NAME
+from monailabel_xflow.eval.phantom_statistics import stop_decisions
+from monailabel_xflow.geometry import Click, point_to_pixel
+from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
+from monailabel_xflow.transforms.loading import load_cxr
+from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, load_models
+from monailabel_xflow.workflow.xflow import XFlow
+
+name, bench, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+radius, tau = float(sys.argv[4]), float(sys.argv[5])
+cfg = ModelConfig.load(DEMO_MODELS_FILE)
+loaded = load_models(cfg)
+rev, seg = loaded.reviser, loaded.segmenter
+flow = XFlow(
+    SharedStage1(loaded.stage1, bench / STAGE1_NAME, stage1_identity(cfg)),
+    rev,
+    seg,
+    max_clicks=cfg.max_clicks,
+    models=loaded.identities,
+)
+cases = interleaved(
+    read_mimic_ils(bench / "data" / "ground-truth" / "heldout.json", split="test", kinds=("basic", "global")).cases
+)
+moves: list[dict] = []
+
+
+def logits_now(state) -> np.ndarray:
+    """F_seg's ``(H, W)`` logits for the state's box and clicks (Stage 2 also feeds back the
+    previous logits; the control row shows this changes nothing measurable)."""
+    res = seg.predict([state.box], clicks=[list(state.clicks)] if state.clicks else None)
+    low = torch.as_tensor(np.asarray(res.low_res_logits[0], np.float32))
+    low = low.reshape(1, 1, *low.shape[-2:])
+    up = torch.nn.functional.interpolate(low, size=state.mask.shape, mode="bilinear", align_corners=False)
+    return up[0, 0].numpy()
+
+
+class Snapped:
+    def start(self, image, instruction, box):
+        return Session(rev.start(image, instruction, box))
+
+
+class Session:
+    zoom = False
+
+    def __init__(self, pol):
+        self.pol = pol
+
+    def step(self, state):
+        said = self.pol.step(state)
+        action = parse_stage2(said).value
+        click = action.click if action is not None else None
+        if click is None or not click.positive:
+            return said
+        h, w = state.mask.shape
+        r0, c0 = point_to_pixel(click.x, click.y, state.mask.shape)
+        yy, xx = np.mgrid[:h, :w]
+        candidates = ((yy - r0) ** 2 + (xx - c0) ** 2 <= radius**2) & ~state.mask
+        if not candidates.any():  # a positive click inside the mask: π_rev's
+            return said
+        scores = np.where(candidates, logits_now(state), -np.inf)
+        r, c = divmod(int(np.argmax(scores)), w)
+        moves.append({"from": [r0, c0], "to": [r, c], "logit": float(scores[r, c])})
+        if scores[r, c] < tau:
+            return Stage2Action(None)
+        return Stage2Action(Click(True, (c + 0.5) / w, (r + 0.5) / h))
+
+
+folder = out / name
+folder.mkdir(parents=True, exist_ok=True)
+(folder / "revisions.jsonl").unlink(missing_ok=True)
+revisions = _Revisions(folder / "revisions.jsonl")
+for i, case in enumerate(cases):
+    result = flow.run(load_cxr(case.image_path)[0], case.instruction, reviser=Snapped())
+    revisions.add(case.case_id, result.trace)
+    if i % 50 == 0:
+        print(i, flush=True)
+(folder / "moves.json").write_text(json.dumps(moves))
+print(name, json.dumps(stop_decisions(folder, bench / "oracle", cases)))
