@@ -24,46 +24,22 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
+from replay import demo_flow, replay
 
-from monailabel_xflow.data.readers import read_mimic_ils
-from monailabel_xflow.eval.phantom_benchmark import interleaved
-from monailabel_xflow.eval.phantom_manifest import stage1_identity
-from monailabel_xflow.eval.phantom_methods import SharedStage1, _Revisions
-from monailabel_xflow.eval.phantom_protocol import STAGE1_NAME
-from monailabel_xflow.eval.phantom_statistics import stop_decisions
-from monailabel_xflow.geometry import Click, point_to_pixel
+from monailabel_xflow.geometry import Click, pixel_to_point, point_to_pixel
 from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
-from monailabel_xflow.transforms.loading import load_cxr
-from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, load_models
-from monailabel_xflow.workflow.xflow import XFlow
 
 name, bench, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 radius, tau = float(sys.argv[4]), float(sys.argv[5])
-cfg = ModelConfig.load(DEMO_MODELS_FILE)
-loaded = load_models(cfg)
+_, loaded, flow = demo_flow(bench)
 rev, seg = loaded.reviser, loaded.segmenter
-flow = XFlow(
-    SharedStage1(loaded.stage1, bench / STAGE1_NAME, stage1_identity(cfg)),
-    rev,
-    seg,
-    max_clicks=cfg.max_clicks,
-    models=loaded.identities,
-)
-cases = interleaved(
-    read_mimic_ils(bench / "data" / "ground-truth" / "heldout.json", split="test", kinds=("basic", "global")).cases
-)
 moves: list[dict] = []
 
 
 def logits_now(state) -> np.ndarray:
     """F_seg's ``(H, W)`` logits for the state's box and clicks (Stage 2 also feeds back the
     previous logits; the control row shows this changes nothing measurable)."""
-    res = seg.predict([state.box], clicks=[list(state.clicks)] if state.clicks else None)
-    low = torch.as_tensor(np.asarray(res.low_res_logits[0], np.float32))
-    low = low.reshape(1, 1, *low.shape[-2:])
-    up = torch.nn.functional.interpolate(low, size=state.mask.shape, mode="bilinear", align_corners=False)
-    return up[0, 0].numpy()
+    return seg.predict([state.box], clicks=[list(state.clicks)] if state.clicks else None).logits[0]
 
 
 class Snapped:
@@ -94,17 +70,10 @@ class Session:
         moves.append({"from": [r0, c0], "to": [r, c], "logit": float(scores[r, c])})
         if scores[r, c] < tau:
             return Stage2Action(None)
-        return Stage2Action(Click(True, (c + 0.5) / w, (r + 0.5) / h))
+        return Stage2Action(Click(True, *pixel_to_point(r, c, state.mask.shape)))
 
 
 folder = out / name
-folder.mkdir(parents=True, exist_ok=True)
-(folder / "revisions.jsonl").unlink(missing_ok=True)
-revisions = _Revisions(folder / "revisions.jsonl")
-for i, case in enumerate(cases):
-    result = flow.run(load_cxr(case.image_path)[0], case.instruction, reviser=Snapped())
-    revisions.add(case.case_id, result.trace)
-    if i % 50 == 0:
-        print(i, flush=True)
+decisions = replay(flow, bench, folder, lambda case, image: Snapped())
 (folder / "moves.json").write_text(json.dumps(moves))
-print(name, json.dumps(stop_decisions(folder, bench / "oracle", cases)))
+print(name, json.dumps(decisions))

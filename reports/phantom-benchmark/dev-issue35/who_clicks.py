@@ -19,31 +19,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from monailabel_xflow.data.readers import read_mimic_ils
-from monailabel_xflow.eval.phantom_benchmark import interleaved
-from monailabel_xflow.eval.phantom_manifest import stage1_identity
-from monailabel_xflow.eval.phantom_methods import SharedStage1, _Revisions
-from monailabel_xflow.eval.phantom_protocol import STAGE1_NAME, case_gt
-from monailabel_xflow.eval.phantom_statistics import stop_decisions
+from replay import demo_flow, replay
+
+from monailabel_xflow.eval.phantom_protocol import case_gt
 from monailabel_xflow.policy.oracle import GroundTruthReviser, simulated_user
 from monailabel_xflow.policy.protocol import parse_stage2
 from monailabel_xflow.policy.vlm import VLMPolicy
-from monailabel_xflow.transforms.loading import load_cxr
-from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, load_models
-from monailabel_xflow.workflow.xflow import XFlow
 
 mode, bench, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 if mode not in ("policy-decides", "oracle-decides"):
     raise SystemExit(f"MODE must be policy-decides or oracle-decides, got {mode!r}")
-cfg = ModelConfig.load(DEMO_MODELS_FILE)
-loaded = load_models(cfg)
+cfg, loaded, flow = demo_flow(bench)
 rev = loaded.reviser
 forced = VLMPolicy(rev.model, rev.processor, generation=rev.generation, stop_bias=-20.0)
-shared = SharedStage1(loaded.stage1, bench / STAGE1_NAME, stage1_identity(cfg))
-flow = XFlow(shared, rev, loaded.segmenter, max_clicks=cfg.max_clicks, models=loaded.identities)
-cases = interleaved(
-    read_mimic_ils(bench / "data" / "ground-truth" / "heldout.json", split="test", kinds=("basic", "global")).cases
-)
 
 
 def is_stop(answer) -> bool:
@@ -81,13 +69,4 @@ class Session:
         return self.pol_forced.texts[-1]
 
 
-revisions = _Revisions(out / mode / "revisions.jsonl")
-(out / mode).mkdir(parents=True, exist_ok=True)
-(out / mode / "revisions.jsonl").unlink(missing_ok=True)
-for i, case in enumerate(cases):
-    image = load_cxr(case.image_path)[0]
-    result = flow.run(image, case.instruction, reviser=Hybrid(case_gt(case, image.shape)))
-    revisions.add(case.case_id, result.trace)
-    if i % 50 == 0:
-        print(i, flush=True)
-print(stop_decisions(out / mode, bench / "oracle", cases))
+print(replay(flow, bench, out / mode, lambda case, image: Hybrid(case_gt(case, image.shape))))

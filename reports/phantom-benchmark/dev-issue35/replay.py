@@ -1,0 +1,58 @@
+"""Stage 2 replayed behind the demo's cached Stage 1: the setup the dev diagnostics of sections 8,
+10 and 11 share (``who_clicks.py``, ``click_snap.py``, ``rev_behind_stage1.py``).
+
+BENCH is a finished ``xflow benchmark phantom ... --methods stage1,stage1+2,oracle`` folder made
+with the demo's models file: its Stage 1 texts are reused, its questions replayed, and the
+replayed revisions scored against its oracle with ``stop_decisions`` (mean IoU change per lesion
+against the ground truth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from monailabel_xflow.data.readers import read_mimic_ils
+from monailabel_xflow.eval.phantom_benchmark import interleaved
+from monailabel_xflow.eval.phantom_manifest import stage1_identity
+from monailabel_xflow.eval.phantom_methods import SharedStage1, _Revisions
+from monailabel_xflow.eval.phantom_protocol import STAGE1_NAME
+from monailabel_xflow.eval.phantom_statistics import stop_decisions
+from monailabel_xflow.transforms.loading import load_cxr
+from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, load_models
+from monailabel_xflow.workflow.xflow import XFlow
+
+
+def demo_flow(bench: Path, reviser: Any = None) -> tuple[ModelConfig, Any, XFlow]:
+    """``(cfg, loaded, flow)``: the demo's models, and an XFlow whose Stage 1 answers come from
+    BENCH's texts and whose π_rev is ``reviser`` (default the demo's)."""
+    cfg = ModelConfig.load(DEMO_MODELS_FILE)
+    loaded = load_models(cfg)
+    flow = XFlow(
+        SharedStage1(loaded.stage1, bench / STAGE1_NAME, stage1_identity(cfg)),
+        loaded.reviser if reviser is None else reviser,
+        loaded.segmenter,
+        max_clicks=cfg.max_clicks,
+        models=loaded.identities,
+    )
+    return cfg, loaded, flow
+
+
+def replay(flow: XFlow, bench: Path, folder: Path, reviser_for: Callable[[Any, Any], Any] | None = None) -> Any:
+    """Run ``flow`` on BENCH's questions into ``folder/revisions.jsonl`` (replaced) and return
+    ``stop_decisions`` against BENCH's oracle. ``reviser_for(case, image)`` gives a question its
+    own π_rev (default the flow's)."""
+    cases = interleaved(
+        read_mimic_ils(bench / "data" / "ground-truth" / "heldout.json", split="test", kinds=("basic", "global")).cases
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "revisions.jsonl").unlink(missing_ok=True)
+    revisions = _Revisions(folder / "revisions.jsonl")
+    for i, case in enumerate(cases):
+        image = load_cxr(case.image_path)[0]
+        reviser = reviser_for(case, image) if reviser_for is not None else None
+        revisions.add(case.case_id, flow.run(image, case.instruction, reviser=reviser).trace)
+        if i % 50 == 0:
+            print(i, flush=True)
+    return stop_decisions(folder, bench / "oracle", cases)
