@@ -276,6 +276,11 @@ def test_tiny_sam3_end_to_end_through_the_cli(tmp_path, tiny_sam3, capsys):
     from monailabel_xflow.cli import main
 
     out = tmp_path / "b"
+    # weights that are not there: a clear error, and no folder left to refuse the corrected rerun
+    missing = ["benchmark", "clicks", "--out", str(out), "--segmenter", str(tmp_path / "typo"), "--phantoms", "1",
+               "--methods", "fseg", "--no-progress", "--device", "cpu"]  # fmt: skip
+    assert main(missing) == 2
+    assert "not found" in capsys.readouterr().err and not out.exists()
     rc = main(
         [
             "benchmark",

@@ -639,12 +639,21 @@ def run_click_benchmark(
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     )
+    # F_seg is loaded before the folder is made: weights that fail to load leave no manifest
+    # behind to refuse the corrected rerun.
+    seg: PromptableSegmenter | None = None
+    if "fseg" in methods:
+        if load is not None:
+            seg = load()
+        else:
+            from monailabel_xflow.segmenter.loading import load_segmenter
+
+            seg = load_segmenter(str(segmenter), backend=backend, device=device, refinement=refinement)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
 
     clicker = make_clicker(int(max_clicks), float(min_click_distance_px))
     done = _done(out)
-    seg: PromptableSegmenter | None = None
     results = out / RESULTS_NAME
     bar = tqdm(range(int(phantoms)), desc=f"click benchmark ({split})", disable=not progress)
     with results.open("a") as sink:
@@ -660,14 +669,7 @@ def run_click_benchmark(
             if not todo:
                 continue
             start = time.perf_counter()
-            if "fseg" in methods and any(m == "fseg" for _, m, _ in todo):
-                if seg is None:
-                    if load is not None:
-                        seg = load()
-                    else:
-                        from monailabel_xflow.segmenter.loading import load_segmenter
-
-                        seg = load_segmenter(str(segmenter), backend=backend, device=device, refinement=refinement)
+            if seg is not None and any(m == "fseg" for _, m, _ in todo):
                 seg.set_image(image)
             for comp, method, prompt in todo:
                 tick = time.perf_counter()
