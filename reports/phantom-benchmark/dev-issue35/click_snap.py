@@ -24,10 +24,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from replay import demo_flow, replay
-
-from monailabel_xflow.geometry import Click, pixel_to_point, point_to_pixel
-from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
+from replay import KEEP, MovedClicks, demo_flow, replay
 
 name, bench, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 radius, tau = float(sys.argv[4]), float(sys.argv[5])
@@ -42,38 +39,19 @@ def logits_now(state) -> np.ndarray:
     return seg.predict([state.box], clicks=[list(state.clicks)] if state.clicks else None).logits[0]
 
 
-class Snapped:
-    def start(self, image, instruction, box):
-        return Session(rev.start(image, instruction, box))
-
-
-class Session:
-    zoom = False
-
-    def __init__(self, pol):
-        self.pol = pol
-
-    def step(self, state):
-        said = self.pol.step(state)
-        action = parse_stage2(said).value
-        click = action.click if action is not None else None
-        if click is None or not click.positive:
-            return said
-        h, w = state.mask.shape
-        r0, c0 = point_to_pixel(click.x, click.y, state.mask.shape)
-        yy, xx = np.mgrid[:h, :w]
-        candidates = ((yy - r0) ** 2 + (xx - c0) ** 2 <= radius**2) & ~state.mask
-        if not candidates.any():  # a positive click inside the mask: π_rev's
-            return said
-        scores = np.where(candidates, logits_now(state), -np.inf)
-        r, c = divmod(int(np.argmax(scores)), w)
-        moves.append({"from": [r0, c0], "to": [r, c], "logit": float(scores[r, c])})
-        if scores[r, c] < tau:
-            return Stage2Action(None)
-        return Stage2Action(Click(True, *pixel_to_point(r, c, state.mask.shape)))
+def snap(image, state, r0, c0):
+    h, w = state.mask.shape
+    yy, xx = np.mgrid[:h, :w]
+    candidates = ((yy - r0) ** 2 + (xx - c0) ** 2 <= radius**2) & ~state.mask
+    if not candidates.any():  # a positive click inside the mask: π_rev's
+        return KEEP
+    scores = np.where(candidates, logits_now(state), -np.inf)
+    r, c = divmod(int(np.argmax(scores)), w)
+    moves.append({"from": [r0, c0], "to": [r, c], "logit": float(scores[r, c])})
+    return None if scores[r, c] < tau else (r, c)
 
 
 folder = out / name
-decisions = replay(flow, bench, folder, lambda case, image: Snapped())
+decisions = replay(flow, bench, folder, lambda case, image: MovedClicks(rev, snap))
 (folder / "moves.json").write_text(json.dumps(moves))
 print(name, json.dumps(decisions))

@@ -22,11 +22,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from replay import demo_flow, replay
+from replay import KEEP, MovedClicks, demo_flow, replay
 from scipy import ndimage
-
-from monailabel_xflow.geometry import Click, pixel_to_point, point_to_pixel
-from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
 
 name, bench, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 radius, gate = float(sys.argv[4]), bool(int(sys.argv[5]))
@@ -44,42 +41,24 @@ def lesion_like(smooth: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (np.abs(smooth - inside) < np.abs(smooth - outside)) & ~mask
 
 
-class Snapped:
-    def start(self, image, instruction, box):
-        return Session(rev.start(image, instruction, box), ndimage.gaussian_filter(np.asarray(image, float), 2.0))
-
-
-class Session:
-    zoom = False
-
-    def __init__(self, pol, smooth):
-        self.pol, self.smooth = pol, smooth
-
-    def step(self, state):
-        said = self.pol.step(state)
-        action = parse_stage2(said).value
-        click = action.click if action is not None else None
-        if click is None or not click.positive:
-            return said
-        h, w = state.mask.shape
-        r0, c0 = point_to_pixel(click.x, click.y, state.mask.shape)
-        if state.mask[r0, c0]:  # a positive click inside the mask: π_rev's
-            return said
-        like = lesion_like(self.smooth, state.mask)
-        yy, xx = np.mgrid[:h, :w]
-        near = (yy - r0) ** 2 + (xx - c0) ** 2 <= radius**2
-        candidates = like & near
-        if not candidates.any():
-            moves.append({"from": [r0, c0], "to": None})
-            return Stage2Action(None) if gate else said
-        depth = ndimage.distance_transform_edt(like)
-        score = np.where(candidates, depth - 1e-3 * np.hypot(yy - r0, xx - c0), -np.inf)
-        r, c = divmod(int(np.argmax(score)), w)
-        moves.append({"from": [r0, c0], "to": [r, c]})
-        return Stage2Action(Click(True, *pixel_to_point(r, c, state.mask.shape)))
+def snap(image, state, r0, c0):
+    if state.mask[r0, c0]:  # a positive click inside the mask: π_rev's
+        return KEEP
+    h, w = state.mask.shape
+    like = lesion_like(ndimage.gaussian_filter(np.asarray(image, float), 2.0), state.mask)
+    yy, xx = np.mgrid[:h, :w]
+    candidates = like & ((yy - r0) ** 2 + (xx - c0) ** 2 <= radius**2)
+    if not candidates.any():
+        moves.append({"from": [r0, c0], "to": None})
+        return None if gate else KEEP
+    depth = ndimage.distance_transform_edt(like)
+    score = np.where(candidates, depth - 1e-3 * np.hypot(yy - r0, xx - c0), -np.inf)
+    r, c = divmod(int(np.argmax(score)), w)
+    moves.append({"from": [r0, c0], "to": [r, c]})
+    return r, c
 
 
 folder = out / name
-decisions = replay(flow, bench, folder, lambda case, image: Snapped())
+decisions = replay(flow, bench, folder, lambda case, image: MovedClicks(rev, snap))
 (folder / "moves.json").write_text(json.dumps(moves))
 print(name, json.dumps(decisions))

@@ -13,12 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.eval.phantom_benchmark import interleaved
 from monailabel_xflow.eval.phantom_manifest import stage1_identity
 from monailabel_xflow.eval.phantom_methods import SharedStage1, _Revisions
 from monailabel_xflow.eval.phantom_protocol import STAGE1_NAME
 from monailabel_xflow.eval.phantom_statistics import stop_decisions
+from monailabel_xflow.geometry import Click, pixel_to_point, point_to_pixel
+from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
 from monailabel_xflow.transforms.loading import load_cxr
 from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, load_models
 from monailabel_xflow.workflow.xflow import XFlow
@@ -56,3 +60,41 @@ def replay(flow: XFlow, bench: Path, folder: Path, reviser_for: Callable[[Any, A
         if i % 50 == 0:
             print(i, flush=True)
     return stop_decisions(folder, bench / "oracle", cases)
+
+
+KEEP = "keep"  # what a ``move`` returns to leave π_rev's click as it said it
+
+
+class MovedClicks:
+    """π_rev ``rev`` whose positive clicks go through ``move`` before F_seg answers them.
+
+    ``move(image, state, row, col)`` gets the image, the Stage 2 state and the clicked pixel, and
+    returns the pixel to click instead (re-emitted at its centre), None to read the click as a
+    stop, or :data:`KEEP`. Negative clicks and stops are π_rev's.
+    """
+
+    def __init__(self, rev: Any, move: Callable[[np.ndarray, Any, int, int], Any]) -> None:
+        self.rev, self.move = rev, move
+
+    def start(self, image: np.ndarray, instruction: str, box: Any) -> _MovedSession:
+        return _MovedSession(self.rev.start(image, instruction, box), image, self.move)
+
+
+class _MovedSession:
+    zoom = False
+
+    def __init__(self, session: Any, image: np.ndarray, move: Callable[[np.ndarray, Any, int, int], Any]) -> None:
+        self.session, self.image, self.move = session, image, move
+
+    def step(self, state: Any) -> Any:
+        said = self.session.step(state)
+        action = parse_stage2(said).value
+        click = action.click if action is not None else None
+        if click is None or not click.positive:
+            return said
+        to = self.move(self.image, state, *point_to_pixel(click.x, click.y, state.mask.shape))
+        if to is None:
+            return Stage2Action(None)
+        if to == KEEP:
+            return said
+        return Stage2Action(Click(True, *pixel_to_point(*to, state.mask.shape)))
