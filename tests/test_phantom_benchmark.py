@@ -532,7 +532,7 @@ def test_stop_decisions_pair_pi_rev_with_the_oracle_lesion_by_lesion(tmp_path):
     IoUs measured against the ground truth: the traces' ``iou`` (F_seg's own estimate) is ignored."""
     from monailabel_xflow import rle
     from monailabel_xflow.data.readers import EvalCase
-    from monailabel_xflow.eval.phantom_statistics import stop_decisions
+    from monailabel_xflow.eval.phantom_statistics import lesion_gains, stop_decisions
     from monailabel_xflow.metrics import mask_iou
 
     shape = (40, 40)
@@ -596,3 +596,8 @@ def test_stop_decisions_pair_pi_rev_with_the_oracle_lesion_by_lesion(tmp_path):
     assert got["mean_gain"]["policy"] == pytest.approx((0 + 0.5 + 0 + (spilled - 1) + 0) / 5)
     assert got["mean_gain"]["oracle"] == pytest.approx((0.5 + 0 + 0 + (1 - spilled) + 1) / 5)
     assert stop_decisions(tmp_path / "stage1+2", tmp_path / "missing", cases) is None
+    # the per-lesion changes behind those means; a question not scored is left out
+    gains = lesion_gains(tmp_path / "oracle", cases)
+    assert set(gains) == {("a", 0), ("a", 1), ("b", 0), ("c", 0), ("neg", 0)}
+    assert gains["a", 0] == pytest.approx(0.5) and gains["a", 1] == 0 and gains["neg", 0] == pytest.approx(1)
+    assert gains["c", 0] == pytest.approx(1 - spilled)

@@ -29,6 +29,7 @@ __all__ = [
     "verdict",
     "bootstrap_summary",
     "stage2_effect",
+    "lesion_gains",
     "stop_decisions",
     "latency_summary",
 ]
@@ -203,15 +204,55 @@ def _lesions(path: Path, case_ids: set[str]) -> dict[tuple[str, int], Mapping[st
     return out
 
 
+def lesion_gains(folder: Path, cases: Sequence[EvalCase]) -> dict[tuple[str, int], float]:
+    """Each revised Stage 1 lesion's IoU after revision minus before, against the ground truth.
+
+    A lesion's IoU is its mask's against the ground-truth component its box was drawn for
+    (``GroundTruthReviser.target``, the oracle's and the on-policy trajectories' rule; empty on a
+    negative question). The traces' ``iou`` fields are F_seg's own estimates and are not used.
+
+    Args:
+        folder: a method's folder (its ``revisions.jsonl``).
+        cases: the questions scored, with their ground truth (``EvalCase.load_mask``) at the
+            size of the traced masks; lesions of other questions are left out.
+
+    Returns:
+        ``(case_id, lesion index) -> IoU change``.
+
+    Raises:
+        ValueError: a ground truth not at the size of the traced masks.
+    """
+    by_id = {c.case_id: c for c in cases}
+    return _gains(_lesions(folder / REVISIONS_NAME, set(by_id)), by_id, {})
+
+
+def _gains(
+    lesions: Mapping[tuple[str, int], Mapping[str, Any]], by_id: Mapping[str, EvalCase], truths: dict[str, Any]
+) -> dict[tuple[str, int], float]:
+    """:func:`lesion_gains` of lesion records; ``truths`` caches each question's ``GroundTruthReviser``."""
+    from monailabel_xflow import rle
+    from monailabel_xflow.metrics import mask_iou
+    from monailabel_xflow.policy.oracle import GroundTruthReviser
+
+    out = {}
+    for (case_id, index), les in lesions.items():
+        before, after = rle.decode(les["initial_mask"]), rle.decode(les["mask"])
+        if case_id not in truths:
+            gt = by_id[case_id].load_mask()
+            truths[case_id] = GroundTruthReviser(np.zeros_like(before) if gt is None else gt)
+        target = truths[case_id].target(tuple(les["box"]))
+        if target.shape != before.shape:
+            raise ValueError(f"{case_id}: ground truth {target.shape} is not the traced masks' {before.shape}")
+        out[case_id, index] = mask_iou(after, target) - mask_iou(before, target)
+    return out
+
+
 def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: float = PAYS) -> dict[str, Any] | None:
     """π_rev's first decision on each Stage 1 lesion beside the oracle's, and whether clicking paid.
 
     Both methods revise the same Stage 1 boxes (the benchmark shares Stage 1), so lesions pair up
-    by ``(case_id, index)``. A lesion's IoU is its mask's against the ground-truth component its
-    box was drawn for (``GroundTruthReviser.target``, the oracle's and the on-policy trajectories'
-    rule; empty on a negative question), before and after revision. The traces' ``iou`` fields
-    are F_seg's own estimates and are not used. Clicking *pays* on a lesion when the oracle's
-    revision raised that IoU by at least ``pays``. A policy that clicks when it pays and stops
+    by ``(case_id, index)``; a lesion's IoU change is :func:`lesion_gains`'. Clicking *pays* on a
+    lesion when the oracle's revision raised that IoU by at least ``pays``. A policy that clicks when it pays and stops
     when it does not has both rates below at 1; one that always stops has ``clicked_when_paid`` 0.
 
     Args:
@@ -225,32 +266,20 @@ def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: 
         "stopped_when_not_paid", "mean_gain": {"policy", "oracle"}}`` (a rate is None when its
         denominator is 0), or None when the methods share no lesion.
     """
-    from monailabel_xflow import rle
-    from monailabel_xflow.metrics import mask_iou
-    from monailabel_xflow.policy.oracle import GroundTruthReviser
-
     by_id = {c.case_id: c for c in cases}
     a, b = _lesions(policy / REVISIONS_NAME, set(by_id)), _lesions(oracle / REVISIONS_NAME, set(by_id))
     shared = [k for k in a if k in b]
     if not shared:
         return None
-    truths: dict[str, GroundTruthReviser] = {}
-
-    def gain(case_id: str, les: Mapping[str, Any]) -> float:
-        before, after = rle.decode(les["initial_mask"]), rle.decode(les["mask"])
-        if case_id not in truths:
-            gt = by_id[case_id].load_mask()
-            truths[case_id] = GroundTruthReviser(np.zeros_like(before) if gt is None else gt)
-        target = truths[case_id].target(tuple(les["box"]))
-        if target.shape != before.shape:
-            raise ValueError(f"{case_id}: ground truth {target.shape} is not the traced masks' {before.shape}")
-        return mask_iou(after, target) - mask_iou(before, target)
+    truths: dict[str, Any] = {}
+    gain_a = _gains({k: a[k] for k in shared}, by_id, truths)
+    gain_b = _gains({k: b[k] for k in shared}, by_id, truths)
 
     def stopped(les: Mapping[str, Any]) -> bool:
         return not les["steps"] or les["steps"][0]["action"] != "click"
 
-    policy_gain = np.asarray([gain(k[0], a[k]) for k in shared])
-    oracle_gain = np.asarray([gain(k[0], b[k]) for k in shared])
+    policy_gain = np.asarray([gain_a[k] for k in shared])
+    oracle_gain = np.asarray([gain_b[k] for k in shared])
     paid = oracle_gain >= pays
     policy_stop = np.asarray([stopped(a[k]) for k in shared])
 
