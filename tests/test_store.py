@@ -132,10 +132,17 @@ def test_conf_keys_configure_and_switch_off_the_store(tmp_path):
 
 WORKER = textwrap.dedent(
     """
-    import os, sys, hashlib
+    import os, sys, hashlib, pathlib, time
     from monailabel_xflow.segmenter.store import ResultStore, digest
     root, me, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     store = ResultStore(root, 1 << 20)  # small: both processes evict while the other writes
+    # a start barrier: the loop takes a fraction of a second, so on a loaded machine one process
+    # could finish before the other has started, and they would never meet in the store
+    gate = pathlib.Path(root).parent
+    (gate / f"ready-{me}").touch()
+    deadline = time.monotonic() + 120
+    while not all((gate / f"ready-{n}").exists() for n in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.005)
     ns = "ab" * 16
     bad = 0
     for r in range(rounds):
@@ -155,7 +162,7 @@ def test_two_processes_share_a_store_without_ever_reading_a_partial_entry(tmp_pa
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(tmp_path), str(n), "120"],
+            [sys.executable, "-c", WORKER, str(tmp_path / "store"), str(n), "400"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -169,6 +176,6 @@ def test_two_processes_share_a_store_without_ever_reading_a_partial_entry(tmp_pa
         words = out.split()
         assert words[:2] == ["bad", "0"] and words[-2:] == ["corrupt", "0"], out
     assert sum(int(out.split()[3]) for out, _ in outs) > 0  # they did read each other's entries
-    store = ResultStore(tmp_path, 1 << 20)
+    store = ResultStore(tmp_path / "store", 1 << 20)
     assert store.usage() <= (1 << 20) + 2 * (128 << 10 + HEADER.size)  # bounded (one put may overshoot)
     assert not [p for p in tmp_path.rglob(".tmp-*")]
