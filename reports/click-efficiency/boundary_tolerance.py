@@ -12,7 +12,14 @@ first N phantoms (true box + 4 clicks of the simulated user, as the benchmark do
 where the mask's remaining error pixels lie: their share within 1.5 and 3 pixels of the true
 boundary. Run it on a dev folder only.
 
-    python reports/click-efficiency/boundary_tolerance.py FOLDER [--errors N]
+With ``--threshold-ceiling`` it also asks how much of each component the image itself shows: the
+best single intensity threshold inside the component's true box (either polarity, on the image
+and on it smoothed with a Gaussian of sigma 1, 2, 3 px; 99 quantiles each), chosen per component
+*with the ground truth*. No model and no click can use that choice, so it is an optimistic
+reference for a boundary read off the image; it is set beside the folder's F_seg curve (true box +
+clicks) component by component.
+
+    python reports/click-efficiency/boundary_tolerance.py FOLDER [--errors N] [--threshold-ceiling]
 """
 
 from __future__ import annotations
@@ -34,6 +41,45 @@ THRESHOLD = 0.85
 def one_pixel_iou(mask: np.ndarray) -> float:
     """The lower of the IoUs of ``mask`` with its one-pixel dilation and erosion."""
     return min(mask_iou(ndimage.binary_dilation(mask), mask), mask_iou(ndimage.binary_erosion(mask), mask))
+
+
+def best_threshold_iou(image: np.ndarray, mask: np.ndarray) -> float:
+    """The IoU with ``mask`` of the best thresholded image inside ``mask``'s tight box (an oracle)."""
+    ys, xs = np.nonzero(mask)
+    inbox = np.zeros_like(mask)
+    inbox[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1] = True
+    best = 0.0
+    for sigma in (0, 1, 2, 3):
+        smooth = ndimage.gaussian_filter(image.astype(np.float64), sigma) if sigma else image.astype(np.float64)
+        for t in np.quantile(smooth[inbox], np.linspace(0.01, 0.99, 99)):
+            best = max(best, mask_iou((smooth >= t) & inbox, mask), mask_iou((smooth <= t) & inbox, mask))
+    return best
+
+
+def threshold_ceiling(folder: Path) -> None:
+    """Print the oracle threshold's IoU beside the folder's F_seg curve (true box + clicks)."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    records = [r for r in iter_records(folder) if r["method"] == "fseg" and r["prompt"] == "box"]
+    curves = {r["component"]: r["ious"] for r in records}
+    ceiling: dict[str, float] = {}
+    for index in sorted({r["phantom"] for r in records}):
+        image, components = phantom_components(manifest["seed"], index, manifest["size"])
+        ceiling.update({c.key: best_threshold_iou(image, c.mask) for c in components if c.key in curves})
+    keys = sorted(ceiling)
+    best = np.array([ceiling[k] for k in keys])
+    ious = np.array([curves[k] for k in keys])
+    print(
+        f"{folder}: best threshold inside the true box (chosen with the ground truth), {len(keys)} components: "
+        f"mean IoU {best.mean():.3f}, reaching {THRESHOLD}: {(best >= THRESHOLD).mean():.0%}"
+    )
+    for k in (0, 4, 8):
+        print(
+            f"  F_seg, true box + {k} clicks: mean IoU {ious[:, k].mean():.3f}, reaching {THRESHOLD}: "
+            f"{(ious[:, k] >= THRESHOLD).mean():.0%}, above the oracle threshold on {(ious[:, k] > best).mean():.0%}"
+        )
+    target = ious[:, 0].mean() + 0.15
+    gap = target - best.mean()
+    print(f"  the issue's target after 4 clicks, box-only + 0.15: {target:.3f} ({gap:+.3f} vs the oracle threshold)")
 
 
 def error_composition(seed: int, size: int, phantoms: int, clicks: int = 4) -> None:
@@ -115,3 +161,5 @@ if __name__ == "__main__":
         if manifest["split"] != "dev":
             raise SystemExit("--errors runs the model: dev folders only")
         error_composition(manifest["seed"], manifest["size"], int(sys.argv[sys.argv.index("--errors") + 1]))
+    if "--threshold-ceiling" in sys.argv:
+        threshold_ceiling(Path(sys.argv[1]))
