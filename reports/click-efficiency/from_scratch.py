@@ -8,7 +8,11 @@ the seed-0 phantoms 0..N-1 (256 px) with every click round supervised from the f
 input dropped half the time) and the click loss (weight 1). A checkpoint every 500 steps, for
 ``xflow benchmark clicks --segmenter OUT/checkpoint-K``. The samples are cached in CACHE.npz.
 
-    OMP_NUM_THREADS=1 python reports/click-efficiency/from_scratch.py OUT SIZE STEPS N LR [ROUNDS] [CACHE]
+    python reports/click-efficiency/from_scratch.py OUT SIZE STEPS N LR [ROUNDS] [CACHE] [SEED] [JITTER]
+
+SEED (default 0) draws the random initialisation and, plus 7, the training order and clicks.
+JITTER (default 0.1, the trainer's) moves each box edge by up to that fraction of the box's size,
+in the plain and the interactive prompts alike.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from monailabel_xflow.training.segmenter import SegSample, finetune_segmenter
 out, size, steps, phantoms, lr = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 rounds = int(sys.argv[6]) if len(sys.argv) > 6 else 6
 cache = Path(sys.argv[7]) if len(sys.argv) > 7 else out.parent / f"samples-{phantoms}.npz"
+seed = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+jitter = float(sys.argv[9]) if len(sys.argv) > 9 else 0.1
 torch.set_num_threads(1)
 
 if not cache.exists():
@@ -44,11 +50,12 @@ images, owner, masks = stored["img"], stored["idx"], stored["masks"]  # each sto
 samples = [SegSample(images[i], m) for i, m in zip(owner, masks, strict=True)]
 print(len(samples), "lesion components", flush=True)
 
-start = build_random_sam3(out.parent / f"{out.name}-random", size, 0, 336)
+start = build_random_sam3(out.parent / f"{out.name}-random", size, seed, 336)
 cfg = SegmenterTrainConfig(
     max_steps=steps, effective_batch=4, learning_rate=lr, focal_weight=1.0, encoder_lr_scale=1.0,
-    layer_decay=1.0, grad_clip=1.0, seed=7, interactive_rounds=rounds, interactive_click_start=0.5,
+    layer_decay=1.0, grad_clip=1.0, seed=7 + seed, interactive_rounds=rounds, interactive_click_start=0.5,
     interactive_mask_dropout=0.5, interactive_oracle_prob=0.5, interactive_click_weight=1.0,
+    box_jitter=jitter, interactive_box_jitter=jitter,
     checkpoint_every=500,
 )  # fmt: skip
 began = time.time()
