@@ -14,13 +14,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from replay import bench_cases
 
-from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.eval.phantom_statistics import lesion_gains
 
 bench, control, folders = Path(sys.argv[1]), Path(sys.argv[2]), [Path(f) for f in sys.argv[3:]]
-heldout = bench / "data" / "ground-truth" / "heldout.json"
-cases = read_mimic_ils(heldout, split="test", kinds=("basic", "global")).cases
+cases = bench_cases(bench)
 
 
 base = lesion_gains(control, cases)

@@ -28,6 +28,12 @@ from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig
 from monailabel_xflow.workflow.xflow import XFlow
 
 
+def bench_cases(bench: Path) -> list:
+    """BENCH's held-out questions (basic and global), with their ground truth, in the file's order."""
+    heldout = bench / "data" / "ground-truth" / "heldout.json"
+    return read_mimic_ils(heldout, split="test", kinds=("basic", "global")).cases
+
+
 def demo_flow(bench: Path, reviser: Any = None) -> tuple[ModelConfig, Any, XFlow]:
     """``(cfg, loaded, flow)``: the demo's models, and an XFlow whose Stage 1 answers come from
     BENCH's texts and whose π_rev is ``reviser`` (default the demo's)."""
@@ -47,9 +53,7 @@ def replay(flow: XFlow, bench: Path, folder: Path, reviser_for: Callable[[Any, A
     """Run ``flow`` on BENCH's questions into ``folder/revisions.jsonl`` (replaced) and return
     ``stop_decisions`` against BENCH's oracle. ``reviser_for(case, image)`` gives a question its
     own π_rev (default the flow's)."""
-    cases = interleaved(
-        read_mimic_ils(bench / "data" / "ground-truth" / "heldout.json", split="test", kinds=("basic", "global")).cases
-    )
+    cases = interleaved(bench_cases(bench))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "revisions.jsonl").unlink(missing_ok=True)
     revisions = _Revisions(folder / "revisions.jsonl")

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from replay import bench_cases
 
-from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.eval.phantom_statistics import lesion_gains
 
 Rule = Callable[[int, dict[str, Any], float], bool]  # (click index, step, previous estimate) -> keep it
@@ -50,8 +50,7 @@ def truncated_gain(folder: Path, cases: list, keep: Rule) -> float:
 
 
 def main(bench: Path, method: str, mode: str, margin: float = 0.0) -> None:
-    heldout = bench / "data" / "ground-truth" / "heldout.json"
-    cases = read_mimic_ils(heldout, split="test", kinds=("basic", "global")).cases
+    cases = bench_cases(bench)
     folder = bench / method
     print(f"{bench.name}/{method}: as traced {truncated_gain(folder, cases, lambda k, s, e: True):+.4f} per lesion")
     if mode == "estimate":
