@@ -595,6 +595,10 @@ def test_stop_decisions_pair_pi_rev_with_the_oracle_lesion_by_lesion(tmp_path):
     spilled = mask_iou(spill, left)
     assert got["mean_gain"]["policy"] == pytest.approx((0 + 0.5 + 0 + (spilled - 1) + 0) / 5)
     assert got["mean_gain"]["oracle"] == pytest.approx((0.5 + 0 + 0 + (1 - spilled) + 1) / 5)
+    # the question without a lesion: only the oracle cleared its box, which is all of its +1
+    assert got["boxes_without_lesion"] == 1 and got["cleared"] == {"policy": 0, "oracle": 1}
+    assert got["mean_gain_on_lesions"]["oracle"] == pytest.approx((0.5 + 0 + 0 + (1 - spilled)) / 4)
+    assert got["mean_gain_on_lesions"]["policy"] == pytest.approx((0 + 0.5 + 0 + (spilled - 1)) / 4)
     assert stop_decisions(tmp_path / "stage1+2", tmp_path / "missing", cases) is None
     # the per-lesion changes behind those means; a question not scored is left out
     gains = lesion_gains(tmp_path / "oracle", cases)

@@ -209,6 +209,7 @@ def write_summary(
             )
     decisions = summary.get("revision_decisions")
     if decisions:
+        free, on_lesions, cleared = (decisions[k] for k in ("boxes_without_lesion", "mean_gain_on_lesions", "cleared"))
         lines += [
             "",
             "## π_rev's first decision on each Stage 1 lesion, beside the oracle's",
@@ -222,6 +223,9 @@ def write_summary(
             f"| Stops at once | {_f(decisions['stop_rate']['policy'])} | {_f(decisions['stop_rate']['oracle'])} |",
             f"| Mean IoU gain per lesion | {_f(decisions['mean_gain']['policy'], 4)} | "
             f"{_f(decisions['mean_gain']['oracle'], 4)} |",
+            f"| … on the {decisions['lesions'] - free} boxes drawn on a lesion | "
+            f"{_f(on_lesions['policy'], 4)} | {_f(on_lesions['oracle'], 4)} |",
+            f"| Lesion-free boxes cleared (of {free}) | {cleared['policy']} | {cleared['oracle']} |",
             f"| Clicks where clicking pays | {_f(decisions['clicked_when_paid'])} | 1 |",
             f"| Stops where it does not | {_f(decisions['stopped_when_not_paid'])} | — |",
         ]

@@ -261,10 +261,16 @@ def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: 
             size of the traced masks.
         pays: the oracle gain that counts as paying.
 
+    A box drawn where the ground truth has no lesion scores IoU 0 until its mask is cleared, and
+    then 1 (:func:`~monailabel_xflow.metrics.mask_iou` of two empty masks), so ``mean_gain``
+    mixes two things a revision can do: ``mean_gain_on_lesions`` averages only the boxes with a
+    lesion to segment, and ``cleared`` counts the lesion-free boxes each method emptied.
+
     Returns:
         ``{"lesions", "pays", "paid", "stop_rate": {"policy", "oracle"}, "clicked_when_paid",
-        "stopped_when_not_paid", "mean_gain": {"policy", "oracle"}}`` (a rate is None when its
-        denominator is 0), or None when the methods share no lesion.
+        "stopped_when_not_paid", "mean_gain": {"policy", "oracle"}, "boxes_without_lesion",
+        "mean_gain_on_lesions": {"policy", "oracle"}, "cleared": {"policy", "oracle"}}`` (a rate
+        or mean is None when its denominator is 0), or None when the methods share no lesion.
     """
     by_id = {c.case_id: c for c in cases}
     a, b = _lesions(policy / REVISIONS_NAME, set(by_id)), _lesions(oracle / REVISIONS_NAME, set(by_id))
@@ -282,8 +288,10 @@ def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: 
     oracle_gain = np.asarray([gain_b[k] for k in shared])
     paid = oracle_gain >= pays
     policy_stop = np.asarray([stopped(a[k]) for k in shared])
+    no_lesion = np.asarray([not truths[k[0]].target(tuple(a[k]["box"])).any() for k in shared])
+    gains = {"policy": policy_gain, "oracle": oracle_gain}
 
-    def rate(values: NDArray[np.bool_]) -> float | None:
+    def rate(values: NDArray[Any]) -> float | None:
         return float(values.mean()) if len(values) else None
 
     return {
@@ -294,6 +302,10 @@ def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: 
         "clicked_when_paid": rate(~policy_stop[paid]),
         "stopped_when_not_paid": rate(policy_stop[~paid]),
         "mean_gain": {"policy": float(policy_gain.mean()), "oracle": float(oracle_gain.mean())},
+        "boxes_without_lesion": int(no_lesion.sum()),
+        "mean_gain_on_lesions": {name: rate(g[~no_lesion]) for name, g in gains.items()},
+        # on a lesion-free box the IoU can only go from 0 (a mask) to 1 (none): a gain is a clearing
+        "cleared": {name: int((g[no_lesion] > 0).sum()) for name, g in gains.items()},
     }
 
 
