@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.geometry import lesion_boxes
@@ -160,6 +161,11 @@ def test_rev_sft_trajectories_with_a_test_double(cases, tmp_path):
     assert all(a.ok for a in actions)
     assert actions[-1].value.stop or len(actions) == 4
     assert all(Path(p).is_file() for p in row["observations"])
+    # one error map per observation, at its size: red missed, green spilled (training targets only)
+    assert len(row["error_masks"]) == len(row["observations"])
+    first = np.asarray(Image.open(row["error_masks"][0]))
+    assert first.shape == np.asarray(Image.open(row["observations"][0])).shape
+    assert (first[..., 0] > 0).sum() + (first[..., 1] > 0).sum() > 0  # the first mask is not yet the truth
 
 
 def test_rev_builds_with_tiny_sam3(cases, tiny_sam3, tmp_path):

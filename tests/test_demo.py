@@ -559,3 +559,29 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
         reviser is not None
         and reviser.start(np.zeros((8, 8), np.float32), parse_instruction("Segment the edema."), (0, 0, 1, 1)).zoom
     )
+
+
+def test_rev_aux_weight_trains_pi_rev_with_the_error_loss(quick_model, tmp_path):
+    """rev_aux_weight: π_rev SFT's auxiliary error loss is on, with the weight asked for, and its
+    rows carry one error map per observation."""
+    from monailabel_xflow.training.builders import load_built
+    from monailabel_xflow.training.demo import main
+
+    args = ["--quick", "--out", str(tmp_path), "--no-progress"]
+    for kv in (
+        f"init_from={quick_model / 'init'}",
+        "init_sft_steps=0",
+        "rl_steps_init=0",
+        "rl_steps_rev=0",
+        "rev_components=2",
+        "rev_aux_weight=2.0",
+        "parallel=false",
+        f"segmenter_from={quick_model / 'segmenter'}",
+    ):
+        args += ["--set", kv]
+    assert main(args) == 0
+    rows = load_built(tmp_path / "work" / "built" / "rev-sft")
+    assert all(len(r["error_masks"]) == len(r["observations"]) for r in rows)
+    run = json.loads((tmp_path / "work" / "runs" / "rev-sft" / "xflow_training.json").read_text())
+    assert run["config"]["aux_mask_loss_weight"] == 2.0
+    assert run["aux_mask_loss"] and np.isfinite(run["aux_mask_loss"]).all()

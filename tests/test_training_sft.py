@@ -67,11 +67,13 @@ def init_sft_rows(root: Path, n: int = 2, size: int = 128, start: int = 0) -> li
     return rows
 
 
-def rev_sft_rows(root: Path, n: int = 1) -> list[dict]:
-    """rev-sft rows: a hand-made 3-turn trajectory (click, click, stop) per positive phantom."""
+def rev_sft_rows(root: Path, n: int = 1, errors: bool = False) -> list[dict]:
+    """rev-sft rows: a hand-made 3-turn trajectory (click, click, stop) per positive phantom
+    (with ``errors``, each turn's error map as the builder writes it)."""
     from monailabel_xflow.geometry import Click, mask_to_box
     from monailabel_xflow.policy.protocol import Stage2Action, format_stage2
     from monailabel_xflow.rendering import render_observation
+    from monailabel_xflow.training.builders import error_map
 
     rows = []
     for ph, img, mask in phantom_cases(root, 2 * n):
@@ -81,21 +83,14 @@ def rev_sft_rows(root: Path, n: int = 1) -> list[dict]:
         box = mask_to_box(gt)
         clicks = [Click(True, (box[0] + box[2]) / 2, (box[1] + box[3]) / 2), Click(False, 0.1, 0.1)]
         masks = [np.zeros_like(gt), gt & (np.arange(gt.shape[1]) < gt.shape[1] * 0.8)[None], gt]
-        obs, targets = [], []
+        obs, errs, targets = [], [], []
         for t in range(3):
             o = render_observation(ph.image, masks[t], clicks[:t])
             obs.append(_save_png(root / f"obs{ph.seed}_{t}.png", o))
+            errs.append(_save_png(root / f"err{ph.seed}_{t}.png", error_map(masks[t], gt)))
             targets.append(format_stage2(Stage2Action(clicks[t] if t < 2 else None, "Because.")))
-        rows.append(
-            dict(
-                image=img,
-                instruction=EFFUSION.text,
-                box=list(box),
-                observations=obs,
-                targets=targets,
-                case_id=f"c{ph.seed}",
-            )
-        )
+        row = dict(image=img, instruction=EFFUSION.text, box=list(box), observations=obs, targets=targets)
+        rows.append(dict(row, case_id=f"c{ph.seed}", **({"error_masks": errs} if errors else {})))
     return rows
 
 
@@ -212,6 +207,23 @@ def test_per_finding_aux_targets_and_loss():
     assert loss.ndim == 0 and 0.2 < loss.item() < 2.0
     with pytest.raises(ValueError, match="3-channel head"):
         aux_mask_loss(projected, head, torch.zeros(2, 4))  # one channel for a three-channel head
+
+
+def test_error_targets_split_what_a_mask_misses_from_what_it_spills():
+    from monailabel_xflow.training.aux_head import error_token_targets
+    from monailabel_xflow.training.builders import error_map
+
+    target = np.zeros((64, 64), bool)
+    target[:32, :32] = True  # the lesion: top-left quarter
+    mask = np.zeros((64, 64), bool)
+    mask[:32, 16:] = True  # covers its right half and spills into the top-right quarter
+    rgb = error_map(mask, target)
+    assert rgb.shape == (64, 64, 3) and rgb[..., 2].max() == 0
+    assert (rgb[..., 0] > 0).sum() == 32 * 16 and (rgb[..., 1] > 0).sum() == 32 * 32
+    cells = error_token_targets(rgb, 2)
+    assert cells.shape == (4, 2)
+    assert np.allclose(cells[:, 0], [0.5, 0, 0, 0], atol=0.05)  # missed: half of the top-left cell
+    assert np.allclose(cells[:, 1], [0, 1, 0, 0], atol=0.05)  # spilled: the whole top-right cell
 
 
 # --- training -------------------------------------------------------------------------------------
@@ -360,8 +372,28 @@ def test_aux_loss_is_refused_where_there_is_no_mask(vlm, tmp_path):
     from monailabel_xflow.training.sft import train_sft
 
     rows = Dataset.from_list(rev_sft_rows(tmp_path / "data"))
-    with pytest.raises(ConfigError, match="lesion_mask"):
+    with pytest.raises(ConfigError, match="error_masks"):
         train_sft("rev-sft", rows, vlm.base, tmp_path / "o", sft_config("rev-sft", aux_mask_loss_weight=1.0))
+
+
+def test_rev_sft_error_loss_targets_every_observation_and_falls(vlm, processor, tmp_path):
+    """π_rev's auxiliary error loss: one (tokens, 2) target per observation of the row, and
+    training lowers it (the tower learns to see what the mask misses and spills)."""
+    from datasets import Dataset
+
+    from monailabel_xflow.training.aux_head import token_grid_side
+    from monailabel_xflow.training.sft import PolicyExampleEncoder, train_sft
+
+    rows = rev_sft_rows(tmp_path / "data", 2, errors=True)
+    side = token_grid_side(int(json.loads((vlm.base / "config.json").read_text())["mm_tokens_per_image"]))
+    ex = PolicyExampleEncoder(processor, "rev-sft", side)(rows[0])
+    assert tuple(ex["aux_target"].shape) == (3, side * side, 2) == (len(ex["pixel_values"]), side * side, 2)
+    assert float(ex["aux_target"][0, :, 0].sum()) > 0 and float(ex["aux_target"][2].sum()) == 0  # empty, then exact
+    cfg = sft_config("rev-sft", max_steps=16, aux_mask_loss_weight=1.0)
+    summary = train_sft("rev-sft", Dataset.from_list(rows), vlm.base, tmp_path / "o", cfg, progress=False)
+    aux = summary["aux_mask_loss"]
+    assert len(aux) >= 8 and np.isfinite(aux).all()
+    assert np.mean(aux[-3:]) < 0.7 * np.mean(aux[:3])
 
 
 # --- learning check -------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ __all__ = [
     "token_grid_side",
     "mask_token_targets",
     "finding_token_targets",
+    "error_token_targets",
     "mask_token_head",
     "capture_projector",
     "aux_mask_loss",
@@ -93,6 +94,21 @@ def finding_token_targets(masks, side: int) -> np.ndarray:
         float32 ``(side * side, len(masks))``.
     """
     return np.stack([mask_token_targets(None if isinstance(m, str) and not m else m, side) for m in masks], axis=1)
+
+
+def error_token_targets(error_png: str | Path | np.ndarray, side: int) -> np.ndarray:
+    """Per-token targets of π_rev's auxiliary error loss: the missed (red) and spilled (green)
+    fraction of each cell of a :func:`~monailabel_xflow.training.builders.error_map` picture.
+
+    Returns:
+        float32 ``(side * side, 2)``: channel 0 missed, channel 1 spilled.
+    """
+    if isinstance(error_png, (str, Path)):
+        from PIL import Image
+
+        error_png = np.asarray(Image.open(error_png).convert("RGB"))
+    rgb = np.asarray(error_png)
+    return np.stack([mask_token_targets(rgb[..., c] > 127, side) for c in (0, 1)], axis=1)
 
 
 def mask_token_head(hidden_size: int, channels: int = 1):

@@ -16,7 +16,9 @@ from the i-th) so N processes or machines build one set together. Rows (images b
   Algorithm 1 trajectory (the oracle clicker with F_seg in the loop) per ground-truth component;
   ``observations[t]`` is the PNG of :func:`~monailabel_xflow.rendering.render_observation` of
   ``view`` at turn t and ``targets[t]`` the action taken on it, box and clicks in the view's
-  coordinates (the whole image unless ``zoom``). Discarded trajectories are counted, not kept.
+  coordinates (the whole image unless ``zoom``); ``error_masks[t]`` the PNG of
+  :func:`error_map` on that view (what turn t's mask misses and spills; training targets only).
+  Discarded trajectories are counted, not kept.
 * ``init-rl``: ``image, prompt, instruction, gt_boxes, present, case_id``.
 * ``rev-rl``: ``image, instruction, start_box, gt_mask, case_id`` — a starting state per
   component: a perturbed box and the component's mask (PNG).
@@ -51,6 +53,7 @@ from monailabel_xflow.geometry import (
     lesion_boxes,
     mask_to_box,
     resize_mask,
+    view_pixels,
     zoom_view,
 )
 from monailabel_xflow.instructions import Instruction, phrasings
@@ -309,14 +312,17 @@ def _revision_row(
         return _rl_row(common, case_id, k, traj.initial_box, target, out_dir)
     view = zoom_view(traj.initial_box, image.shape) if zoom else FULL_VIEW
     observations: list[str] = []
+    errors: list[str] = []
     targets: list[str] = []
     clicks: list[Click] = []
+    rows_, cols_ = view_pixels(view, np.shape(image))
     for t, (observed, action) in enumerate(traj.turns()):
         shown = None if action is None else click_to_view(action, view)
         if action is not None and shown is None:
             break
         png = out_dir / "observations" / f"{case_id}_c{k}_t{t}.png"
         observations.append(_save_png(png, render_observation(image, observed, clicks, view)))
+        errors.append(_save_png(out_dir / "errors" / png.name, error_map(observed, target)[rows_, cols_]))
         targets.append(revision_target(shown))
         if action is not None:
             clicks.append(action)
@@ -328,8 +334,22 @@ def _revision_row(
         box=list(box_to_view(traj.initial_box, view)),
         view=list(view),
         observations=observations,
+        error_masks=errors,
         targets=targets,
     )
+
+
+def error_map(mask: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """What a revision should fix, as an RGB picture: red where ``target`` is missed, green
+    where ``mask`` spills beyond it (0/255 uint8 ``(H, W, 3)``; blue unused).
+
+    The targets of π_rev's auxiliary error loss (``rev_aux_weight``): never shown to the policy.
+    """
+    m, g = np.asarray(mask, bool), np.asarray(target, bool)
+    out = np.zeros((*m.shape, 3), np.uint8)
+    out[..., 0] = (g & ~m) * 255
+    out[..., 1] = (m & ~g) * 255
+    return out
 
 
 def onpolicy_trajectories(

@@ -557,7 +557,7 @@ def rev_sft_phase(
         return init_sft, rev_cases, clicker
     rev_sft = run.runs / "rev-sft"
     rev_rows = balanced_revisions(rows, r.rev_stop_ratio, r.seed)
-    run.phases.run("rev-sft", run.sft, "rev-sft", r.rev_sft_steps, rev_rows, rev_sft, init_sft, 0.0)
+    run.phases.run("rev-sft", run.sft, "rev-sft", r.rev_sft_steps, rev_rows, rev_sft, init_sft, r.rev_aux_weight)
     return rev_sft, rev_cases, clicker
 
 

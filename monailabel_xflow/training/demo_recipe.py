@@ -71,6 +71,10 @@ class DemoRecipe:
             presence-balanced rows (:func:`balanced_presence`).
         aux_weight: weight of the auxiliary mask loss in π_init SFT (a probe with one channel used
             1.0; the per-finding loss is a mean over seven mostly empty channels).
+        rev_aux_weight: weight of π_rev SFT's auxiliary error loss (0: off): a linear head on each
+            observation's projected image tokens predicts which cells its mask misses and spills
+            (:func:`~monailabel_xflow.training.builders.error_map`), so the tower learns to see
+            the error a click must fix. Needs the tower trained (``rev_vision_lr_scale > 0``).
         vision_steps / vision_batch / vision_lr: the vision-tower pre-training phase
             (:func:`~monailabel_xflow.training.vision_pretrain.pretrain_vision`: presence per
             finding and region, lesion cells per finding, on the training phantoms) before π_init
@@ -163,6 +167,7 @@ class DemoRecipe:
     init_sft2_lr: float = 5e-4
     rev_sft_steps: int = 500
     aux_weight: float = 5.0
+    rev_aux_weight: float = 0.0
     vision_steps: int = 0
     vision_batch: int = 32
     vision_lr: float = 1e-3

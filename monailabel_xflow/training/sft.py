@@ -35,8 +35,10 @@ Optimizer parameter groups: LoRA at the base rate, tower and projector at
 π_rev is warm-started from π_init's SFT adapter (``init_from``): the LoRA weights and the trained
 tower are loaded into the new adapter before training (rank and α are the warm-start adapter's).
 
-The optional auxiliary mask loss (``aux_mask_loss_weight > 0``, π_init only) lives in
-:mod:`monailabel_xflow.training.aux_head`; its head belongs to the trainer and is never saved.
+The optional auxiliary loss (``aux_mask_loss_weight > 0``) lives in
+:mod:`monailabel_xflow.training.aux_head`: π_init's image tokens predict the lesion cells,
+π_rev's the cells each observation's mask misses and spills. Its head belongs to the trainer and
+is never saved.
 
 Output folder: ``adapter_config.json`` + ``adapter_model.safetensors`` (peft), and
 ``xflow_training.json`` (trainer, config, data size, base model, losses).
@@ -209,8 +211,16 @@ class PolicyExampleEncoder:
             "pixel_values": torch.cat(pixels),
         }
         if self.aux_side is not None:
-            from monailabel_xflow.training.aux_head import finding_token_targets, mask_token_targets
+            from monailabel_xflow.training.aux_head import (
+                error_token_targets,
+                finding_token_targets,
+                mask_token_targets,
+            )
 
+            if self.stage == "rev-sft":  # one target per observation: what its mask misses and spills
+                errors = [error_token_targets(e, self.aux_side) for e in row["error_masks"]]
+                out["aux_target"] = torch.from_numpy(np.stack(errors))
+                return out
             if row.get("finding_masks"):
                 target = finding_token_targets(row["finding_masks"], self.aux_side)
             else:
@@ -491,7 +501,7 @@ def train_sft(
 
     Raises:
         SFTDataError: rows lack the stage's columns, or are empty.
-        ConfigError: a setting that cannot apply (aux loss for π_rev, a bad warm start).
+        ConfigError: a setting that cannot apply (aux loss without its target column, a bad warm start).
     """
     import torch
     from accelerate import PartialState
@@ -503,8 +513,9 @@ def train_sft(
     rows = load_rows(data)
     check_columns(rows, STAGE_COLUMNS[stage], stage)
     use_aux = cfg.aux_mask_loss_weight > 0
-    if use_aux and "lesion_mask" not in rows.column_names:
-        raise ConfigError(f"aux_mask_loss_weight > 0 needs a lesion_mask column ({stage} rows have none)")
+    aux_column = "error_masks" if stage == "rev-sft" else "lesion_mask"
+    if use_aux and aux_column not in rows.column_names:
+        raise ConfigError(f"aux_mask_loss_weight > 0 needs a {aux_column} column ({stage} rows have none)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
@@ -519,7 +530,10 @@ def train_sft(
 
         text_cfg = model.config.get_text_config()
         aux_side = token_grid_side(int(model.config.mm_tokens_per_image))
-        channels = len(rows[0]["finding_masks"]) if "finding_masks" in rows.column_names else 1
+        if stage == "rev-sft":
+            channels = 2  # missed, spilled
+        else:
+            channels = len(rows[0]["finding_masks"]) if "finding_masks" in rows.column_names else 1
         aux_head = mask_token_head(int(text_cfg.hidden_size), channels).to(model.device)
     state = PartialState()
     per_device, accum = batch_geometry(cfg.effective_batch, per_device_batch, state.num_processes)
