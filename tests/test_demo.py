@@ -498,6 +498,18 @@ def test_recipe_runs_a_second_init_sft_round_from_the_first(quick_model, tmp_pat
     assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)
 
 
+def _pi_rev_only(quick_model: Path, out: Path, *settings: str) -> int:
+    """``xflow train demo --quick --out OUT`` reusing the quick model's π_init and F_seg, so only
+    π_rev is built and trained (no GRPO), with ``settings`` added; returns the exit code."""
+    from monailabel_xflow.training.demo import main
+
+    reuse = (f"init_from={quick_model / 'init'}", f"segmenter_from={quick_model / 'segmenter'}", "parallel=false")
+    args = ["--quick", "--out", str(out), "--no-progress"]
+    for kv in (*reuse, "init_sft_steps=0", "rl_steps_init=0", "rl_steps_rev=0", *settings):
+        args += ["--set", kv]
+    return main(args)
+
+
 def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp_path, monkeypatch):
     """rev_onpolicy: π_rev's rev-sft rows come from the workflow of the π_init just trained (here
     the quick model's, reused) with the run's F_seg, not from perturbed true boxes. rev_zoom:
@@ -506,7 +518,6 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
     rev_pays: the threshold reaches the builder. presence_bias: the Stage 1 of those states, and
     both packaged models files."""
     from monailabel_xflow.training import builders
-    from monailabel_xflow.training.demo import main
     from monailabel_xflow.training.demo_phases import DemoRun
 
     adapters, kinds, refinements, biases = [], [], [], []
@@ -525,23 +536,8 @@ def test_rev_onpolicy_builds_pi_rev_states_from_the_demo_stage1(quick_model, tmp
 
     monkeypatch.setattr(DemoRun, "workflow", workflow)
     monkeypatch.setattr(builders, "build", build)
-    args = ["--quick", "--out", str(tmp_path), "--no-progress"]
-    for kv in (
-        f"init_from={quick_model / 'init'}",
-        "init_sft_steps=0",
-        "rl_steps_init=0",
-        "rl_steps_rev=0",
-        "rev_components=3",
-        "rev_onpolicy=true",
-        "rev_zoom=true",
-        "rev_click_refinement=brs",
-        "rev_pays=0.05",
-        "presence_bias=-0.25",
-        "parallel=false",
-        f"segmenter_from={quick_model / 'segmenter'}",
-    ):
-        args += ["--set", kv]
-    assert main(args) == 0
+    settings = ("rev_components=3", "rev_onpolicy=true", "rev_zoom=true", "rev_click_refinement=brs")
+    assert _pi_rev_only(quick_model, tmp_path, *settings, "rev_pays=0.05", "presence_bias=-0.25") == 0
     assert adapters == [quick_model / "init"]
     assert refinements == [ClickRefinement()]
     assert biases == [-0.25]  # π_rev's states come from the π_init it will follow, as configured
@@ -565,21 +561,8 @@ def test_rev_aux_weight_trains_pi_rev_with_the_error_loss(quick_model, tmp_path)
     """rev_aux_weight: π_rev SFT's auxiliary error loss is on, with the weight asked for, and its
     rows carry one error map per observation."""
     from monailabel_xflow.training.builders import load_built
-    from monailabel_xflow.training.demo import main
 
-    args = ["--quick", "--out", str(tmp_path), "--no-progress"]
-    for kv in (
-        f"init_from={quick_model / 'init'}",
-        "init_sft_steps=0",
-        "rl_steps_init=0",
-        "rl_steps_rev=0",
-        "rev_components=2",
-        "rev_aux_weight=2.0",
-        "parallel=false",
-        f"segmenter_from={quick_model / 'segmenter'}",
-    ):
-        args += ["--set", kv]
-    assert main(args) == 0
+    assert _pi_rev_only(quick_model, tmp_path, "rev_components=2", "rev_aux_weight=2.0") == 0
     rows = load_built(tmp_path / "work" / "built" / "rev-sft")
     assert all(len(r["error_masks"]) == len(r["observations"]) for r in rows)
     run = json.loads((tmp_path / "work" / "runs" / "rev-sft" / "xflow_training.json").read_text())
