@@ -365,7 +365,7 @@ def test_rev_sft_trains_a_tower_warm_started_from_a_frozen_tower_init(vlm, tmp_p
     ]
 
 
-def test_aux_loss_is_refused_where_there_is_no_mask(vlm, tmp_path):
+def test_aux_loss_is_refused_without_its_targets_or_a_trainable_tower(vlm, tmp_path):
     from datasets import Dataset
 
     from monailabel_xflow.training.config import ConfigError
@@ -374,6 +374,10 @@ def test_aux_loss_is_refused_where_there_is_no_mask(vlm, tmp_path):
     rows = Dataset.from_list(rev_sft_rows(tmp_path / "data"))
     with pytest.raises(ConfigError, match="error_masks"):
         train_sft("rev-sft", rows, vlm.base, tmp_path / "o", sft_config("rev-sft", aux_mask_loss_weight=1.0))
+    with_errors = Dataset.from_list(rev_sft_rows(tmp_path / "data", errors=True))
+    frozen = sft_config("rev-sft", aux_mask_loss_weight=1.0, vision_lr_scale=0.0)  # nothing for the loss to train
+    with pytest.raises(ConfigError, match="vision_lr_scale"):
+        train_sft("rev-sft", with_errors, vlm.base, tmp_path / "o", frozen)
 
 
 def test_rev_sft_error_loss_targets_every_observation_and_falls(vlm, processor, tmp_path):

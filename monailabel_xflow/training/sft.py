@@ -516,6 +516,8 @@ def train_sft(
     aux_column = "error_masks" if stage == "rev-sft" else "lesion_mask"
     if use_aux and aux_column not in rows.column_names:
         raise ConfigError(f"aux_mask_loss_weight > 0 needs a {aux_column} column ({stage} rows have none)")
+    if use_aux and cfg.vision_lr_scale <= 0:  # the head's gradient would reach nothing but the head
+        raise ConfigError("aux_mask_loss_weight > 0 trains the tower through its head: set vision_lr_scale > 0")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
