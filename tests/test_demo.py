@@ -214,9 +214,13 @@ def test_bad_recipe_override_is_refused(capsys):
         ("rev_pays=nan", "rev_pays"),
         ("presence_bias=nan", "presence_bias"),
         ("presence_bias=-30", "presence_bias"),
+        ("sft_vision_lr_scale=0", "aux_weight"),  # the quick recipe's π_init SFT has the mask loss on
     ):
         assert main(["--quick", "--out", "/nonexistent/never-written", "--set", bad]) == 2, bad
         assert named in capsys.readouterr().err
+    frozen = ["--set", "rev_vision_lr_scale=0", "--set", "rev_aux_weight=1"]
+    assert main(["--quick", "--out", "/nonexistent/never-written", *frozen]) == 2
+    assert "rev_aux_weight" in capsys.readouterr().err
 
 
 def test_heldout_set_is_balanced_over_levels_and_signs(tmp_path):

@@ -213,6 +213,13 @@ class DemoRecipe:
         check_stop_bias(self.presence_bias, "presence_bias")
         if not 0.0 <= self.rev_pays <= 1.0:  # an IoU gain; also rejects NaN
             raise ValueError(f"rev_pays must lie in [0, 1] (an IoU gain), got {self.rev_pays}")
+        # an auxiliary loss trains the tower through its head: with the tower frozen it trains nothing
+        for aux, scale, steps in (
+            ("aux_weight", "sft_vision_lr_scale", self.init_sft_steps + self.init_sft2_steps),
+            ("rev_aux_weight", "rev_vision_lr_scale", self.rev_sft_steps),
+        ):
+            if steps > 0 and getattr(self, aux) > 0 and getattr(self, scale) <= 0:
+                raise ValueError(f"{aux} > 0 needs the tower trained ({scale} > 0); set {aux}=0 or {scale} > 0")
 
 
 QUICK = DemoRecipe(
