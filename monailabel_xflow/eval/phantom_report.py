@@ -30,7 +30,7 @@ from monailabel_xflow.eval.phantom_statistics import bootstrap_summary, latency_
 from monailabel_xflow.eval.text_shortcut import text_shortcut_audit
 from monailabel_xflow.vocabulary import FINDINGS, LEVELS
 
-__all__ = ["write_summary"]
+__all__ = ["write_summary", "decisions_table"]
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -209,26 +209,7 @@ def write_summary(
             )
     decisions = summary.get("revision_decisions")
     if decisions:
-        free, on_lesions, cleared = (decisions[k] for k in ("boxes_without_lesion", "mean_gain_on_lesions", "cleared"))
-        lines += [
-            "",
-            "## π_rev's first decision on each Stage 1 lesion, beside the oracle's",
-            "",
-            "A lesion's IoU is its mask's against the ground-truth component its box was drawn for "
-            "(empty on a negative question). Clicking *pays* on a lesion when the oracle's revision "
-            f"raised that IoU by ≥ {decisions['pays']}: {decisions['paid']} of {decisions['lesions']} lesions.",
-            "",
-            "| | π_rev (XFlow Stage 1 + 2) | Oracle clicks |",
-            "|---|---|---|",
-            f"| Stops at once | {_f(decisions['stop_rate']['policy'])} | {_f(decisions['stop_rate']['oracle'])} |",
-            f"| Mean IoU gain per lesion | {_f(decisions['mean_gain']['policy'], 4)} | "
-            f"{_f(decisions['mean_gain']['oracle'], 4)} |",
-            f"| … on the {decisions['lesions'] - free} boxes drawn on a lesion | "
-            f"{_f(on_lesions['policy'], 4)} | {_f(on_lesions['oracle'], 4)} |",
-            f"| Lesion-free boxes cleared (of {free}) | {cleared['policy']} | {cleared['oracle']} |",
-            f"| Clicks where clicking pays | {_f(decisions['clicked_when_paid'])} | 1 |",
-            f"| Stops where it does not | {_f(decisions['stopped_when_not_paid'])} | — |",
-        ]
+        lines += decisions_table(decisions)
     lat = {m: summary["methods"][m]["latency"] for m in methods if summary["methods"][m]["latency"]}
     if lat:
         base = lat.get("stage1+2")
@@ -251,3 +232,28 @@ def write_summary(
     (out / SUMMARY_MD).write_text("\n".join(lines) + "\n")
     (out / SUMMARY_JSON).write_text(json.dumps(summary, indent=1, default=float))
     return summary
+
+
+def decisions_table(decisions: Mapping[str, Any]) -> list[str]:
+    """The benchmark's section "π_rev's first decision on each Stage 1 lesion, beside the
+    oracle's", as Markdown lines, from :func:`~monailabel_xflow.eval.phantom_statistics.stop_decisions`."""
+    free, on_lesions, cleared = (decisions[k] for k in ("boxes_without_lesion", "mean_gain_on_lesions", "cleared"))
+    return [
+        "",
+        "## π_rev's first decision on each Stage 1 lesion, beside the oracle's",
+        "",
+        "A lesion's IoU is its mask's against the ground-truth component its box was drawn for "
+        "(empty on a negative question). Clicking *pays* on a lesion when the oracle's revision "
+        f"raised that IoU by ≥ {decisions['pays']}: {decisions['paid']} of {decisions['lesions']} lesions.",
+        "",
+        "| | π_rev (XFlow Stage 1 + 2) | Oracle clicks |",
+        "|---|---|---|",
+        f"| Stops at once | {_f(decisions['stop_rate']['policy'])} | {_f(decisions['stop_rate']['oracle'])} |",
+        f"| Mean IoU gain per lesion | {_f(decisions['mean_gain']['policy'], 4)} | "
+        f"{_f(decisions['mean_gain']['oracle'], 4)} |",
+        f"| … on the {decisions['lesions'] - free} boxes drawn on a lesion | "
+        f"{_f(on_lesions['policy'], 4)} | {_f(on_lesions['oracle'], 4)} |",
+        f"| Lesion-free boxes cleared (of {free}) | {cleared['policy']} | {cleared['oracle']} |",
+        f"| Clicks where clicking pays | {_f(decisions['clicked_when_paid'])} | 1 |",
+        f"| Stops where it does not | {_f(decisions['stopped_when_not_paid'])} | — |",
+    ]
