@@ -288,7 +288,8 @@ def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: 
     oracle_gain = np.asarray([gain_b[k] for k in shared])
     paid = oracle_gain >= pays
     policy_stop = np.asarray([stopped(a[k]) for k in shared])
-    no_lesion = np.asarray([not truths[k[0]].target(tuple(a[k]["box"])).any() for k in shared])
+    # a box's target is empty exactly when its question's ground truth has no lesion (GroundTruthReviser.target)
+    no_lesion = np.asarray([not truths[case_id].components for case_id, _ in shared])
     gains = {"policy": policy_gain, "oracle": oracle_gain}
 
     def rate(values: NDArray[Any]) -> float | None:
