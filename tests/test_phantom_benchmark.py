@@ -603,8 +603,11 @@ def test_stop_decisions_pair_pi_rev_with_the_oracle_lesion_by_lesion(tmp_path):
     from monailabel_xflow.eval.phantom_report import decisions_table
 
     table = "\n".join(decisions_table(got))
-    assert f"| … on the 4 boxes drawn on a lesion | {got['mean_gain_on_lesions']['policy']:.4f} |" in table
-    assert "| Lesion-free boxes cleared (of 1) | 0 | 1 |" in table and "| Stops at once | 0.400 | 0.400 |" in table
+    assert f"| … on the 4 boxes on questions with a lesion | {got['mean_gain_on_lesions']['policy']:.4f} |" in table
+    assert (
+        "| Boxes of lesion-free questions cleared (of 1) | 0 | 1 |" in table
+        and "| Stops at once | 0.400 | 0.400 |" in table
+    )
     assert stop_decisions(tmp_path / "stage1+2", tmp_path / "missing", cases) is None
     # the per-lesion changes behind those means; a question not scored is left out
     gains = lesion_gains(tmp_path / "oracle", cases)

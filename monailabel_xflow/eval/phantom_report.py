@@ -251,9 +251,9 @@ def decisions_table(decisions: Mapping[str, Any]) -> list[str]:
         f"| Stops at once | {_f(decisions['stop_rate']['policy'])} | {_f(decisions['stop_rate']['oracle'])} |",
         f"| Mean IoU gain per lesion | {_f(decisions['mean_gain']['policy'], 4)} | "
         f"{_f(decisions['mean_gain']['oracle'], 4)} |",
-        f"| … on the {decisions['lesions'] - free} boxes drawn on a lesion | "
+        f"| … on the {decisions['lesions'] - free} boxes on questions with a lesion | "
         f"{_f(on_lesions['policy'], 4)} | {_f(on_lesions['oracle'], 4)} |",
-        f"| Lesion-free boxes cleared (of {free}) | {cleared['policy']} | {cleared['oracle']} |",
+        f"| Boxes of lesion-free questions cleared (of {free}) | {cleared['policy']} | {cleared['oracle']} |",
         f"| Clicks where clicking pays | {_f(decisions['clicked_when_paid'])} | 1 |",
         f"| Stops where it does not | {_f(decisions['stopped_when_not_paid'])} | — |",
     ]

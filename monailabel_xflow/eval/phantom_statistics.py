@@ -261,10 +261,10 @@ def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: 
             size of the traced masks.
         pays: the oracle gain that counts as paying.
 
-    A box drawn where the ground truth has no lesion scores IoU 0 until its mask is cleared, and
+    A box on a question whose ground truth has no lesion scores IoU 0 until its mask is cleared, and
     then 1 (:func:`~monailabel_xflow.metrics.mask_iou` of two empty masks), so ``mean_gain``
     mixes two things a revision can do: ``mean_gain_on_lesions`` averages only the boxes with a
-    lesion to segment, and ``cleared`` counts the lesion-free boxes each method emptied.
+    lesion to segment, and ``cleared`` counts the boxes of lesion-free questions each method emptied.
 
     Returns:
         ``{"lesions", "pays", "paid", "stop_rate": {"policy", "oracle"}, "clicked_when_paid",
@@ -305,7 +305,7 @@ def stop_decisions(policy: Path, oracle: Path, cases: Sequence[EvalCase], pays: 
         "mean_gain": {"policy": float(policy_gain.mean()), "oracle": float(oracle_gain.mean())},
         "boxes_without_lesion": int(no_lesion.sum()),
         "mean_gain_on_lesions": {name: rate(g[~no_lesion]) for name, g in gains.items()},
-        # on a lesion-free box the IoU can only go from 0 (a mask) to 1 (none): a gain is a clearing
+        # on a box of a lesion-free question the IoU can only go from 0 (a mask) to 1 (none): a gain is a clearing
         "cleared": {name: int((g[no_lesion] > 0).sum()) for name, g in gains.items()},
     }
 
