@@ -530,17 +530,16 @@ def train_sft(
     if use_aux:
         from monailabel_xflow.training.aux_head import mask_token_head, token_grid_side
 
-        text_cfg = model.config.get_text_config()
         aux_side = token_grid_side(int(model.config.mm_tokens_per_image))
-        if stage == "rev-sft":
-            channels = 2  # missed, spilled
-        else:
-            channels = len(rows[0]["finding_masks"]) if "finding_masks" in rows.column_names else 1
-        aux_head = mask_token_head(int(text_cfg.hidden_size), channels).to(model.device)
+    encoder = PolicyExampleEncoder(processor, stage, aux_side)
+    if use_aux:
+        target = encoder(rows[0])["aux_target"]  # the encoder's targets decide the head's channels
+        channels = int(target.shape[2]) if target.ndim == 3 else 1
+        aux_head = mask_token_head(int(model.config.get_text_config().hidden_size), channels).to(model.device)
     state = PartialState()
     per_device, accum = batch_geometry(cfg.effective_batch, per_device_batch, state.num_processes)
     tok = processor.tokenizer
-    collator = PolicyCollator(PolicyExampleEncoder(processor, stage, aux_side), int(tok.pad_token_id))
+    collator = PolicyCollator(encoder, int(tok.pad_token_id))
     args = SFTConfig(
         **common_training_args(cfg, out_dir, per_device, accum, report_to, progress),
         lr_scheduler_type="cosine",
