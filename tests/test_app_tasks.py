@@ -559,3 +559,40 @@ def test_ctrl_c_stops_the_server_and_every_process_it_started(tmp_path, tiny_mod
         assert "Application shutdown complete" in server.tail(20000), server.tail()
     finally:
         server.stop()
+
+
+def test_sigterm_to_xflow_serve_alone_stops_the_server_it_started(tmp_path, tiny_models):
+    """``kill PID`` of ``xflow serve`` (what a service manager sends to the process it started):
+    the launcher passes SIGTERM on, so the server shuts down cleanly and no process of it is left
+    holding the port."""
+    import os
+    import shutil
+    import signal
+    import sys
+    import time
+
+    from servers import ServerProcess, free_port, monailabel_env
+
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "sample-data" / "phantom_1_00006.png", studies)
+    port = free_port()
+    cmd = [sys.executable, "-m", "monailabel_xflow.cli", "serve", "--studies", str(studies)]
+    cmd += ["--workspace", str(tmp_path / "ws"), "--port", str(port), "--models", str(tiny_models(tmp_path / "m"))]
+    server = ServerProcess(cmd, tmp_path / "serve.log", env=monailabel_env(tmp_path))
+    try:
+        server.wait_http(f"http://127.0.0.1:{port}/info/", 240)
+        os.kill(server.pid, signal.SIGTERM)  # the launcher only, not its group
+        server.proc.wait(60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(server.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"the server outlived SIGTERM to xflow serve by 60 s:\n{server.tail()}")
+        assert "Application shutdown complete" in server.tail(20000), server.tail()
+    finally:
+        server.stop()

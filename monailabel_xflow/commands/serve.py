@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -185,7 +186,12 @@ def run(args: argparse.Namespace) -> int:
         f"xflow serve: http://{args.host}:{args.port}/ (studies {studies}; {'app' if args.app else 'workspace'} {app})",
         file=sys.stderr,
     )
+    server = subprocess.Popen(cmd)
+    # A SIGTERM aimed at this process alone (`kill PID`, a service manager) must reach the server,
+    # or it would outlive its launcher and keep the port; Ctrl-C already reaches the whole group.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: server.send_signal(signum))
     try:
-        return subprocess.call(cmd)
+        return server.wait()
     except KeyboardInterrupt:
+        server.wait()  # the server got the same Ctrl-C: let it finish shutting down
         return 0
