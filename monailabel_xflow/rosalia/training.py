@@ -383,7 +383,7 @@ def train_rosalia(
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad()
-            row = {k: float(out_[k]) for k in ("loss", "ce", "bce", "dice")}
+            row = {k: float(out_[k].detach()) for k in ("loss", "ce", "bce", "dice")}
             losses.append(row)
             step += 1
             bar.update(1)

@@ -409,7 +409,7 @@ def common_training_args(
         save_strategy="no",
         report_to=report_to,
         remove_unused_columns=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # TRL's configs default the deprecated alias to True
         disable_tqdm=not progress,
         use_cpu=not torch.cuda.is_available(),
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
