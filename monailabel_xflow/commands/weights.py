@@ -1,9 +1,11 @@
-"""``xflow weights``: see where the configured weights are, and download them when asked.
+"""``xflow weights``: see where the configured weights are, download them when asked, merge
+the policies' adapters for serving.
 
 Usage::
 
     xflow weights show [--models CONFIG]
     xflow weights pull [--models CONFIG] [--token TOKEN] [--dry-run] [REPO_ID[@REVISION] ...]
+    xflow weights merge [--models CONFIG] --out DIR [--dtype float32|bfloat16|float16]
 
 ``show`` lists each configured weight (``vlm_base``, adapters, merged models, ``segmenter``)
 and whether it is a local path, in the local Hugging Face cache, or missing; it never touches
@@ -13,6 +15,11 @@ that is a hub id, printing each one it fetches and where it landed. The token is
 else whatever ``huggingface_hub`` finds (``HF_TOKEN``, ``hf auth login``); gated models
 (MedGemma, SAM3) need one whose account accepted their licence.
 
+``merge`` turns a base-plus-adapters configuration into two merged policy models
+(:mod:`monailabel_xflow.policy.merging`): ``DIR/init`` and ``DIR/rev``, and ``DIR/models.yaml``
+naming them as ``init_model`` / ``rev_model`` with every other setting of CONFIG kept. It reads
+local weights only (``pull`` first) and refuses an existing ``DIR``.
+
 Exit status: 0 ok, 2 bad configuration or repository id, 1 a download failed.
 """
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -39,6 +47,14 @@ def register(subparsers) -> None:
     pull.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
     pull.set_defaults(func=run)
 
+    merge = actions.add_parser("merge", help="merge π_init's and π_rev's adapters into two plain models")
+    merge.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
+    merge.add_argument("--out", required=True, help="new folder for the merged models and their models.yaml")
+    merge.add_argument(
+        "--dtype", choices=("float32", "bfloat16", "float16"), help="saved weights' dtype (default: the base's)"
+    )
+    merge.set_defaults(func=run)
+
 
 def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
@@ -53,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(err))
     if args.weights_action == "show":
         return _show(config)
+    if args.weights_action == "merge":
+        return _merge(args, config)
     return _pull(args, config)
 
 
@@ -105,6 +123,59 @@ def _pull(args: argparse.Namespace, config) -> int:
         except Exception as err:  # network, authentication, gated repository: report and stop
             return _error(f"download of {value} failed: {type(err).__name__}: {err}", status=1)
         print(f"  -> {path}", flush=True)
+    return 0
+
+
+MERGED = {"init_adapter": ("init_model", "init"), "rev_adapter": ("rev_model", "rev")}
+"""Each adapter field, the merged-model field that replaces it, and its folder under ``--out``."""
+
+
+def _merge(args: argparse.Namespace, config) -> int:
+    from dataclasses import asdict
+
+    import yaml
+
+    from monailabel_xflow.policy.base import PolicyError
+    from monailabel_xflow.policy.merging import merge_adapter
+    from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
+
+    out = Path(args.out)
+    if out.exists():
+        return _error(f"{out} exists; merge writes a new folder and never overwrites")
+    try:
+        config.validate()
+        if not config.vlm_base:
+            return _error("the configuration already names merged models (init_model); there is nothing to merge")
+        base = config.resolve("vlm_base")
+        adapters = {field: config.resolve(field) for field in MERGED if getattr(config, field)}
+        # weights kept as they are: as local absolute paths (the new file lives elsewhere) or hub ids
+        kept = {
+            name: str(config.resolve(name)) if config.locate(value)[0] == "local" else value
+            for name, value in ((n, getattr(config, n)) for n in ("segmenter", "rosalia"))
+            if value
+        }
+    except ModelConfigError as err:
+        return _error(str(err))
+    values, defaults = asdict(config), asdict(ModelConfig())
+    settings = {
+        name: value
+        for name, value in values.items()
+        if name not in {"base_dir", "vlm_base", *MERGED, *kept} and value is not None and value != defaults[name]
+    }
+    written: dict[str, str] = {}
+    try:
+        for field, (merged_field, folder) in MERGED.items():
+            if field in adapters:
+                print(f"merging {adapters[field]} into {base} ...", flush=True)
+                merge_adapter(base, adapters[field], out / folder, dtype=args.dtype)
+                written[merged_field] = f"./{folder}"
+    except PolicyError as err:
+        return _error(str(err))
+    models = out / "models.yaml"
+    header = f"# {', '.join(written)} merged by `xflow weights merge` from {config.base_dir or 'XFLOW_* variables'}\n"
+    models.write_text(header + yaml.safe_dump({**written, **kept, **settings}, sort_keys=False))
+    print(f"wrote {', '.join(str(out / f) for f in written.values())} and {models}")
+    print(f"serve them with: xflow serve --studies DIR --models {models}")
     return 0
 
 
