@@ -148,12 +148,11 @@ def _merge(args: argparse.Namespace, config) -> int:
             return _error("the configuration already names merged models (init_model); there is nothing to merge")
         base = config.resolve("vlm_base")
         adapters = {field: config.resolve(field) for field in MERGED if getattr(config, field)}
-        # weights kept as they are: as local absolute paths (the new file lives elsewhere) or hub ids
-        kept = {
-            name: str(config.resolve(name)) if config.locate(value)[0] == "local" else value
-            for name, value in ((n, getattr(config, n)) for n in ("segmenter", "rosalia"))
-            if value
-        }
+        # the other weights, as absolute local paths (the new file lives elsewhere) or hub ids
+        kept: dict[str, str] = {}
+        for name in ("segmenter", "rosalia"):
+            if value := getattr(config, name):
+                kept[name] = str(config.resolve(name)) if config.locate(value)[0] == "local" else value
     except ModelConfigError as err:
         return _error(str(err))
     values, defaults = asdict(config), asdict(ModelConfig())
