@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""The dtypes a policy model may be loaded in or saved as (the models file's ``dtype``, a merge's)."""
+
 CHECKPOINT_SUFFIXES = (".pt", ".pth")
 """Single-file checkpoints (the official SAM3 release); folders are Hugging Face format."""
 

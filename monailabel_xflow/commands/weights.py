@@ -29,6 +29,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from monailabel_xflow.weights import DTYPES
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("weights", help="show or download (pull) the configured model weights")
@@ -50,9 +52,7 @@ def register(subparsers) -> None:
     merge = actions.add_parser("merge", help="merge π_init's and π_rev's adapters into two plain models")
     merge.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
     merge.add_argument("--out", required=True, help="new folder for the merged models and their models.yaml")
-    merge.add_argument(
-        "--dtype", choices=("float32", "bfloat16", "float16"), help="saved weights' dtype (default: the base's)"
-    )
+    merge.add_argument("--dtype", choices=DTYPES, help="saved weights' dtype (default: the base's)")
     merge.set_defaults(func=run)
 
 
@@ -173,7 +173,7 @@ def _merge(args: argparse.Namespace, config) -> int:
     models = out / "models.yaml"
     header = f"# {', '.join(written)} merged by `xflow weights merge` from {config.base_dir or 'XFLOW_* variables'}\n"
     models.write_text(header + yaml.safe_dump({**written, **kept, **settings}, sort_keys=False))
-    print(f"wrote {', '.join(str(out / f) for f in written.values())} and {models}")
+    print(f"wrote {', '.join(str(out / f.removeprefix('./')) for f in written.values())} and {models}")
     print(f"serve them with: xflow serve --studies DIR --models {models}")
     return 0
 

@@ -22,11 +22,10 @@ import torch
 
 from monailabel_xflow.policy.base import PolicyError
 from monailabel_xflow.policy.vlm import check_transformers
+from monailabel_xflow.weights import DTYPES
 
 MERGE_RECORD = "xflow_merged.json"
 """What each merged folder records about its making (base, adapter, dtype, library versions)."""
-
-SAVE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def stored_dtype(base: str | os.PathLike[str]) -> str:
@@ -36,7 +35,7 @@ def stored_dtype(base: str | os.PathLike[str]) -> str:
 
     value = getattr(AutoConfig.from_pretrained(str(base)), "dtype", None)
     name = str(value).removeprefix("torch.") if value is not None else "float32"
-    return name if name in SAVE_DTYPES else "float32"
+    return name if name in DTYPES else "float32"
 
 
 def merge_adapter(
@@ -53,7 +52,7 @@ def merge_adapter(
         adapter: local folder of a peft adapter trained on that base.
         out: folder to create; it must not exist (a merge never overwrites). The checkpoint is
             written beside it and renamed into place, so an interrupted merge leaves no ``out``.
-        dtype: the saved weights' dtype (:data:`SAVE_DTYPES`); None keeps the base's.
+        dtype: the saved weights' dtype (:data:`~monailabel_xflow.weights.DTYPES`); None keeps the base's.
 
     Returns:
         ``out``, loadable as ``init_model`` / ``rev_model`` of a models file.
@@ -69,8 +68,8 @@ def merge_adapter(
         if not Path(path).is_dir():
             raise PolicyError(f"{name} {path} is not a folder")
     save_dtype = dtype or stored_dtype(base)
-    if save_dtype not in SAVE_DTYPES:
-        raise PolicyError(f"dtype {save_dtype!r} is not one of {', '.join(SAVE_DTYPES)}")
+    if save_dtype not in DTYPES:
+        raise PolicyError(f"dtype {save_dtype!r} is not one of {', '.join(DTYPES)}")
 
     import peft
     import transformers

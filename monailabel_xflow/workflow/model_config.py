@@ -82,13 +82,12 @@ from monailabel_xflow.policy.base import (
 from monailabel_xflow.segmenter.base import PromptableSegmenter
 from monailabel_xflow.segmenter.loading import BACKENDS
 from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS, refinement_for
-from monailabel_xflow.weights import ENCODE_PRECISIONS, is_hub_id, split_hub_id
+from monailabel_xflow.weights import DTYPES, ENCODE_PRECISIONS, is_hub_id, split_hub_id
 
 logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "XFLOW_"
 ENV_FILE = "XFLOW_MODELS"
-DTYPES = ("float32", "bfloat16", "float16")
 REVISION_VIEWS = ("full", "zoom")
 _REFINEMENT_FIELDS = ("click_refinement", "stage2_click_refinement")
 """Fields naming a click refinement (``segmenter.refine.CLICK_REFINEMENTS``): the click tool's, Stage 2's."""
