@@ -522,10 +522,20 @@ def test_a_label_file_is_written_once_with_the_answer_in_its_header(tmp_path, mo
         assert np.allclose(nib.load(path).affine, nib.load(str(image)).affine)  # the image's own geometry
 
 
-def test_ctrl_c_stops_the_server_and_every_process_it_started(tmp_path, tiny_models):
-    """``make run``'s server, stopped as a terminal's Ctrl-C does: SIGINT to the whole foreground
-    process group, here while the startup scoring subprocess may still run. Nothing of the group
-    is left, and uvicorn shut down cleanly (not killed)."""
+@pytest.mark.parametrize(
+    "how",
+    [
+        # make run's server, stopped as a terminal's Ctrl-C does: SIGINT to the whole foreground
+        # process group, here while the startup scoring subprocess may still run
+        "ctrl-c to the group",
+        # `kill PID` of `xflow serve`, what a service manager sends to the process it started: the
+        # launcher passes SIGTERM on to the server it started
+        "sigterm to the launcher",
+    ],
+)
+def test_a_stopped_server_shuts_down_cleanly_and_leaves_no_process(tmp_path, tiny_models, how):
+    """``xflow serve`` stopped either way: nothing of its process group is left holding the port,
+    and uvicorn shut down cleanly (not killed)."""
     import os
     import shutil
     import signal
@@ -538,14 +548,16 @@ def test_ctrl_c_stops_the_server_and_every_process_it_started(tmp_path, tiny_mod
     studies.mkdir()
     for name in ("phantom_1_00000.png", "phantom_1_00006.png"):
         shutil.copy(Path(__file__).resolve().parents[1] / "sample-data" / name, studies)
-    models = tiny_models(tmp_path / "models")
     port = free_port()
     cmd = [sys.executable, "-m", "monailabel_xflow.cli", "serve", "--studies", str(studies)]
-    cmd += ["--workspace", str(tmp_path / "ws"), "--port", str(port), "--models", str(models)]
+    cmd += ["--workspace", str(tmp_path / "ws"), "--port", str(port), "--models", str(tiny_models(tmp_path / "m"))]
     server = ServerProcess(cmd, tmp_path / "serve.log", env=monailabel_env(tmp_path))
     try:
         server.wait_http(f"http://127.0.0.1:{port}/info/", 240)
-        os.killpg(server.pid, signal.SIGINT)
+        if how == "ctrl-c to the group":
+            os.killpg(server.pid, signal.SIGINT)
+        else:
+            os.kill(server.pid, signal.SIGTERM)  # the launcher only, not its group
         server.proc.wait(60)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # the server's own children, reparented once it exits
@@ -555,44 +567,7 @@ def test_ctrl_c_stops_the_server_and_every_process_it_started(tmp_path, tiny_mod
                 break
             time.sleep(0.2)
         else:
-            pytest.fail(f"processes of the group outlived Ctrl-C by 60 s:\n{server.tail()}")
-        assert "Application shutdown complete" in server.tail(20000), server.tail()
-    finally:
-        server.stop()
-
-
-def test_sigterm_to_xflow_serve_alone_stops_the_server_it_started(tmp_path, tiny_models):
-    """``kill PID`` of ``xflow serve`` (what a service manager sends to the process it started):
-    the launcher passes SIGTERM on, so the server shuts down cleanly and no process of it is left
-    holding the port."""
-    import os
-    import shutil
-    import signal
-    import sys
-    import time
-
-    from servers import ServerProcess, free_port, monailabel_env
-
-    studies = tmp_path / "studies"
-    studies.mkdir()
-    shutil.copy(Path(__file__).resolve().parents[1] / "sample-data" / "phantom_1_00006.png", studies)
-    port = free_port()
-    cmd = [sys.executable, "-m", "monailabel_xflow.cli", "serve", "--studies", str(studies)]
-    cmd += ["--workspace", str(tmp_path / "ws"), "--port", str(port), "--models", str(tiny_models(tmp_path / "m"))]
-    server = ServerProcess(cmd, tmp_path / "serve.log", env=monailabel_env(tmp_path))
-    try:
-        server.wait_http(f"http://127.0.0.1:{port}/info/", 240)
-        os.kill(server.pid, signal.SIGTERM)  # the launcher only, not its group
-        server.proc.wait(60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(server.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"the server outlived SIGTERM to xflow serve by 60 s:\n{server.tail()}")
+            pytest.fail(f"processes of the group outlived the {how} by 60 s:\n{server.tail()}")
         assert "Application shutdown complete" in server.tail(20000), server.tail()
     finally:
         server.stop()
