@@ -152,7 +152,8 @@ def _merge(args: argparse.Namespace, config) -> int:
         kept: dict[str, str] = {}
         for name in ("segmenter", "rosalia"):
             if value := getattr(config, name):
-                kept[name] = str(config.resolve(name)) if config.locate(value)[0] == "local" else value
+                kind, path = config.locate(value)
+                kept[name] = str(path) if kind == "local" else value
     except ModelConfigError as err:
         return _error(str(err))
     values, defaults = asdict(config), asdict(ModelConfig())

@@ -322,7 +322,7 @@ def _revision_row(
             break
         png = out_dir / "observations" / f"{case_id}_c{k}_t{t}.png"
         observations.append(_save_png(png, render_observation(image, observed, clicks, view)))
-        errors.append(_save_png(out_dir / "errors" / png.name, error_map(observed, target)[rows_, cols_]))
+        errors.append(_save_png(out_dir / "errors" / png.name, error_map(observed[rows_, cols_], target[rows_, cols_])))
         targets.append(revision_target(shown))
         if action is not None:
             clicks.append(action)
