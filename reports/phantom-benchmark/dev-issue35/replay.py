@@ -9,6 +9,7 @@ against the ground truth).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from monailabel_xflow.data.readers import read_mimic_ils
 from monailabel_xflow.eval.phantom_benchmark import interleaved
 from monailabel_xflow.eval.phantom_manifest import stage1_identity
 from monailabel_xflow.eval.phantom_methods import SharedStage1, _Revisions
-from monailabel_xflow.eval.phantom_protocol import STAGE1_NAME
+from monailabel_xflow.eval.phantom_protocol import STAGE1_NAME, case_gt
 from monailabel_xflow.eval.phantom_statistics import stop_decisions
 from monailabel_xflow.geometry import Click, pixel_to_point, point_to_pixel
 from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
@@ -52,17 +53,25 @@ def demo_flow(bench: Path, reviser: Any = None) -> tuple[ModelConfig, Any, XFlow
 def replay(flow: XFlow, bench: Path, folder: Path, reviser_for: Callable[[Any, Any], Any] | None = None) -> Any:
     """Run ``flow`` on BENCH's questions into ``folder/revisions.jsonl`` (replaced) and return
     ``stop_decisions`` against BENCH's oracle. ``reviser_for(case, image)`` gives a question its
-    own π_rev (default the flow's)."""
+    own π_rev (default the flow's). ``folder/scores.jsonl`` holds each question's answer against
+    its ground truth (intersection and union in pixels, as the benchmark's ``results.jsonl``
+    stats; ``giou.py`` pairs them)."""
     cases = interleaved(bench_cases(bench))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "revisions.jsonl").unlink(missing_ok=True)
     revisions = _Revisions(folder / "revisions.jsonl")
+    scores = (folder / "scores.jsonl").open("w")
     for i, case in enumerate(cases):
         image = load_cxr(case.image_path)[0]
         reviser = reviser_for(case, image) if reviser_for is not None else None
-        revisions.add(case.case_id, flow.run(image, case.instruction, reviser=reviser).trace)
+        result = flow.run(image, case.instruction, reviser=reviser)
+        revisions.add(case.case_id, result.trace)
+        gt = case_gt(case, image.shape)
+        inter, union = int((result.mask & gt).sum()), int((result.mask | gt).sum())
+        scores.write(json.dumps({"case_id": case.case_id, "intersection": inter, "union": union}) + "\n")
         if i % 50 == 0:
             print(i, flush=True)
+    scores.close()
     return stop_decisions(folder, bench / "oracle", cases)
 
 

@@ -1,0 +1,195 @@
+"""Where Stage 2's clicks must land: π_rev by self-consistency, the oracle's clicks displaced, and
+two rules without the ground truth (dev diagnostics, section 16 of README.md).
+
+Both replay Stage 2 behind the demo's cached Stage 1 (``replay.py``) on a finished
+``xflow benchmark phantom ... --methods stage1,stage1+2,oracle`` folder BENCH made with the
+demo's models file:
+
+* ``vote N T``: at every Stage 2 turn π_rev is sampled N times (temperature T) from the same
+  conversation; the answer is the most common of stop / positive click / negative click (a tie
+  stops; a sample that does not parse abstains), and among the clicks of that kind the one
+  nearest the others (the medoid). The conversation goes on from the chosen sample, so π_rev
+  reads its own text as usual. Self-
+  consistency (Wang et al., 2023) asks whether π_rev's clicks scatter around a good place (their
+  medoid lands better than one greedy click) or sit beside it (no vote helps).
+  Writes ``OUT/spread.jsonl``: per turn, each sample's action and the chosen medoid's distance to
+  each click of its kind (pixels of the 256-px phantom).
+* ``displace R``: the simulated user of the oracle rows (Algorithm 1, the benchmark's
+  ``GroundTruthReviser``) decides and places every click, and the click is then moved R pixels
+  in a random direction (seeded by question), clipped to the image: how precisely a click must
+  land for Stage 2 to pay, on the demo's own masks.
+
+* ``box-deepest``: the demo's π_rev decides; each of its positive clicks is moved to the pixel of
+  the box, outside the mask, farthest from both (no ground truth: where a box drawn on a lesion
+  leaves the most unexplained room).
+* ``empty-stops``: the demo's π_rev, except that a box whose Stage 1 mask is empty is not revised
+  (the workflow already answers "absent" when every box's mask is empty).
+
+Prints ``stop_decisions`` against BENCH's oracle and writes ``OUT/revisions.jsonl``.
+
+    python reports/phantom-benchmark/dev-issue35/placement.py vote N T BENCH OUT
+    python reports/phantom-benchmark/dev-issue35/placement.py displace R BENCH OUT
+    python reports/phantom-benchmark/dev-issue35/placement.py empty-stops BENCH OUT
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from replay import KEEP, MovedClicks, demo_flow, replay
+from scipy import ndimage
+
+from monailabel_xflow.eval.phantom_protocol import case_gt
+from monailabel_xflow.geometry import Click, pixel_to_point, point_to_pixel
+from monailabel_xflow.policy.oracle import GroundTruthReviser
+from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
+from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+
+mode = sys.argv[1]
+torch.manual_seed(0)
+
+if mode == "vote":
+    n, temperature, bench, out = int(sys.argv[2]), float(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5])
+    cfg, loaded, flow = demo_flow(bench)
+    rev = loaded.reviser
+    settings = GenerationSettings(do_sample=True, temperature=temperature, max_new_tokens=rev.generation.max_new_tokens)
+    sampler = VLMPolicy(rev.model, rev.processor, generation=settings, reuse_cache=False, stop_bias=rev.stop_bias)
+    out.mkdir(parents=True, exist_ok=True)
+    spread = (out / "spread.jsonl").open("w")
+
+    def kind(text: str) -> str:
+        parsed = parse_stage2(text)
+        if parsed.problems:
+            return "bad"  # a malformed sample abstains
+        if parsed.value.click is None:
+            return "stop"
+        return "pos" if parsed.value.click.positive else "neg"
+
+    class Voting:
+        def start(self, image, instruction, box):
+            return _VotingSession(sampler.start(image, instruction, box))
+
+    class _VotingSession:
+        zoom = False
+
+        def __init__(self, session):
+            self.session = session
+
+        def _state(self):
+            s = self.session
+            return s.input_ids, s.token_type_ids, list(s.pixel_values), list(s.texts), list(s.answer_spans)
+
+        def _restore(self, saved):
+            s = self.session
+            s.input_ids, s.token_type_ids = saved[0], saved[1]
+            s.pixel_values, s.texts, s.answer_spans = list(saved[2]), list(saved[3]), list(saved[4])
+
+        def step(self, state):
+            before = self._state()
+            samples = []
+            for _ in range(n):
+                self._restore(before)
+                text = self.session.step(state)
+                samples.append((text, kind(text), self._state()))
+            counts = {k: sum(s[1] == k for s in samples) for k in ("stop", "pos", "neg", "bad")}
+            best = max(counts["stop"], counts["pos"], counts["neg"])
+            chosen = "stop" if counts["stop"] == best else max(("pos", "neg"), key=lambda k: counts[k])
+            if counts["pos"] == counts["neg"] == best:
+                chosen = "stop"
+            group = [s for s in samples if s[1] == chosen] or samples[:1]
+            dists = []
+            if chosen != "stop":
+                clicks = [parse_stage2(s[0]).value.click for s in group]
+                pts = np.array([point_to_pixel(c.x, c.y, state.mask.shape) for c in clicks], dtype=float)
+                d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+                pick = int(np.argmin(d.sum(1)))
+                dists = [round(float(v), 1) for v in d[pick]]
+            else:
+                pick = 0
+            text, _, saved = group[pick]
+            self._restore(saved)
+            record = {"step": state.step, "counts": counts, "chosen": chosen, "medoid_dists": dists}
+            spread.write(json.dumps(record) + "\n")
+            spread.flush()
+            return text
+
+    print(replay(flow, bench, out, lambda case, image: Voting()))
+
+elif mode == "displace":
+    radius, bench, out = float(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+    cfg, loaded, flow = demo_flow(bench)
+
+    class Displaced:
+        def __init__(self, gt, rng):
+            self.oracle, self.rng = GroundTruthReviser(gt), rng
+
+        def start(self, image, instruction, box):
+            return _DisplacedSession(self.oracle.start(image, instruction, box), self.rng)
+
+    class _DisplacedSession:
+        zoom = False
+
+        def __init__(self, session, rng):
+            self.session, self.rng = session, rng
+
+        def step(self, state):
+            said = self.session.step(state)
+            action = said if not isinstance(said, str) else parse_stage2(said).value
+            if action is None or action.click is None or radius == 0:
+                return said
+            h, w = state.mask.shape
+            row, col = point_to_pixel(action.click.x, action.click.y, (h, w))
+            angle = self.rng.uniform(0, 2 * np.pi)
+            row = int(np.clip(round(row + radius * np.sin(angle)), 0, h - 1))
+            col = int(np.clip(round(col + radius * np.cos(angle)), 0, w - 1))
+            return Stage2Action(Click(action.click.positive, *pixel_to_point(row, col, (h, w))))
+
+    def reviser_for(case, image):
+        rng = np.random.default_rng(zlib.crc32(case.case_id.encode()))
+        return Displaced(case_gt(case, image.shape), rng)
+
+    print(replay(flow, bench, out, reviser_for))
+elif mode == "box-deepest":
+    bench, out = Path(sys.argv[2]), Path(sys.argv[3])
+    cfg, loaded, flow = demo_flow(bench)
+
+    def deepest_in_box(image, state, row, col):
+        h, w = state.mask.shape
+        x1, y1, x2, y2 = state.box
+        region = np.zeros((h, w), bool)
+        region[int(y1 * h) : int(np.ceil(y2 * h)), int(x1 * w) : int(np.ceil(x2 * w))] = True
+        region &= ~state.mask
+        if not region.any():
+            return KEEP
+        depth = ndimage.distance_transform_edt(np.pad(region, 1))[1:-1, 1:-1]
+        return tuple(int(v) for v in np.unravel_index(int(np.argmax(depth)), depth.shape))
+
+    print(replay(flow, bench, out, lambda case, image: MovedClicks(loaded.reviser, deepest_in_box)))
+elif mode == "empty-stops":
+    bench, out = Path(sys.argv[2]), Path(sys.argv[3])
+    cfg, loaded, flow = demo_flow(bench)
+    rev = loaded.reviser
+
+    class EmptyStops:
+        def start(self, image, instruction, box):
+            return _EmptyStopsSession(rev.start(image, instruction, box))
+
+    class _EmptyStopsSession:
+        zoom = False
+
+        def __init__(self, session):
+            self.session = session
+
+        def step(self, state):
+            if state.step == 0 and not state.mask.any():
+                return Stage2Action(None)
+            return self.session.step(state)
+
+    print(replay(flow, bench, out, lambda case, image: EmptyStops()))
+else:
+    raise SystemExit(f"MODE must be vote, displace, box-deepest or empty-stops, got {mode!r}")
