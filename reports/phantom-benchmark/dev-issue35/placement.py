@@ -22,6 +22,8 @@ demo's models file:
 * ``box-deepest``: the demo's π_rev decides; each of its positive clicks is moved to the pixel of
   the box, outside the mask, farthest from both (no ground truth: where a box drawn on a lesion
   leaves the most unexplained room).
+* ``pull D``: the demo's π_rev decides; each positive click outside the mask farther than D px
+  from it is moved along the line to the nearest mask pixel until it lies D px from the mask.
 * ``empty-stops``: the demo's π_rev, except that a box whose Stage 1 mask is empty is not revised
   (the workflow already answers "absent" when every box's mask is empty).
 
@@ -29,6 +31,7 @@ Prints ``stop_decisions`` against BENCH's oracle and writes ``OUT/revisions.json
 
     python reports/phantom-benchmark/dev-issue35/placement.py vote N T BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py displace R BENCH OUT
+    python reports/phantom-benchmark/dev-issue35/placement.py pull D BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py empty-stops BENCH OUT
 """
 
@@ -170,6 +173,21 @@ elif mode == "box-deepest":
         return tuple(int(v) for v in np.unravel_index(int(np.argmax(depth)), depth.shape))
 
     print(replay(flow, bench, out, lambda case, image: MovedClicks(loaded.reviser, deepest_in_box)))
+elif mode == "pull":
+    distance, bench, out = float(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+    cfg, loaded, flow = demo_flow(bench)
+
+    def pulled(image, state, row, col):
+        if not state.mask.any() or state.mask[row, col]:
+            return KEEP
+        gap, (rows, cols) = ndimage.distance_transform_edt(~state.mask, return_indices=True)
+        if gap[row, col] <= distance:
+            return KEEP
+        r0, c0 = rows[row, col], cols[row, col]  # the mask pixel nearest π_rev's click
+        t = distance / gap[row, col]
+        return int(round(r0 + t * (row - r0))), int(round(c0 + t * (col - c0)))
+
+    print(replay(flow, bench, out, lambda case, image: MovedClicks(loaded.reviser, pulled)))
 elif mode == "empty-stops":
     bench, out = Path(sys.argv[2]), Path(sys.argv[3])
     cfg, loaded, flow = demo_flow(bench)
@@ -192,4 +210,4 @@ elif mode == "empty-stops":
 
     print(replay(flow, bench, out, lambda case, image: EmptyStops()))
 else:
-    raise SystemExit(f"MODE must be vote, displace, box-deepest or empty-stops, got {mode!r}")
+    raise SystemExit(f"MODE must be vote, displace, box-deepest, pull or empty-stops, got {mode!r}")
