@@ -24,6 +24,9 @@ demo's models file:
   leaves the most unexplained room).
 * ``pull D``: the demo's π_rev decides; each positive click outside the mask farther than D px
   from it is moved along the line to the nearest mask pixel until it lies D px from the mask.
+* ``ensemble REV ...``: several π_rev (the models files REV, e.g. the demo's and retrainings with
+  other seeds) answer every turn greedily; the answer is their vote, as ``vote``'s, and every
+  member's conversation goes on from it.
 * ``empty-stops``: the demo's π_rev, except that a box whose Stage 1 mask is empty is not revised
   (the workflow already answers "absent" when every box's mask is empty).
 
@@ -33,6 +36,7 @@ Prints ``stop_decisions`` against BENCH's oracle and writes ``OUT/revisions.json
     python reports/phantom-benchmark/dev-issue35/placement.py displace R BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py pull D BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py empty-stops BENCH OUT
+    python reports/phantom-benchmark/dev-issue35/placement.py ensemble BENCH OUT REV [REV ...]
 """
 
 from __future__ import annotations
@@ -52,9 +56,43 @@ from monailabel_xflow.geometry import Click, pixel_to_point, point_to_pixel
 from monailabel_xflow.policy.oracle import GroundTruthReviser
 from monailabel_xflow.policy.protocol import Stage2Action, parse_stage2
 from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
+from monailabel_xflow.workflow.model_config import ModelConfig, load_models
 
 mode = sys.argv[1]
 torch.manual_seed(0)
+
+
+def kind(text: str) -> str:
+    """``stop``, ``pos``, ``neg``, or ``bad`` for text that does not parse (it abstains)."""
+    parsed = parse_stage2(text)
+    if parsed.problems:
+        return "bad"
+    if parsed.value.click is None:
+        return "stop"
+    return "pos" if parsed.value.click.positive else "neg"
+
+
+def vote(kinds: list[str], texts: list[str], shape) -> tuple[str, int, list[float]]:
+    """The most common of stop / pos / neg (a tie stops) and the index of its medoid answer, with
+    the medoid's distances (px) to the other clicks of its kind."""
+    counts = {k: kinds.count(k) for k in ("stop", "pos", "neg")}
+    best = max(counts.values())
+    chosen = (
+        "stop"
+        if counts["stop"] == best or counts["pos"] == counts["neg"] == best
+        else max(("pos", "neg"), key=lambda k: counts[k])
+    )
+    group = [i for i, k in enumerate(kinds) if k == chosen]
+    if not group:
+        return chosen, 0, []
+    if chosen == "stop":
+        return chosen, group[0], []
+    clicks = [parse_stage2(texts[i]).value.click for i in group]
+    pts = np.array([point_to_pixel(c.x, c.y, shape) for c in clicks], dtype=float)
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    pick = int(np.argmin(d.sum(1)))
+    return chosen, group[pick], [round(float(v), 1) for v in d[pick]]
+
 
 if mode == "vote":
     n, temperature, bench, out = int(sys.argv[2]), float(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5])
@@ -64,14 +102,6 @@ if mode == "vote":
     sampler = VLMPolicy(rev.model, rev.processor, generation=settings, reuse_cache=False, stop_bias=rev.stop_bias)
     out.mkdir(parents=True, exist_ok=True)
     spread = (out / "spread.jsonl").open("w")
-
-    def kind(text: str) -> str:
-        parsed = parse_stage2(text)
-        if parsed.problems:
-            return "bad"  # a malformed sample abstains
-        if parsed.value.click is None:
-            return "stop"
-        return "pos" if parsed.value.click.positive else "neg"
 
     class Voting:
         def start(self, image, instruction, box):
@@ -99,22 +129,10 @@ if mode == "vote":
                 self._restore(before)
                 text = self.session.step(state)
                 samples.append((text, kind(text), self._state()))
-            counts = {k: sum(s[1] == k for s in samples) for k in ("stop", "pos", "neg", "bad")}
-            best = max(counts["stop"], counts["pos"], counts["neg"])
-            chosen = "stop" if counts["stop"] == best else max(("pos", "neg"), key=lambda k: counts[k])
-            if counts["pos"] == counts["neg"] == best:
-                chosen = "stop"
-            group = [s for s in samples if s[1] == chosen] or samples[:1]
-            dists = []
-            if chosen != "stop":
-                clicks = [parse_stage2(s[0]).value.click for s in group]
-                pts = np.array([point_to_pixel(c.x, c.y, state.mask.shape) for c in clicks], dtype=float)
-                d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
-                pick = int(np.argmin(d.sum(1)))
-                dists = [round(float(v), 1) for v in d[pick]]
-            else:
-                pick = 0
-            text, _, saved = group[pick]
+            kinds = [s[1] for s in samples]
+            chosen, pick, dists = vote(kinds, [s[0] for s in samples], state.mask.shape)
+            counts = {k: kinds.count(k) for k in ("stop", "pos", "neg", "bad")}
+            text, _, saved = samples[pick]
             self._restore(saved)
             record = {"step": state.step, "counts": counts, "chosen": chosen, "medoid_dists": dists}
             spread.write(json.dumps(record) + "\n")
@@ -123,6 +141,39 @@ if mode == "vote":
 
     print(replay(flow, bench, out, lambda case, image: Voting()))
 
+elif mode == "ensemble":
+    bench, out, rev_files = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
+    cfg, loaded, flow = demo_flow(bench)
+    members = []
+    for rev_file in rev_files:
+        rev = load_models(ModelConfig.load(rev_file)).reviser
+        members.append(VLMPolicy(rev.model, rev.processor, generation=rev.generation, reuse_cache=False))
+
+    class Ensemble:
+        def start(self, image, instruction, box):
+            return _EnsembleSession([m.start(image, instruction, box) for m in members])
+
+    class _EnsembleSession:
+        zoom = False
+
+        def __init__(self, sessions):
+            self.sessions = sessions
+
+        def step(self, state):
+            texts = [s.step(state) for s in self.sessions]
+            kinds = [kind(t) for t in texts]
+            _, pick, _ = vote(kinds, texts, state.mask.shape)
+            start, end = self.sessions[pick].answer_spans[-1]
+            said = self.sessions[pick].input_ids[:, start:end]
+            for s in self.sessions:  # every member goes on from the ensemble's answer
+                own = s.answer_spans[-1][0]
+                s.input_ids = torch.cat([s.input_ids[:, :own], said], dim=1)
+                s.token_type_ids = torch.cat([s.token_type_ids[:, :own], torch.zeros_like(said)], dim=1)
+                s.answer_spans[-1] = (own, own + said.shape[1])
+                s.texts[-1] = texts[pick]
+            return texts[pick]
+
+    print(replay(flow, bench, out, lambda case, image: Ensemble()))
 elif mode == "displace":
     radius, bench, out = float(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
     cfg, loaded, flow = demo_flow(bench)
@@ -210,4 +261,4 @@ elif mode == "empty-stops":
 
     print(replay(flow, bench, out, lambda case, image: EmptyStops()))
 else:
-    raise SystemExit(f"MODE must be vote, displace, box-deepest, pull or empty-stops, got {mode!r}")
+    raise SystemExit(f"MODE must be vote, ensemble, displace, box-deepest, pull or empty-stops, got {mode!r}")
