@@ -1,7 +1,7 @@
-"""Where Stage 2's clicks must land: π_rev by self-consistency, the oracle's clicks displaced, and
-two rules without the ground truth (dev diagnostics, section 16 of README.md).
+"""Where Stage 2's clicks must land, and rules that place π_rev's clicks without retraining (dev
+diagnostics, section 16 of README.md).
 
-Both replay Stage 2 behind the demo's cached Stage 1 (``replay.py``) on a finished
+Every mode replays Stage 2 behind the demo's cached Stage 1 (``replay.py``) on a finished
 ``xflow benchmark phantom ... --methods stage1,stage1+2,oracle`` folder BENCH made with the
 demo's models file:
 
@@ -9,16 +9,15 @@ demo's models file:
   conversation; the answer is the most common of stop / positive click / negative click (a tie
   stops; a sample that does not parse abstains), and among the clicks of that kind the one
   nearest the others (the medoid). The conversation goes on from the chosen sample, so π_rev
-  reads its own text as usual. Self-
-  consistency (Wang et al., 2023) asks whether π_rev's clicks scatter around a good place (their
-  medoid lands better than one greedy click) or sit beside it (no vote helps).
+  reads its own text as usual. Self-consistency (Wang et al., 2023) asks whether π_rev's clicks
+  scatter around a good place (their medoid lands better than one greedy click) or sit beside
+  it (no vote helps).
   Writes ``OUT/spread.jsonl``: per turn, each sample's action and the chosen medoid's distance to
   each click of its kind (pixels of the 256-px phantom).
 * ``displace R``: the simulated user of the oracle rows (Algorithm 1, the benchmark's
   ``GroundTruthReviser``) decides and places every click, and the click is then moved R pixels
   in a random direction (seeded by question), clipped to the image: how precisely a click must
   land for Stage 2 to pay, on the demo's own masks.
-
 * ``box-deepest``: the demo's π_rev decides; each of its positive clicks is moved to the pixel of
   the box, outside the mask, farthest from both (no ground truth: where a box drawn on a lesion
   leaves the most unexplained room).
@@ -34,6 +33,7 @@ Prints ``stop_decisions`` against BENCH's oracle and writes ``OUT/revisions.json
 
     python reports/phantom-benchmark/dev-issue35/placement.py vote N T BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py displace R BENCH OUT
+    python reports/phantom-benchmark/dev-issue35/placement.py box-deepest BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py pull D BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py empty-stops BENCH OUT
     python reports/phantom-benchmark/dev-issue35/placement.py ensemble BENCH OUT REV [REV ...]

@@ -60,18 +60,17 @@ def replay(flow: XFlow, bench: Path, folder: Path, reviser_for: Callable[[Any, A
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "revisions.jsonl").unlink(missing_ok=True)
     revisions = _Revisions(folder / "revisions.jsonl")
-    scores = (folder / "scores.jsonl").open("w")
-    for i, case in enumerate(cases):
-        image = load_cxr(case.image_path)[0]
-        reviser = reviser_for(case, image) if reviser_for is not None else None
-        result = flow.run(image, case.instruction, reviser=reviser)
-        revisions.add(case.case_id, result.trace)
-        gt = case_gt(case, image.shape)
-        inter, union = int((result.mask & gt).sum()), int((result.mask | gt).sum())
-        scores.write(json.dumps({"case_id": case.case_id, "intersection": inter, "union": union}) + "\n")
-        if i % 50 == 0:
-            print(i, flush=True)
-    scores.close()
+    with (folder / "scores.jsonl").open("w") as scores:
+        for i, case in enumerate(cases):
+            image = load_cxr(case.image_path)[0]
+            reviser = reviser_for(case, image) if reviser_for is not None else None
+            result = flow.run(image, case.instruction, reviser=reviser)
+            revisions.add(case.case_id, result.trace)
+            gt = case_gt(case, image.shape)
+            inter, union = int((result.mask & gt).sum()), int((result.mask | gt).sum())
+            scores.write(json.dumps({"case_id": case.case_id, "intersection": inter, "union": union}) + "\n")
+            if i % 50 == 0:
+                print(i, flush=True)
     return stop_decisions(folder, bench / "oracle", cases)
 
 
