@@ -187,6 +187,18 @@ def test_weights_pull_errors(tmp_path, fake_download, capsys):
     assert main(["weights", "pull", "--models", str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_weights_show_says_when_it_is_the_demo_and_when_nothing_can_run(tmp_path, monkeypatch, capsys):
+    for name in ("XFLOW_MODELS", "XFLOW_VLM_BASE", "XFLOW_INIT_MODEL", "XFLOW_SEGMENTER", "XFLOW_NO_DEMO"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["weights", "show"]) == 0
+    assert capsys.readouterr().out.startswith("the demo model")
+    segmenter_only = tmp_path / "seg.yaml"
+    segmenter_only.write_text("segmenter: /nonexistent/seg\n")
+    assert main(["weights", "show", "--models", str(segmenter_only)]) == 2
+    out = capsys.readouterr().out
+    assert "MISSING" in out and "not runnable: no policy model configured" in out
+
+
 def test_weights_show_never_downloads(mixed_config, fake_download, capsys):
     assert main(["weights", "show", "--models", str(mixed_config)]) == 0
     out = capsys.readouterr().out

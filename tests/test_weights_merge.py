@@ -121,3 +121,13 @@ def test_merge_never_overwrites_and_says_what_is_wrong(tiny_models, tiny_vlm, tm
     assert sorted(p.name for p in out.iterdir()) == ["init", "models.yaml"]
     loaded = ModelConfig.from_file(out / "models.yaml")
     assert loaded.resolve("init_model") == (out / "init").resolve() and not loaded.has_reviser
+
+
+def test_merge_reads_the_environment_when_no_models_file_is_given(tiny_vlm, tmp_path, monkeypatch):
+    # `--models` is optional, as for `show` and `pull`: the XFLOW_* variables name the weights
+    monkeypatch.setenv("XFLOW_VLM_BASE", str(tiny_vlm.base))
+    monkeypatch.setenv("XFLOW_INIT_ADAPTER", str(tiny_vlm.init))
+    monkeypatch.setenv("XFLOW_SEGMENTER", "hf-org/sam3-tracker")
+    out = tmp_path / "env"
+    assert main(["weights", "merge", "--out", str(out)]) == 0
+    assert json.loads((out / "init" / MERGE_RECORD).read_text())["adapter"] == str(tiny_vlm.init)

@@ -20,7 +20,8 @@ else whatever ``huggingface_hub`` finds (``HF_TOKEN``, ``hf auth login``); gated
 naming them as ``init_model`` / ``rev_model`` with every other setting of CONFIG kept. It reads
 local weights only (``pull`` first) and refuses an existing ``DIR``.
 
-Exit status: 0 ok, 2 bad configuration or repository id, 1 a download failed.
+Exit status: 0 ok, 2 bad configuration (``show``: one that names too little to run) or
+repository id, 1 a download failed.
 """
 
 from __future__ import annotations
@@ -31,26 +32,28 @@ from pathlib import Path
 
 from monailabel_xflow.weights import DTYPES
 
+MODELS_HELP = "model configuration (YAML/JSON); default: XFLOW_* variables, else the demo model"
+
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("weights", help="show or download (pull) the configured model weights")
+    parser = subparsers.add_parser("weights", help="show, download (pull) or merge the configured model weights")
     actions = parser.add_subparsers(dest="weights_action", metavar="ACTION", required=True)
 
     show = actions.add_parser("show", help="where each configured weight is (no network)")
-    show.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
+    show.add_argument("--models", "-m", help=MODELS_HELP)
     show.set_defaults(func=run)
 
     pull = actions.add_parser("pull", help="download hub weights into the local Hugging Face cache")
     pull.add_argument(
         "repo_ids", nargs="*", metavar="REPO_ID", help="hub ids (org/name[@revision]); default: the config's"
     )
-    pull.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
+    pull.add_argument("--models", "-m", help=MODELS_HELP)
     pull.add_argument("--token", help="Hugging Face token (default: HF_TOKEN or the saved login)")
     pull.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
     pull.set_defaults(func=run)
 
     merge = actions.add_parser("merge", help="merge π_init's and π_rev's adapters into two plain models")
-    merge.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
+    merge.add_argument("--models", "-m", help=MODELS_HELP)
     merge.add_argument("--out", required=True, help="new folder for the merged models and their models.yaml")
     merge.add_argument("--dtype", choices=DTYPES, help="saved weights' dtype (default: the base's)")
     merge.set_defaults(func=run)
@@ -59,12 +62,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
 
+    # `pull REPO_ID ...` alone needs no configuration; every other form reads one
+    named_ids = args.weights_action == "pull" and args.repo_ids
     try:
-        config = (
-            ModelConfig.load(args.models)
-            if (args.models or args.weights_action == "show" or not args.repo_ids)
-            else None
-        )
+        config = ModelConfig.load(args.models) if (args.models or not named_ids) else None
     except ModelConfigError as err:
         return _error(str(err))
     if args.weights_action == "show":
@@ -81,12 +82,19 @@ def _show(config) -> int:
     if not weights:
         print("no weights configured (set --models or XFLOW_VLM_BASE / XFLOW_SEGMENTER ...)")
         return 0
+    if config.is_demo:
+        print("the demo model (synthetic phantoms only; set --models or XFLOW_* for real weights)")
     for name, value in weights.items():
         try:
             status = f"ready: {config.resolve(name)}"
         except ModelConfigError as err:
             status = f"MISSING: {err}"
         print(f"{name:13s} {value}\n{'':13s} {status}")
+    try:
+        config.validate()
+    except ModelConfigError as err:
+        print(f"not runnable: {err}")
+        return 2
     return 0
 
 
