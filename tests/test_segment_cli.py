@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 from monailabel_xflow.cli import main
@@ -94,10 +95,19 @@ def test_segment_dicom_all_findings(models_file, cxr_samples, tmp_path, capsys):
         assert trace.settings["revise"] is False and trace.batch["size"] == 7
 
 
+def _variant(models_file, tmp_path, **changes):
+    """``models_file`` with ``changes``, its relative paths kept valid (written beside it)."""
+    config = yaml.safe_load(models_file.read_text())
+    path = models_file.parent / f"variant-{len(list(models_file.parent.glob('variant-*')))}.yaml"
+    path.write_text(yaml.safe_dump({**config, **changes}))
+    return path
+
+
 def test_segment_bad_inputs_exit_2(models_file, cxr_samples, tmp_path, capsys):
     png = str(cxr_samples / "nih" / "images" / "00000129_000.png")
     not_an_image = tmp_path / "notes.png"
     not_an_image.write_text("hello")
+    swapped = _variant(models_file, tmp_path, vlm_base="sam3", segmenter="vlm/base")
     cases = [
         ([str(not_an_image), "-i", "effusion", "--models", str(models_file)], "cannot load"),
         ([str(tmp_path / "missing.dcm"), "-i", "effusion", "--models", str(models_file)], "cannot load"),
@@ -105,6 +115,11 @@ def test_segment_bad_inputs_exit_2(models_file, cxr_samples, tmp_path, capsys):
         ([png, "-i", "effusion"], "no policy model configured"),
         ([png, "-i", "effusion", "--models", str(tmp_path / "none.yaml")], "does not exist"),
         ([png, "-i", "effusion", "--models", str(models_file), "--max-clicks", "-1"], "max-clicks"),
+        ([png, "-i", "effusion", "--models", str(_variant(models_file, tmp_path, device="bogus"))], "'bogus'"),
+        # a GPU models file on a machine without that GPU
+        ([png, "-i", "effusion", "--models", str(_variant(models_file, tmp_path, device="cuda:63"))], "CUDA GPU"),
+        # folders of the wrong kind: the segmenter where the VLM should be
+        ([png, "-i", "effusion", "--models", str(swapped)], "cannot load the configured weights"),
     ]
     for argv, message in cases:
         assert main(["segment", *argv, "--out", str(tmp_path / "o")]) == 2, argv

@@ -679,8 +679,8 @@ def refuse_lateral(ds: Any, path: PathLike) -> None:
     if view in LATERAL_VIEWS:
         raise CXRLoadError(
             path,
-            f"lateral view (ViewPosition {view}); XFlow reads frontal "
-            "views (pass allow_lateral=True / --allow-lateral to load it)",
+            f"lateral view (ViewPosition {view}); XFlow segments frontal (PA/AP) views only "
+            "(to look at it: xflow inspect --allow-lateral, or load_cxr(path, allow_lateral=True))",
         )
 
 

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer in ``lo..hi`` (no upper bound when ``hi`` is None).
+
+    A value out of range is then refused by argparse itself, before any work: one line naming
+    the option and its range, exit status 2.
+    """
+
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    return integer
 
 
 def user_folder(name: str, variable: str, environ: Mapping[str, str] | None = None) -> Path:

@@ -16,6 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from monailabel_xflow.commands import int_in
+from monailabel_xflow.data import PHANTOM_MAX_SIZE, PHANTOM_MIN_SIZE
+
+PHANTOM_SIDE = int_in(PHANTOM_MIN_SIZE, PHANTOM_MAX_SIZE)
+
 
 def register(subparsers) -> None:
     from monailabel_xflow.eval.phantom_protocol import DEV_SEED, SPENT_TEST_SEEDS, TEST_SEED, TRAIN_SEED
@@ -49,11 +54,13 @@ def register(subparsers) -> None:
         metavar="CONFIG",
         help="XFlow models file (default: the committed demo, monailabel_xflow/demo/models.yaml)",
     )
-    ph.add_argument("--rosalia", default=None, metavar="DIR", help="ROSALIA model folder (omit to leave its row out)")
+    ph.add_argument(
+        "--rosalia", default=None, metavar="DIR", help="ROSALIA model folder or config (omit to leave its row out)"
+    )
     ph.add_argument("--questions", type=int, default=300, help="held-out questions (default 300, at least 6)")
     ph.add_argument(
         "--seed",
-        type=int,
+        type=int_in(0, 10**9 - 1),
         default=None,
         help=(
             f"phantom seed (default: the split's, {DEV_SEED} for dev, {TEST_SEED} for --test; "
@@ -65,7 +72,7 @@ def register(subparsers) -> None:
         action="store_true",
         help="the test split: the report's run, once, with the models chosen on the dev seed",
     )
-    ph.add_argument("--size", type=int, default=256, help="phantom side in pixels (default 256, the demo's)")
+    ph.add_argument("--size", type=PHANTOM_SIDE, default=256, help="phantom side in pixels (default 256, the demo's)")
     ph.add_argument(
         "--methods",
         default=None,
@@ -80,6 +87,7 @@ def register(subparsers) -> None:
 
 def _register_clicks(sub) -> None:
     from monailabel_xflow.eval.click_benchmark import DEV_SEED, MAX_CLICKS, TEST_SEED
+    from monailabel_xflow.policy.base import MAX_CLICKS_LIMIT
     from monailabel_xflow.policy.oracle import MIN_CLICK_DISTANCE_PX
 
     cl = sub.add_parser(
@@ -110,12 +118,19 @@ def _register_clicks(sub) -> None:
         metavar="WEIGHTS",
         help="F_seg weights to score instead (a Sam3TrackerModel folder, a sam3.pt file or a hub id)",
     )
-    cl.add_argument("--phantoms", type=int, default=24, help="phantoms (default 24; every lesion component is scored)")
-    cl.add_argument("--size", type=int, default=256, help="phantom side in pixels (default 256, the demo's)")
-    cl.add_argument("--seed", type=int, default=None, help=f"phantom seed on the dev split (default {DEV_SEED})")
+    cl.add_argument(
+        "--phantoms", type=int_in(1, 10**4), default=24, help="phantoms (default 24; every lesion component is scored)"
+    )
+    cl.add_argument("--size", type=PHANTOM_SIDE, default=256, help="phantom side in pixels (default 256, the demo's)")
+    cl.add_argument(
+        "--seed", type=int_in(0, 10**9 - 1), default=None, help=f"phantom seed on the dev split (default {DEV_SEED})"
+    )
     cl.add_argument("--test", action="store_true", help=f"the test split (seed {TEST_SEED}): the report's run, once")
     cl.add_argument(
-        "--max-clicks", type=int, default=MAX_CLICKS, help=f"K, clicks per component (default {MAX_CLICKS}, 1-16)"
+        "--max-clicks",
+        type=int_in(1, MAX_CLICKS_LIMIT),
+        default=MAX_CLICKS,
+        help=f"K, clicks per component (default {MAX_CLICKS}, 1-{MAX_CLICKS_LIMIT})",
     )
     cl.add_argument(
         "--min-click-distance",
@@ -150,7 +165,7 @@ def run_clicks(args: argparse.Namespace) -> int:
         render_table,
         run_click_benchmark,
     )
-    from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, ModelConfigError
+    from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE, ModelConfig, ModelConfigError, check_device
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -167,6 +182,7 @@ def run_clicks(args: argparse.Namespace) -> int:
             refinement = args.click_refinement or cfg.click_refinement
         else:
             weights = None
+        check_device(device)  # before the phantoms are drawn
         summary = run_click_benchmark(
             args.out,
             weights,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from monailabel_xflow.commands import int_in
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -22,8 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--shard", default="0/1", help="i/N: this worker builds every N-th case from the i-th")
     p.add_argument("--lung-boxes", type=Path, help="JSON of lung boxes per image (init-sft on real data)")
     p.add_argument("--segmenter", help="F_seg weights for rev-sft: local folder, .pt checkpoint or hub id")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk-size", type=int, default=256)
+    p.add_argument("--seed", type=int_in(0), default=0)
+    p.add_argument("--chunk-size", type=int_in(1), default=256, help="rows per saved chunk (default 256)")
     p.set_defaults(func=run)
 
 
@@ -47,6 +49,12 @@ def run(args) -> int:
         return 2
     for problem in result.problems[:20]:
         print(f"xflow build: skipped: {problem}", file=sys.stderr)
+    if args.lung_boxes is not None and not args.lung_boxes.is_file():
+        print(f"xflow build: --lung-boxes {args.lung_boxes} is not a file", file=sys.stderr)
+        return 2
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"xflow build: --out {args.out} is a file, not a folder", file=sys.stderr)
+        return 2
     # A phantom set keeps its anatomy label maps beside the MIMIC-ILS JSON (DIR/ground-truth/).
     lungs = LungBoxes.for_dataset(Path(args.dataset.split(":")[1]).parent.parent, args.lung_boxes)
     segmenter = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from monailabel_xflow.commands import int_in
 from monailabel_xflow.eval.evaluate import model_identity
 
 
@@ -42,7 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--strict", action="store_true", help="stop (exit 2) if the dataset has any problem")
     p.add_argument("--connectivity", type=int, choices=(4, 8), default=8, help="component connectivity (default 8)")
     p.add_argument("--no-resume", action="store_true", help="discard results.jsonl in --out and start afresh")
-    p.add_argument("--limit", type=int, default=None, help="score only the first N cases")
+    p.add_argument("--limit", type=int_in(1), default=None, help="score only the first N cases")
     p.add_argument("--save-predictions", action="store_true", help="with --model: write out/predictions/<case_id>.png")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run)
@@ -66,6 +67,9 @@ def run(args) -> int:
     from monailabel_xflow.data.readers import DatasetError, read_dataset
     from monailabel_xflow.eval.evaluate import evaluate, files_fingerprint, predictions_from_dir
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"xflow eval: --out {args.out} is a file, not a folder", file=sys.stderr)
+        return 2
     kinds = ("basic", "global", "lesion_inference") if args.lesion_inference else ("basic", "global")
     try:
         result = read_dataset(args.dataset, split=args.split, strict=args.strict, kinds=kinds)
@@ -79,7 +83,7 @@ def run(args) -> int:
         )
         for line in result.problems[:5]:
             print(f"  {line}", file=sys.stderr)
-    cases = result.cases[: args.limit] if args.limit else result.cases
+    cases = result.cases[: args.limit] if args.limit is not None else result.cases
     if not cases:
         print(f"xflow eval: no usable cases in {args.dataset}", file=sys.stderr)
         return 2

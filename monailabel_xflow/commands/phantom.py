@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from monailabel_xflow.commands import int_in
+from monailabel_xflow.data import PHANTOM_MAX_SIZE, PHANTOM_MIN_SIZE
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -22,9 +25,14 @@ def register(subparsers) -> None:
         "ground-truth/report_findings.json) under --out.",
     )
     p.add_argument("--out", required=True, help="output folder (images at its top level)")
-    p.add_argument("--count", type=int, default=12, help="number of studies (default 12)")
-    p.add_argument("--seed", type=int, default=0, help="set seed (default 0)")
-    p.add_argument("--size", type=int, default=1024, help="image side in pixels (default 1024)")
+    p.add_argument("--count", type=int_in(1, 10**5), default=12, help="number of studies (default 12)")
+    p.add_argument("--seed", type=int_in(0, 10**9 - 1), default=0, help="set seed (default 0)")
+    p.add_argument(
+        "--size",
+        type=int_in(PHANTOM_MIN_SIZE, PHANTOM_MAX_SIZE),
+        default=1024,
+        help=f"image side in pixels, {PHANTOM_MIN_SIZE}..{PHANTOM_MAX_SIZE} (default 1024)",
+    )
     p.add_argument("--dicom", action="store_true", help="also write dicom/<stem>.dcm")
     p.add_argument("--contact-sheet", metavar="PNG", help="write an overview PNG with lesion outlines")
     p.set_defaults(func=run)
@@ -39,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.data.export import export_set, phantom_contact_sheet
     from monailabel_xflow.data.phantom import PhantomError
 
-    if args.count < 1:
-        print("error: --count must be >= 1", file=sys.stderr)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"xflow phantom: --out {args.out} is a file, not a folder", file=sys.stderr)
         return 2
     try:
         release, phantoms = export_set(
@@ -51,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
             dicom=args.dicom,
             progress=lambda it: tqdm(it, desc="phantoms", unit="img"),
         )
-    except PhantomError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (PhantomError, OSError) as e:  # OSError: --out not writable
+        print(f"xflow phantom: {e}", file=sys.stderr)
         return 2
     if args.contact_sheet:
         studies = [(sid, st) for split in release.values() for sid, st in split.items()]

@@ -41,6 +41,8 @@ import logging
 import sys
 import time
 
+from monailabel_xflow.policy.base import MAX_CLICKS_LIMIT, BudgetError, check_budget
+
 logger = logging.getLogger("xflow.preannotate")
 
 
@@ -60,7 +62,9 @@ def register(subparsers) -> None:
         default=[],
         help="a finding to look for (repeat; default: all seven findings)",
     )
-    parser.add_argument("--location", default="", help="a lung or zone to restrict the question to")
+    parser.add_argument(
+        "--location", default="", help="a lung or zone to restrict the question to (the heart for cardiomegaly)"
+    )
     parser.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* or the demo model")
     parser.add_argument(
         "--workspace",
@@ -69,7 +73,12 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--limit", type=int, default=0, help="stop after N series (0 = all)")
     parser.add_argument("--cache", help="download cache folder (default: the workspace's cache/dicomweb)")
-    parser.add_argument("--max-clicks", type=int, default=None, help="Stage 2 click budget (default: the models')")
+    parser.add_argument(
+        "--max-clicks",
+        type=int,
+        default=None,
+        help=f"Stage 2 click budget, 0..{MAX_CLICKS_LIMIT} (default: the models')",
+    )
     parser.add_argument("--no-revise", action="store_true", help="Stage 1 masks only (faster)")
     parser.add_argument("--force", action="store_true", help="redo series that already hold XFlow's SEG")
     parser.add_argument(
@@ -106,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
         "max_clicks": args.max_clicks,
         "trace": False,
     }
+    if args.max_clicks is not None:
+        try:
+            check_budget(args.max_clicks)  # before any series is tried: one answer, not one per series
+        except BudgetError as exc:
+            print(f"xflow preannotate: --max-clicks: {exc}", file=sys.stderr)
+            return 2
     try:
         findings = list(dict.fromkeys(i.finding for i in instructions_from_request(request)))
     except (InstructionError, ValueError) as exc:

@@ -33,6 +33,8 @@ import re
 import sys
 from pathlib import Path
 
+from monailabel_xflow.policy.base import MAX_CLICKS_LIMIT, BudgetError, check_budget
+
 logger = logging.getLogger("xflow.segment")
 
 
@@ -59,7 +61,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out", "-o", type=Path, required=True, help="output folder (created)")
     parser.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
     parser.add_argument(
-        "--max-clicks", type=int, default=None, help="Stage 2 click budget T (default from the config, 4)"
+        "--max-clicks",
+        type=int,
+        default=None,
+        help=f"Stage 2 click budget T, 0..{MAX_CLICKS_LIMIT} (default from the config, 4)",
     )
     parser.add_argument("--no-revise", action="store_true", help="skip Stage 2 (Stage 1 masks only)")
     parser.add_argument("--quiet", "-q", action="store_true", help="warnings only on stderr")
@@ -72,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.transforms import CXRLoadError, load_cxr
     from monailabel_xflow.workflow.model_config import ModelConfigError
 
-    if args.max_clicks is not None and args.max_clicks < 0:
-        return _bad_input(f"--max-clicks must be >= 0, got {args.max_clicks}")
+    if args.max_clicks is not None:
+        try:
+            check_budget(args.max_clicks)
+        except BudgetError as err:
+            return _bad_input(f"--max-clicks: {err}")
     try:
         instructions = all_findings() if args.all_findings else parse_instructions(args.instruction)
     except InstructionError as err:

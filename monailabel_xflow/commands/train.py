@@ -39,6 +39,8 @@ import json
 import sys
 from pathlib import Path
 
+from monailabel_xflow.commands import int_in
+
 TRAINERS = ("segmenter", "init-sft", "rev-sft", "init-rl", "rev-rl")
 RECIPES = ("demo", "rosalia", "rosalia-demo")
 HELP = {
@@ -90,7 +92,7 @@ def model_options() -> argparse.ArgumentParser:
         help="adapter to start from (rev-sft: π_init's SFT; RL: the same policy's SFT)",
     )
     parser.add_argument("--config", type=Path, default=None, help="YAML overriding the Table 7 defaults")
-    parser.add_argument("--max-steps", type=int, default=None, help="cap the number of optimiser steps")
+    parser.add_argument("--max-steps", type=int_in(1), default=None, help="cap the number of optimiser steps")
     parser.add_argument("--split", default="train", help="segmenter: dataset split to read (default train)")
     parser.add_argument("--segmenter", default=None, help="rev-rl: F_seg weights (folder or .pt) in the loop")
     parser.add_argument(
@@ -157,10 +159,10 @@ def run_rosalia(args: argparse.Namespace) -> int:
     from monailabel_xflow.rosalia.configs import RosaliaTrainConfig
     from monailabel_xflow.rosalia.training import examples_from_spec, train_rosalia
 
-    cfg = RosaliaTrainConfig(
-        **{f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaTrainConfig) if f.name != "betas"}
-    )
     try:
+        cfg = RosaliaTrainConfig(
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(RosaliaTrainConfig) if f.name != "betas"}
+        )
         examples = examples_from_spec(args.data, args.split or ["train"])
         log = train_rosalia(args.model, examples, args.out, cfg, progress=not args.no_progress)
     except (ValueError, FileNotFoundError) as err:
@@ -212,7 +214,11 @@ def run_rosalia_demo(args: argparse.Namespace) -> int:
         for f in dataclasses.fields(RosaliaDemoRecipe)
         if getattr(args, f.name) is not None
     }
-    recipe = dataclasses.replace(base, **changes)
+    try:
+        recipe = dataclasses.replace(base, **changes)
+    except ValueError as err:
+        print(f"xflow train rosalia-demo: {err}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO)
     model_dir = train_rosalia_demo(args.out, recipe, progress=not args.no_progress)
     if args.install:

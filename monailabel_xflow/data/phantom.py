@@ -44,6 +44,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
+from monailabel_xflow.data import PHANTOM_MAX_SIZE, PHANTOM_MIN_SIZE
 from monailabel_xflow.errors import InputError
 from monailabel_xflow.vocabulary import FINDINGS, LEFT_LUNG, LUNGS, RIGHT_LUNG, ZONES
 
@@ -660,10 +661,10 @@ def generate_phantom(
         The :class:`Phantom`.
 
     Raises:
-        PhantomError: unknown finding or view, or ``size < 128``.
+        PhantomError: unknown finding or view, or a size outside ``PHANTOM_MIN_SIZE..PHANTOM_MAX_SIZE``.
     """
-    if size < 128:
-        raise PhantomError(f"size must be >= 128 pixels, got {size}")
+    if not PHANTOM_MIN_SIZE <= size <= PHANTOM_MAX_SIZE:
+        raise PhantomError(f"size must be {PHANTOM_MIN_SIZE}..{PHANTOM_MAX_SIZE} pixels, got {size}")
     if view is not None and view not in VIEWS:
         raise PhantomError(f"view must be one of {VIEWS}, got {view!r}")
     if findings is not None:

@@ -307,3 +307,8 @@ class RosaliaTrainConfig:
     train_vision: bool = False
     train_sam_encoder: bool = False
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        from monailabel_xflow.training.config import check_int_fields
+
+        check_int_fields(self, ("steps", "batch", "lora_r", "lora_alpha"))

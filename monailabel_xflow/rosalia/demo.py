@@ -71,6 +71,11 @@ class RosaliaDemoRecipe:
     sam_steps: int = 1200
     sam_lr: float = 1e-3
 
+    def __post_init__(self) -> None:
+        from monailabel_xflow.training.config import check_int_fields
+
+        check_int_fields(self, ("train_studies", "phantom_size", "steps", "batch", "lora_r", "lora_alpha"))
+
 
 QUICK = RosaliaDemoRecipe(
     train_studies=6,

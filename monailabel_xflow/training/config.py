@@ -11,6 +11,7 @@ per-device batch is derived at run time from the number of processes accelerate 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -154,6 +155,23 @@ def load_config(trainer: str, path: str | Path | None = None, **overrides: Any):
         values.update(loaded)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return _apply(config, values, source=str(path or "overrides"))
+
+
+def check_int_fields(config: Any, at_least_one: Collection[str] = ()) -> None:
+    """Refuse an integer field of a dataclass below 0 (below 1 for the names in ``at_least_one``).
+
+    For recipes, whose step counts and sizes reach the trainers as given: ``max_steps=-5`` means
+    "every epoch" to the Hugging Face Trainer, and a batch of 0 fails minutes into a run.
+
+    Raises:
+        ValueError: naming the field, its bound and the value.
+    """
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            lo = 1 if f.name in at_least_one else 0
+            if value < lo:
+                raise ValueError(f"{f.name} must be >= {lo}, got {value}")
 
 
 def _apply(config: C, values: dict[str, Any], source: str) -> C:

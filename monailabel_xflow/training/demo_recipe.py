@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monailabel_xflow.policy.base import MAX_CLICKS, check_stop_bias
+from monailabel_xflow.policy.base import MAX_CLICKS, check_budget, check_stop_bias
 from monailabel_xflow.segmenter.refine import CLICK_REFINEMENTS
+from monailabel_xflow.training.config import check_int_fields
 
 __all__ = [
     "DEMO_VLM_SIZE",
@@ -207,6 +208,8 @@ class DemoRecipe:
 
     def __post_init__(self) -> None:
         # the settings a phase reads only minutes into a run: checked when the recipe is made
+        check_int_fields(self, _AT_LEAST_ONE)
+        check_budget(self.max_clicks)
         for name in ("click_refinement", "rev_click_refinement"):
             if getattr(self, name) not in CLICK_REFINEMENTS:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(CLICK_REFINEMENTS)}")
@@ -221,6 +224,13 @@ class DemoRecipe:
             if steps > 0 and getattr(self, aux) > 0 and getattr(self, scale) <= 0:
                 raise ValueError(f"{aux} > 0 needs the tower trained ({scale} > 0); set {aux}=0 or {scale} > 0")
 
+
+_AT_LEAST_ONE = frozenset(
+    {"train_studies", "phantom_size", "seg_image_size", "seg_batch", "sft_batch", "vision_batch"}
+    | {"rl_generations", "rl_batch", "threads"}
+)
+"""Integer fields that are sizes or counts of something that must exist; the others (steps,
+seeds, optional counts) may be 0."""
 
 QUICK = DemoRecipe(
     train_studies=8,

@@ -64,12 +64,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from monailabel_xflow.errors import UnavailableError
+from monailabel_xflow.errors import UnavailableError, XFlowError
 from monailabel_xflow.policy.base import (
     MAX_CLICKS,
     BudgetError,
@@ -95,6 +96,9 @@ _REFINEMENT_FIELDS = ("click_refinement", "stage2_click_refinement")
 
 _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_model", "segmenter")
 # Fields read as text whatever YAML made of them (a hub id or a device name may parse as a number)
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
+"""Device strings a models file may name (torch's spelling)."""
+
 _TEXT_FIELDS = _WEIGHT_FIELDS + (
     "rosalia",
     "device",
@@ -201,6 +205,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.segmenter_backend not in BACKENDS:
             raise ModelConfigError(f"segmenter_backend {self.segmenter_backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.device is not None:
+            _check_spelling(self.device)  # the machine's devices are checked at load (check_device)
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ModelConfigError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         if self.encode_precision is not None and self.encode_precision not in ENCODE_PRECISIONS:
@@ -509,13 +515,54 @@ def load_models(config: ModelConfig) -> LoadedModels:
     adapters and serves as π_init and π_rev; with merged models, one policy per model.
 
     Raises:
-        ModelConfigError: incomplete configuration or weights not available locally.
+        ModelConfigError: incomplete configuration, a device this machine lacks, weights not
+            available locally, or weights that do not load (a folder of another model kind).
     """
     config.validate()
+    check_device(config.device)
     if config.is_demo:
         logger.warning(DEMO_NOTICE)
     # Resolve every path first: a missing weight fails before minutes of loading.
     paths = {name: config.resolve(name) for name in config.weights()}
+    try:
+        return _load(config, paths)
+    except XFlowError:
+        raise  # already says what is wrong
+    except (OSError, ValueError) as err:  # a folder of another kind (a segmenter as vlm_base), a bad file
+        raise ModelConfigError(f"cannot load the configured weights: {type(err).__name__}: {err}") from err
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a device this machine does not have (a GPU models file copied onto a CPU install).
+
+    Raises:
+        ModelConfigError: a device string torch does not spell, or naming the device and what
+            the machine has.
+    """
+    if not device or device == "cpu":
+        return
+    _check_spelling(device)
+    import torch
+
+    if device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.partition(":")[2] or 0)
+        if index >= count:
+            raise ModelConfigError(
+                f"device {device} is configured but this machine has {count} CUDA GPU(s): set device: cpu "
+                "(or leave it out) in the models file"
+            )
+    elif device == "mps" and not torch.backends.mps.is_available():
+        raise ModelConfigError("device mps is configured but this machine has no Apple GPU: set device: cpu")
+
+
+def _check_spelling(device: str) -> None:
+    if not _DEVICE.fullmatch(str(device)):
+        raise ModelConfigError(f"device {device!r} is not cpu, cuda, cuda:N or mps")
+
+
+def _load(config: ModelConfig, paths: Mapping[str, Path]) -> LoadedModels:
+    """:func:`load_models` once the configuration is checked and its paths resolved."""
     from monailabel_xflow.policy.vlm import GenerationSettings, VLMPolicy
     from monailabel_xflow.segmenter.loading import load_segmenter
 
