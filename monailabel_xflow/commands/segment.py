@@ -33,6 +33,7 @@ import re
 import sys
 from pathlib import Path
 
+from monailabel_xflow.commands.weights import MODELS_HELP
 from monailabel_xflow.policy.base import MAX_CLICKS_LIMIT, BudgetError, check_budget
 
 logger = logging.getLogger("xflow.segment")
@@ -59,7 +60,7 @@ def register(subparsers) -> None:
     what.add_argument("--instruction", "-i", help='free text, e.g. "Segment the effusion in the left lung."')
     what.add_argument("--all-findings", action="store_true", help="the seven findings at chest level")
     parser.add_argument("--out", "-o", type=Path, required=True, help="output folder (created)")
-    parser.add_argument("--models", "-m", help="model configuration (YAML/JSON); default: XFLOW_* variables")
+    parser.add_argument("--models", "-m", help=MODELS_HELP)
     parser.add_argument(
         "--max-clicks",
         type=int,
