@@ -522,52 +522,106 @@ def test_a_label_file_is_written_once_with_the_answer_in_its_header(tmp_path, mo
         assert np.allclose(nib.load(path).affine, nib.load(str(image)).affine)  # the image's own geometry
 
 
+SCORING_IMAGES = 48
+"""Radiographs in the stop test's studies folder: enough that the startup scoring of the tiny
+models is still running when the server is stopped (it takes minutes on two CPU cores)."""
+
+
+STOP_S = 20
+"""Seconds a stopped ``xflow serve`` has to end every process it started: the server's clean
+shutdown, then up to 10 s for what the server started to end after SIGTERM."""
+
+
+def is_scoring(proc) -> bool:
+    """Whether ``proc`` (psutil) is MONAI Label's scoring subprocess (``python -m
+    monailabel.interfaces.utils.app -m scoring ...``)."""
+    import psutil
+
+    try:
+        cmd = proc.cmdline()
+    except psutil.Error:
+        return False
+    return "monailabel.interfaces.utils.app" in cmd and "scoring" in cmd
+
+
+def describe(proc) -> str:
+    """``proc``'s command line, shortened, for a failure message."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())[:160]
+    except psutil.Error as exc:
+        return f"({exc})"
+
+
 @pytest.mark.parametrize(
     "how",
     [
         # make run's server, stopped as a terminal's Ctrl-C does: SIGINT to the whole foreground
-        # process group, here while the startup scoring subprocess may still run
+        # process group, here while the startup scoring subprocess runs
         "ctrl-c to the group",
         # `kill PID` of `xflow serve`, what a service manager sends to the process it started: the
-        # launcher passes SIGTERM on to the server it started
+        # launcher passes SIGTERM on to the server it started, and ends what the server started
         "sigterm to the launcher",
     ],
 )
 def test_a_stopped_server_shuts_down_cleanly_and_leaves_no_process(tmp_path, tiny_models, how):
-    """``xflow serve`` stopped either way: nothing of its process group is left holding the port,
-    and uvicorn shut down cleanly (not killed)."""
+    """``xflow serve`` stopped either way while its startup scoring runs: every process it had
+    started (the server and the server's scoring subprocess) is gone within seconds, long before
+    the scoring would have ended, nothing of its process group is left holding the port, and
+    uvicorn shut down cleanly (not killed)."""
     import os
-    import shutil
     import signal
     import sys
     import time
 
+    import psutil
     from servers import ServerProcess, free_port, monailabel_env
 
     studies = tmp_path / "studies"
     studies.mkdir()
-    for name in ("phantom_1_00000.png", "phantom_1_00006.png"):
-        shutil.copy(Path(__file__).resolve().parents[1] / "sample-data" / name, studies)
+    samples = sorted((Path(__file__).resolve().parents[1] / "sample-data").glob("phantom_1_*.png"))
+    for i in range(SCORING_IMAGES):  # distinct pixels: no cached answer shortens the scoring
+        pixels = np.array(Image.open(samples[i % len(samples)]))
+        pixels[0, i // len(samples)] ^= 1
+        Image.fromarray(pixels).save(studies / f"cxr_{i:03d}.png")
     port = free_port()
     cmd = [sys.executable, "-m", "monailabel_xflow.cli", "serve", "--studies", str(studies)]
     cmd += ["--workspace", str(tmp_path / "ws"), "--port", str(port), "--models", str(tiny_models(tmp_path / "m"))]
-    server = ServerProcess(cmd, tmp_path / "serve.log", env=monailabel_env(tmp_path))
+    # scoring at start-up, as `xflow serve` runs by default (the test environment turns it off)
+    env = monailabel_env(tmp_path, {"MONAI_LABEL_AUTO_UPDATE_SCORING": "true"})
+    server = ServerProcess(cmd, tmp_path / "serve.log", env=env)
     try:
         server.wait_http(f"http://127.0.0.1:{port}/info/", 240)
+        # stopped once an image is scored: a scoring subprocess still loading its models may die on
+        # its own at its next write to the closed pipe of a server gone, and then proves nothing
+        deadline = time.monotonic() + 120
+        while "xflow_uncertainty cxr_" not in server.log.read_text(errors="replace"):
+            if time.monotonic() > deadline or not server.alive():
+                pytest.fail(f"no image scored 120 s after the server answered:\n{server.tail()}")
+            time.sleep(0.5)
+        started = psutil.Process(server.pid).children(recursive=True)  # the server and everything under it
+        if not any(is_scoring(p) for p in started):
+            pytest.fail(f"the scoring ended before the stop: the test proves nothing\n{server.tail()}")
         if how == "ctrl-c to the group":
             os.killpg(server.pid, signal.SIGINT)
         else:
             os.kill(server.pid, signal.SIGTERM)  # the launcher only, not its group
+        stopped = time.monotonic()
         server.proc.wait(60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the server's own children, reparented once it exits
+        _, alive = psutil.wait_procs(started, timeout=max(0.0, stopped + STOP_S - time.monotonic()))
+        if alive:
+            left = "\n".join(f"{p.pid}: {describe(p)}" for p in alive)
+            pytest.fail(f"processes xflow serve started outlived the {how} by {STOP_S} s:\n{left}\n{server.tail()}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # anything else of the group, e.g. started during the shutdown
             try:
                 os.killpg(server.pid, 0)
             except ProcessLookupError:
                 break
             time.sleep(0.2)
         else:
-            pytest.fail(f"processes of the group outlived the {how} by 60 s:\n{server.tail()}")
+            pytest.fail(f"processes of the group outlived the {how} by {STOP_S + 30} s:\n{server.tail()}")
         assert "Application shutdown complete" in server.tail(20000), server.tail()
     finally:
         server.stop()

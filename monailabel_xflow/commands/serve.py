@@ -25,23 +25,29 @@ the MONAI Label settings it needs itself (:mod:`monailabel_xflow.app.server_defa
 cache expiry, cache and session folders in the app folder; variables already set win), and its
 datastores default to CR/DX series and add ``*.dcm`` / ``*.jpeg`` files.
 
-``--models CONFIG`` is ``--conf models_file CONFIG``. ``--conf`` keys the app reads:
-:mod:`monailabel_xflow.app.xflow_app`. The server keeps the foreground; Ctrl-C stops it.
-``--dry-run`` prepares the workspace and prints the command (which then starts the same server by
-hand). Exit status: the server's; 2 when the app folder, the workspace or the studies folder is
-unusable.
+``--models CONFIG`` is ``--conf models_file CONFIG``. ``--conf`` keys the app reads: ``docs/app.md``
+(:mod:`monailabel_xflow.app.xflow_app`); the values the app checks at start-up are checked first
+(:func:`check_conf`), so a bad one is one line, not a server's traceback. The server keeps the
+foreground; Ctrl-C (or SIGTERM to ``xflow serve``, passed on to the server) stops it, and what the
+server started and left running (its scoring or training subprocess) is ended after it
+(:func:`run_server`). ``--dry-run`` checks the arguments, prepares the workspace and prints the
+command (which then starts the same server by hand). Exit status: the server's; 2 when the port,
+a ``--conf`` value, the app folder, the workspace or the studies folder is unusable.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from monailabel_xflow.commands import user_folder
 from monailabel_xflow.errors import InputError
@@ -55,8 +61,21 @@ WORKSPACE_MAIN = (
 """The ``main.py`` of a workspace: MONAI Label finds :class:`XFlowApp` in it."""
 
 
+PORTS = (1, 65535)
+"""The ports ``--port`` may name. Not 0 (uvicorn's "any free port"): MONAI Label calls its own server
+back on the port it was given (``settings.MONAI_LABEL_SERVER_PORT``, batch infer), and the address
+``xflow serve`` prints would be wrong."""
+
+STOP_GRACE_S = 10.0
+"""Seconds what the stopped server left running has after SIGTERM before it is killed."""
+
+
 class WorkspaceError(InputError):
     """A workspace folder that cannot be used (exit status 2)."""
+
+
+class ConfError(InputError):
+    """A ``--conf`` value the app would refuse (exit status 2): :func:`check_conf`."""
 
 
 def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
@@ -130,9 +149,12 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar=("KEY", "VALUE"),
-        help="app configuration, repeatable (models_file, model_dir, dicomweb_search_filter, store_seg)",
+        help="app configuration, repeatable (e.g. --conf prefetch false); the keys and their values: "
+        "docs/app.md in the monailabel-xflow repository",
     )
-    parser.add_argument("--dry-run", action="store_true", help="prepare the workspace, print the command")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="check the arguments, prepare the workspace, print the command"
+    )
     parser.set_defaults(func=run)
 
 
@@ -159,10 +181,169 @@ def server_command(
     return cmd
 
 
+def check_conf(conf: Mapping[str, str]) -> None:
+    """Refuse a ``--conf`` value the app would not start or serve with, without starting anything.
+
+    With the app's own checks where it has a function for them:
+    :func:`~monailabel_xflow.serving.limits.server_limits` (``body_timeout_s``, ``max_sessions``,
+    ``request_threads``; ``XFLOW_MAX_BODY_MB`` too),
+    :func:`~monailabel_xflow.app.requests.store_seg_default` and
+    :meth:`~monailabel_xflow.workflow.model_config.ModelConfig.with_overrides` (``encode_precision``,
+    ``click_refinement``: a bad one leaves the server without models); else with the parser and
+    bounds of the app's code that reads the key while it starts things (``prefetch``, ``store_mb``,
+    ``allow_unsupported_monailabel``, ``dicomweb_search_filter``: a JSON object). Other keys are
+    not checked: paths are used as they are, and MONAI Label hands any key to the app, so an
+    unknown one is not an error.
+
+    Raises:
+        ConfError: a bad value; the message names the key.
+    """
+    from monailabel_xflow.app.requests import store_seg_default
+    from monailabel_xflow.app.wraps import OVERRIDE_CONF
+    from monailabel_xflow.parameters import as_bool, as_int
+    from monailabel_xflow.segmenter.store import DEFAULT_STORE_MB, MAX_STORE_MB
+    from monailabel_xflow.serving.limits import server_limits
+    from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
+
+    try:
+        server_limits(conf)  # body_timeout_s, max_sessions, request_threads: what the guard refuses
+        store_seg_default(conf)
+        # as app/configs.py, segmenter/store.py and app/wraps.py read them, in code that starts things
+        as_bool(conf.get("prefetch", True), "--conf prefetch")
+        as_int(conf.get("store_mb"), "--conf store_mb", 0, MAX_STORE_MB, DEFAULT_STORE_MB)
+        as_bool(conf.get(OVERRIDE_CONF, False), f"--conf {OVERRIDE_CONF}")
+    except InputError as exc:
+        raise ConfError(str(exc)) from exc
+    for key in ("encode_precision", "click_refinement"):  # the runtime's overrides of the models file
+        if conf.get(key):
+            try:
+                ModelConfig().with_overrides(**{key: conf[key]})
+            except ModelConfigError as exc:
+                raise ConfError(f"--conf {exc}" if str(exc).startswith(key) else f"--conf {key}: {exc}") from exc
+    text = conf.get("dicomweb_search_filter")
+    if text:  # app/datastore.py's search_filter reads it, but importing that module takes seconds
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfError(f"--conf dicomweb_search_filter is not JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise ConfError(f"--conf dicomweb_search_filter must be a JSON object, got {text!r}")
+
+
+def end_processes(procs: Iterable[Any], grace: float = STOP_GRACE_S) -> list[int]:
+    """SIGTERM to each of ``procs`` (:class:`psutil.Process`) still running, SIGKILL to those left
+    ``grace`` seconds later. A process id since reused by another process is left alone (psutil
+    checks). Returns the ids of the processes that were running."""
+    import psutil
+
+    running = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):  # ended meanwhile, or not ours to signal
+            if proc.status() != psutil.STATUS_ZOMBIE:  # a zombie has ended, only not been reaped
+                proc.terminate()
+                running.append(proc)
+    _, left = psutil.wait_procs(running, timeout=grace)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=5)
+    return [proc.pid for proc in running]
+
+
+def adopt_orphans() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux ``PR_SET_CHILD_SUBREAPER``):
+    a process the server started and left running when it exited, whatever the reason, is then
+    this process's child, not init's, and :func:`run_server` finds it. Returns whether it is set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)) == 0  # 36: PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def run_server(cmd: Sequence[str]) -> int:
+    """Run the server in the foreground until it exits; then end what it started and left running.
+
+    MONAI Label's scoring and training subprocesses outlive a server stopped by SIGTERM (nothing in
+    the server stops them) and keep writing into the studies folder and the workspace. So the
+    processes under the server are recorded when a SIGTERM arrives (before the server exits: its
+    orphans are out of reach afterwards) and, on Linux, orphans come to this process
+    (:func:`adopt_orphans`); once the server has exited (having shut down cleanly), those still
+    running get SIGTERM, then SIGKILL after :data:`STOP_GRACE_S` seconds.
+
+    A SIGTERM to this process alone (``kill PID``, a service manager) is passed on to the server,
+    or it would outlive its launcher and keep the port; Ctrl-C reaches the whole process group,
+    the server included, and is not passed on (uvicorn would take a second SIGINT for "exit now").
+
+    Returns:
+        The server's exit status; 0 after Ctrl-C.
+    """
+    import psutil
+
+    adopted = adopt_orphans()
+    left: set[psutil.Process] = set()
+
+    def descendants(pid: int) -> list[psutil.Process]:
+        try:
+            return psutil.Process(pid).children(recursive=True)
+        except psutil.Error:  # gone
+            return []
+
+    server = subprocess.Popen(list(cmd))
+
+    def forward(signum: int, _frame: object) -> None:
+        if server.poll() is None:  # once the server is reaped its id may be another process's
+            left.update(descendants(server.pid))  # now, while they are still the server's
+            server.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    try:
+        status = server.wait()
+    except KeyboardInterrupt:
+        left.update(descendants(server.pid))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C is uvicorn's "exit now": keep waiting
+        server.wait()  # the server got the same Ctrl-C: let it finish shutting down
+        status = 0
+    if adopted:
+        left.update(descendants(os.getpid()))
+    ended = end_processes(list(left))
+    if ended:
+        print(
+            f"xflow serve: ended {len(ended)} process(es) the server had started: {', '.join(map(str, ended))}",
+            file=sys.stderr,
+        )
+    return status
+
+
 def run(args: argparse.Namespace) -> int:
+    """``xflow serve``: check the arguments (one line and exit status 2 for a bad one, before
+    anything is written or started), prepare the workspace, then print or run the server command.
+
+    Returns:
+        The exit status (:func:`run_server`'s when the server ran).
+    """
+    lo, hi = PORTS
+    if not lo <= args.port <= hi:
+        print(f"xflow serve: --port must be {lo}..{hi}, got {args.port}", file=sys.stderr)
+        return 2
     studies = str(args.studies)
-    if not studies.startswith(("http://", "https://")) and not Path(studies).is_dir():
-        print(f"xflow serve: studies folder {studies} does not exist", file=sys.stderr)
+    if not studies.startswith(("http://", "https://")):
+        if not Path(studies).exists():
+            print(f"xflow serve: studies folder {studies} does not exist", file=sys.stderr)
+            return 2
+        if not Path(studies).is_dir():
+            print(f"xflow serve: studies {studies} is not a folder", file=sys.stderr)
+            return 2
+    conf = [tuple(c) for c in args.conf]
+    if args.models:
+        conf = [c for c in conf if c[0] != "models_file"] + [("models_file", str(Path(args.models).resolve()))]
+    try:
+        check_conf(dict(conf))  # as MONAI Label reads them: the last value of a key repeated
+    except ConfError as exc:
+        print(f"xflow serve: {exc}", file=sys.stderr)
         return 2
     if args.app:
         app = Path(args.app)
@@ -175,9 +356,6 @@ def run(args: argparse.Namespace) -> int:
         except (WorkspaceError, OSError) as exc:
             print(f"xflow serve: {exc}", file=sys.stderr)
             return 2
-    conf = [tuple(c) for c in args.conf]
-    if args.models:
-        conf = [c for c in conf if c[0] != "models_file"] + [("models_file", str(Path(args.models).resolve()))]
     cmd = server_command(str(app), studies, args.host, args.port, conf)
     if args.dry_run:
         print(shlex.join(cmd))
@@ -186,12 +364,4 @@ def run(args: argparse.Namespace) -> int:
         f"xflow serve: http://{args.host}:{args.port}/ (studies {studies}; {'app' if args.app else 'workspace'} {app})",
         file=sys.stderr,
     )
-    server = subprocess.Popen(cmd)
-    # A SIGTERM aimed at this process alone (`kill PID`, a service manager) must reach the server,
-    # or it would outlive its launcher and keep the port; Ctrl-C already reaches the whole group.
-    signal.signal(signal.SIGTERM, lambda signum, _frame: server.send_signal(signum))
-    try:
-        return server.wait()
-    except KeyboardInterrupt:
-        server.wait()  # the server got the same Ctrl-C: let it finish shutting down
-        return 0
+    return run_server(cmd)
