@@ -26,7 +26,20 @@ Free-text choices (where the dataset is silent):
   "rule out effusion" ask the same as "Segment the effusion ..."; the answer says present or
   absent.
 * "all findings" without a location gives the seven findings at chest level; with a lung
-  location, the six lung findings (cardiomegaly is asked at chest level only).
+  location, the six lung findings (cardiomegaly is asked at chest level only); "in the heart",
+  cardiomegaly alone.
+
+Locations are never dropped or swapped silently; these are refused with the reason:
+
+* a finding other than cardiomegaly asked at the heart ("effusion in the heart", "around the
+  heart", "in the cardiac region"): the heart is cardiomegaly's region only;
+* a location phrase the parser does not know ("in the liver", "of the spine"): a preposition
+  and an article or possessive ("in the", "of this", "in his") followed by none of the words it
+  understands. Words that carry no location ("in the image", "on this film", "in the chest",
+  "in the lungs") ask at chest level, as before;
+* a negated location ("not on the left", "except the right lung", "other than the left"): the
+  parser has no "everything but" region, so segmenting the named side would answer the
+  opposite question. Negated findings ("no effusion on the left?") stay questions, as above.
 """
 
 from __future__ import annotations
@@ -245,6 +258,156 @@ _ALL = re.compile(
 _TYPE = re.compile(r"predict (its|the) (type|kind)|what (type|kind)|\bclassify\b|characteri[sz]e|\bits type\b")
 _WORD = re.compile(r"[a-z]+")
 
+# --- location phrases ("in the liver", "on this film") ----------------------------------------
+# A location is introduced by a preposition and an article or possessive. Bare "in X" is not
+# checked: it collides with idioms ("in general", "at all") that no short list covers.
+_PREPOSITIONS = frozenset(
+    ["in", "on", "at", "of", "within", "inside", "over", "across", "throughout", "near", "around", "involving"]
+)
+# Not "a" ("in a butterfly pattern" describes) nor "its" ("in terms of its type").
+_DETERMINERS = frozenset(["the", "this", "that", "these", "those", "his", "her", "their", "my", "your", "our", "each"])
+# Words that name a lung location (with _SIDES and _ZONE_WORDS); "in the lungs" is chest level.
+_LUNG_WORDS = frozenset(
+    [
+        "lung",
+        "lungs",
+        "zone",
+        "zones",
+        "side",
+        "sides",
+        "field",
+        "fields",
+        "lobe",
+        "lobes",
+        "hemithorax",
+        "hemithoraces",
+    ]
+)
+# Words after "in the ..." that name the picture, the whole chest or the findings: no location.
+_NOT_LOCATIONS = frozenset(
+    [
+        "image",
+        "images",
+        "radiograph",
+        "radiographs",
+        "radiography",
+        "x",
+        "ray",
+        "rays",
+        "xray",
+        "xrays",
+        "cxr",
+        "film",
+        "films",
+        "study",
+        "studies",
+        "picture",
+        "pictures",
+        "scan",
+        "scans",
+        "exam",
+        "examination",
+        "view",
+        "views",
+        "chest",
+        "thorax",
+        "patient",
+        "case",
+        "finding",
+        "findings",
+        "abnormality",
+        "abnormalities",
+        "pathology",
+        "pathologies",
+        "lesion",
+        "lesions",
+    ]
+)
+# Relative places the parser cannot resolve ("on the other side"): unknown, never chest level.
+_RELATIVE = frozenset(["other", "opposite", "contralateral", "ipsilateral", "same"])
+# The heart as a place ("around the heart", "in the cardiac region"): cardiomegaly's region only.
+_HEART_WORDS = frozenset(["heart", "cardiac", "pericardium", "pericardial"])
+_PHRASE_SEP = re.compile(r"[,;:.?!]|\b(?:and|or|plus|but)\b")
+_PHRASE_WORDS = 3  # how far a location phrase reaches ("in the right upper zone")
+_NEGATION = re.compile(
+    r"\b(?:not|except(?:\s+for)?|excluding|exclude|other\s+than|without|apart\s+from|aside\s+from|besides"
+    r"|outside(?:\s+of)?|sparing|rather\s+than|instead\s+of)\b|\b[a-z]+n['’]t\b"
+)
+
+
+def _location_words(word: str) -> bool:
+    """Whether ``word`` names (part of) a lung location the parser maps."""
+    return word in _SIDES or word in _ZONE_WORDS or word in _LUNG_WORDS
+
+
+def _location_phrases(text: str) -> list[tuple[str, str]]:
+    """Every "preposition + article + words" phrase of ``text``, with what it names.
+
+    Returns:
+        ``(phrase, what)`` in text order; ``what`` is ``"finding"`` ("the type of the
+        opacity"), ``"lung"`` (a side, zone or lung word), ``"heart"``, ``"none"`` (the image
+        or the chest: no location) or ``"unknown"`` ("in the liver").
+    """
+    out = []
+    for piece in _PHRASE_SEP.split(text):
+        words = _WORD.findall(piece)
+        for i, word in enumerate(words[:-1]):
+            if word not in _PREPOSITIONS or words[i + 1] not in _DETERMINERS:
+                continue
+            j = i + 1
+            while j < len(words) and words[j] in _DETERMINERS:
+                j += 1
+            if "s" in words[j : j + _PHRASE_WORDS]:  # "the patient's liver": the possessor is not the place
+                j += words[j:].index("s") + 1
+            span: list[str] = []
+            for w in words[j:]:
+                if w in _PREPOSITIONS or w in _DETERMINERS or len(span) == _PHRASE_WORDS:
+                    break
+                span.append(w)
+            if not span:
+                continue
+            phrase = " ".join(words[i:j] + span).replace(" s ", "'s ")
+            if _find_findings(" ".join(span)):
+                what = "finding"
+            elif any(w in _RELATIVE for w in span):
+                what = "unknown"
+            elif span[0] in _HEART_WORDS:
+                what = "heart"
+            elif any(_location_words(w) for w in span):
+                what = "lung"
+            elif any(w in _HEART_WORDS for w in span):
+                what = "heart"
+            elif any(w in _NOT_LOCATIONS for w in span):
+                what = "none"
+            else:
+                what = "unknown"
+            out.append((phrase, what))
+    return out
+
+
+def _negated_location(norm: str) -> str | None:
+    """The first negated location of ``norm`` ("not on the left", "except the right lung").
+
+    A negation counts when, past at most three prepositions or articles, the next word names a
+    location; "not pneumonia", "no effusion on the left" and "or not?" are not negated locations.
+    """
+    for m in _NEGATION.finditer(norm):
+        words = _WORD.findall(_PHRASE_SEP.split(norm[m.end() :])[0])  # "or not? left lung" is not one
+        for k, word in enumerate(words[:4]):
+            if _location_words(word) or word in _HEART_WORDS:
+                end = k + 1
+                while end < len(words) and (_location_words(words[end]) or words[end] in _HEART_WORDS):
+                    end += 1  # quote the whole place: "excluding the left upper zone"
+                return " ".join([m.group(0), *words[:end]])
+            if word not in _PREPOSITIONS and word not in _DETERMINERS:
+                break
+    return None
+
+
+def _supported_locations() -> str:
+    """The locations the parser maps, for error messages."""
+    return f"{', '.join(LUNGS)}, both lungs, zones ({', '.join(ALL_ZONES)}), or none (chest level)"
+
 
 def _find_findings(text: str) -> list[tuple[int, str]]:
     """(position, finding) of every synonym, longest first so "fluid overload" beats "fluid"."""
@@ -297,7 +460,7 @@ def supported_summary() -> str:
     """What the parser understands, for error messages and ``--help``."""
     return (
         f"findings: {', '.join(FINDINGS)} (and 'all findings'); "
-        f"locations: {', '.join(LUNGS)}, both lungs, zones ({', '.join(ALL_ZONES)}); "
+        f"locations: {_supported_locations()}; "
         "e.g. 'Segment the effusion in the left lung.', 'pleural effusion, left base', "
         "'Segment the opacity in the right upper zone lung and predict its type.'"
     )
@@ -314,7 +477,8 @@ def parse_instructions(text: str) -> list[Instruction]:
 
     Raises:
         InstructionError: empty or over-long text, no supported finding, an unsupported one,
-            or a location that does not fit the finding. The message lists what is supported.
+            a location that does not fit the finding (the heart for a lung finding), an unknown
+            location phrase or a negated one. The message lists what is supported.
     """
     if not isinstance(text, str):
         raise InstructionError(f"an instruction is text, got {type(text).__name__}")
@@ -332,20 +496,28 @@ def parse_instructions(text: str) -> list[Instruction]:
         )
     lesion_inference = bool(_TYPE.search(norm))
     groups = _finding_groups(norm)
-    findings = list(dict.fromkeys(f for fs, _ in groups for f in fs))
+    findings = list(dict.fromkeys(f for fs, _, _ in groups for f in fs))
     if lesion_inference:
         if findings not in ([], ["opacity"]) and not set(findings) <= set(LESION_INFERENCE_TARGETS) | {"opacity"}:
             raise InstructionError("lesion inference asks about an opacity and predicts its type")
-        groups = [(["opacity"], [r for _, rs in groups for r in rs] or _find_regions(_WORD.findall(norm)))]
+        where = [r for _, rs, _ in groups for r in rs] or _find_regions(_WORD.findall(norm))
+        groups = [(["opacity"], where, [h for _, _, hs in groups for h in hs])]
         findings = ["opacity"]
     if not findings:
         named = [u for u in _UNSUPPORTED if re.search(rf"\b{u}s?\b", norm)]
         why = f"{named[0]!r} is not one of XFlow's findings" if named else "no supported finding found"
         raise InstructionError(f"cannot map {text.strip()!r}: {why}; supported {supported_summary()}")
+    _refuse_unmapped_locations(text, norm)
 
     asked: dict[str, list[str]] = {}
-    for index, (group_findings, own) in enumerate(groups):
+    for index, (group_findings, own, heart) in enumerate(groups):
         for finding in group_findings:
+            if finding != "cardiomegaly" and (heart or HEART in own):
+                phrase = heart[0] if heart else "in the heart"
+                raise InstructionError(
+                    f"'heart' is the region of cardiomegaly only, not of {finding} ({phrase!r}); "
+                    f"supported locations: {_supported_locations()}"
+                )
             if finding == "cardiomegaly":
                 lung_regions = [r for r in own if r != HEART]
                 if lung_regions:
@@ -364,38 +536,80 @@ def parse_instructions(text: str) -> list[Instruction]:
     return out
 
 
-def _finding_groups(norm: str) -> list[tuple[list[str], list[str]]]:
-    """``[(findings, regions)]`` per group of clauses (see the module docstring), in text order."""
-    groups: list[tuple[list[str], list[str]]] = []
+_Group = tuple[list[str], list[str], list[str]]
+"""Findings, regions and heart phrases ("around the heart") of one group of clauses."""
+
+
+def _finding_groups(norm: str) -> list[_Group]:
+    """``[(findings, regions, heart phrases)]`` per group of clauses (see the module
+    docstring), in text order."""
+    groups: list[_Group] = []
     pending: list[str] = []  # location words before the first finding
+    pending_heart: list[str] = []
     for clause in _CLAUSE_SEP.split(norm):
         words = _WORD.findall(clause)
+        heart = [phrase for phrase, what in _location_phrases(clause) if what == "heart"]
         if _ALL.search(clause):
             found = list(FINDINGS)
         else:
             found = list(dict.fromkeys(f for _, f in _find_findings(clause)))
         if found:
-            groups.append((found, pending + words))
-            pending = []
+            groups.append((found, pending + words, pending_heart + heart))
+            pending, pending_heart = [], []
         elif groups:
             groups[-1][1].extend(words)
+            groups[-1][2].extend(heart)
         else:
             pending.extend(words)
+            pending_heart.extend(heart)
     out = []
-    for found, words in groups:
+    for found, words, heart in groups:
         regions = _find_regions(words)
+        everything = len(found) == len(FINDINGS)
         if regions and any(r != HEART for r in regions):  # "all findings in a lung": not cardiomegaly
-            found = [f for f in found if not (f == "cardiomegaly" and len(found) == len(FINDINGS))]
-        out.append((found, regions))
+            found = [f for f in found if not (f == "cardiomegaly" and everything)]
+        elif everything and (heart or HEART in regions):  # "all findings in the heart": cardiomegaly
+            found = ["cardiomegaly"]
+        out.append((found, regions, heart))
     return out
 
 
-def _borrowed(groups: list[tuple[list[str], list[str]]], index: int) -> list[str]:
+def _refuse_unmapped_locations(text: str, norm: str) -> None:
+    """Refuse a negated location or a location phrase the parser does not know.
+
+    Both would otherwise be dropped or read as their opposite, and the finding segmented over a
+    region the user did not ask for.
+
+    Raises:
+        InstructionError: naming the phrase and listing the supported locations.
+    """
+    negated = _negated_location(norm)
+    if negated:
+        raise InstructionError(
+            f"cannot map {text.strip()!r}: negated locations ({negated!r}) are not supported; "
+            f"name the region to segment instead ({_supported_locations()})"
+        )
+    phrases = _location_phrases(norm)
+    unknown = [
+        phrase
+        for k, (phrase, what) in enumerate(phrases)
+        # "in the periphery of the left lung": a part of a known place is read as that place
+        if what == "unknown"
+        and not (k + 1 < len(phrases) and phrases[k + 1][0].startswith("of ") and phrases[k + 1][1] == "lung")
+    ]
+    if unknown:
+        raise InstructionError(
+            f"cannot map {text.strip()!r}: {unknown[0]!r} is not a location XFlow knows; "
+            f"supported locations: {_supported_locations()}"
+        )
+
+
+def _borrowed(groups: list[_Group], index: int) -> list[str]:
     """The location a group without one shares: the next group's that has one, else the previous."""
-    for _, regions in groups[index + 1 :]:
+    for _, regions, _ in groups[index + 1 :]:
         if regions:
             return regions
-    for _, regions in reversed(groups[:index]):
+    for _, regions, _ in reversed(groups[:index]):
         if regions:
             return regions
     return []

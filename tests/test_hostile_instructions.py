@@ -123,3 +123,58 @@ def test_composed_requests_with_an_unsupported_finding_are_refused(case, bad, wh
     parts.insert(min(where, len(parts)), f"{bad},")
     with pytest.raises(InstructionError, match=bad):
         parse_instructions(" ".join(parts))
+
+
+@pytest.mark.parametrize(
+    "text,negated",
+    [
+        ("effusion, not on the left", "not on the left"),
+        ("Segment the effusion not in the left lung.", "not in the left lung"),
+        ("edema except the right lung", "except the right lung"),
+        ("opacity excluding the left upper zone", "excluding the left upper zone"),
+        ("effusion other than the left", "other than the left"),
+        ("pneumonia without the right lung", "without the right lung"),
+        ("effusion in the left lung, not the right", "not the right"),
+        ("effusion that isn't on the left", "isn't on the left"),
+        ("segment all findings except the heart", "except the heart"),
+    ],
+)
+def test_a_negated_location_is_refused_not_flipped(text, negated):
+    with pytest.raises(InstructionError) as err:
+        parse_instructions(text)
+    message = str(err.value)
+    assert "negated locations" in message and repr(negated) in message and "name the region" in message
+
+
+@pytest.mark.parametrize(
+    "text,plain",
+    [
+        ("note effusion on the left", "Segment the effusion in the left lung."),
+        ("another effusion on the left", "Segment the effusion in the left lung."),
+        ("is there effusion or not? left lung", "Segment the effusion in the left lung."),
+        ("not effusion", "Segment the effusion."),
+        ("is there not an effusion on the left?", "Segment the effusion in the left lung."),
+    ],
+)
+def test_negation_not_on_a_location_is_not_refused(text, plain):
+    assert parse_instructions(text) == parse_instructions(plain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    multi_finding_requests(),
+    st.sampled_from(["not", "except", "excluding", "other than", "without"]),
+    st.sampled_from([p for p, _ in LOCATIONS] + ["the left lung", "the right upper zone"]),
+)
+def test_composed_requests_with_a_negated_location_are_refused(case, negation, phrase):
+    text, _ = case
+    with pytest.raises(InstructionError, match="negated locations"):
+        parse_instructions(f"{text.rstrip('.?')} {negation} {phrase}")
+
+
+@settings(max_examples=60, deadline=None)
+@given(multi_finding_requests(), st.sampled_from(["in the liver", "of the spine", "in the abdomen", "near the kidney"]))
+def test_composed_requests_with_an_unknown_location_are_refused(case, where):
+    text, _ = case
+    with pytest.raises(InstructionError, match="is not a location XFlow knows"):
+        parse_instructions(f"{text.rstrip('.?')} {where}")

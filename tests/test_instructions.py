@@ -221,3 +221,78 @@ def test_picker_choices_build_what_the_same_words_parse_to():
                 compared += 1
                 refused += typed == "refused"
     assert compared == 808 and 0 < refused < compared
+
+
+# --- locations are refused, never dropped or flipped (audit: "effusion in the heart" was asked at
+# chest level, "effusion in the liver" likewise, "effusion, not on the left" as the left lung) ---
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("Segment the effusion in the heart.", "'heart' is the region of cardiomegaly only, not of effusion"),
+        ("pneumonia around the heart", "'heart' is the region of cardiomegaly only, not of pneumonia"),
+        ("edema in the cardiac region", "'heart' is the region of cardiomegaly only, not of edema"),
+        ("cardiomegaly and effusion in the heart", "not of effusion"),
+        ("what type is the opacity in the heart", "not of opacity"),
+        ("Segment the effusion in the liver.", "'in the liver' is not a location XFlow knows"),
+        ("effusion in the abdomen", "'in the abdomen' is not a location"),
+        ("atelectasis of the spine", "'of the spine' is not a location"),
+        ("edema in the patient's liver", "is not a location"),
+        ("Is there effusion in the liver? Segment it.", "'in the liver' is not a location"),
+        ("effusion on the other side", "'on the other side' is not a location"),
+    ],
+)
+def test_heart_and_unknown_locations_are_refused(text, fragment):
+    with pytest.raises(InstructionError) as err:
+        parse_instructions(text)
+    message = str(err.value)
+    assert fragment in message and all(lung in message for lung in LUNGS)  # says what is supported
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "text,canonical",
+    [
+        ("Segment the effusion in the left lung.", ["Segment the effusion in the left lung."]),
+        ("Segment the effusion in the image.", ["Segment the effusion."]),
+        ("effusion in this radiograph", ["Segment the effusion."]),
+        ("effusion in this chest x-ray", ["Segment the effusion."]),
+        ("Segment the edema on this film.", ["Segment the edema."]),
+        ("effusion in the chest", ["Segment the effusion."]),
+        ("edema in the lungs", ["Segment the edema."]),
+        ("edema in both lungs", ["Segment the edema in the right lung and left lung."]),
+        ("is there effusion in the patient?", ["Segment the effusion."]),
+        ("Is there effusion in the image? Segment it.", ["Segment the effusion."]),
+        ("effusion in the patient's left lung", ["Segment the effusion in the left lung."]),
+        ("the extent of the effusion on the left", ["Segment the effusion in the left lung."]),
+        ("edema in a butterfly pattern", ["Segment the edema."]),  # "a" describes, it does not locate
+        ("cardiomegaly in the heart", ["Segment the cardiomegaly in the heart."]),
+        ("cardiomegaly around the heart", ["Segment the cardiomegaly."]),
+        ("effusion and cardiomegaly in the heart", ["Segment the effusion.", "Segment the cardiomegaly in the heart."]),
+        ("segment all findings in the heart", ["Segment the cardiomegaly in the heart."]),
+        # a part of a known place is read as that place
+        ("effusion in the periphery of the left lung", ["Segment the effusion in the left lung."]),
+    ],
+)
+def test_phrasings_without_a_location_still_parse(text, canonical):
+    assert [i.text for i in parse_instructions(text)] == canonical
+
+
+def test_every_rendered_phrasing_parses_back():
+    """What the ILS builders and trainers ask (:func:`phrasings` of every instruction they make)
+    is never refused by the location checks."""
+    import itertools
+
+    from monailabel_xflow.instructions import phrasings
+
+    regions = LUNGS + ALL_ZONES
+    asked = [Instruction(f, (), "global") for f in FINDINGS] + [Instruction("cardiomegaly", ("heart",))]
+    asked += [Instruction("opacity", (), "lesion_inference")]
+    for k in (1, 2):
+        for where in itertools.permutations(regions, k):
+            asked += [Instruction(f, where) for f in FINDINGS if f != "cardiomegaly"]
+            asked.append(Instruction("opacity", where, "lesion_inference"))
+    for instruction in asked:
+        for text in phrasings(instruction):
+            assert parse_instruction(text) == instruction, text
