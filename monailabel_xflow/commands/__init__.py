@@ -28,6 +28,12 @@ def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return integer
 
 
+def not_a_folder(path: str | os.PathLike[str]) -> str | None:
+    """What is wrong with an output folder ``path`` that exists and is not a folder (a file given
+    by mistake), in the words a command prints after the option; None when it is usable."""
+    return f"{path} is a file, not a folder" if Path(path).exists() and not Path(path).is_dir() else None
+
+
 def user_folder(name: str, variable: str, environ: Mapping[str, str] | None = None) -> Path:
     """``$<variable>``, else ``$XDG_DATA_HOME/monailabel-xflow/<name>`` (XDG's default
     ``~/.local/share``): a per-user folder for what the commands write (the server's workspace,

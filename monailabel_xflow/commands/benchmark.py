@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from monailabel_xflow.commands import int_in
-from monailabel_xflow.data import PHANTOM_MAX_SIZE, PHANTOM_MIN_SIZE
+from monailabel_xflow.data import PHANTOM_MAX_SIZE, PHANTOM_MIN_SIZE, PHANTOM_SEEDS
 
 PHANTOM_SIDE = int_in(PHANTOM_MIN_SIZE, PHANTOM_MAX_SIZE)
+PHANTOM_SEED = int_in(0, PHANTOM_SEEDS - 1)
 
 
 def register(subparsers) -> None:
@@ -60,7 +61,7 @@ def register(subparsers) -> None:
     ph.add_argument("--questions", type=int, default=300, help="held-out questions (default 300, at least 6)")
     ph.add_argument(
         "--seed",
-        type=int_in(0, 10**9 - 1),
+        type=PHANTOM_SEED,
         default=None,
         help=(
             f"phantom seed (default: the split's, {DEV_SEED} for dev, {TEST_SEED} for --test; "
@@ -123,7 +124,7 @@ def _register_clicks(sub) -> None:
     )
     cl.add_argument("--size", type=PHANTOM_SIDE, default=256, help="phantom side in pixels (default 256, the demo's)")
     cl.add_argument(
-        "--seed", type=int_in(0, 10**9 - 1), default=None, help=f"phantom seed on the dev split (default {DEV_SEED})"
+        "--seed", type=PHANTOM_SEED, default=None, help=f"phantom seed on the dev split (default {DEV_SEED})"
     )
     cl.add_argument("--test", action="store_true", help=f"the test split (seed {TEST_SEED}): the report's run, once")
     cl.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from monailabel_xflow.commands import int_in
+from monailabel_xflow.commands import int_in, not_a_folder
 
 
 def register(subparsers) -> None:
@@ -52,8 +52,8 @@ def run(args) -> int:
     if args.lung_boxes is not None and not args.lung_boxes.is_file():
         print(f"xflow build: --lung-boxes {args.lung_boxes} is not a file", file=sys.stderr)
         return 2
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"xflow build: --out {args.out} is a file, not a folder", file=sys.stderr)
+    if wrong := not_a_folder(args.out):
+        print(f"xflow build: --out {wrong}", file=sys.stderr)
         return 2
     # A phantom set keeps its anatomy label maps beside the MIMIC-ILS JSON (DIR/ground-truth/).
     lungs = LungBoxes.for_dataset(Path(args.dataset.split(":")[1]).parent.parent, args.lung_boxes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from monailabel_xflow.commands import int_in
+from monailabel_xflow.commands import int_in, not_a_folder
 from monailabel_xflow.eval.evaluate import model_identity
 
 
@@ -67,8 +67,8 @@ def run(args) -> int:
     from monailabel_xflow.data.readers import DatasetError, read_dataset
     from monailabel_xflow.eval.evaluate import evaluate, files_fingerprint, predictions_from_dir
 
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"xflow eval: --out {args.out} is a file, not a folder", file=sys.stderr)
+    if problem := not_a_folder(args.out):
+        print(f"xflow eval: --out {problem}", file=sys.stderr)
         return 2
     kinds = ("basic", "global", "lesion_inference") if args.lesion_inference else ("basic", "global")
     try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from monailabel_xflow.commands import int_in
-from monailabel_xflow.data import PHANTOM_MAX_SIZE, PHANTOM_MIN_SIZE
+from monailabel_xflow.commands import int_in, not_a_folder
+from monailabel_xflow.data import PHANTOM_MAX_SIZE, PHANTOM_MIN_SIZE, PHANTOM_SEEDS, PHANTOM_SET_SIZE
 
 
 def register(subparsers) -> None:
@@ -25,8 +25,8 @@ def register(subparsers) -> None:
         "ground-truth/report_findings.json) under --out.",
     )
     p.add_argument("--out", required=True, help="output folder (images at its top level)")
-    p.add_argument("--count", type=int_in(1, 10**5), default=12, help="number of studies (default 12)")
-    p.add_argument("--seed", type=int_in(0, 10**9 - 1), default=0, help="set seed (default 0)")
+    p.add_argument("--count", type=int_in(1, PHANTOM_SET_SIZE), default=12, help="number of studies (default 12)")
+    p.add_argument("--seed", type=int_in(0, PHANTOM_SEEDS - 1), default=0, help="set seed (default 0)")
     p.add_argument(
         "--size",
         type=int_in(PHANTOM_MIN_SIZE, PHANTOM_MAX_SIZE),
@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from monailabel_xflow.data.export import export_set, phantom_contact_sheet
     from monailabel_xflow.data.phantom import PhantomError
 
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"xflow phantom: --out {args.out} is a file, not a folder", file=sys.stderr)
+    if problem := not_a_folder(args.out):
+        print(f"xflow phantom: --out {problem}", file=sys.stderr)
         return 2
     try:
         release, phantoms = export_set(

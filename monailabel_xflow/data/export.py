@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from monailabel_xflow.data import PHANTOM_SEEDS, PHANTOM_SET_SIZE
 from monailabel_xflow.data.mimic_ils import TRUTH_NAME as REPORT_TRUTH_NAME
 from monailabel_xflow.data.mimic_ils import pair_record, tuple_to_dict, write_reports_csv
 from monailabel_xflow.data.phantom import Phantom, PhantomError, generate_phantom
@@ -355,8 +356,10 @@ def study_ids(seed: int, index: int) -> tuple[str, str]:
     Raises:
         PhantomError: a negative seed or index, or one too large for a 16-character id.
     """
-    if not (0 <= int(seed) < 10**9 and 0 <= int(index) < 10**5):
-        raise PhantomError(f"phantom ids need 0 <= seed < 10**9 and 0 <= index < 10**5, got {seed}, {index}")
+    if not (0 <= int(seed) < PHANTOM_SEEDS and 0 <= int(index) < PHANTOM_SET_SIZE):
+        raise PhantomError(
+            f"phantom ids need 0 <= seed < {PHANTOM_SEEDS} and 0 <= index < {PHANTOM_SET_SIZE}, got {seed}, {index}"
+        )
     return f"s{int(seed)}n{int(index):05d}", f"p{int(seed)}n{int(index):05d}"
 
 

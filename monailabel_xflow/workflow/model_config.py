@@ -95,10 +95,10 @@ _REFINEMENT_FIELDS = ("click_refinement", "stage2_click_refinement")
 """What π_rev may look at (``ModelConfig.revision_view``)."""
 
 _WEIGHT_FIELDS = ("vlm_base", "init_adapter", "rev_adapter", "init_model", "rev_model", "segmenter")
-# Fields read as text whatever YAML made of them (a hub id or a device name may parse as a number)
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 """Device strings a models file may name (torch's spelling)."""
 
+# Fields read as text whatever YAML made of them (a hub id or a device name may parse as a number)
 _TEXT_FIELDS = _WEIGHT_FIELDS + (
     "rosalia",
     "device",
