@@ -177,6 +177,7 @@ def test_sigterm_to_the_launcher_ends_the_server_and_what_it_started(tmp_path, a
     try:
         os.kill(launcher.pid, signal.SIGTERM)  # the launcher only: it passes it on to the server
         _, err = launcher.communicate(timeout=20)
+        assert launcher.returncode == 0  # stopped as asked (the stand-in died of the SIGTERM)
         assert ended(child, 5), "the server's child outlived the stopped launcher"
         assert f"xflow serve: ended 1 process(es) the server had started: {child.pid}" in err
     finally:

@@ -31,8 +31,9 @@ datastores default to CR/DX series and add ``*.dcm`` / ``*.jpeg`` files.
 foreground; Ctrl-C (or SIGTERM to ``xflow serve``, passed on to the server) stops it, and what the
 server started and left running (its scoring or training subprocess) is ended after it
 (:func:`run_server`). ``--dry-run`` checks the arguments, prepares the workspace and prints the
-command (which then starts the same server by hand). Exit status: the server's; 2 when the port,
-a ``--conf`` value, the app folder, the workspace or the studies folder is unusable.
+command (which then starts the same server by hand). Exit status: the server's (0 when it was
+stopped by Ctrl-C or SIGTERM); 2 when the port, a ``--conf`` value, the app folder, the workspace
+or the studies folder is unusable.
 """
 
 from __future__ import annotations
@@ -279,7 +280,7 @@ def run_server(cmd: Sequence[str]) -> int:
     the server included, and is not passed on (uvicorn would take a second SIGINT for "exit now").
 
     Returns:
-        The server's exit status; 0 after Ctrl-C.
+        The server's exit status; 0 after Ctrl-C, and after a SIGTERM the server obeyed.
     """
     import psutil
 
@@ -294,14 +295,19 @@ def run_server(cmd: Sequence[str]) -> int:
 
     server = subprocess.Popen(list(cmd))
 
+    stopped = []  # a SIGTERM was passed on: the server's end was asked for
+
     def forward(signum: int, _frame: object) -> None:
         if server.poll() is None:  # once the server is reaped its id may be another process's
             left.update(descendants(server.pid))  # now, while they are still the server's
+            stopped.append(signum)
             server.send_signal(signum)
 
     signal.signal(signal.SIGTERM, forward)
     try:
         status = server.wait()
+        if stopped and status in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+            status = 0  # stopped as asked, like Ctrl-C: a service manager's `stop` is no failure
     except KeyboardInterrupt:
         left.update(descendants(server.pid))
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C is uvicorn's "exit now": keep waiting
