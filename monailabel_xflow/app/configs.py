@@ -10,13 +10,12 @@ from monailabel.interfaces.config import TaskConfig
 from monailabel.tasks.activelearning.random import Random
 
 from monailabel_xflow.app.infer import XFlowInferTask
-from monailabel_xflow.app.requests import store_seg_default
+from monailabel_xflow.app.requests import prefetch_enabled, store_seg_default
 from monailabel_xflow.app.revise import XFlowReviseTask
 from monailabel_xflow.app.rosalia import RosaliaInferTask
 from monailabel_xflow.app.scoring import XFlowUncertaintyScoring, lower_priority_if_background
 from monailabel_xflow.app.strategy import XFlowUncertaintyStrategy
 from monailabel_xflow.app.train import XFlowSegmenterTrainTask
-from monailabel_xflow.parameters import as_bool
 from monailabel_xflow.rosalia.runtime import RosaliaRuntime
 from monailabel_xflow.workflow.runtime import XFlowRuntime
 
@@ -39,7 +38,7 @@ class XFlowConfig(TaskConfig):
         return XFlowSegmenterTrainTask(self.runtime, self.model_dir)
 
     def strategy(self) -> dict[str, Any]:
-        prefetch = self.prefetch if as_bool(self.conf.get("prefetch", True), "prefetch") else None
+        prefetch = self.prefetch if prefetch_enabled(self.conf) else None
         return {f"{self.name}_uncertainty": XFlowUncertaintyStrategy(prefetch=prefetch), "random": Random()}
 
     def prefetch(self, image_id: str, datastore: Any) -> None:

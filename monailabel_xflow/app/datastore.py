@@ -21,7 +21,6 @@ wrote it; an unreadable SEG is skipped with its reason
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -576,14 +575,10 @@ def search_filter(conf: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``--conf dicomweb_search_filter`` > ``MONAI_LABEL_DICOMWEB_SEARCH_FILTER`` > CR/DX."""
     from monailabel.config import settings
 
-    from monailabel_xflow.app.errors import RequestError
+    from monailabel_xflow.app.requests import dicomweb_filter_conf
 
-    text = (conf or {}).get("dicomweb_search_filter")
-    if text:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RequestError(f"--conf dicomweb_search_filter is not JSON: {exc}") from exc
+    value = dicomweb_filter_conf(conf)
+    if value is not None:
         return dict(value)
     if "MONAI_LABEL_DICOMWEB_SEARCH_FILTER" in os.environ:
         return dict(settings.MONAI_LABEL_DICOMWEB_SEARCH_FILTER)

@@ -8,6 +8,7 @@ the tasks' options by :mod:`monailabel_xflow.task_options`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,6 +74,33 @@ def take_label_name(request: dict[str, Any]) -> None:
     upload path or absent."""
     if is_label_name(request.get("label")):
         request[LABEL_NAME_KEY] = request.pop("label")
+
+
+def prefetch_enabled(conf: Mapping[str, Any] | None) -> bool:
+    """Whether the app works ahead of the annotator (``--conf prefetch``; true when unset).
+
+    Raises:
+        RequestError: a value that is not a boolean (the message names ``--conf prefetch``).
+    """
+    return as_bool((conf or {}).get("prefetch", True), "--conf prefetch")
+
+
+def dicomweb_filter_conf(conf: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``--conf dicomweb_search_filter`` as the JSON object it must be, or None when unset.
+
+    Raises:
+        RequestError: text that is not JSON, or JSON that is not an object.
+    """
+    text = (conf or {}).get("dicomweb_search_filter")
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"--conf dicomweb_search_filter is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise RequestError(f"--conf dicomweb_search_filter must be a JSON object, got {text!r}")
+    return value
 
 
 def store_seg_default(conf: Mapping[str, Any] | None) -> bool:

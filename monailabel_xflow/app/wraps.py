@@ -134,6 +134,17 @@ def is_supported(version: str) -> bool:
     return in_range(version, SUPPORTED)
 
 
+def conf_override(conf: Mapping[str, Any] | None) -> bool:
+    """``--conf allow_unsupported_monailabel`` (false when unset).
+
+    Raises:
+        RequestError: a value that is not a boolean.
+    """
+    from monailabel_xflow.parameters import as_bool
+
+    return as_bool((conf or {}).get(OVERRIDE_CONF, False), f"--conf {OVERRIDE_CONF}")
+
+
 def check_monailabel(conf: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> str:
     """Refuse to start on a MONAI Label outside :data:`SUPPORTED`, unless overridden
     (``$XFLOW_ALLOW_UNSUPPORTED_MONAILABEL=1`` or ``--conf allow_unsupported_monailabel true``: a
@@ -155,9 +166,7 @@ def check_monailabel(conf: Mapping[str, Any] | None = None, environ: Mapping[str
         f"(its replaced functions are listed in monailabel_xflow/app/wraps.py). Install monailabel=={SUPPORTED[0]}, "
         f"or start anyway at your own risk with {OVERRIDE_ENV}=1 or --conf {OVERRIDE_CONF} true"
     )
-    overridden = as_bool((conf or {}).get(OVERRIDE_CONF, False), f"--conf {OVERRIDE_CONF}") or as_bool(
-        env.get(OVERRIDE_ENV, "") or False, OVERRIDE_ENV
-    )
+    overridden = conf_override(conf) or as_bool(env.get(OVERRIDE_ENV, "") or False, OVERRIDE_ENV)
     if not overridden:
         logger.error(message)
         raise UnsupportedMonaiLabelError(message)

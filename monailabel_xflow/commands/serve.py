@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shlex
 import signal
@@ -190,29 +189,29 @@ def check_conf(conf: Mapping[str, str]) -> None:
     ``request_threads``; ``XFLOW_MAX_BODY_MB`` too),
     :func:`~monailabel_xflow.app.requests.store_seg_default` and
     :meth:`~monailabel_xflow.workflow.model_config.ModelConfig.with_overrides` (``encode_precision``,
-    ``click_refinement``: a bad one leaves the server without models); else with the parser and
-    bounds of the app's code that reads the key while it starts things (``prefetch``, ``store_mb``,
-    ``allow_unsupported_monailabel``, ``dicomweb_search_filter``: a JSON object). Other keys are
+    ``click_refinement``: a bad one leaves the server without models), and the readers the app
+    calls while it starts things (``prefetch``, ``store_mb``, ``allow_unsupported_monailabel``,
+    ``dicomweb_search_filter``: a JSON object). Other keys are
     not checked: paths are used as they are, and MONAI Label hands any key to the app, so an
     unknown one is not an error.
 
     Raises:
         ConfError: a bad value; the message names the key.
     """
-    from monailabel_xflow.app.requests import store_seg_default
-    from monailabel_xflow.app.wraps import OVERRIDE_CONF
-    from monailabel_xflow.parameters import as_bool, as_int
-    from monailabel_xflow.segmenter.store import DEFAULT_STORE_MB, MAX_STORE_MB
+    from monailabel_xflow.app.requests import dicomweb_filter_conf, prefetch_enabled, store_seg_default
+    from monailabel_xflow.app.wraps import conf_override
+    from monailabel_xflow.segmenter.store import store_mb
     from monailabel_xflow.serving.limits import server_limits
     from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
 
     try:
         server_limits(conf)  # body_timeout_s, max_sessions, request_threads: what the guard refuses
+        # the app's own readers of the keys it reads in code that starts things
         store_seg_default(conf)
-        # as app/configs.py, segmenter/store.py and app/wraps.py read them, in code that starts things
-        as_bool(conf.get("prefetch", True), "--conf prefetch")
-        as_int(conf.get("store_mb"), "--conf store_mb", 0, MAX_STORE_MB, DEFAULT_STORE_MB)
-        as_bool(conf.get(OVERRIDE_CONF, False), f"--conf {OVERRIDE_CONF}")
+        prefetch_enabled(conf)
+        store_mb(conf)
+        conf_override(conf)
+        dicomweb_filter_conf(conf)
     except InputError as exc:
         raise ConfError(str(exc)) from exc
     for key in ("encode_precision", "click_refinement"):  # the runtime's overrides of the models file
@@ -221,14 +220,6 @@ def check_conf(conf: Mapping[str, str]) -> None:
                 ModelConfig().with_overrides(**{key: conf[key]})
             except ModelConfigError as exc:
                 raise ConfError(f"--conf {exc}" if str(exc).startswith(key) else f"--conf {key}: {exc}") from exc
-    text = conf.get("dicomweb_search_filter")
-    if text:  # app/datastore.py's search_filter reads it, but importing that module takes seconds
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfError(f"--conf dicomweb_search_filter is not JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise ConfError(f"--conf dicomweb_search_filter must be a JSON object, got {text!r}")
 
 
 def end_processes(procs: Iterable[Any], grace: float = STOP_GRACE_S) -> list[int]:

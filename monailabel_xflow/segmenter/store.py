@@ -347,6 +347,17 @@ STORE_DIR = "store"
 MAX_STORE_MB = 1 << 22  # 4 TiB: a bound on the bound
 
 
+def store_mb(conf: Mapping[str, Any]) -> int:
+    """``--conf store_mb``: the store's bound in MB (default :data:`DEFAULT_STORE_MB`; 0 = off).
+
+    Raises:
+        RequestError: not an integer in ``0..MAX_STORE_MB``.
+    """
+    from monailabel_xflow.parameters import as_int
+
+    return as_int(conf.get("store_mb"), "--conf store_mb", 0, MAX_STORE_MB, DEFAULT_STORE_MB)
+
+
 def configure_from_conf(workspace: str | os.PathLike[str], conf: Mapping[str, Any]) -> ResultStore | None:
     """The app's store from its ``--conf``: ``store_mb`` (default :data:`DEFAULT_STORE_MB`; 0 = off)
     and ``store_dir`` (default ``<workspace>/store``).
@@ -354,9 +365,7 @@ def configure_from_conf(workspace: str | os.PathLike[str], conf: Mapping[str, An
     Raises:
         RequestError: ``store_mb`` not an integer in ``0..4194304``.
     """
-    from monailabel_xflow.parameters import as_int
-
-    max_mb = as_int(conf.get("store_mb"), "store_mb", 0, MAX_STORE_MB, DEFAULT_STORE_MB)
+    max_mb = store_mb(conf)
     root = str(conf.get("store_dir") or os.path.join(os.fspath(workspace), STORE_DIR))
     store = configure_store(root, max_mb)
     logger.info("workspace store: %s", f"{root} (at most {max_mb} MB)" if store else "off (store_mb 0)")
