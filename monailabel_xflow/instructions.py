@@ -40,6 +40,12 @@ Locations are never dropped or swapped silently; these are refused with the reas
 * a negated location ("not on the left", "except the right lung", "other than the left"): the
   parser has no "everything but" region, so segmenting the named side would answer the
   opposite question. Negated findings ("no effusion on the left?") stay questions, as above.
+
+A finding excluded from a set of findings is refused likewise ("all findings except effusion",
+"segment all findings but the effusion", "effusion, not pneumonia"): word by word each asks
+about the finding the user left out. "except", "other than", "rather than" (and "but" after "all
+findings") always exclude; "not" and "without" only where the text names more than one finding,
+so "not effusion?" alone stays a question.
 """
 
 from __future__ import annotations
@@ -327,6 +333,7 @@ _NOT_LOCATIONS = frozenset(
 _RELATIVE = frozenset(["other", "opposite", "contralateral", "ipsilateral", "same"])
 # The heart as a place ("around the heart", "in the cardiac region"): cardiomegaly's region only.
 _HEART_WORDS = frozenset(["heart", "cardiac", "pericardium", "pericardial"])
+_ARTICLES = frozenset(["a", "an", "any", "all"])  # "except any effusion", "not an edema"
 _PHRASE_SEP = re.compile(r"[,;:.?!]|\b(?:and|or|plus|but)\b")
 _PHRASE_WORDS = 3  # how far a location phrase reaches ("in the right upper zone")
 _NEGATION = re.compile(
@@ -401,6 +408,30 @@ def _negated_location(norm: str) -> str | None:
                 return " ".join([m.group(0), *words[:end]])
             if word not in _PREPOSITIONS and word not in _DETERMINERS:
                 break
+    return None
+
+
+def _excluded_finding(norm: str, several: bool) -> str | None:
+    """The first finding ``norm`` excludes ("all findings except effusion", "effusion, not edema").
+
+    An exclusion word ("except", "other than", "but" after "all findings", ...) before a finding
+    always excludes it. "not" and "without" exclude only when the text asks about more than one
+    finding (``several``): alone, "not effusion" stays a question about effusion.
+    """
+    matches = list(_NEGATION.finditer(norm))
+    if _ALL.search(norm):
+        matches += list(re.finditer(r"\bbut\b", norm))  # "all findings but the effusion"
+    for m in sorted(matches, key=lambda m: m.start()):
+        if not several and re.fullmatch(r"not|without|[a-z]+n['’]t", m.group(0)):
+            continue
+        words = _WORD.findall(_PHRASE_SEP.split(norm[m.end() :])[0])
+        k = 0
+        while k < min(len(words), 4) and words[k] in _PREPOSITIONS | _DETERMINERS | _ARTICLES:
+            k += 1
+        rest = " ".join(words[k:])
+        for phrase in sorted((p for ps in _FINDING_SYNONYMS.values() for p in ps), key=len, reverse=True):
+            if re.match(rf"{re.escape(phrase)}\b", rest):
+                return " ".join([m.group(0), *words[:k], phrase])
     return None
 
 
@@ -507,6 +538,12 @@ def parse_instructions(text: str) -> list[Instruction]:
         named = [u for u in _UNSUPPORTED if re.search(rf"\b{u}s?\b", norm)]
         why = f"{named[0]!r} is not one of XFlow's findings" if named else "no supported finding found"
         raise InstructionError(f"cannot map {text.strip()!r}: {why}; supported {supported_summary()}")
+    excluded = _excluded_finding(norm, several=len(findings) > 1)
+    if excluded:
+        raise InstructionError(
+            f"cannot map {text.strip()!r}: excluding a finding ({excluded!r}) is not supported; "
+            f"name the findings to segment instead ({', '.join(FINDINGS)})"
+        )
     _refuse_unmapped_locations(text, norm)
 
     asked: dict[str, list[str]] = {}

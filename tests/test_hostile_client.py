@@ -296,6 +296,15 @@ def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
             "unknown or expired session",
         ),
         ("active learning params a list", call(srv, "POST", "/activelearning/xflow_uncertainty", json=[1]), None),
+        # instructions that, read word by word, would be answered about another place or finding
+        ("a place it does not know", infer(srv, "xflow", WIDE, {"instruction": "effusion in the liver"}), "liver"),
+        ("a negated place", infer(srv, "xflow", WIDE, {"instruction": "effusion, not on the left"}), "negated"),
+        ("the heart for effusion", infer(srv, "xflow", WIDE, {"instruction": "effusion in the heart"}), "cardiomegaly"),
+        (
+            "an excluded finding",
+            infer(srv, "xflow", WIDE, {"instruction": "all findings except effusion"}),
+            "excluding a finding",
+        ),
         ("dataset limit 0", call(srv, "GET", "/datastore/dataset", params={"limit_cases": 0}), None),
     ]
     report = []

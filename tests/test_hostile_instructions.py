@@ -160,6 +160,55 @@ def test_negation_not_on_a_location_is_not_refused(text, plain):
     assert parse_instructions(text) == parse_instructions(plain)
 
 
+@pytest.mark.parametrize(
+    "text,excluded",
+    [
+        ("all findings except effusion", "except effusion"),
+        ("Segment all findings but the effusion.", "but the effusion"),
+        ("everything except pleural effusion", "except pleural effusion"),
+        ("any finding other than cardiomegaly", "other than cardiomegaly"),
+        ("Segment every abnormality excluding the edema.", "excluding the edema"),
+        ("effusion, not pneumonia", "not pneumonia"),
+        ("Segment the opacity, not the effusion.", "not the effusion"),
+        ("consolidation without effusion in the left lung", "without effusion"),
+        ("edema rather than effusion", "rather than effusion"),
+        ("edema but not effusion, right lung", "not effusion"),
+        ("all findings in the left lung apart from the atelectasis", "apart from the atelectasis"),
+    ],
+)
+def test_an_excluded_finding_is_refused_not_asked(text, excluded):
+    """Read word by word, these ask about the very finding the user excluded (all seven findings,
+    or both named ones); refused in one line instead, naming the exclusion."""
+    with pytest.raises(InstructionError) as err:
+        parse_instructions(text)
+    message = str(err.value)
+    assert "excluding a finding" in message and repr(excluded) in message and "name the findings" in message
+
+
+@pytest.mark.parametrize(
+    "text,plain",
+    [
+        ("not effusion", "Segment the effusion."),  # one finding: a question, as before
+        ("is there not an effusion on the left?", "Segment the effusion in the left lung."),
+        ("Is there effusion or not?", "Segment the effusion."),
+        ("effusion but also edema", "Segment the effusion and the edema."),
+        ("all findings, but only in the left lung", "Segment all findings in the left lung."),
+        ("no effusion and no edema on the left?", "Segment the effusion and the edema in the left lung."),
+    ],
+)
+def test_a_negation_that_excludes_no_finding_is_not_refused(text, plain):
+    assert parse_instructions(text) == parse_instructions(plain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(multi_finding_requests(), st.sampled_from(["except", "excluding", "other than", "but not", "rather than"]))
+def test_composed_requests_excluding_a_finding_are_refused(case, exclusion):
+    text, expected = case
+    excluded = next(f for f in FINDINGS if f not in {f for f, _ in expected})
+    with pytest.raises(InstructionError, match="excluding a finding"):
+        parse_instructions(f"{text.rstrip('.?')} {exclusion} the {excluded}")
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     multi_finding_requests(),
