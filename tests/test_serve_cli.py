@@ -86,11 +86,13 @@ def test_studies_that_are_a_file_or_missing_are_named_so(tmp_path, capsys):
 
 def test_a_good_dry_run_prints_the_command(tmp_path, capsys):
     """Ports at both ends of the range, good values and a key the app does not read (MONAI Label
-    hands any key to the app, so it is passed on, not refused)."""
+    hands any key to the app, so it is passed on with a warning, not refused)."""
     argv = serve(tmp_path, "--port", "65535", "--conf", "prefetch", "false", "--conf", "body_timeout_s", "3600")
     assert main([*argv, "--conf", "dicomweb_search_filter", '{"Modality": "CR"}', "--conf", "not_read", "1"]) == 0
     out, err = capsys.readouterr()
-    assert len(out.splitlines()) == 1 and err == ""
+    assert len(out.splitlines()) == 1 and err.splitlines() == [
+        "xflow serve: warning: --conf not_read is not a key this app reads, so it has no effect; keys: docs/app.md"
+    ]
     assert "--port 65535" in out and "--conf prefetch false --conf body_timeout_s 3600" in out
     assert "--conf not_read 1" in out
     assert main(serve(tmp_path, "--port", "1")) == 0 and capsys.readouterr().out.endswith(" --port 1\n")

@@ -42,8 +42,11 @@ class XFlowApp(MONAILabelApp):
         from monailabel_xflow.app.slicer import install as install_slicer_samples
         from monailabel_xflow.app.wraps import check_monailabel
         from monailabel_xflow.segmenter.store import configure_from_conf
+        from monailabel_xflow.serving.conf_keys import unknown_conf_keys
 
         check_monailabel(conf)  # before anything: the replaced upstream functions are version-bound
+        for line in unknown_conf_keys(conf):  # a misspelt key would otherwise do nothing without a word
+            logger.warning(line)
         server_defaults.apply(app_dir)  # DICOMweb cache expiry, cache and session folders
         conf = app_conf(conf)
         configure_from_conf(app_dir, conf)  # the workspace store: before any model runs (scoring subprocess too)

@@ -202,7 +202,7 @@ def check_conf(conf: Mapping[str, str]) -> None:
     from monailabel_xflow.app.wraps import conf_override
     from monailabel_xflow.segmenter.store import store_mb
     from monailabel_xflow.serving.limits import server_limits
-    from monailabel_xflow.workflow.model_config import ModelConfig, ModelConfigError
+    from monailabel_xflow.workflow.model_config import SERVER_OVERRIDES, ModelConfig, ModelConfigError
 
     try:
         server_limits(conf)  # body_timeout_s, max_sessions, request_threads: what the guard refuses
@@ -214,7 +214,7 @@ def check_conf(conf: Mapping[str, str]) -> None:
         dicomweb_filter_conf(conf)
     except InputError as exc:
         raise ConfError(str(exc)) from exc
-    for key in ("encode_precision", "click_refinement"):  # the runtime's overrides of the models file
+    for key in SERVER_OVERRIDES:  # the runtime's overrides of the models file
         if conf.get(key):
             try:
                 ModelConfig().with_overrides(**{key: conf[key]})
@@ -342,6 +342,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfError as exc:
         print(f"xflow serve: {exc}", file=sys.stderr)
         return 2
+    from monailabel_xflow.serving.conf_keys import unknown_conf_keys
+
+    for line in unknown_conf_keys(key for key, _ in conf):
+        print(f"xflow serve: warning: {line}", file=sys.stderr)
     if args.app:
         app = Path(args.app)
         if not (app / "main.py").is_file():

@@ -437,6 +437,10 @@ class ModelConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+SERVER_OVERRIDES = ("encode_precision", "click_refinement")
+"""Fields a server's ``--conf`` may set over the models file (``runtime.XFlowRuntime``)."""
+
+
 def hub_ids(config: ModelConfig) -> dict[str, str]:
     """``{field: hub id}`` of the configured weights that are not local paths."""
     out = {}

@@ -161,7 +161,7 @@ class XFlowRuntime:
                 logger.error("XFlow models could not be loaded: %s", exc)
 
     def _read_config(self) -> tuple[str, Any]:
-        from monailabel_xflow.workflow.model_config import ModelConfig, default_config
+        from monailabel_xflow.workflow.model_config import SERVER_OVERRIDES, ModelConfig, default_config
 
         path = self._conf.get("models")
         if path:
@@ -170,7 +170,7 @@ class XFlowRuntime:
             # The environment when it names weights, else the committed demo model (unless disabled).
             config, src = default_config(self._environ)
         # --conf encode_precision / click_refinement over the models file's (validated by ModelConfig)
-        overrides = {k: self._conf[k] for k in ("encode_precision", "click_refinement") if self._conf.get(k)}
+        overrides = {k: self._conf[k] for k in SERVER_OVERRIDES if self._conf.get(k)}
         if overrides:
             config = config.with_overrides(**overrides)
         return src, config
