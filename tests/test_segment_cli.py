@@ -95,6 +95,29 @@ def test_segment_dicom_all_findings(models_file, cxr_samples, tmp_path, capsys):
         assert trace.settings["revise"] is False and trace.batch["size"] == 7
 
 
+def test_quiet_leaves_only_warnings_on_stderr(cxr_samples, tmp_path):
+    """``xflow segment -q`` as a user runs it, on the demo: stderr keeps the demo notice, not
+    transformers' weight-loading bars (shown without ``-q``)."""
+    import subprocess
+    import sys
+
+    from monailabel_xflow.workflow.model_config import DEMO_MODELS_FILE
+
+    png = str(cxr_samples / "nih" / "images" / "00000129_000.png")
+    argv = ["segment", png, "-i", "edema", "--models", str(DEMO_MODELS_FILE), "--no-revise"]
+    code = "import sys; from monailabel_xflow.cli import main; sys.exit(main(sys.argv[1:]))"
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-c", code, *argv, *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done
+
+    loud = run("--out", str(tmp_path / "loud")).stderr
+    quiet = run("--out", str(tmp_path / "quiet"), "-q")
+    assert "Loading weights" in loud and "Loading" not in quiet.stderr
+    assert "demo model" in quiet.stderr and len(quiet.stdout.splitlines()) == 1 and "edema" in quiet.stdout
+
+
 def _variant(models_file, tmp_path, **changes):
     """``models_file`` with ``changes``, its relative paths kept valid (written beside it)."""
     config = yaml.safe_load(models_file.read_text())

@@ -165,3 +165,8 @@ def _setup_logging(quiet: bool) -> None:
         logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in ("xflow", "monailabel_xflow"):
         logging.getLogger(name).setLevel(level)
+    if quiet:  # transformers' weight-loading bars and notices are not warnings for the user
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
