@@ -58,6 +58,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 from PIL import Image
@@ -265,19 +266,43 @@ def positive_pairs(
     return pos, masks
 
 
-def negative_allowed(phantom: Phantom, ins: Instruction) -> bool:
-    """Whether ``ins`` is a true negative on ``phantom``: its finding absent from the image (global),
-    from every named region (basic), or no lesion of any finding in the named zones (lesion
-    inference: its answer would name a type)."""
+@dataclass(frozen=True)
+class PhantomFacts:
+    """What :func:`negative_allowed` reads of a phantom, kept for a whole set instead of its pixels.
+
+    Attributes:
+        findings: the findings present, in vocabulary order.
+        zones: the zones any lesion touches.
+        where: ``(finding, region)`` for every lung and zone holding a pixel of that finding.
+    """
+
+    findings: tuple[str, ...]
+    zones: frozenset[str]
+    where: frozenset[tuple[str, str]]
+
+    @classmethod
+    def of(cls, phantom: Phantom) -> PhantomFacts:
+        regions = {**phantom.lungs, **phantom.zones}
+        where: set[tuple[str, str]] = set()
+        for finding in phantom.findings:
+            mask = phantom.finding_mask(finding)
+            where.update((finding, r) for r, inside in regions.items() if (mask & inside).any())
+        return cls(phantom.findings, frozenset(phantom.occupied_zones()), frozenset(where))
+
+
+def negative_allowed(facts: PhantomFacts, ins: Instruction) -> bool:
+    """Whether ``ins`` is a true negative on the phantom of ``facts``: its finding absent from the
+    image (global), from every named region (basic), or no lesion of any finding in the named
+    zones (lesion inference: its answer would name a type)."""
     if ins.kind == "global":
-        return ins.finding not in phantom.findings
+        return ins.finding not in facts.findings
     if ins.kind == "lesion_inference":
-        return not set(ins.regions) & set(phantom.occupied_zones())
-    return not any(phantom.finding_mask(ins.finding, r).any() for r in ins.regions)
+        return not set(ins.regions) & facts.zones
+    return not any((ins.finding, r) in facts.where for r in ins.regions)
 
 
 def matched_negatives(
-    phantoms: Sequence[Phantom],
+    phantoms: Sequence[PhantomFacts],
     positives: Sequence[Sequence[tuple[Instruction, dict]]],
     groups: Sequence[str],
     sent_of: Sequence[dict[str, int]],
@@ -295,7 +320,7 @@ def matched_negatives(
     in sets without normal studies) gets fewer negatives.
 
     Args:
-        phantoms: the set's phantoms.
+        phantoms: the set's phantoms, as :class:`PhantomFacts`.
         positives: per phantom, :func:`positive_pairs`' ``(instruction, pair)`` list.
         groups: per phantom, its split; negatives stay within it when they can.
         sent_of: per phantom, finding -> 0-based sentence index (``sent_idx`` of a negative whose
@@ -341,6 +366,36 @@ def scheduled_findings(index: int, rng: np.random.Generator) -> tuple[str, ...]:
     return tuple(out)
 
 
+def set_phantom(seed: int, index: int, size: int = 1024) -> Phantom:
+    """The ``index``-th phantom of the set drawn with ``seed``: what :func:`export_set` writes."""
+    s = image_seed(seed, index)
+    return generate_phantom(s, size=size, findings=scheduled_findings(index, np.random.default_rng(s)))
+
+
+class SetPhantoms(Sequence[Phantom]):
+    """The phantoms of a set, each drawn again when read (:func:`set_phantom`): a set of any
+    size is written and handed back with one phantom in memory at a time (about 17 MB at 1024 px)."""
+
+    def __init__(self, seed: int, count: int, size: int) -> None:
+        self.seed, self.size, self._count = seed, size, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Phantom: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Phantom]: ...
+
+    def __getitem__(self, index: int | slice) -> Phantom | list[Phantom]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"phantom {index} of a set of {self._count}")
+        return set_phantom(self.seed, index % self._count, self.size)
+
+
 def image_seed(seed: int, index: int) -> int:
     """Seed of the ``index``-th phantom of a set drawn with ``seed`` (independent streams)."""
     return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1)[0])
@@ -375,7 +430,7 @@ def export_set(
     size: int = 1024,
     dicom: bool = False,
     progress: Callable[[Iterable], Iterable] = lambda it: it,
-) -> tuple[dict, list[Phantom]]:
+) -> tuple[dict, SetPhantoms]:
     """Generate and write ``count`` phantoms under ``out`` (layout in the module docstring).
 
     Args:
@@ -387,21 +442,21 @@ def export_set(
         progress: wraps the study iterator (e.g. ``tqdm``).
 
     Returns:
-        ``(mimic_ils_json_dict, phantoms)``.
+        ``(mimic_ils_json_dict, phantoms)``; the phantoms are drawn again when read
+        (:class:`SetPhantoms`), so the set is never all in memory.
     """
     out = Path(out)
     gt = out / GT_DIR
     release: dict = {"train": {}, "val": {}, "test": {}}
     meta = []
-    phantoms = []
+    facts = []  # what the negatives need, not the pixels: one phantom in memory at a time
     reports, truth = [], {}
     positives: list[list[tuple[Instruction, dict]]] = []
     sents: list[dict[str, int]] = []
     for i in progress(range(count)):
         s = image_seed(seed, i)
-        rng = np.random.default_rng(s)
-        ph = generate_phantom(s, size=size, findings=scheduled_findings(i, rng))
-        phantoms.append(ph)
+        ph = set_phantom(seed, i, size)
+        facts.append(PhantomFacts.of(ph))
         stem = f"phantom_{seed}_{i:05d}"
         study, subject = study_ids(seed, i)
         v12, v8 = quantize(ph.image)
@@ -476,7 +531,7 @@ def export_set(
             }
         )
     splits = [split_of(i) for i in range(count)]
-    negatives = matched_negatives(phantoms, positives, splits, sents, np.random.default_rng([int(seed), 0x4E67]))
+    negatives = matched_negatives(facts, positives, splits, sents, np.random.default_rng([int(seed), 0x4E67]))
     for i, neg in enumerate(negatives):
         study = study_ids(seed, i)[0]
         pairs = release[splits[i]][study]["instruction_answer_pairs"]
@@ -488,7 +543,7 @@ def export_set(
     (gt / META_NAME).write_text(json.dumps(meta, indent=1))
     (gt / REPORT_TRUTH_NAME).write_text(json.dumps(truth, indent=1))
     write_reports_csv(out / REPORTS_CSV, reports)
-    return release, phantoms
+    return release, SetPhantoms(seed, count, size)
 
 
 FINDING_COLORS = {
@@ -503,7 +558,7 @@ FINDING_COLORS = {
 
 
 def phantom_contact_sheet(
-    phantoms: list[Phantom], titles: list[str], ncols: int = 4, tile_size: int = 320
+    phantoms: Iterable[Phantom], titles: list[str], ncols: int = 4, tile_size: int = 320
 ) -> np.ndarray:
     """Each phantom with its lesion masks outlined in their finding's colour, and a legend."""
     from monailabel_xflow.rendering import contact_sheet, overlay
