@@ -28,12 +28,25 @@ def build_parser() -> argparse.ArgumentParser:
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(subparsers)
+    _name_leaf_parsers(parser)
     return parser
+
+
+def _name_leaf_parsers(parser: argparse.ArgumentParser) -> None:
+    """Record in each sub-command's defaults the parser that reads it (the deepest one wins), so
+    an unknown option is refused with that sub-command's usage, not the top level's."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(_parser=sub)
+                _name_leaf_parsers(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # exits 2 with the sub-command's own usage line
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return int(args.func(args) or 0)
 
 

@@ -75,3 +75,22 @@ def test_a_path_of_the_wrong_kind_is_named(command, says, tmp_path, capsys):
     assert (tmp_path / "taken.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == [
         "taken.txt"
     ]
+
+
+@pytest.mark.parametrize(
+    "command, usage",
+    [
+        ("segment {sample} -i effusion -o {tmp}/s --bogus", "usage: xflow segment "),
+        ("benchmark clicks --out {tmp}/bc --bogus 3", "usage: xflow benchmark clicks "),
+        ("weights show --bogus", "usage: xflow weights show "),
+        ("train demo --out {tmp}/t --bogus", "usage: xflow train demo "),
+    ],
+)
+def test_an_unknown_option_is_refused_with_its_commands_usage(command, usage, tmp_path, capsys):
+    """Not with the top-level "usage: xflow [-h] [--version] COMMAND ...", which hides the options
+    the user could have meant."""
+    argv = command.format(sample=SAMPLE, tmp=tmp_path).split()
+    assert _status(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(usage) and "error: unrecognized arguments: --bogus" in err
+    assert not list(tmp_path.iterdir())  # nothing written
