@@ -329,3 +329,19 @@ def test_committed_sample_data_is_consistent():
     assert all((root / m["dicom"]["path"]).is_file() for m in meta)
     size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
     assert size < 20 * 2**20
+
+
+def test_the_set_wide_negative_rule_is_the_per_phantom_rule():
+    """matched_negatives reads negative_allowed through one array per question (_AllowedIndex):
+    the same answer for every phantom and every question the set's positives ask."""
+    from monailabel_xflow.data.export import PhantomFacts, _AllowedIndex, negative_allowed, positive_pairs, set_phantom
+
+    phantoms = [set_phantom(6, i, 128) for i in range(16)]
+    facts = [PhantomFacts.of(ph) for ph in phantoms]
+    questions = {ins.text: ins for i, ph in enumerate(phantoms) for ins, _ in positive_pairs(ph, f"s{i}", {})[0]}
+    allowed = _AllowedIndex(facts)
+    kinds = set()
+    for ins in questions.values():
+        assert allowed(ins).tolist() == [negative_allowed(f, ins) for f in facts], ins.text
+        kinds.add(ins.kind)
+    assert kinds == {"global", "basic", "lesion_inference"}

@@ -301,6 +301,42 @@ def negative_allowed(facts: PhantomFacts, ins: Instruction) -> bool:
     return not any((ins.finding, r) in facts.where for r in ins.regions)
 
 
+class _AllowedIndex:
+    """:func:`negative_allowed` for every phantom of a set at once, as a boolean array: a set of
+    N phantoms gets its negatives in O(N) array work per question, not O(N) Python calls."""
+
+    def __init__(self, phantoms: Sequence[PhantomFacts]) -> None:
+        self._phantoms = phantoms
+        self._columns: dict[tuple[str, str], np.ndarray] = {}
+
+    def _column(self, kind: str, key: str, region: str = "") -> np.ndarray:
+        """Per phantom: finding ``key`` present (kind "finding"), a lesion in zone ``key``
+        ("zone"), or finding ``key`` with a pixel in ``region`` ("where")."""
+        name = (kind, f"{key}|{region}")
+        if name not in self._columns:
+            if kind == "finding":
+                values = [key in ph.findings for ph in self._phantoms]
+            elif kind == "zone":
+                values = [key in ph.zones for ph in self._phantoms]
+            else:
+                values = [(key, region) in ph.where for ph in self._phantoms]
+            self._columns[name] = np.asarray(values, bool)
+        return self._columns[name]
+
+    def __call__(self, ins: Instruction) -> np.ndarray:
+        """A fresh boolean array: ``negative_allowed(phantom, ins)`` for each phantom."""
+        hit = np.zeros(len(self._phantoms), bool)
+        if ins.kind == "global":
+            hit |= self._column("finding", ins.finding)
+        elif ins.kind == "lesion_inference":
+            for zone in ins.regions:
+                hit |= self._column("zone", zone)
+        else:
+            for region in ins.regions:
+                hit |= self._column("where", ins.finding, region)
+        return ~hit
+
+
 def matched_negatives(
     phantoms: Sequence[PhantomFacts],
     positives: Sequence[Sequence[tuple[Instruction, dict]]],
@@ -332,18 +368,20 @@ def matched_negatives(
         Per phantom, its negative pairs.
     """
     negatives: list[list[dict]] = [[] for _ in phantoms]
-    asked: list[set[str]] = [set() for _ in phantoms]
+    asked: dict[str, list[int]] = {}  # question -> the phantoms already asked it
+    allowed = _AllowedIndex(phantoms)
+    split = np.asarray(groups)
     for i, pairs in enumerate(positives):
         for ins, _ in pairs:
-            fits = [
-                j for j, ph in enumerate(phantoms) if j != i and ins.text not in asked[j] and negative_allowed(ph, ins)
-            ]
-            same = [j for j in fits if groups[j] == groups[i]]
-            others = [j for j in fits if groups[j] != groups[i]]
+            fits = allowed(ins)
+            fits[asked.get(ins.text, [])] = False
+            fits[i] = False
+            fits = np.flatnonzero(fits)
+            same, others = fits[split[fits] == groups[i]], fits[split[fits] != groups[i]]
             # within the split first, then any; distinct phantoms, drawn at random
             chosen = [int(j) for pool in (same, others) for j in rng.permutation(pool)][:per_positive]
             for j in chosen:
-                asked[j].add(ins.text)
+                asked.setdefault(ins.text, []).append(j)
                 sent = sent_of[j].get(ins.finding)
                 negatives[j].append(
                     pair_record(ins.text, ins.kind, ins.absent_answer(), ins.finding, ins.regions, sent, None)
