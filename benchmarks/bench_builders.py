@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         cases += read_dataset(args.dataset, split=split, kinds=("basic", "global", "lesion_inference")).cases
     cases = (cases * (args.cases // max(1, len(cases)) + 1))[: args.cases]
     positives = [c for c in cases if c.positive]
-    lungs = LungBoxes.for_dataset(Path(args.dataset.split(":")[1]).parent.parent)
+    lungs = LungBoxes.for_spec(args.dataset)
 
     class DoubleFromCase(ScriptedSegmenter):
         """The test double, its hidden object reset per image (it needs the ground truth)."""

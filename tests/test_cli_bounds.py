@@ -94,3 +94,51 @@ def test_an_unknown_option_is_refused_with_its_commands_usage(command, usage, tm
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(usage) and "error: unrecognized arguments: --bogus" in err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def _folder_set(tmp_path, mask_bytes: bytes | None = None):
+    """``folder:`` dataset of one sample image, a negative and (with ``mask_bytes``) a positive."""
+    import shutil
+
+    folder = tmp_path / "set"
+    folder.mkdir()
+    shutil.copy(SAMPLE, folder / "img01.png")
+    rows = "img01.png,,Segment the edema.\n"
+    if mask_bytes is not None:
+        (folder / "m.png").write_bytes(mask_bytes)
+        rows += "img01.png,m.png,Segment the effusion in the left lung.\n"
+    (folder / "instructions.csv").write_text("image,mask,instruction\n" + rows)
+    return f"folder:{folder}"
+
+
+@pytest.mark.parametrize(
+    "kind, lung_boxes, mask, says",
+    [
+        # 0 rows and exit 0 before: the builder's own refusal was never reached
+        ("init-sft", None, None, "init-sft needs lung boxes"),
+        ("init-sft", "{not json", None, "--lung-boxes"),
+        ("init-sft", "[1, 2]", None, "expected {image: {lung: [x1, y1, x2, y2]}}"),
+        ("init-sft", '{"img01.png": {"right lung": "abc"}}', None, "'abc' is not a normalised xyxy box"),
+        ("init-sft", '{"img01.png": {"middle lung": [0, 0, 1, 1]}}', None, "must map right lung / left lung"),
+        ("init-rl", None, b"not a png", "cannot read mask"),  # a traceback, with finding-masks/ left behind
+    ],
+)
+def test_build_refuses_what_it_cannot_build_in_one_line(tmp_path, capsys, kind, lung_boxes, mask, says):
+    spec = _folder_set(tmp_path, mask)
+    argv = ["build", kind, "--dataset", spec, "--out", str(tmp_path / "out")]
+    if lung_boxes is not None:
+        (tmp_path / "boxes.json").write_text(lung_boxes)
+        argv += ["--lung-boxes", str(tmp_path / "boxes.json")]
+    assert _status(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))
+
+
+def test_build_of_an_empty_split_is_refused(tmp_path, capsys):
+    (tmp_path / "r.json").write_text('{"train": {}}')
+    assert (
+        _status(["build", "init-rl", "--dataset", f"mimic-ils:{tmp_path / 'r.json'}", "--out", str(tmp_path / "o")])
+        == 2
+    )
+    assert "no usable cases" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -228,3 +228,108 @@ def test_bad_spec_and_helpers(tmp_path):
     assert safe_case_id("a b/c:d") == "a_b_c_d"
     with pytest.raises(DatasetError, match="cannot read mask"):
         read_mask_png(tmp_path / "none.png")
+
+
+# --- hostile and malformed datasets (an audit of every reader; each case crashed or read a file
+# outside the dataset before) ----------------------------------------------------------------
+
+
+def _with_study(path, **changes):
+    """The release of :func:`build_mimic` with study s1 changed; returns its path."""
+    release = json.loads(path.read_text())
+    release["test"]["s1"].update(changes)
+    out = path.with_name("changed.json")
+    out.write_text(json.dumps(release))
+    return out
+
+
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        ({"image_path": "../../../etc/hostname"}, "image_path '../../../etc/hostname' is not inside"),
+        ({"image_path": "/etc/hostname"}, "image_path '/etc/hostname' is not inside"),
+        ({"image_path": 123}, "image_path must be a non-empty relative path, got 123"),
+        ({"instruction_answer_pairs": [1, 2]}, "instruction_answer_pairs must be an object"),
+        ({"instruction_answer_pairs": {"positive_pairs": {"a": 1}}}, "positive_pairs must be a list"),
+        ({"instruction_answer_pairs": {"positive_pairs": ["x"]}}, "positive_pairs[0]: a pair must be an object"),
+    ],
+)
+def test_a_bad_mimic_study_is_a_problem_naming_it(tmp_path, changes, says):
+    path, root = build_mimic(tmp_path)
+    result = read_mimic_ils(_with_study(path, **changes), root)
+    assert not any(c.meta["study"] == "s1" for c in result.cases)
+    assert any(p.startswith("study s1") and says in p for p in result.problems), result.problems
+
+
+def test_a_bad_mimic_pair_is_a_problem_naming_it(tmp_path):
+    path, root = build_mimic(tmp_path)
+    release = json.loads(path.read_text())
+    positives = release["test"]["s1"]["instruction_answer_pairs"]["positive_pairs"]
+    positives[0]["type"] = "Global"  # a typo, not a choice: left out without a word before
+    positives[1]["seg_mask_path"] = "../../../etc/hostname"
+    positives[3]["type"] = ["basic"]
+    path.write_text(json.dumps(release))
+    problems = "\n".join(read_mimic_ils(path, root).problems)
+    assert "positive_pairs[0]: type 'Global' is none of basic, global, lesion_inference" in problems
+    assert "positive_pairs[1]: seg_mask_path '../../../etc/hostname' is not inside" in problems
+    assert "positive_pairs[3]: type ['basic'] is none of" in problems
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ('{"test": [1]}', "split 'test' must be an object keyed by study, got list"),
+        ('{"test": null}', "split 'test' must be an object keyed by study, got NoneType"),
+        ("[1]", "expected an object keyed by split (train/val/test), got list"),
+        (b'{"test": "\xe9"}', "is not valid UTF-8 JSON"),
+    ],
+)
+def test_a_badly_shaped_release_is_one_error(tmp_path, content, says):
+    path = tmp_path / "r.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(DatasetError) as err:
+        read_mimic_ils(path)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_folder_paths_stay_inside_and_a_latin1_table_is_named(tmp_path):
+    folder = tmp_path / "set"
+    save_png(folder / "img01.png", np.zeros((8, 8), np.uint8))
+    save_png(tmp_path / "outside.png", np.full((8, 8), 255, np.uint8))
+    (folder / "instructions.csv").write_text(
+        "image,mask,instruction\n"
+        "img01.png,../outside.png,Segment the edema.\n"
+        "../outside.png,,Segment the edema.\n"
+        f"{tmp_path / 'outside.png'},,Segment the effusion.\n"
+    )
+    result = read_folder(folder)
+    assert result.cases == [] and len(result.problems) == 3
+    assert all("is not inside" in p for p in result.problems)
+    (folder / "instructions.csv").write_bytes(
+        "image,mask,instruction\nimg01.png,,edema in the l\xe9ft lung\n".encode("latin-1")
+    )
+    with pytest.raises(DatasetError, match="is not UTF-8 .*save it as UTF-8"):
+        read_folder(folder)
+
+
+def test_a_chexlocalize_id_stays_inside_its_root(tmp_path):
+    save_png(tmp_path / "img" / "a.png", np.zeros((8, 8), np.uint8))
+    save_png(tmp_path / "b.png", np.zeros((8, 8), np.uint8))
+    empty = rle.encode(np.zeros((8, 8), bool))
+    (tmp_path / "gt.json").write_text(json.dumps({"a": {"Edema": empty}, "../b": {"Edema": empty}}))
+    result = read_chexlocalize(tmp_path / "gt.json", tmp_path / "img")
+    assert [c.meta["image_id"] for c in result.cases] == ["a"]
+    assert result.problems == [
+        f"image ../b: image id '../b' is not inside {tmp_path / 'img'}: paths are relative to it"
+    ]
+
+
+def test_an_image_given_as_a_mask_is_refused(tmp_path):
+    """Swapped image and mask columns: the radiograph was read as a lesion over 93 % of it."""
+    save_png(tmp_path / "cxr.png", np.random.default_rng(0).integers(0, 256, (32, 32), dtype=np.uint8))
+    with pytest.raises(DatasetError, match="grey levels, so it looks like an image"):
+        read_mask_png(tmp_path / "cxr.png")
+    labels = np.zeros((32, 32), np.uint8)
+    labels[2:5, 2:5], labels[10:12, 10:12] = 1, 2  # a label map with a few values is a mask
+    save_png(tmp_path / "labels.png", labels)
+    assert read_mask_png(tmp_path / "labels.png").sum() == 13

@@ -49,14 +49,22 @@ def run(args) -> int:
         return 2
     for problem in result.problems[:20]:
         print(f"xflow build: skipped: {problem}", file=sys.stderr)
+    for reason, count in sorted(result.skipped.items()):
+        print(f"xflow build: left out on purpose: {count} ({reason})", file=sys.stderr)
+    if not result.cases:
+        print(f"xflow build: no usable cases in {args.dataset}", file=sys.stderr)
+        return 2
     if args.lung_boxes is not None and not args.lung_boxes.is_file():
         print(f"xflow build: --lung-boxes {args.lung_boxes} is not a file", file=sys.stderr)
         return 2
     if wrong := not_a_folder(args.out):
         print(f"xflow build: --out {wrong}", file=sys.stderr)
         return 2
-    # A phantom set keeps its anatomy label maps beside the MIMIC-ILS JSON (DIR/ground-truth/).
-    lungs = LungBoxes.for_dataset(Path(args.dataset.split(":")[1]).parent.parent, args.lung_boxes)
+    try:  # a phantom set keeps its anatomy label maps beside the MIMIC-ILS JSON (DIR/ground-truth/)
+        lungs = LungBoxes.for_spec(args.dataset, args.lung_boxes)
+    except BuildError as err:
+        print(f"xflow build: {err}", file=sys.stderr)
+        return 2
     segmenter = None
     if args.segmenter:
         from monailabel_xflow.segmenter.loading import load_segmenter
@@ -73,7 +81,7 @@ def run(args) -> int:
             seed=args.seed,
             chunk_size=args.chunk_size,
         )
-    except BuildError as err:
+    except (BuildError, DatasetError) as err:  # DatasetError: a mask that cannot be read
         print(f"xflow build: {err}", file=sys.stderr)
         return 2
     print(report.summary())

@@ -77,12 +77,12 @@ def run(args) -> int:
         print(f"xflow eval: {err}", file=sys.stderr)
         return 2
     if result.problems:
-        print(
-            f"xflow eval: {len(result.problems)} dataset entries left out (listed in report.md); first:",
-            file=sys.stderr,
-        )
+        listed = " (listed in report.md)" if result.cases else ""
+        print(f"xflow eval: {len(result.problems)} dataset entries left out{listed}; first:", file=sys.stderr)
         for line in result.problems[:5]:
             print(f"  {line}", file=sys.stderr)
+    for reason, count in sorted(result.skipped.items()):
+        print(f"xflow eval: left out on purpose: {count} ({reason})", file=sys.stderr)
     cases = result.cases[: args.limit] if args.limit is not None else result.cases
     if not cases:
         print(f"xflow eval: no usable cases in {args.dataset}", file=sys.stderr)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ CHEXLOCALIZE_FINDINGS: dict[str, str] = {
 """CheXlocalize pathology name -> XFlow finding, for the six findings the two share."""
 
 MIMIC_ILS_MASK_DIR = "lesion_mask"
+MIMIC_ILS_KINDS = ("basic", "global", "lesion_inference")
 FOLDER_CSV = "instructions.csv"
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -84,6 +86,26 @@ class DatasetError(InputError):
 def safe_case_id(text: str) -> str:
     """A case id usable as a file name: characters outside ``[A-Za-z0-9._-]`` become ``_``."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", str(text)).strip("._") or "case"
+
+
+def _inside(root: Path, rel: Any, what: str) -> Path:
+    """``root / rel`` for a relative path that stays inside ``root`` (read lexically, so links
+    inside the dataset still work).
+
+    Raises:
+        DatasetError: ``rel`` is not text, is absolute, or climbs out of ``root`` with ``..``.
+    """
+    if not isinstance(rel, str) or not rel:
+        raise DatasetError(f"{what} must be a non-empty relative path, got {rel!r}")
+    norm = os.path.normpath(rel)
+    if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
+        raise DatasetError(f"{what} {rel!r} is not inside {root}: paths are relative to it")
+    return root / norm
+
+
+MASK_MAX_LEVELS = 16
+"""A mask PNG with more grey levels than this is refused as an image, not a mask (label maps with
+a few values are masks: non-zero = lesion)."""
 
 
 def read_mask_png(path: str | Path) -> np.ndarray:
@@ -101,6 +123,9 @@ def read_mask_png(path: str | Path) -> np.ndarray:
         raise DatasetError(f"cannot read mask {path}: {err}") from err
     if arr.ndim == 3:  # RGB(A) masks: any colour channel counts, alpha does not
         arr = arr[..., :3].max(axis=-1) if arr.shape[-1] in (3, 4) else arr.max(axis=-1)
+    levels = len(np.unique(arr))
+    if levels > MASK_MAX_LEVELS:  # e.g. the image and mask columns swapped
+        raise DatasetError(f"mask {path} has {levels} grey levels, so it looks like an image, not a mask")
     return arr > 0
 
 
@@ -187,8 +212,8 @@ def _load_json(path: Path) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as err:
         raise DatasetError(f"cannot read {path}: {err}") from err
-    except json.JSONDecodeError as err:
-        raise DatasetError(f"{path} is not valid JSON: {err}") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DatasetError(f"{path} is not valid UTF-8 JSON: {err}") from err
 
 
 # --- MIMIC-ILS ---------------------------------------------------------------------------------
@@ -219,9 +244,16 @@ def read_mimic_ils(
     """
     json_path = Path(json_path)
     data = _load_json(json_path)
-    if not isinstance(data, dict) or split not in data:
-        have = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise DatasetError(f"{json_path}: no split {split!r} (has {have})")
+    if not isinstance(data, dict):
+        raise DatasetError(
+            f"{json_path}: expected an object keyed by split (train/val/test), got {type(data).__name__}"
+        )
+    if split not in data:
+        raise DatasetError(f"{json_path}: no split {split!r} (has {sorted(data)})")
+    if not isinstance(data[split], dict):
+        raise DatasetError(
+            f"{json_path}: split {split!r} must be an object keyed by study, got {type(data[split]).__name__}"
+        )
     roots = [Path(image_root)] if image_root is not None else [json_path.parent, json_path.parent.parent]
     mask_root = Path(mask_root) if mask_root is not None else json_path.parent / MIMIC_ILS_MASK_DIR
     kinds = set(kinds)
@@ -231,15 +263,30 @@ def read_mimic_ils(
         if not isinstance(entry, dict) or "image_path" not in entry or "instruction_answer_pairs" not in entry:
             result.problems.append(f"{where}: needs image_path and instruction_answer_pairs")
             continue
-        image = next((r / entry["image_path"] for r in roots if (r / entry["image_path"]).is_file()), None)
+        try:
+            candidates = [_inside(r, entry["image_path"], "image_path") for r in roots]
+        except DatasetError as err:
+            result.problems.append(f"{where}: {err}")
+            continue
+        image = next((c for c in candidates if c.is_file()), None)
         if image is None:
             result.problems.append(
                 f"{where}: image {entry['image_path']!r} not found under {', '.join(map(str, roots))}"
             )
             continue
         pairs = entry["instruction_answer_pairs"]
+        if not isinstance(pairs, dict):
+            result.problems.append(f"{where}: instruction_answer_pairs must be an object")
+            continue
         for positive, key in ((True, "positive_pairs"), (False, "negative_pairs")):
-            for n, pair in enumerate(pairs.get(key) or []):
+            listed = pairs.get(key) or []
+            if not isinstance(listed, list):
+                result.problems.append(f"{where}: {key} must be a list")
+                continue
+            for n, pair in enumerate(listed):
+                if not isinstance(pair, dict):
+                    result.problems.append(f"{where} {key}[{n}]: a pair must be an object")
+                    continue
                 case = _mimic_case(pair, positive, study, entry, image, mask_root, kinds, result, f"{where} {key}[{n}]")
                 if case is not None:
                     result.cases.append(case)
@@ -248,6 +295,9 @@ def read_mimic_ils(
 
 def _mimic_case(pair, positive, study, entry, image, mask_root, kinds, result, where) -> EvalCase | None:
     kind = pair.get("type")
+    if kind not in MIMIC_ILS_KINDS:  # "Global", "basic ", missing: a typo, not a choice
+        result.problems.append(f"{where}: type {kind!r} is none of {', '.join(MIMIC_ILS_KINDS)}")
+        return None
     if kind not in kinds:
         result.skip(f"type {kind}")
         return None
@@ -268,7 +318,11 @@ def _mimic_case(pair, positive, study, entry, image, mask_root, kinds, result, w
         if not rel:
             result.problems.append(f"{where}: positive pair without seg_mask_path")
             return None
-        mask_path = mask_root / rel
+        try:
+            mask_path = _inside(mask_root, rel, "seg_mask_path")
+        except DatasetError as err:
+            result.problems.append(f"{where}: {err}")
+            return None
         if not mask_path.is_file():
             result.problems.append(f"{where}: mask {mask_path} not found")
             return None
@@ -317,6 +371,11 @@ def read_chexlocalize(json_path: str | Path, image_root: str | Path, *, strict: 
     for image_id, by_pathology in data.items():
         if not isinstance(by_pathology, dict):
             result.problems.append(f"image {image_id}: expected an object keyed by pathology")
+            continue
+        try:
+            _inside(image_root, image_id, "image id")
+        except DatasetError as err:
+            result.problems.append(f"image {image_id}: {err}")
             continue
         image = _chexlocalize_image(image_root, image_id)
         if image is None:
@@ -373,6 +432,14 @@ def read_folder(folder: str | Path, *, strict: bool = False) -> ReadResult:
     if not table.is_file():
         raise DatasetError(f"{folder}: no {FOLDER_CSV} (columns image,mask,instruction)")
     result = ReadResult([])
+    try:
+        _read_folder_rows(folder, table, result)
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{table} is not UTF-8 ({err.reason} at byte {err.start}): save it as UTF-8") from err
+    return result.finish(str(table), strict)
+
+
+def _read_folder_rows(folder: Path, table: Path, result: ReadResult) -> None:
     with table.open(newline="", encoding="utf-8-sig") as handle:
         reader = csv.DictReader(handle)
         missing = {"image", "mask", "instruction"} - set(reader.fieldnames or ())
@@ -382,8 +449,13 @@ def read_folder(folder: str | Path, *, strict: bool = False) -> ReadResult:
             where = f"{table.name} line {line}"
             image_rel = (row.get("image") or "").strip()
             mask_rel = (row.get("mask") or "").strip()
-            image = folder / image_rel
-            if not image_rel or not image.is_file():
+            try:
+                image = _inside(folder, image_rel, "image")
+                mask = _inside(folder, mask_rel, "mask") if mask_rel else None
+            except DatasetError as err:
+                result.problems.append(f"{where}: {err}")
+                continue
+            if not image.is_file():
                 result.problems.append(f"{where}: image {image_rel!r} not found")
                 continue
             try:
@@ -391,7 +463,6 @@ def read_folder(folder: str | Path, *, strict: bool = False) -> ReadResult:
             except InstructionError as err:
                 result.problems.append(f"{where}: bad instruction: {err}")
                 continue
-            mask = folder / mask_rel if mask_rel else None
             if mask is not None and not mask.is_file():
                 result.problems.append(f"{where}: mask {mask_rel!r} not found")
                 continue
@@ -399,7 +470,6 @@ def read_folder(folder: str | Path, *, strict: bool = False) -> ReadResult:
             result.cases.append(
                 EvalCase(case_id, image, ins, mask is not None, mask, None, {"source": "folder", "line": line})
             )
-    return result.finish(str(table), strict)
 
 
 # --- specs -------------------------------------------------------------------------------------

@@ -81,8 +81,7 @@ class LungBoxes:
     def __init__(self, boxes_json: str | Path | None = None, anatomy_dir: str | Path | None = None) -> None:
         self.table: dict[str, dict[str, Box]] = {}
         if boxes_json is not None:
-            raw = json.loads(Path(boxes_json).read_text())
-            self.table = {str(k): {lung: tuple(v) for lung, v in d.items()} for k, d in raw.items()}
+            self.table = _read_lung_boxes(Path(boxes_json))
         self.anatomy_dir = Path(anatomy_dir) if anatomy_dir is not None else None
         self._cache: dict[str, dict[str, Box]] = {}
 
@@ -91,6 +90,17 @@ class LungBoxes:
         """Boxes for a dataset folder: its ``ground-truth/anatomy`` if it is a phantom set."""
         anatomy = Path(spec_root) / "ground-truth" / "anatomy"
         return cls(boxes_json, anatomy if anatomy.is_dir() else None)
+
+    @classmethod
+    def for_spec(cls, spec: str, boxes_json: str | Path | None = None) -> LungBoxes | None:
+        """Boxes for the dataset of ``spec`` (``xflow build --dataset``): ``boxes_json``, and a
+        phantom set's anatomy when the spec is the MIMIC-ILS JSON of one (``DIR/ground-truth/``);
+        None when there are neither, so that init-sft is refused rather than built empty."""
+        kind, _, rest = spec.partition(":")
+        root = Path(rest.split(":")[0]).parent.parent if kind == "mimic-ils" and rest else None
+        if root is not None and (root / "ground-truth" / "anatomy").is_dir():
+            return cls.for_dataset(root, boxes_json)
+        return cls(boxes_json) if boxes_json is not None else None
 
     def __call__(self, image_path: str | Path) -> dict[str, Box]:
         path = Path(image_path)
@@ -110,6 +120,32 @@ class LungBoxes:
                         boxes[lung] = box
                 self._cache[path.stem] = boxes
         return self._cache.get(path.stem, {})
+
+
+def _read_lung_boxes(path: Path) -> dict[str, dict[str, Box]]:
+    """``{image: {lung: box}}`` from a ``--lung-boxes`` file, every box checked.
+
+    Raises:
+        BuildError: not readable JSON of that shape, a lung name XFlow does not know, or a box that
+            is not ``[x1, y1, x2, y2]`` normalised with ``0 <= x1 <= x2 <= 1`` (and so for y).
+    """
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BuildError(f"--lung-boxes {path}: not readable UTF-8 JSON ({err})") from err
+    if not isinstance(raw, dict):
+        raise BuildError(f"--lung-boxes {path}: expected {{image: {{lung: [x1, y1, x2, y2]}}}}")
+    table: dict[str, dict[str, Box]] = {}
+    for image, lungs in raw.items():
+        if not isinstance(lungs, dict) or not set(lungs) <= set(LUNGS):
+            raise BuildError(f"--lung-boxes {path}: {image!r} must map {' / '.join(LUNGS)} to boxes")
+        table[str(image)] = {}
+        for lung, box in lungs.items():
+            ok = isinstance(box, list) and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)
+            if not ok or not (0 <= box[0] <= box[2] <= 1 and 0 <= box[1] <= box[3] <= 1):
+                raise BuildError(f"--lung-boxes {path}: {image!r} {lung}: {box!r} is not a normalised xyxy box")
+            table[str(image)][lung] = (float(box[0]), float(box[1]), float(box[2]), float(box[3]))
+    return table
 
 
 # --- building -----------------------------------------------------------------------------------
