@@ -25,9 +25,14 @@ Dataset specs understood by :func:`read_dataset` (and ``xflow eval --dataset``):
     ``patientX_studyY_viewZ_frontal`` (``.png`` also accepted). Case id: ``<image_id>_<finding>``.
 ``folder:DIR``
     A user's own data: ``DIR/instructions.csv`` with columns ``image,mask,instruction`` (paths
-    relative to ``DIR``; an empty ``mask`` cell = negative; masks are PNG, non-zero = lesion) and
+    relative to ``DIR``; an empty ``mask`` cell = negative; masks are PNG, non-zero = lesion, at
+    most :data:`MASK_MAX_LEVELS` grey levels) and
     an optional ``case_id`` column. Default case id: ``<image stem>__<instruction slug>``, e.g.
     ``img01__effusion_in_the_left_lung``.
+
+Every path a dataset names is relative to its root (``ROOT``, ``lesion_mask/``, ``IMAGE_ROOT``,
+``DIR``) and stays inside it: an absolute path or one that climbs out with ``..`` is a problem
+naming the entry, never read (links inside the root are followed).
 
 Case ids are used as file names (``<case_id>.png``), so characters outside ``[A-Za-z0-9._-]``
 are replaced by ``_``.
