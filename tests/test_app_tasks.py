@@ -522,6 +522,39 @@ def test_a_label_file_is_written_once_with_the_answer_in_its_header(tmp_path, mo
         assert np.allclose(nib.load(path).affine, nib.load(str(image)).affine)  # the image's own geometry
 
 
+def test_results_are_written_apart_from_where_clients_save_them(tmp_path, monkeypatch):
+    """A server's result goes to its own private folder, never into the temporary folder itself:
+    MONAI Label's client saves a result as ``<its temporary folder>/<the name the server sent>``
+    and the server deletes its copy once sent, so a client beside the server lost its file (whenever
+    the deletion came after the client's save; tests/test_hostile_client.py checks a live server)."""
+    import os
+    import stat
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(label_io, "_RESULTS", [])
+    ref = label_io.ImageRef(str(tmp_path / "x.png"), (H, W), "PNG", (1.0, 1.0), {})
+    first = label_io.write_label(np.zeros((H, W), np.uint8), ref)
+    second = label_io.write_label(np.zeros((H, W), np.uint8), ref)
+    folder = Path(first).parent
+    assert folder == tmp_path / f"xflow-results-{os.getuid()}" and folder == Path(second).parent and first != second
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # not another local user's to swap
+    assert not (tmp_path / Path(first).name).exists()  # where a client saves it stays free
+
+    # a folder of that name open to others (or a link to one) is not used
+    monkeypatch.setattr(label_io, "_RESULTS", [])
+    for p in folder.iterdir():
+        p.unlink()
+    folder.rmdir()
+    (tmp_path / "elsewhere").mkdir(mode=0o777)
+    os.chmod(tmp_path / "elsewhere", 0o777)
+    folder.symlink_to(tmp_path / "elsewhere")
+    third = Path(label_io.write_label(np.zeros((H, W), np.uint8), ref))
+    assert third.parent.parent == tmp_path and third.parent.name.startswith("xflow-results-")
+    assert third.parent != folder and stat.S_IMODE(third.parent.stat().st_mode) == 0o700
+    assert not list((tmp_path / "elsewhere").iterdir())
+
+
 SCORING_IMAGES = 48
 """Radiographs in the stop test's studies folder: enough that the startup scoring of the tiny
 models is still running when the server is stopped (it takes minutes on two CPU cores)."""

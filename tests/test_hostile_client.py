@@ -668,6 +668,23 @@ def test_delete_during_infer_loses_nothing(srv):
 # --- last: temp files, paths in answers -------------------------------------------------------------
 
 
+def test_a_client_on_the_same_machine_keeps_its_result(srv):
+    """MONAI Label's client saves the result under the name the server sent, in its temporary
+    folder, and the server deletes its own copy once sent. With both in one temporary folder (a
+    client beside the server, as in the README) the server used to delete the client's file."""
+    from monailabel.client import MONAILabelClient
+
+    client = MONAILabelClient(srv.url, tmpdir=str(srv.server_tmp))
+    saved, answer = client.infer("xflow", WIDE, {"instruction": "edema", "revise": False})
+    time.sleep(2.0)  # the server's background removal of what it sent
+    try:
+        assert os.path.isfile(saved), "the server deleted the client's saved result"
+        assert np.asarray(Image.open(saved)).shape == (400, 512) and "edema" in answer["answer"]
+    finally:
+        if os.path.exists(saved):
+            os.unlink(saved)  # the next test counts the files in the server's temporary folder
+
+
 def test_temp_folder_is_as_clean_as_before_and_no_answer_holds_a_path(srv):
     time.sleep(2.0)  # background removal of sent results
     now = temp_files(srv.server_tmp)

@@ -15,9 +15,12 @@ Each file is built in memory and written in one pass; the transpose is the loade
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -145,6 +148,34 @@ def to_fixed_values(label: np.ndarray, label_names: Mapping[str, int] | None) ->
 # --- files ----------------------------------------------------------------------------------
 
 
+_RESULTS: list[str] = []  # the results folder, once checked
+_RESULTS_LOCK = threading.Lock()
+
+
+def results_folder() -> str:
+    """The folder result files are written to: ``xflow-results-<uid>`` in the temporary folder,
+    private to this user (0700), shared by the server's processes and kept between runs.
+
+    MONAI Label's client saves a result under the file *name* the server sent, in its own
+    temporary folder, and the server deletes its copy once sent. With the server's copy in the
+    temporary folder itself, a client on the same machine (the README's, or any script's with the
+    default folder) had its saved result deleted by the server a moment later. A subfolder keeps
+    the two paths apart. A folder of that name that is not this user's private folder (a link,
+    another owner, open permissions) is not used: a fresh private one is made instead.
+    """
+    with _RESULTS_LOCK:
+        if _RESULTS and os.path.isdir(_RESULTS[-1]):
+            return _RESULTS[-1]
+        folder = os.path.join(tempfile.gettempdir(), f"xflow-results-{os.getuid()}")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            folder = tempfile.mkdtemp(prefix="xflow-results-")
+        _RESULTS.append(folder)
+        return folder
+
+
 def write_label(
     label_hw: np.ndarray,
     ref: ImageRef,
@@ -158,7 +189,7 @@ def write_label(
     Args:
         label_hw: ``(H, W)`` integer label map.
         ref: the image it belongs to (shape, format, spacing, its own NIfTI affine).
-        directory: where the file goes (default the system's temporary folder).
+        directory: where the file goes (default :func:`results_folder`).
         extension: one of :data:`RESULT_EXTENSIONS`; None = the image's own label format.
         dtype: one of :data:`RESULT_DTYPES` (PNG: ``uint8`` only).
         answer: the answer sentence, put into NIfTI (``descrip`` and a JSON comment extension)
@@ -171,7 +202,7 @@ def write_label(
     if label.shape != ref.shape:
         raise LabelError(f"label of shape {label.shape} for an image of shape (H, W) = {ref.shape}")
     extension = extension or ref.label_suffix
-    fd, out = tempfile.mkstemp(suffix=extension, dir=directory)
+    fd, out = tempfile.mkstemp(suffix=extension, dir=directory or results_folder())
     os.close(fd)
     if extension == ".png":
         if dtype != "uint8":
