@@ -163,6 +163,10 @@ class LazyRLE(Mapping[str, Any]):
         return f"LazyRLE(size={list(self._shape)}, {state})"
 
 
+MAX_RLE_PIXELS = 50_000_000
+"""Largest RLE decoded: the loader's bound on a radiograph (``transforms.loading.MAX_PIXELS``)."""
+
+
 def _size(rle: Mapping[str, Any]) -> tuple[int, int]:
     try:
         h, w = (int(v) for v in rle["size"])
@@ -172,6 +176,8 @@ def _size(rle: Mapping[str, Any]) -> tuple[int, int]:
         ) from err
     if h < 0 or w < 0:
         raise RLEError(f"RLE size must be non-negative, got {[h, w]}")
+    if h * w > MAX_RLE_PIXELS:  # decoding would allocate H*W bytes
+        raise RLEError(f"RLE size {h}x{w} is over {MAX_RLE_PIXELS:,} pixels, larger than any radiograph read here")
     return h, w
 
 
@@ -185,8 +191,10 @@ def _counts(rle: Mapping[str, Any]) -> list[int]:
         return decode_counts(counts)
     try:
         values = [int(c) for c in counts]
+        if any(v != c for v, c in zip(values, counts, strict=True)):  # 100.7 read as 100 before
+            raise ValueError("not integers")
     except (TypeError, ValueError) as err:
-        raise RLEError(f"RLE counts must be a string or a list of ints, got {type(counts).__name__}") from err
+        raise RLEError(f"RLE counts must be a string or a list of ints, got {counts!r:.60}") from err
     if any(v < 0 for v in values):
         raise RLEError("RLE counts must be non-negative")
     return values

@@ -115,3 +115,16 @@ def test_lazy_rle_encodes_on_first_read_only():
     np.testing.assert_array_equal(rle.decode(plain), rle.decode(lazy))
     with pytest.raises(rle.RLEError, match="2-D"):
         rle.LazyRLE(np.zeros(4, bool))
+
+
+def test_an_rle_larger_than_any_radiograph_or_with_fractional_runs_is_refused():
+    """A CheXlocalize entry of size 100000 x 100000 made the reader allocate 9.3 GiB; float runs
+    were truncated and reported as a wrong sum."""
+    from monailabel_xflow.transforms.loading import MAX_PIXELS
+
+    assert rle.MAX_RLE_PIXELS == MAX_PIXELS
+    with pytest.raises(rle.RLEError, match="over 50,000,000 pixels"):
+        rle.validate({"size": [100_000, 100_000], "counts": [10_000_000_000]})
+    with pytest.raises(rle.RLEError, match="list of ints"):
+        rle.validate({"size": [2, 2], "counts": [1.5, 2.5]})
+    assert rle.validate({"size": [2, 2], "counts": [1.0, 3]}) == (2, 2)  # whole floats are counts
