@@ -151,6 +151,14 @@ def test_prediction_resized_to_gt_and_bad_shapes(tmp_path):
 
     report = evaluate(cases, upsampled, tmp_path / "o1", progress=False, plots=False)
     assert report["resized"] == 3 and report["levels"]["chest"]["giou"] == 1.0
+    assert not any("aspect ratio" in n for n in report["notes"])  # same shape, twice the size: by design
+
+    def transposed(case):
+        gt = case.load_mask()
+        return None if gt is None else np.pad(gt, ((0, gt.shape[0]), (0, 0)))  # (2H, W): another image's shape
+
+    report = evaluate(cases, transposed, tmp_path / "o4", progress=False, plots=False)
+    assert report["resized"] == 3 and sum("another aspect ratio" in n for n in report["notes"]) == 3
     report = evaluate(cases, lambda c: np.zeros((2, 2, 2)), tmp_path / "o2", progress=False, plots=False)
     assert len(report["errors"]) == 6 and "2-D" in next(iter(report["errors"].values()))
     assert resize_mask(np.eye(2, dtype=bool), (4, 4)).sum() == 8

@@ -126,6 +126,8 @@ def run(args) -> int:
         f"gIoU {fmt(avg['giou'])}, cIoU {fmt(avg['ciou'])}, F1 {fmt(avg['f1'])}, N-Acc {fmt(avg['n_acc'])}"
     )
     print(f"reports in {args.out} (report.md, report.json, results.jsonl)")
+    if report["notes"]:  # e.g. a GT mask of another aspect ratio, a positive with an empty mask
+        print(f"xflow eval: {len(report['notes'])} note(s) in report.md, e.g. {report['notes'][0]}", file=sys.stderr)
     if report["errors"]:
         print(
             f"xflow eval: {len(report['errors'])} case(s) could not be scored, e.g. "

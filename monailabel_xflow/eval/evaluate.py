@@ -207,6 +207,11 @@ def _score(
         Image.fromarray(out.astype(np.uint8) * 255).save(save_dir / f"{case.case_id}.png")
     if gt is not None and pred is not None and pred.shape != gt.shape:
         notes.append(f"resized prediction {pred.shape[0]}x{pred.shape[1]} to GT {gt.shape[0]}x{gt.shape[1]}")
+        if abs(pred.shape[0] * gt.shape[1] - gt.shape[0] * pred.shape[1]) > 0.02 * gt.shape[0] * pred.shape[1]:
+            notes.append(  # a 512 x 512 MIMIC-ILS mask is resized by design; another shape is not
+                f"the GT mask ({gt.shape[0]}x{gt.shape[1]}) has another aspect ratio than the prediction "
+                f"({pred.shape[0]}x{pred.shape[1]}): transposed, or made for another image?"
+            )
         record["resized"] = True
         pred = resize_mask(pred, gt.shape)
     if gt is None and pred is None:
