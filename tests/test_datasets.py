@@ -268,8 +268,15 @@ def test_a_bad_mimic_pair_is_a_problem_naming_it(tmp_path):
     positives[0]["type"] = "Global"  # a typo, not a choice: left out without a word before
     positives[1]["seg_mask_path"] = "../../../etc/hostname"
     positives[3]["type"] = ["basic"]
+    negatives = release["test"]["s1"]["instruction_answer_pairs"]["negative_pairs"]
+    negatives[0]["pair_id"] = 0  # an id, not a missing one
     path.write_text(json.dumps(release))
-    problems = "\n".join(read_mimic_ils(path, root).problems)
+    result = read_mimic_ils(path, root)
+    assert [c.case_id for c in result.cases] == ["s1_0"]
+    positives[0]["type"], positives[1]["seg_mask_path"], positives[1]["seg"] = "global", "s1/effusion_left.png", "false"
+    path.write_text(json.dumps(release))
+    assert [c.case_id for c in read_mimic_ils(path, root).cases] == ["s1_000", "s1_0"]  # "false" is no mask
+    problems = "\n".join(result.problems)
     assert "positive_pairs[0]: type 'Global' is none of basic, global, lesion_inference" in problems
     assert "positive_pairs[1]: seg_mask_path '../../../etc/hostname' is not inside" in problems
     assert "positive_pairs[3]: type ['basic'] is none of" in problems

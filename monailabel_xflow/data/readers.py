@@ -316,7 +316,8 @@ def _mimic_case(pair, positive, study, entry, image, mask_root, kinds, result, w
         return None
     mask_path = None
     if positive:
-        if not pair.get("seg", True):
+        seg = pair.get("seg", True)
+        if not seg or (isinstance(seg, str) and seg.strip().lower() in ("false", "no", "0")):  # "false" is text
             result.skip("positive without mask (seg false)")
             return None
         rel = pair.get("seg_mask_path")
@@ -331,7 +332,7 @@ def _mimic_case(pair, positive, study, entry, image, mask_root, kinds, result, w
         if not mask_path.is_file():
             result.problems.append(f"{where}: mask {mask_path} not found")
             return None
-    pair_id = str(pair.get("pair_id") or where)
+    pair_id = str(pair["pair_id"]) if pair.get("pair_id") not in (None, "") else where  # 0 is an id
     case_id = safe_case_id(pair_id if pair_id.startswith(study) else f"{study}_{pair_id}")
     meta = {
         "source": "mimic-ils",
