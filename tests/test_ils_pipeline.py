@@ -382,3 +382,101 @@ def test_read_reports_skips_repeated_studies_and_unstructurable_reports(phantoms
     assert studies[0].image == phantoms / rec[0]["image"]
     assert len(skipped) == 3
     assert "already has an image" in skipped[0] and "has no text" in skipped[1] and "no JSON array" in skipped[2]
+
+
+# --- an audit's findings: stale resume records, failures never retried, colliding names, rows
+# swallowed by an unclosed quote ----------------------------------------------------------------
+
+
+def test_resume_redoes_a_study_whose_inputs_changed_and_retries_failures(built, phantoms, tmp_path):
+    """Any record counted as done before: a study moved to another split stayed in the first one
+    (train/test leakage), and a study whose image failed once was never tried again."""
+    import dataclasses
+    import shutil
+
+    inputs = truth_inputs(phantoms)[:3]
+    cfg = PipelineConfig(tmp_path, None, phantoms, alg.HIGH_RECALL_THRESHOLDS)
+    assert {inp.split for inp in inputs} == {"train"}
+    run(inputs, cfg)
+    moved = [dataclasses.replace(inp, split="test") if k == 1 else inp for k, inp in enumerate(inputs)]
+    seen: list = []
+    run(moved, cfg, progress=lambda it: seen.extend(it) or seen)
+    assert [s.study for s in seen] == [inputs[1].study]  # only the changed one is redone
+    release = json.loads((tmp_path / "ground-truth" / "mimic_ils.json").read_text())
+    assert set(release["test"]) == {inputs[1].study} and inputs[1].study not in release["train"]
+    again = run(moved, dataclasses.replace(cfg, thresholds=alg.DEFAULT_THRESHOLDS), progress=lambda it: list(it))
+    assert again["studies"] == 3  # other thresholds: every record redone, none merged stale
+
+    copy = tmp_path / "set"
+    shutil.copytree(phantoms, copy)
+    study = truth_inputs(copy)[0]
+    good = study.image.read_bytes()
+    study.image.write_text("not an image")
+    out, cfg2 = tmp_path / "o2", PipelineConfig(tmp_path / "o2", None, copy)
+    first = run([study], cfg2)
+    assert first["errors"] == 1 and list(first["failed"]) == [study.study]
+    tried: list = []
+    run([study], cfg2, progress=lambda it: tried.extend(it) or tried)
+    assert [s.study for s in tried] == [study.study]  # the same inputs, but a failure is tried again
+    study.image.write_bytes(good)  # fixed, as the user is told to
+    fixed = run([study], cfg2)
+    assert fixed["errors"] == 0 and fixed["written"] == 1
+    assert "error" not in json.loads((out / "work" / "studies" / f"{study.study}.json").read_text())
+
+
+def test_anatomy_maps_are_named_by_study_and_read_back_by_dicom_id(built, tmp_path):
+    """Named by image file name before: <study>/frontal.png of two studies was one map, and one
+    study trained on the other's lung boxes."""
+    from monailabel_xflow.training.builders import LungBoxes
+
+    release = json.loads((built / "ground-truth" / "mimic_ils.json").read_text())
+    entries = {s: e for split in release.values() for s, e in split.items()}
+    maps = {p.stem for p in (built / "ground-truth" / "anatomy").glob("*.png")}
+    assert maps == set(entries) and all(e["dicom_id"] == s for s, e in entries.items())
+    lungs = LungBoxes.for_spec(f"mimic-ils:{built / 'ground-truth' / 'mimic_ils.json'}")
+    study, entry = next(iter(entries.items()))
+    boxes = lungs(built / entry["image_path"], entry["dicom_id"])
+    assert set(boxes) == {"right lung", "left lung"}
+    assert lungs(built / entry["image_path"]) == {}  # by file name there is no map: it is the study's
+
+
+def test_read_reports_names_swallowed_rows_colliding_ids_and_long_reports(phantoms, tmp_path):
+    rec = json.loads((phantoms / "ground-truth" / "phantoms.json").read_text())
+    table = tmp_path / "reports.csv"
+    table.write_text(
+        "study_id,image_path,report\n"
+        f'q1,{rec[0]["image"]},"FINDINGS: Right lower lobe opacity.\n'  # the quote is never closed
+        f"q2,{rec[1]['image']},FINDINGS: No effusion.\n"
+    )
+    studies, skipped = read_reports(table, phantoms, lambda text: [])
+    assert studies == [] and "an unclosed quote?" in skipped[0] and "q2," in skipped[0]
+    table.write_text(
+        "study_id,image_path,report\n"
+        f"a/b,{rec[0]['image']},FINDINGS: fine\n"
+        f"a_b,{rec[1]['image']},FINDINGS: fine\n"
+        f",{rec[2]['image']},FINDINGS: fine\n"
+        f"big,{rec[3]['image']},FINDINGS: {'x' * 130_000}\n"
+    )
+    studies, skipped = read_reports(table, phantoms, lambda text: [])
+    assert [s.study for s in studies] == ["a_b"]
+    assert "names the same files as 'a/b'" in skipped[0] and "no study id" in skipped[1]
+    assert "report of 130,010 characters; at most 20,000 are read" in skipped[2]
+
+
+def test_cli_build_refuses_bad_options_before_any_work(phantoms, tmp_path, capsys):
+    plain = tmp_path / "imgs"
+    plain.mkdir()
+    (plain / "junk.png").write_text("not an image")
+    (tmp_path / "r.csv").write_text("study_id,image,report\ns1,junk.png,FINDINGS: Clear lungs.\n")
+    (tmp_path / "afile").write_text("")
+    base = ["ils", "build", "--images", str(plain), "--reports", str(tmp_path / "r.csv")]
+    for extra, says in (
+        (["--out", str(tmp_path / "afile")], "is a file"),
+        (["--out", str(tmp_path / "o"), "--dask", "local:0"], "--dask local:N needs N in 1..256"),
+        (["--out", str(tmp_path / "o"), "--dask", "local:abc"], "--dask local:N needs N in 1..256"),
+    ):
+        assert main([*base, *extra]) == 2
+        assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*base, "--out", str(tmp_path / "o"), "--workers", "0"])
+    assert "--workers" in capsys.readouterr().err

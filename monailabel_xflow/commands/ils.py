@@ -30,6 +30,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from monailabel_xflow.commands import int_in, not_a_folder
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -57,7 +59,7 @@ def register(subparsers) -> None:
     b.add_argument(
         "--high-recall", action="store_true", help="halve every threshold of Algorithm 1 (the paper's variant)"
     )
-    b.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
+    b.add_argument("--workers", type=int_in(1, 256), default=1, help="local processes (default 1)")
     b.add_argument(
         "--dask", metavar="ADDRESS", help="run on a Dask scheduler (tcp://host:8786), or 'local:N' for N local workers"
     )
@@ -82,7 +84,7 @@ def register(subparsers) -> None:
     )
     r.add_argument("--out", required=True, type=Path, metavar="DIR", help="where recall.md / recall.json go")
     r.add_argument("--work", type=Path, metavar="DIR", help="pipeline outputs (default OUT/work)")
-    r.add_argument("--workers", type=int, default=1)
+    r.add_argument("--workers", type=int_in(1, 256), default=1)
     _structurer_args(r)
     r.set_defaults(func=run_recall, split="train")
 
@@ -101,7 +103,7 @@ def _structurer_args(p) -> None:
     )
     p.add_argument(
         "--llm-max-new-tokens",
-        type=int,
+        type=int_in(1, 32768),
         default=512,
         metavar="N",
         help="with --structurer llm: longest answer per report (default 512)",
@@ -163,6 +165,16 @@ def run_build(args) -> int:
     if not args.images.is_dir():
         print(f"xflow ils build: --images {args.images} is not a folder", file=sys.stderr)
         return 2
+    if problem := not_a_folder(args.out):
+        print(f"xflow ils build: --out {problem}", file=sys.stderr)
+        return 2
+    local_workers = None
+    if args.dask and args.dask.startswith("local:"):
+        count = args.dask.split(":", 1)[1]
+        if not (count.isdigit() and 1 <= int(count) <= 256):  # 0 hung until killed
+            print(f"xflow ils build: --dask local:N needs N in 1..256, got {count!r}", file=sys.stderr)
+            return 2
+        local_workers = int(count)
     try:
         load_stages(args.stages, args.images)  # an unconfigured stage fails before any report is read
     except StageError as err:
@@ -181,17 +193,16 @@ def run_build(args) -> int:
     thresholds = masks.HIGH_RECALL_THRESHOLDS if args.high_recall else masks.DEFAULT_THRESHOLDS
     config = PipelineConfig(args.out.resolve(), args.stages, args.images.resolve(), thresholds)
     cluster = scheduler = None
-    if args.dask:
-        if args.dask.startswith("local:"):
+    try:
+        if local_workers is not None:
             from distributed import LocalCluster
 
             cluster = LocalCluster(
-                n_workers=int(args.dask.split(":", 1)[1]), threads_per_worker=1, processes=True, dashboard_address=None
+                n_workers=local_workers, threads_per_worker=1, processes=True, dashboard_address=None
             )
             scheduler = cluster.scheduler_address
-        else:
+        elif args.dask:
             scheduler = args.dask
-    try:
         summary = run(
             studies,
             config,
@@ -203,9 +214,17 @@ def run_build(args) -> int:
     except (PipelineError, StageError) as err:
         print(f"xflow ils build: {err}", file=sys.stderr)
         return 2
+    except (OSError, TimeoutError) as err:  # a Dask scheduler that does not answer
+        print(f"xflow ils build: cannot reach the Dask scheduler {args.dask}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("xflow ils build: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
     finally:
         if cluster is not None:
             cluster.close()
+    for study, error in list(summary["failed"].items())[:20]:
+        print(f"xflow ils build: study {study} not written: {error}", file=sys.stderr)
     rec = summary["recall"]["mean"]
     recall = "n/a" if rec["recall"] is None else f"{rec['recall']:.1%}"
     print(
@@ -214,7 +233,7 @@ def run_build(args) -> int:
         f"negative pairs; masks for {rec['generated']}/{rec['reported']} reported lung findings (mean recall {recall})"
     )
     print(f"MIMIC-ILS JSON: {args.out / 'ground-truth' / 'mimic_ils.json'}; review sheets in {args.out / 'review'}")
-    return 0
+    return 1 if summary["errors"] and not summary["written"] else 0
 
 
 def run_recall(args) -> int:

@@ -30,9 +30,10 @@ Dataset specs understood by :func:`read_dataset` (and ``xflow eval --dataset``):
     an optional ``case_id`` column. Default case id: ``<image stem>__<instruction slug>``, e.g.
     ``img01__effusion_in_the_left_lung``.
 
-Every path a dataset names is relative to its root (``ROOT``, ``lesion_mask/``, ``IMAGE_ROOT``,
-``DIR``) and stays inside it: an absolute path or one that climbs out with ``..`` is a problem
-naming the entry, never read (links inside the root are followed).
+Images may lie anywhere (a release rarely holds its images; the ILS pipeline writes paths such as
+``../images/x.png``), but a ground-truth mask path stays inside its folder (``lesion_mask/``,
+``DIR``) and a CheXlocalize image id inside ``IMAGE_ROOT``: an absolute path or one that climbs
+out with ``..`` is a problem naming the entry, never read (links inside the folder are followed).
 
 Case ids are used as file names (``<case_id>.png``), so characters outside ``[A-Za-z0-9._-]``
 are replaced by ``_``.
@@ -268,12 +269,10 @@ def read_mimic_ils(
         if not isinstance(entry, dict) or "image_path" not in entry or "instruction_answer_pairs" not in entry:
             result.problems.append(f"{where}: needs image_path and instruction_answer_pairs")
             continue
-        try:
-            candidates = [_inside(r, entry["image_path"], "image_path") for r in roots]
-        except DatasetError as err:
-            result.problems.append(f"{where}: {err}")
+        if not isinstance(entry["image_path"], str) or not entry["image_path"]:
+            result.problems.append(f"{where}: image_path must be a non-empty path, got {entry['image_path']!r}")
             continue
-        image = next((c for c in candidates if c.is_file()), None)
+        image = next((r / entry["image_path"] for r in roots if (r / entry["image_path"]).is_file()), None)
         if image is None:
             result.problems.append(
                 f"{where}: image {entry['image_path']!r} not found under {', '.join(map(str, roots))}"
@@ -455,13 +454,13 @@ def _read_folder_rows(folder: Path, table: Path, result: ReadResult) -> None:
             where = f"{table.name} line {line}"
             image_rel = (row.get("image") or "").strip()
             mask_rel = (row.get("mask") or "").strip()
+            image = folder / image_rel
             try:
-                image = _inside(folder, image_rel, "image")
                 mask = _inside(folder, mask_rel, "mask") if mask_rel else None
             except DatasetError as err:
                 result.problems.append(f"{where}: {err}")
                 continue
-            if not image.is_file():
+            if not image_rel or not image.is_file():
                 result.problems.append(f"{where}: image {image_rel!r} not found")
                 continue
             try:

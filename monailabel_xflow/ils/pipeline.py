@@ -5,13 +5,14 @@ Layout of ``OUT`` (the phantom exporter's, so ``mimic-ils:OUT/ground-truth/mimic
 
     OUT/ground-truth/mimic_ils.json               MIMIC-ILS release JSON (splits -> studies -> pairs)
     OUT/ground-truth/lesion_mask/<study>/*.png    8-bit 0/255 masks (``seg_mask_path`` relative here)
-    OUT/ground-truth/anatomy/<image stem>.png     label map: 1..8 zones (``ALL_ZONES`` order), 9 heart
+    OUT/ground-truth/anatomy/<study>.png          label map: 1..8 zones (``ALL_ZONES`` order), 9 heart
     OUT/review/pairs.csv                          one row per pair, blank ``verdict``/``comment``
     OUT/review/findings.csv                       one row per reported finding: reported, grounded,
                                                   the box conditions, why no mask
     OUT/review/studies.csv                        one row per study: CTR, QC, counts
     OUT/summary.json                              counts and recall per finding
-    OUT/work/studies/<study>.json                 one finished study (resume: present = done)
+    OUT/work/studies/<study>.json                 one finished study (resume: done when made from the
+                                                  same inputs, :func:`input_key`, without an error)
 
 ``image_path`` in the JSON is relative to ``OUT`` (the reader's fallback root).
 
@@ -23,10 +24,12 @@ running gives the same files. ``shard=(i, n)`` takes every n-th study from the i
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -259,6 +262,34 @@ def analyse_study(
     }
 
 
+def input_key(inp: StudyInput, config: PipelineConfig) -> str:
+    """What a study's record is made from, as a short hash: its row (split, report section and
+    findings, ids), its image file (path, size, modification time) and the settings that change
+    its masks (stages, thresholds). A record made from other inputs is redone on resume and left
+    out of the release until it is: a study moved to another split, an edited report, changed
+    thresholds or another run's folder are never merged stale."""
+    import dataclasses
+    import hashlib
+
+    image = Path(inp.image)
+    try:
+        st = image.stat()
+        file: list[Any] = [str(image), st.st_size, st.st_mtime_ns]
+    except OSError:
+        file = [str(image)]
+    stages = config.stages
+    if isinstance(stages, (str, Path)) and Path(stages).is_file():
+        stages = [str(stages), Path(stages).read_bytes().hex()]
+    payload = {
+        "study": dataclasses.asdict(inp),
+        "image": file,
+        "stages": stages,
+        "thresholds": dataclasses.asdict(config.thresholds),
+        "refine": dataclasses.asdict(config.refine),
+    }
+    return hashlib.sha256(json.dumps(payload, default=str, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def process_study(inp: StudyInput, config: PipelineConfig) -> dict:
     """Process one study and write its masks, anatomy map and result record under ``config.out``.
 
@@ -269,25 +300,25 @@ def process_study(inp: StudyInput, config: PipelineConfig) -> dict:
     """
     out = Path(config.out)
     record_path = out / WORK_DIR / f"{inp.study}.json"
+    key = input_key(inp, config)
     try:
         res = analyse_study(inp, _stages_for(config), config.thresholds, config.refine)
     except PipelineError as err:
-        failed: dict[str, Any] = {"study": inp.study, "split": inp.split, "error": str(err)}
+        failed: dict[str, Any] = {"study": inp.study, "split": inp.split, "error": str(err), "inputs": key}
         _write(record_path, json.dumps(failed).encode())
         return failed
-    stem = Path(inp.image).stem
     pairs: rules.Pairs = res["pairs"]
     qc_ok = not res["qc"]
     if qc_ok:
         for rel, m in sorted(pairs.masks.items()):
             _write(out / GT_DIR / MASK_DIR / rel, _png_bytes(np.where(m, 255, 0).astype(np.uint8)))
-        _write(
-            out / GT_DIR / "anatomy" / f"{stem}.png",
+        _write(  # by study: two studies' images may share a file name (<study>/frontal.dcm)
+            out / GT_DIR / "anatomy" / f"{inp.study}.png",
             _png_bytes(_anatomy_label(res["location_masks"], res["organs"].heart)),
         )
     entry = {
         "subject_id": inp.subject_id,
-        "dicom_id": stem,
+        "dicom_id": inp.study,  # names the anatomy map (training's lung boxes)
         "image_path": os.path.relpath(Path(inp.image).resolve(), out.resolve()),
         "section_name": inp.section_name,
         "section_content": inp.section_content,
@@ -331,6 +362,7 @@ def process_study(inp: StudyInput, config: PipelineConfig) -> dict:
     record: dict[str, Any] = {
         "study": inp.study,
         "split": inp.split,
+        "inputs": key,
         "image": str(inp.image),
         "entry": entry,
         "ctr": None if res["ctr"] is None else round(res["ctr"], 4),
@@ -406,13 +438,27 @@ def run(
         raise PipelineError(f"unknown split(s) {bad}; use {', '.join(SPLITS)}")
     _stages_for(config)  # a missing stage fails here, before any work
     out = Path(config.out)
-    done = {p.stem for p in (out / WORK_DIR).glob("*.json")} if (out / WORK_DIR).is_dir() else set()
-    todo = [s for k, s in enumerate(inputs) if k % n == i and s.study not in done]
+    keys = {s.study: input_key(s, config) for s in inputs}
+    finished = _finished(out, keys)  # a failed study is tried again: its image may have been fixed
+    todo = [s for k, s in enumerate(inputs) if k % n == i and s.study not in finished]
     if scheduler is not None:
         _run_dask(todo, config, scheduler, progress)
     else:
         _run_local(todo, config, workers, progress)
-    return merge(out, [s.study for s in inputs])
+    return merge(out, [s.study for s in inputs], keys)
+
+
+def _finished(out: Path, keys: Mapping[str, str]) -> set[str]:
+    """The studies of ``keys`` whose record is made from the same inputs and holds no error."""
+    done = set()
+    for study, key in keys.items():
+        path = out / WORK_DIR / f"{study}.json"
+        if path.is_file():
+            with contextlib.suppress(OSError, ValueError):
+                rec = json.loads(path.read_text())
+                if rec.get("inputs") == key and not rec.get("error"):
+                    done.add(study)
+    return done
 
 
 PAIR_COLUMNS = (
@@ -486,12 +532,13 @@ def recall_by_finding(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[st
     return out
 
 
-def merge(out: str | Path, order: Sequence[str] | None = None) -> dict:
+def merge(out: str | Path, order: Sequence[str] | None = None, keys: Mapping[str, str] | None = None) -> dict:
     """Write the MIMIC-ILS JSON, the review sheets and the summary from the finished studies.
 
     Args:
         out: the output folder.
         order: study ids in the order to write them (default: sorted); unfinished ones are left out.
+        keys: each study's :func:`input_key`; a record made from other inputs is left out.
 
     Returns:
         The summary also written to ``summary.json``.
@@ -501,6 +548,8 @@ def merge(out: str | Path, order: Sequence[str] | None = None) -> dict:
     paths = {p.stem: p for p in work.glob("*.json")} if work.is_dir() else {}
     order = [s for s in (order if order is not None else sorted(paths)) if s in paths]
     records = [json.loads(paths[s].read_text()) for s in order]
+    if keys is not None:
+        records = [r for r in records if r.get("inputs") == keys.get(r["study"])]
     release: dict[str, dict] = {s: {} for s in SPLITS}
     pair_rows, finding_rows, study_rows = [], [], []
     for rec in records:
@@ -551,6 +600,7 @@ def merge(out: str | Path, order: Sequence[str] | None = None) -> dict:
         "written": sum(len(s) for s in release.values()),
         "qc_dropped": sum(1 for r in records if not r.get("error") and r["qc"]),
         "errors": sum(1 for r in records if r.get("error")),
+        "failed": {r["study"]: r["error"] for r in records if r.get("error")},
         "positive_pairs": n_pos,
         "negative_pairs": n_neg,
         "recall": recall_by_finding(records),
@@ -576,6 +626,12 @@ def _column(fields: Sequence[str], key: str, table: Path) -> str | None:
             f"{table}: no {key} column (one of {', '.join(REPORT_COLUMNS[key])}); has {', '.join(fields)}"
         )
     return found
+
+
+MAX_REPORT_CHARS = 20_000
+"""Longest report read (a radiology report is a few thousand characters; structuring a 125 kB one
+took minutes)."""
+_SWALLOWED_ROW = re.compile(r"\n[^,\n\"]{1,80},[^,\n\"]+\.(?:png|jpe?g|dcm|nii(?:\.gz)?)\s*,", re.IGNORECASE)
 
 
 def read_reports(
@@ -608,6 +664,7 @@ def read_reports(
         PipelineError: the table cannot be read or lacks a column.
     """
     table, images_root = Path(table), Path(images_root)
+    csv.field_size_limit(max(csv.field_size_limit(), 16 << 20))  # an over-long report is one row's problem
     try:
         with table.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
@@ -616,14 +673,26 @@ def read_reports(
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise PipelineError(f"cannot read {table}: {err}") from err
     study_col, image_col, report_col = (_column(fields, k, table) for k in ("study", "image", "report"))
-    studies, skipped, seen = [], [], set()
+    studies: list[StudyInput] = []
+    skipped: list[str] = []
+    seen: dict[str, str] = {}  # file-safe id -> the study id that took it
     for line, row in enumerate(rows, start=2):
         image_rel = (row.get(image_col) or "").strip()
         study = (row.get(study_col) or "").strip() if study_col else Path(image_rel).stem
         where = f"{table.name} line {line} ({study or '?'})"
-        if study and safe_study_id(study) in seen:
+        if not study:
+            skipped.append(f"{where}: no study id")
+            continue
+        taken = seen.get(safe_study_id(study))
+        if taken == study:
             skipped.append(
                 f"{where}: the study already has an image (one frontal image per study; list the frontal one first)"
+            )
+            continue
+        if taken is not None:
+            skipped.append(
+                f"{where}: study id {study!r} names the same files as {taken!r} ({safe_study_id(study)!r}); "
+                "make the ids differ in letters or digits"
             )
             continue
         image = images_root / image_rel
@@ -631,6 +700,16 @@ def read_reports(
             skipped.append(f"{where}: image {image_rel!r} not found under {images_root}")
             continue
         text = row.get(report_col) or ""
+        if len(text) > MAX_REPORT_CHARS:
+            skipped.append(f"{where}: report of {len(text):,} characters; at most {MAX_REPORT_CHARS:,} are read")
+            continue
+        swallowed = _SWALLOWED_ROW.search(text)
+        if swallowed:  # an unclosed quote runs the cell on into the next rows
+            skipped.append(
+                f"{where}: the report holds what looks like another row ({swallowed.group(0).strip()!r}): "
+                "an unclosed quote? Rows after it were read into this report"
+            )
+            continue
         try:
             section = ("report", text) if choose is None else choose(text)
         except ValueError as err:
@@ -648,7 +727,7 @@ def read_reports(
         except ValueError as err:  # e.g. an LLM structurer's answer that failed validation
             skipped.append(f"{where}: the report could not be structured: {err}")
             continue
-        seen.add(safe_study_id(study))
+        seen[safe_study_id(study)] = study
         studies.append(
             StudyInput(
                 safe_study_id(study),

@@ -102,13 +102,16 @@ class LungBoxes:
             return cls.for_dataset(root, boxes_json)
         return cls(boxes_json) if boxes_json is not None else None
 
-    def __call__(self, image_path: str | Path) -> dict[str, Box]:
+    def __call__(self, image_path: str | Path, name: str | None = None) -> dict[str, Box]:
+        """The lung boxes of an image: from the JSON (by path, file name or stem), else from the
+        anatomy map ``<name>.png`` (``name``: the MIMIC-ILS ``dicom_id``; default the file stem)."""
         path = Path(image_path)
         for key in (str(path), path.name, path.stem):
             if key in self.table:
                 return self.table[key]
-        if path.stem not in self._cache and self.anatomy_dir is not None:
-            label_file = self.anatomy_dir / f"{path.stem}.png"
+        name = name or path.stem
+        if name not in self._cache and self.anatomy_dir is not None:
+            label_file = self.anatomy_dir / f"{name}.png"
             if label_file.is_file():
                 from PIL import Image
 
@@ -118,8 +121,8 @@ class LungBoxes:
                     box = mask_to_box(np.isin(label, [ALL_ZONES.index(z) + 1 for z in ZONES[lung]]))
                     if box is not None:
                         boxes[lung] = box
-                self._cache[path.stem] = boxes
-        return self._cache.get(path.stem, {})
+                self._cache[name] = boxes
+        return self._cache.get(name, {})
 
 
 def _read_lung_boxes(path: Path) -> dict[str, dict[str, Box]]:
@@ -246,7 +249,13 @@ def _rows_for_case(
         if lung_boxes is None:  # build() refuses init-sft without them
             raise BuildError("init-sft needs lung boxes")
         try:
-            target = init_target(ins, mask, lung_boxes(case.image_path))
+            # an ILS set names its anatomy maps by dicom_id (two studies' images may share a name)
+            boxes = (
+                lung_boxes(case.image_path, case.meta.get("dicom_id"))
+                if isinstance(lung_boxes, LungBoxes)
+                else lung_boxes(case.image_path)
+            )
+            target = init_target(ins, mask, boxes)
         except BuildError as err:
             report.reject(str(err))
             return []
