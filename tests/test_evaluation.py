@@ -126,6 +126,34 @@ def test_resume_skips_finished_cases(tmp_path):
     assert fresh.calls == 6
 
 
+def test_a_corrected_ground_truth_is_scored_again_on_resume(tmp_path):
+    """Only the question, the predictor and the connectivity were compared: a mask corrected after
+    a run kept its old score on resume, without a word."""
+    import os
+
+    data = build_folder(tmp_path)
+    cases = read_folder(data).cases
+    out = tmp_path / "out"
+
+    def perfect(case):
+        return case.load_mask()
+
+    first = evaluate(cases, perfect, out, progress=False, plots=False)
+    assert first["levels"]["chest"]["giou"] == 1.0
+    fixed = cases[0].mask_path
+    corrected = np.zeros((SIZE, SIZE), np.uint8)
+    corrected[4:12, 4:20] = 255  # the annotator widened the lesion
+    Image.fromarray(corrected).save(fixed)
+    os.utime(fixed, ns=(os.stat(fixed).st_atime_ns, os.stat(fixed).st_mtime_ns + 10**9))
+    stale = Predictor()  # predicts the *current* GT: only a re-scored case can be perfect again
+    again = evaluate(read_folder(data).cases, stale, out, progress=False, plots=False)
+    assert stale.calls == 1  # that case alone
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    latest = [r for r in records if r["case_id"] == cases[0].case_id][-1]
+    assert latest["stats"]["gt_area"] == 8 * 16  # scored against the corrected mask (8 x 8 before)
+    assert again["levels"]["chest"]["giou"] == 1.0
+
+
 def test_errors_are_recorded_and_retried(tmp_path):
     cases = read_folder(build_folder(tmp_path)).cases
 

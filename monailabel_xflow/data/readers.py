@@ -42,6 +42,7 @@ are replaced by ``_``.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -148,6 +149,8 @@ class EvalCase:
         mask_loader: callable returning the GT mask (e.g. decoding an RLE); used when there is no
             ``mask_path``.
         meta: extra identifiers (``study``, ``subject_id``, ``source`` ...), not compared.
+        truth_id: what identifies a ``mask_loader``'s mask (e.g. a hash of its RLE), so that a
+            resumed evaluation notices a corrected one; files are identified by their stat.
     """
 
     case_id: str
@@ -157,6 +160,7 @@ class EvalCase:
     mask_path: Path | None = None
     mask_loader: Callable[[], np.ndarray] | None = field(default=None, compare=False, repr=False)
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    truth_id: str = field(default="", compare=False)
 
     @property
     def level(self) -> str:
@@ -413,6 +417,7 @@ def read_chexlocalize(json_path: str | Path, image_root: str | Path, *, strict: 
                         "pathology": pathology,
                         "subject_id": image_id.split("_")[0],
                     },
+                    hashlib.sha256(json.dumps(encoded, sort_keys=True).encode()).hexdigest()[:16],
                 )
             )
     return result.finish(str(json_path), strict)

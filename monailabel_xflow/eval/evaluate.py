@@ -159,13 +159,34 @@ def files_fingerprint(*paths: str | os.PathLike[str]) -> str:
     return digest.hexdigest()[:16]
 
 
+def truth_key(case: EvalCase) -> str:
+    """What a case is scored against: its image and ground-truth files (name, size, modification
+    time: a moved or copied folder keeps its results), its RLE (``truth_id``) and whether it is a
+    positive; a short hash."""
+    import hashlib
+
+    def stat(path: Path | None) -> list[Any]:
+        if path is None:
+            return []
+        try:
+            st = Path(path).stat()
+            return [Path(path).name, st.st_size, st.st_mtime_ns]
+        except OSError:
+            return [Path(path).name]
+
+    parts = [case.positive, stat(case.image_path), stat(case.mask_path), case.truth_id]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
 def _is_done(record: Mapping[str, Any] | None, case: EvalCase, connectivity: int, predictor_id: str | None) -> bool:
-    """A stored record is reused only if it was scored, for the same question, the same way, by
-    the same predictor."""
+    """A stored record is reused only if it was scored, for the same question against the same
+    truth (:func:`truth_key`: a corrected mask is scored again), the same way, by the same
+    predictor."""
     return (
         record is not None
         and "stats" in record
         and record.get("instruction") == case.instruction.text
+        and record.get("truth") == truth_key(case)
         and record.get("connectivity", CONNECTIVITY) == connectivity
         and record.get("predictor") == predictor_id
     )
@@ -192,6 +213,7 @@ def _score(
         "finding": case.finding,
         "positive": case.positive,
         "connectivity": connectivity,
+        "truth": truth_key(case),
     }
     if predictor_id is not None:
         record["predictor"] = predictor_id
