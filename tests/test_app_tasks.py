@@ -426,6 +426,31 @@ def test_runtime_without_or_with_a_broken_configuration_still_answers(tmp_path):
     assert status_of(ModelConfigError("x")) == 503
 
 
+def test_the_models_line_names_a_promoted_segmenter_so_cached_scores_are_redone(tmp_path):
+    """The uncertainty scores' cache key holds this line: it named the configured segmenter only,
+    so after a promotion Next Sample kept ranking images by the replaced segmenter's scores."""
+    import os
+
+    from monailabel_xflow.app.scoring import _score_key
+    from monailabel_xflow.workflow.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime
+
+    runtime = XFlowRuntime({}, environ={}, preload=False, model_dir=tmp_path)
+    before = runtime.describe()
+    trained = tmp_path / TRAINED_SEGMENTER_DIR
+    trained.mkdir()
+    (trained / "config.json").write_text("{}")
+    promoted = runtime.describe()
+    assert promoted != before and f"fine-tuned segmenter={TRAINED_SEGMENTER_DIR}@" in promoted
+    stat = (trained / "config.json").stat()
+    os.utime(trained / "config.json", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # promoted again
+    again = runtime.describe()
+    assert again != promoted
+    image = tmp_path / "x.png"
+    image.write_bytes(b"x")
+    keys = {_score_key(str(image), "Segment the edema.", 4, line) for line in (before, promoted, again)}
+    assert len(keys) == 3
+
+
 def test_a_click_revision_answers_from_the_cached_embedding_while_another_image_is_in_stage1(tmp_path):
     """One lock: a person's click on image B is not queued behind a run on image A that is stuck
     in Stage 1; it reuses B's cached embedding (no encoder call) on a fork of the segmenter."""

@@ -227,6 +227,8 @@ def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
             "JSON",
         ),
         ("deprecated all-models train", call(srv, "POST", "/train/", json={"xflow": "x"}), "deprecated"),
+        # the body's model won over the URL's: 200, then a traceback in the train subprocess
+        ("train body names another model", call(srv, "POST", "/train/xflow", json={"model": "other"}), "'other'"),
         (
             "dicom_seg on a folder",
             infer(srv, "xflow", WIDE, {"instruction": "edema", "revise": False}, query={"output": "dicom_seg"}),
@@ -251,6 +253,22 @@ def test_no_500_anywhere_and_routes_that_cannot_work_say_why(srv):
         ("over-long upload name", put_image(srv, "a" * 300 + ".png", png), "255"),
         ("stored name over 255 bytes", put_image(srv, "x.png", png, image="\u00e9" * 127), "255 bytes"),
         ("label upload name NUL", put_label(srv, WIDE, "l\0.png", label), "NUL"),
+        # trained on, an inverted mask was promoted and served; a colour label was read as its red
+        (
+            "label of one finding everywhere",
+            put_label(srv, WIDE, "l.png", png_bytes(np.full((400, 512), 7, np.uint8))),
+            "inverted",
+        ),
+        (
+            "label in colour",
+            put_label(
+                srv,
+                WIDE,
+                "l.png",
+                png_bytes(np.dstack([np.zeros((400, 512), np.uint8)] * 2 + [np.full((400, 512), 6, np.uint8)])),
+            ),
+            "channels differ",
+        ),
         ("label tag of 256 bytes", put_label(srv, WIDE, "l.png", label, tag="t" * 256), "names a folder"),
         (
             "batch infer writes final",

@@ -43,6 +43,7 @@ import requests
 import SimpleITK as sitk
 from servers import monailabel_server
 
+from monailabel_xflow.app.slicer import STOPPED_LINE
 from monailabel_xflow.transforms import labels as label_io
 from monailabel_xflow.vocabulary import FINDINGS
 
@@ -497,9 +498,12 @@ def test_save_label_then_train_reports_progress_and_outcome(slicer):
     assert stats["reason"].startswith("promoted" if stats["promoted"] else "kept aside")
 
     # onStopTraining (M:1221-1250) once the run is going; the module shows result or details[-1]
-    c.train_start("xflow", params)
-    deadline = time.monotonic() + 120
-    while not c.train_status(True) and time.monotonic() < deadline:
+    c.train_start("xflow", {**params, "steps": 500})  # long enough to be stopped mid-run
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # until the run has published a step
+        running = next(iter((c.info().get("train_stats") or {"": {}}).values()))
+        if running and not running.get("total_time"):
+            break
         time.sleep(0.5)
     stopped = c.train_stop()
     assert stopped["status"] == "STOPPED", stopped
@@ -508,6 +512,8 @@ def test_save_label_then_train_reports_progress_and_outcome(slicer):
     assert not c.train_status(True)
     after = next(iter(c.info()["train_stats"].values()))
     assert after["best_metric"] == pytest.approx(stats["best_metric"])  # the serving segmenter's, kept
+    # ended, not left at its last step for good (the killed subprocess cannot say so itself)
+    assert after["total_time"] and after["promoted"] is False and after["reason"] == STOPPED_LINE, after
 
 
 def test_progress_is_published_as_monai_label_trainers_do(tmp_path):
@@ -558,3 +564,18 @@ def test_answer_numbering_and_its_way_back_to_fixed_values():
         back, np.where(label == 1, fixed["edema"], np.where(label == 2, fixed["effusion"], 0))
     )
     np.testing.assert_array_equal(to_fixed_values(back, fixed), back)
+
+
+def test_a_run_that_ended_without_an_outcome_is_closed_not_left_at_its_last_step(tmp_path):
+    from monailabel_xflow.training.promotion import TrainProgress, close_progress
+
+    path = tmp_path / "train_stats.json"
+    assert close_progress(path, "stopped") is False  # no record: nothing to close
+    progress = TrainProgress(path, 500)
+    progress.step(85, 500, 1.1)
+    assert close_progress(path, "failed: out of memory") is True
+    closed = json.loads(path.read_text())
+    assert closed["epoch"] == 85 and closed["total_time"] and closed["promoted"] is False
+    assert closed["reason"] == "failed: out of memory"
+    assert close_progress(path, "stopped") is False  # a finished record is left as it is
+    assert json.loads(path.read_text()) == closed

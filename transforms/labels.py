@@ -296,7 +296,13 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
             with Image.open(path) as img:
                 check_pixel_count(img.size, path, "label")  # before decoding
                 values = np.asarray(img)  # (H, W) as PIL holds rows
-            if values.ndim == 3:
+            if values.ndim == 3:  # a grey label saved as RGB(A) is fine; a colour one is not read as its red
+                colours = values[..., : min(3, values.shape[-1])]
+                if colours.shape[-1] > 1 and np.any(colours != colours[..., :1]):
+                    raise LabelError(
+                        f"{name} is a colour PNG whose channels differ; save the label map as one channel "
+                        f"(values 0..{MAX_LABEL_VALUE})"
+                    )
                 values = values[..., 0]
         elif fmt in ("NIfTI", "NIfTI-gz", "NRRD"):
             if fmt == "NRRD":  # the file's (W, H[, 1]); ITK would drop or move a size-1 axis
@@ -325,6 +331,29 @@ def read_label(path: str | os.PathLike, shape: tuple[int, int] | None = None) ->
             f"1..{MAX_LABEL_VALUE} the findings), got {np.unique(values)[:10].tolist()}"
         )
     return values.astype(np.uint8)
+
+
+MAX_FINDING_COVER = 0.95
+"""Largest share of the image one finding of a saved label may cover: more is an inverted mask
+(or a label of the whole image), never a lesion; trained on, it was promoted and served."""
+
+
+def check_saved_label(label: np.ndarray) -> None:
+    """Refuse a person's label that no finding could draw: one finding over
+    :data:`MAX_FINDING_COVER` of the image.
+
+    Raises:
+        LabelError: naming the finding and its share.
+    """
+    counts = np.bincount(label.ravel(), minlength=MAX_LABEL_VALUE + 1)
+    for value in range(1, MAX_LABEL_VALUE + 1):
+        share = counts[value] / max(label.size, 1)
+        if share > MAX_FINDING_COVER:
+            finding = next((f for f in FINDINGS if label_value(f) == value), str(value))
+            raise LabelError(
+                f"label value {value} ({finding}) covers {share:.0%} of the image: an inverted mask? "
+                "A finding is the lesion's pixels, background 0"
+            )
 
 
 def _drop_nrrd_timestamp(path: str) -> None:

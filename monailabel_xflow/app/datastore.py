@@ -82,7 +82,7 @@ def _check_label_for(datastore: Any, image_id: str, label_filename: str) -> None
     if not uri or not os.path.exists(uri):
         raise ImageNotFoundError(f"unknown image {image_id!r}: cannot save a label for it")
     _, ref = label_io.load_image(uri, image_id)
-    read_label(label_filename, ref.shape)
+    label_io.check_saved_label(read_label(label_filename, ref.shape))
 
 
 def cache_expiry_s() -> float:
@@ -429,6 +429,7 @@ class XFlowDICOMwebDatastore(DurableIndex, DICOMWebDatastore):
             uri = self.get_image_uri(image_id)
             _, ref = label_io.load_image(uri, image_id)
             label = read_label(label_filename, ref.shape)
+            label_io.check_saved_label(label)
             if label_tag != DefaultLabelTag.FINAL:
                 return self._store_label(image_id, label_filename, label_tag, label_info)
             return self._save_final(image_id, label, label_filename, label_info)

@@ -286,6 +286,9 @@ def guarded_async_run(method, request=None, params=None, force_sync=False, enque
     with http_errors(method):
         if params is not None and not isinstance(params, dict):
             raise RequestError(f"{method} parameters must be a JSON object")
+        named, routed = merged.get("model"), (request or {}).get("model")
+        if routed is not None and named != routed:  # the body's would win, and fail in the subprocess
+            raise RequestError(f"the body names model {named!r} and the URL {routed!r}; leave it out")
         converted = validate_task_request(method, merged)
     # MONAI Label reads the converted values (upstream's default tag is an Enum whose str() names
     # a folder "DefaultLabelTag.ORIGINAL"; on a server without CUDA batch infer runs on the CPU)

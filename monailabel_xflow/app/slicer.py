@@ -52,4 +52,10 @@ def stop_with_details(method: str) -> Any:
     task = upstream(AsyncTask, "stop", LAYER)(method)
     if isinstance(task, dict) and task.get("status") == "STOPPED":
         task.setdefault("details", []).append(f"{method}: {STOPPED_LINE}")
+        if method == "train":  # the killed subprocess cannot end its progress record itself
+            from monailabel.interfaces.utils.app import app_instance
+
+            for trainer in getattr(app_instance(), "_trainers", {}).values():
+                if hasattr(trainer, "stopped"):
+                    trainer.stopped(STOPPED_LINE)
     return task

@@ -26,7 +26,7 @@ from typing import Any
 
 from monailabel_xflow.app.wraps import upstream_class
 from monailabel_xflow.task_options import TRAIN_DEFAULTS, train_params
-from monailabel_xflow.training.promotion import STATS_FILE, TrainProgress, finetune_from_labels
+from monailabel_xflow.training.promotion import STATS_FILE, TrainProgress, close_progress, finetune_from_labels
 from monailabel_xflow.workflow.runtime import TRAINED_SEGMENTER_DIR, XFlowRuntime, trained_segmenter
 
 logger = logging.getLogger(__name__)
@@ -67,15 +67,23 @@ class XFlowSegmenterTrainTask(TrainTask):
         pairs = datastore.datalist()
         logger.info("xflow train: %d labeled images, start from %s", len(pairs), start)
         progress = TrainProgress(self.model_dir / STATS_FILE, steps)
-        stats = finetune_from_labels(
-            pairs,
-            start,
-            self.model_dir / TRAINED_SEGMENTER_DIR,
-            steps=steps,
-            lr=lr,
-            batch=batch,
-            seed=seed,
-            interactive_rounds=rounds,
-            on_step=progress.step,
-        )
+        try:
+            stats = finetune_from_labels(
+                pairs,
+                start,
+                self.model_dir / TRAINED_SEGMENTER_DIR,
+                steps=steps,
+                lr=lr,
+                batch=batch,
+                seed=seed,
+                interactive_rounds=rounds,
+                on_step=progress.step,
+            )
+        except Exception as err:
+            close_progress(self.model_dir / STATS_FILE, f"failed: {err}; the serving segmenter is unchanged")
+            raise
         return progress.done(stats)
+
+    def stopped(self, reason: str) -> None:
+        """The server stopped the run's subprocess: end its progress record with ``reason``."""
+        close_progress(self.model_dir / STATS_FILE, reason)

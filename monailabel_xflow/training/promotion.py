@@ -292,6 +292,28 @@ def finetune_from_labels(
 STATS_FILE = "train_stats.json"
 
 
+def close_progress(path: str | os.PathLike, reason: str) -> bool:
+    """End a run's open progress record in ``train_stats.json`` with ``reason``, when the run ended
+    without an outcome (stopped, failed): ``promoted`` false, ``total_time`` set. Left open, Slicer
+    and ``/info`` showed the run at its last step for good. A finished record is left as it is.
+
+    Returns:
+        Whether it wrote.
+    """
+    import datetime
+
+    path = Path(path)
+    try:
+        stats = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(stats, dict) or not stats or "total_time" in stats:
+        return False
+    elapsed = datetime.timedelta(seconds=int(max(0.0, time.time() - float(stats.get("start_ts") or time.time()))))
+    atomic_write_json(path, {**stats, "promoted": False, "reason": reason, "total_time": str(elapsed)}, indent=1)
+    return True
+
+
 class TrainProgress:
     """Publishes a fine-tuning run's progress in ``train_stats.json`` (rewritten atomically) under
     the keys MONAI Label's trainers publish and 3D Slicer reads; ``total`` optimiser steps are

@@ -208,6 +208,10 @@ class XFlowRuntime:
         if not self.configured:
             return "NOT CONFIGURED - " + HOW_TO_CONFIGURE
         names = ", ".join(f"{k}={v}" for k, v in self.config.identities().items())
+        trained = trained_segmenter(self.model_dir)
+        if trained is not None:  # it serves in place of the configured one (cached scores key on this line)
+            stamp = max(p.stat().st_mtime_ns for p in Path(trained).iterdir())
+            names += f", fine-tuned segmenter={Path(trained).name}@{stamp}"
         if self.config.is_demo:
             from monailabel_xflow.workflow.model_config import DEMO_NOTICE
 
