@@ -32,8 +32,9 @@ Dataset specs understood by :func:`read_dataset` (and ``xflow eval --dataset``):
 
 Images may lie anywhere (a release rarely holds its images; the ILS pipeline writes paths such as
 ``../images/x.png``), but a ground-truth mask path stays inside its folder (``lesion_mask/``,
-``DIR``) and a CheXlocalize image id inside ``IMAGE_ROOT``: an absolute path or one that climbs
-out with ``..`` is a problem naming the entry, never read (links inside the folder are followed).
+``DIR``) and a CheXlocalize image id inside ``IMAGE_ROOT``: a path that leads out (``..``, an
+absolute path elsewhere) is a problem naming the entry, never read (links inside the folder are
+followed).
 
 Case ids are used as file names (``<case_id>.png``), so characters outside ``[A-Za-z0-9._-]``
 are replaced by ``_``.
@@ -96,18 +97,20 @@ def safe_case_id(text: str) -> str:
 
 
 def _inside(root: Path, rel: Any, what: str) -> Path:
-    """``root / rel`` for a relative path that stays inside ``root`` (read lexically, so links
-    inside the dataset still work).
+    """``root / rel`` for a path (relative to ``root``, or absolute) that stays inside ``root``,
+    read lexically, so links inside the dataset still work.
 
     Raises:
-        DatasetError: ``rel`` is not text, is absolute, or climbs out of ``root`` with ``..``.
+        DatasetError: ``rel`` is not text, or leads out of ``root`` (``..``, an absolute path
+            elsewhere).
     """
     if not isinstance(rel, str) or not rel:
-        raise DatasetError(f"{what} must be a non-empty relative path, got {rel!r}")
-    norm = os.path.normpath(rel)
-    if os.path.isabs(rel) or norm == ".." or norm.startswith(".." + os.sep):
-        raise DatasetError(f"{what} {rel!r} is not inside {root}: paths are relative to it")
-    return root / norm
+        raise DatasetError(f"{what} must be a non-empty path, got {rel!r}")
+    norm = os.path.normpath(os.path.join(root, rel))  # an absolute rel stays itself
+    base = os.path.normpath(root)
+    if os.path.commonpath([os.path.abspath(norm), os.path.abspath(base)]) != os.path.abspath(base):
+        raise DatasetError(f"{what} {rel!r} is not inside {root}")
+    return Path(norm)
 
 
 MASK_MAX_LEVELS = 16
